@@ -1,0 +1,55 @@
+"""The one error module of chmv: a base error and narrow subclasses."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+class ChmvError(Exception):
+    """Base class of every error chmv raises on purpose."""
+
+
+@dataclass(frozen=True)
+class DDLProblem:
+    """One problem found in the DDL directory, located to the character.
+
+    Attributes:
+        file: Path of the ``.sql`` file, as given to the loader.
+        line: 1-based line of the problem in that file.
+        column: 1-based column of the problem in that file.
+        message: What is wrong.
+        hint: What to do about it.
+    """
+
+    file: str
+    line: int
+    column: int
+    message: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.file}:{self.line}:{self.column}: {self.message}"
+        return f"{text}\n    fix: {self.hint}" if self.hint else text
+
+
+class DDLError(ChmvError):
+    """The DDL directory is invalid; carries every problem found, not only the first."""
+
+    def __init__(self, problems: Iterable[DDLProblem]):
+        self.problems: tuple[DDLProblem, ...] = tuple(problems)
+        count = len(self.problems)
+        header = f"{count} problem{'s' if count != 1 else ''} in the DDL directory; nothing was deployed"
+        super().__init__("\n".join([header, *(str(p) for p in self.problems)]))
+
+
+class EngineBusyError(ChmvError):
+    """The embedded engine stayed locked by another process for longer than the lock timeout."""
+
+
+class PartitionError(ChmvError):
+    """A partition key that does not fit the target's partitioning."""
+
+
+class LandingZoneError(ChmvError):
+    """A landing-zone file that cannot be loaded (wrong schema, corrupt Parquet)."""
