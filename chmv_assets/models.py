@@ -9,7 +9,7 @@ functions (``toStartOfHour`` becomes ``dateTrunc``) and may change result types.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -123,13 +123,6 @@ class Engine(_Frozen):
         return self.family.endswith("MergeTree")
 
 
-class ObjectKind(str, Enum):
-    DATABASE = "database"
-    TABLE = "table"
-    DICTIONARY = "dictionary"
-    VIEW = "materialized_view"
-
-
 class Database(_Frozen):
     """A ``CREATE DATABASE`` statement."""
 
@@ -172,7 +165,7 @@ class Dictionary(_Frozen):
     location: SourceLocation
 
 
-class SourceRole(str, Enum):
+class SourceRole(StrEnum):
     """How an MV reads a source table."""
 
     TRIGGER = "trigger"

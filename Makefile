@@ -1,0 +1,41 @@
+# chmv: two commands on a fresh machine (Python 3.11+, Java 17+):
+#   make demo   - venv, install, deploy the example DDL into the embedded engine, load data, start the UI
+#   make test   - venv, install, lint, run the test suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export CHMV_STATE_DIR ?= $(CURDIR)/.chmv
+export DAGSTER_HOME ?= $(CHMV_STATE_DIR)/dagster_home
+export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
+export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
+export SPARK_LOCAL_IP := 127.0.0.1
+export DAGSTER_DISABLE_TELEMETRY := 1
+
+.PHONY: demo test install lint bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(BIN)/.installed
+
+demo: install
+	mkdir -p $(DAGSTER_HOME)
+	cp examples/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/chmv load-demo --ddl-dir examples/ddl --landing-dir $(CHMV_STATE_DIR)/landing
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/pytest
+
+lint: install
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+bench: install
+	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(CHMV_STATE_DIR)

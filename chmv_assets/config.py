@@ -1,0 +1,94 @@
+"""Project configuration: ``chmv.toml`` next to the DDL files, overridable from the CLI and environment."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from chmv_assets.errors import DDLError, DDLProblem
+
+CONFIG_FILE = "chmv.toml"
+
+
+class LintConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_views_per_source: int = Field(default=3, description="Write-amplification budget: MVs per source table.")
+    max_chain_depth: int = Field(default=3, description="Deepest MV chain before a warning.")
+
+
+class ParityConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tolerance: float = Field(default=0.0, description="Allowed relative difference between target and recompute.")
+    grace_minutes: int = Field(default=15, description="Processing-latency grace for the newest partition.")
+    blocking: bool = Field(default=True, description="Failing parity blocks downstream materializations.")
+
+
+class IngestionConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    landing_dir: str | None = Field(default=None, description="Landing zone root (Parquet by source and date).")
+    late_tolerance_minutes: int = Field(default=15, description="Late-arrival window re-read below the watermark.")
+    dedup_keys: dict[str, list[str]] = Field(default_factory=dict, description="Per source fqn, its dedup key.")
+    time_columns: dict[str, str] = Field(default_factory=dict, description="Per source fqn, its event-time column.")
+
+
+class ChmvConfig(BaseModel):
+    """Everything chmv reads besides the DDL itself.
+
+    Attributes:
+        ddl_dir: The directory of ``.sql`` files.
+        default_database: Database for unqualified names.
+        external: ``db.table`` names that MVs read but that the DDL directory does not define.
+        partition_start: First day of every time-window partitions definition (``YYYY-MM-DD``).
+        timezone: Timezone of partition windows.
+        sla_minutes: How far a target may lag its source before the staleness sensor alerts.
+        alert_webhook: URL the alert sink POSTs JSON to (besides the Dagster log).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ddl_dir: str
+    default_database: str = "default"
+    external: tuple[str, ...] = ()
+    partition_start: str = "2025-01-01"
+    timezone: str = "UTC"
+    sla_minutes: int = 5
+    alert_webhook: str | None = None
+    recovery_max_attempts: int = 3
+    recovery_cooldown_minutes: int = 10
+    lint: LintConfig = LintConfig()
+    parity: ParityConfig = ParityConfig()
+    ingestion: IngestionConfig = IngestionConfig()
+
+
+def load_config(ddl_dir: str | Path, **overrides: object) -> ChmvConfig:
+    """Read ``<ddl_dir>/chmv.toml`` (if present) and apply non-None overrides.
+
+    Raises:
+        DDLError: The file is not valid TOML or has unknown keys; the message names the file and key.
+    """
+    root = Path(ddl_dir).resolve()
+    path = root / CONFIG_FILE
+    data: dict = {}
+    if path.is_file():
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as err:
+            raise DDLError([DDLProblem(str(path), getattr(err, "lineno", 1) or 1, getattr(err, "colno", 1) or 1,
+                                       f"invalid TOML: {err}", "fix the syntax of chmv.toml")]) from err  # fmt: skip
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    data["ddl_dir"] = str(root)
+    webhook = os.environ.get("CHMV_ALERT_WEBHOOK")
+    if webhook and "alert_webhook" not in overrides:
+        data["alert_webhook"] = webhook
+    try:
+        return ChmvConfig(**data)
+    except ValidationError as err:
+        problems = [DDLProblem(str(path), 1, 1, f"{'.'.join(map(str, e['loc']))}: {e['msg']}",
+                               "see ChmvConfig in chmv_assets/config.py for the keys") for e in err.errors()]  # fmt: skip
+        raise DDLError(problems) from err

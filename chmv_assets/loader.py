@@ -1,0 +1,35 @@
+"""Load a DDL directory once: configuration, parsed project and lineage graph together."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from chmv_assets.config import ChmvConfig, load_config
+from chmv_assets.lineage import LineageGraph
+from chmv_assets.models import Project
+from chmv_assets.parser import load_project
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedProject:
+    """A parsed project with the configuration it was read with (hashed by identity, for memoizing)."""
+
+    config: ChmvConfig
+    project: Project
+
+    @cached_property
+    def graph(self) -> LineageGraph:
+        return LineageGraph(self.project)
+
+
+def load(ddl_dir: str | Path, **overrides: object) -> LoadedProject:
+    """Read ``chmv.toml`` and every ``.sql`` file of ``ddl_dir``.
+
+    Raises:
+        DDLError: With every problem of the configuration or the DDL.
+    """
+    config = load_config(ddl_dir, **overrides)
+    project = load_project(config.ddl_dir, default_database=config.default_database, external=config.external)
+    return LoadedProject(config=config, project=project)
