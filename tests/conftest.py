@@ -1,0 +1,70 @@
+"""Shared fixtures: a real embedded ClickHouse (chdb) per test scope, the example project, its data.
+
+The embedded engine allows one engine path per process at a time, and ClickHouseResource opens and
+closes it per use, so fixtures hand out resources (DSNs), never open clients.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_DDL = ROOT / "examples" / "ddl"
+
+# Spark workers must run the venv's python (pyarrow lives there) and bind to loopback only.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Never touch the demo's .chmv/: every test session gets its own state directory."""
+    state = tmp_path_factory.mktemp("chmv_state")
+    previous = os.environ.get("CHMV_STATE_DIR")
+    os.environ["CHMV_STATE_DIR"] = str(state)
+    yield state
+    if previous is None:
+        os.environ.pop("CHMV_STATE_DIR", None)
+    else:
+        os.environ["CHMV_STATE_DIR"] = previous
+
+
+@pytest.fixture(scope="session")
+def example():
+    """The example project, parsed once."""
+    from chmv_assets.loader import load
+
+    return load(EXAMPLE_DDL)
+
+
+def make_engine(path: Path, loaded, rows: int = 0, seed: int = 42):
+    """A ClickHouseResource on a fresh embedded engine at ``path``, DDL applied, ``rows`` demo rows loaded."""
+    from chmv_assets import demo_data
+    from chmv_assets.apply import apply
+    from resources.clickhouse import ClickHouseResource
+
+    resource = ClickHouseResource(dsn=f"chdb://{path}")
+    with resource.get_client() as client:
+        apply(client, loaded.project)
+        if rows:
+            demo_data.load_into_clickhouse(client, demo_data.generate_all(rows, seed=seed))
+    return resource
+
+
+@pytest.fixture(scope="session")
+def loaded_engine(tmp_path_factory: pytest.TempPathFactory, example):
+    """A shared engine with the example DDL and ~200k demo rows. Read-only: do not mutate it in tests."""
+    return make_engine(tmp_path_factory.mktemp("engine") / "chdb", example, rows=200_000)
+
+
+@pytest.fixture
+def fresh_engine(tmp_path: Path, example):
+    """A private engine with the example DDL and ~100k demo rows, for tests that change data."""
+    return make_engine(tmp_path / "chdb", example, rows=100_000)
