@@ -56,12 +56,16 @@ class LineageGraph:
         return down
 
     def find_cycle(self) -> list[str] | None:
-        """The nodes of one cycle, first node repeated at the end, or None for a DAG."""
+        """The nodes of one cycle in data-flow order (``a -> mv -> b -> … -> a``), first node repeated at the end.
+
+        None for a DAG.
+        """
         try:
             tuple(TopologicalSorter(self.upstream).static_order())
         except CycleError as err:
+            # graphlib lists each node before one of its predecessors; report in data-flow order.
             cycle = list(err.args[1])
-            return cycle[::-1]
+            return cycle[::-1] if cycle[1] in self.upstream[cycle[0]] else cycle
         return None
 
     @cached_property

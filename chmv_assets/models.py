@@ -183,6 +183,11 @@ class SourceUse(_Frozen):
     role: SourceRole
     spans: tuple[Span, ...] = Field(default=(), description="Spans of the table name in select_sql.")
     has_alias: tuple[bool, ...] = ()
+    block: tuple[bool, ...] = Field(
+        default=(),
+        description="Per span: the insert block stands here (left-most FROM of the query or a UNION branch). "
+        "Other mentions (a JOIN or subquery on the same table) read the whole table, as in ClickHouse.",
+    )
 
 
 class AggregateCall(_Frozen):
@@ -271,12 +276,19 @@ class MaterializedView(_Frozen):
         source table is added where the original had none, so qualified column references still
         resolve. This is how chmv runs the MV's own SELECT over a partition window, a Parquet
         staging folder, or rows after a cutoff, without re-implementing the transform.
+
+        Only the positions where the insert block stands are replaced (the left-most FROM and UNION
+        branch heads): the other side of a self-join or a subquery on the same table keeps reading
+        the whole table, as the live MV does.
         """
         edits: list[tuple[int, int, str]] = []
         for use in self.sources:
             if use.ref != source:
                 continue
-            for span, aliased in zip(use.spans, use.has_alias, strict=True):
+            block = use.block or (True,) * len(use.spans)
+            for span, aliased, is_block in zip(use.spans, use.has_alias, block, strict=True):
+                if not is_block:
+                    continue
                 text = replacement if aliased else f"{replacement} AS {quote(source.name)}"
                 edits.append((span.start, span.end, text))
         return splice(self.select_sql, edits)

@@ -170,15 +170,14 @@ def load_project(
         external=externals,
     )
     _check_references(project, ctx)
-    if not ctx.problems:
-        from chmv_assets.lineage import LineageGraph
+    from chmv_assets.lineage import LineageGraph
 
-        cycle = LineageGraph(project).find_cycle()
-        if cycle:
-            view = next((project.views[r] for r in project.views if r.fqn in cycle), None)
-            loc = view.location if view else SourceLocation(file=str(root), line=1)
-            ctx.problem(loc.file, loc.line, loc.column, "cycle in the MV graph: " + " -> ".join(cycle),
-                        "an MV must not write, directly or through a chain, into a table it reads")
+    cycle = LineageGraph(project).find_cycle()
+    if cycle:
+        view = next((project.views[r] for r in project.views if r.fqn in cycle), None)
+        loc = view.location if view else SourceLocation(file=str(root), line=1)
+        ctx.problem(loc.file, loc.line, loc.column, "cycle in the MV graph: " + " -> ".join(cycle),
+                    "an MV must not write, directly or through a chain, into a table it reads")
     if ctx.problems:
         raise DDLError(ctx.problems)
     return project
@@ -222,6 +221,7 @@ def _parse_statement(located: _Located, ctx: _Context) -> Table | Dictionary | M
     except ParseError as err:
         first = err.errors[0] if err.errors else {}
         line, col = first.get("line") or 1, first.get("col") or 1
+        col = max(1, col - len(first.get("highlight") or "x") + 1)  # sqlglot points at the token's end
         abs_line = stmt.line + line - 1
         abs_col = stmt.column + col - 1 if line == 1 else col
         ctx.problem(located.file, abs_line, abs_col, f"syntax error: {first.get('description', err)}",
@@ -340,14 +340,21 @@ def _parse_table(node: exp.Create, located: _Located, ctx: _Context, description
     return _table_properties(node, located, ref, _columns(schema), description)
 
 
+def _text(value: exp.Expression | str | None) -> str:
+    """The name of a node, or a plain string as sqlglot stores some dictionary properties."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else value.name
+
+
 def _parse_dictionary(node: exp.Create, located: _Located, ctx: _Context, description: str | None) -> Dictionary:
     schema = node.this
     ref = _table_ref(schema.this, ctx.default_database)
     source_table = None
     for prop in node.find_all(exp.DictProperty):
-        if prop.this.name.upper() != "SOURCE" or prop.args.get("kind", "").upper() != "CLICKHOUSE":
+        if _text(prop.this).upper() != "SOURCE" or _text(prop.args.get("kind")).upper() != "CLICKHOUSE":
             continue
-        settings = {s.this.name.upper(): s.args["value"].name for s in prop.find_all(exp.DictSubProperty)}
+        settings = {_text(s.this).upper(): _text(s.args["value"]) for s in prop.find_all(exp.DictSubProperty)}
         if "TABLE" in settings and "QUERY" not in settings:
             source_table = ObjectRef(database=settings.get("DB") or ctx.default_database, name=settings["TABLE"])
     key = node.find(exp.PrimaryKey)
@@ -464,38 +471,40 @@ def _analyze_select(query: exp.Expression, default_database: str, base: int) -> 
             head = _leftmost_table(branch, ctes)
             if head is not None:
                 branch_heads.add(id(head))
+    # Where the insert block stands in: the left-most FROM of the query and of every UNION branch.
+    block_positions = {*branch_heads, *([id(trigger_node)] if trigger_node is not None else [])}
 
     uses: dict[ObjectRef, dict] = {}
+    joins = [j for j in query.find_all(exp.Join) if (j.args.get("kind") or "").upper() != "ARRAY"]
+    has_join = bool(joins)
     joined: list[ObjectRef] = []
-    has_join = False
+    for join in joins:
+        joined.extend(_real_tables(join.this, ctes, default_database))
     for table in query.find_all(exp.Table):
         if not _is_real_table(table):
             continue  # table function: numbers(), url(), file() …
         if not table.db and table.name in ctes:
             continue  # CTE name, not a table
         ref = _table_ref(table, default_database)
-        parent = table.parent
-        in_join = isinstance(parent, exp.Join) and (parent.args.get("kind") or "").upper() != "ARRAY"
-        if in_join:
-            has_join = True
-            joined.append(ref)
         if ref == trigger:
             role = SourceRole.TRIGGER
         elif id(table) in branch_heads:
             role = SourceRole.UNION_BRANCH
         else:
             role = SourceRole.READ_WHOLE
-        entry = uses.setdefault(ref, {"role": role, "spans": [], "aliased": []})
+        entry = uses.setdefault(ref, {"role": role, "spans": [], "aliased": [], "block": []})
         ident = table.this
         first = table.args["db"] if table.args.get("db") is not None else ident
         if "start" in first.meta and "end" in ident.meta:
             entry["spans"].append(Span(start=first.meta["start"] - base, end=ident.meta["end"] + 1 - base))
             entry["aliased"].append(table.args.get("alias") is not None)
+            entry["block"].append(id(table) in block_positions)
     sources = tuple(
-        SourceUse(ref=r, role=u["role"], spans=tuple(u["spans"]), has_alias=tuple(u["aliased"]))
+        SourceUse(ref=r, role=u["role"], spans=tuple(u["spans"]), has_alias=tuple(u["aliased"]),
+                  block=tuple(u["block"]))
         for r, u in sorted(uses.items(), key=lambda kv: kv[1]["role"] != SourceRole.TRIGGER)
     )
-    self_join = trigger is not None and len(uses.get(trigger, {}).get("spans", ())) > 1
+    self_join = trigger is not None and trigger in joined
 
     dictionaries = []
     for func in query.find_all(exp.Func):
@@ -515,6 +524,8 @@ def _analyze_select(query: exp.Expression, default_database: str, base: int) -> 
         inner = projection.this if isinstance(projection, exp.Alias) else projection
         is_aggregate = False
         for func in inner.find_all(exp.Func):
+            if func.find_ancestor(exp.Subquery, exp.Select) is not select:
+                continue  # an aggregate inside a scalar subquery does not aggregate the MV's rows
             split = split_combinators(function_name(func))
             if split and (isinstance(func, exp.AggFunc) or split[1] or function_name(func) in AGGREGATES):
                 is_aggregate = True
@@ -541,6 +552,22 @@ def _analyze_select(query: exp.Expression, default_database: str, base: int) -> 
         self_join=self_join,
         has_order_by=any(s.args.get("order") is not None for s in _selects(query)),
     )
+
+
+def _real_tables(node: exp.Expression, ctes: dict[str, exp.Expression], default_database: str) -> list[ObjectRef]:
+    """Real tables a FROM/JOIN item reads: itself, or the tables inside a subquery or a CTE it names."""
+    if isinstance(node, exp.Table):
+        if not _is_real_table(node):
+            return []
+        if not node.db and node.name in ctes:
+            node = ctes[node.name]
+        else:
+            return [_table_ref(node, default_database)]
+    return [
+        _table_ref(t, default_database)
+        for t in node.find_all(exp.Table)
+        if _is_real_table(t) and not (not t.db and t.name in ctes)
+    ]
 
 
 def _union_branches(query: exp.Expression) -> list[exp.Expression]:

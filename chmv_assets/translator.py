@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import re
+import warnings
 from functools import cache
 
 from dagster import (
+    AssetDep,
     AssetKey,
     AssetSpec,
+    BetaWarning,
     MetadataValue,
+    PartitionMapping,
     PartitionsDefinition,
     TableColumn,
     TableColumnDep,
     TableColumnLineage,
     TableSchema,
+    TimeWindowPartitionMapping,
 )
 
 from chmv_assets.loader import LoadedProject
@@ -111,6 +116,18 @@ class ChmvTranslator:
                 ups[dictionary] = None
         return list(ups)
 
+    def get_partition_mapping(self, loaded: LoadedProject, ref: ObjectRef, upstream: ObjectRef) -> PartitionMapping | None:
+        """How a target's partitions map onto a partitioned upstream target (a chain hop).
+
+        Time windows overlap by default; upstream partitions that do not exist yet (the current
+        month of a daily upstream) are allowed, since a rollup's window may reach past today.
+        """
+        if loaded.project.views_into(upstream) and self.get_partitions_def(loaded, upstream) is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", BetaWarning)
+                return TimeWindowPartitionMapping(allow_nonexistent_upstream_partitions=True)
+        return None
+
     def get_asset_spec(self, loaded: LoadedProject, ref: ObjectRef) -> AssetSpec:
         """The spec assembled from the hooks above (memoized per project and object)."""
         return _spec(self, loaded, ref)
@@ -121,7 +138,10 @@ def _spec(translator: ChmvTranslator, loaded: LoadedProject, ref: ObjectRef) -> 
     kind = "dictionary" if ref in loaded.project.dictionaries else "table"
     return AssetSpec(
         key=translator.get_asset_key(ref),
-        deps=[translator.get_asset_key(u) for u in translator.get_upstream(loaded, ref)],
+        deps=[
+            AssetDep(translator.get_asset_key(u), partition_mapping=translator.get_partition_mapping(loaded, ref, u))
+            for u in translator.get_upstream(loaded, ref)
+        ],
         description=translator.get_description(loaded, ref),
         metadata=translator.get_metadata(loaded, ref),
         group_name=translator.get_group_name(ref),

@@ -1,0 +1,144 @@
+"""The alert sink: every alert goes to the Dagster log, and to a webhook (JSON POST) when one is configured.
+
+Webhook delivery runs on a background daemon thread with short timeouts, a few retries and a bounded
+total time per alert, so a dead endpoint never blocks a check, a sensor tick or a run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+_LOG = logging.getLogger("chmv.alerts")
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alert.
+
+    Attributes:
+        kind: ``check_failed``, ``check_warned``, ``stale``, ``recovery``, ``recovery_exhausted``, ``drift``.
+        severity: ``info``, ``warning`` or ``error``.
+        subject: The object concerned (``db.table``), or ``chmv``.
+        message: One readable sentence: what is wrong and what happens next.
+        details: JSON-serializable figures (partition, expected, actual, lag…).
+    """
+
+    kind: str
+    severity: str
+    subject: str
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON body POSTed to the webhook."""
+        return {"source": "chmv", "at": datetime.now(UTC).isoformat(), **asdict(self)}
+
+
+class AlertSink:
+    """Send alerts to the log (always) and to an optional webhook (in the background).
+
+    Args:
+        webhook: URL to POST JSON to; None logs only.
+        timeout_seconds: Timeout of one HTTP attempt.
+        attempts: Attempts per alert.
+        backoff_seconds: First pause between attempts (doubles each time).
+        budget_seconds: Most time spent delivering one alert, all attempts included.
+    """
+
+    def __init__(self, webhook: str | None, *, timeout_seconds: float = 2.0, attempts: int = 3,
+                 backoff_seconds: float = 0.2, budget_seconds: float = 8.0):  # fmt: skip
+        self.webhook = webhook
+        self.timeout_seconds = timeout_seconds
+        self.attempts = attempts
+        self.backoff_seconds = backoff_seconds
+        self.budget_seconds = budget_seconds
+        self.delivered = 0
+        self.failed = 0
+        self._queue: queue.Queue[Alert] = queue.Queue(maxsize=1000)
+        self._worker: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def send(self, alert: Alert, log: Any | None = None) -> None:
+        """Log the alert and queue it for the webhook; returns at once and never raises."""
+        logger = log or _LOG
+        line = f"[chmv alert] {alert.severity.upper()} {alert.kind} {alert.subject}: {alert.message}"
+        (logger.error if alert.severity == "error" else logger.warning if alert.severity == "warning" else logger.info)(line)
+        if not self.webhook:
+            return
+        try:
+            self._queue.put_nowait(alert)
+        except queue.Full:
+            self.failed += 1
+            _LOG.warning("alert queue full: dropped %s for %s", alert.kind, alert.subject)
+            return
+        self._ensure_worker()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every queued alert was delivered or given up; True when the queue drained in time."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._queue.unfinished_tasks == 0:
+                return True
+            time.sleep(0.01)
+        return self._queue.unfinished_tasks == 0
+
+    def _ensure_worker(self) -> None:
+        with self._lock:
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._run, name="chmv-alerts", daemon=True)
+                self._worker.start()
+
+    def _run(self) -> None:
+        while True:
+            alert = self._queue.get()
+            try:
+                if self._deliver(alert):
+                    self.delivered += 1
+                else:
+                    self.failed += 1
+            finally:
+                self._queue.task_done()
+
+    def _deliver(self, alert: Alert) -> bool:
+        body = json.dumps(alert.payload(), default=str).encode()
+        deadline = time.monotonic() + self.budget_seconds
+        pause = self.backoff_seconds
+        for attempt in range(1, self.attempts + 1):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            request = urllib.request.Request(
+                self.webhook or "", data=body, method="POST", headers={"Content-Type": "application/json"}
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=min(self.timeout_seconds, remaining)) as response:
+                    if 200 <= response.status < 300:
+                        return True
+            except (urllib.error.URLError, OSError, ValueError) as err:
+                _LOG.warning("alert webhook attempt %d/%d failed: %s", attempt, self.attempts, err)
+            if attempt < self.attempts:
+                time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+                pause *= 2
+        _LOG.error("alert webhook gave up on %s for %s after %d attempts", alert.kind, alert.subject, self.attempts)
+        return False
+
+
+_sinks: dict[str | None, AlertSink] = {}
+_sinks_lock = threading.Lock()
+
+
+def sink_for(webhook: str | None) -> AlertSink:
+    """The process-wide sink of a webhook URL (one delivery thread per URL)."""
+    with _sinks_lock:
+        if webhook not in _sinks:
+            _sinks[webhook] = AlertSink(webhook)
+        return _sinks[webhook]
