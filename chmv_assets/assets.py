@@ -2,19 +2,23 @@
 
 
 from collections.abc import Sequence
+from typing import Literal
 
 from dagster import (
     AssetExecutionContext,
     AssetsDefinition,
     AssetSpec,
     BackfillPolicy,
+    Config,
     MaterializeResult,
     MetadataValue,
     TimeWindowPartitionsDefinition,
     multi_asset,
 )
+from pydantic import Field
 
 from chmv_assets.backfill_sql import PartitionWindow
+from chmv_assets.errors import ChmvError
 from chmv_assets.loader import LoadedProject
 from chmv_assets.models import ObjectRef
 from chmv_assets.rebuild import rebuild
@@ -27,7 +31,7 @@ CLICKHOUSE_POOL = "clickhouse"
 
 def partition_windows(context: AssetExecutionContext) -> list[PartitionWindow | None]:
     """The partitions a run materializes (a single-run backfill covers a range), or ``[None]``."""
-    if not context.has_partition_key:
+    if not (context.has_partition_key or context.has_partition_key_range):
         return [None]
     partitions_def = context.assets_def.partitions_def
     assert isinstance(partitions_def, TimeWindowPartitionsDefinition)
@@ -38,21 +42,42 @@ def partition_windows(context: AssetExecutionContext) -> list[PartitionWindow | 
     return windows
 
 
-def build_target_asset(loaded: LoadedProject, ref: ObjectRef, translator: ChmvTranslator) -> AssetsDefinition:
-    """The asset of one MV target: each partition is rebuilt from the MVs' own SELECT and swapped in."""
-    spec = translator.get_asset_spec(loaded, ref)
-    backfill_policy = BackfillPolicy.single_run() if spec.partitions_def is not None else None
+class RebuildConfig(Config):
+    """Run configuration of a target asset."""
 
-    @multi_asset(
-        specs=[spec],
-        name=f"rebuild_{'__'.join(spec.key.path)}",
-        backfill_policy=backfill_policy,
-        pool=CLICKHOUSE_POOL,
+    engine: Literal["auto", "clickhouse", "spark"] = Field(
+        default="auto",
+        description="clickhouse: the MVs' SELECT over the source table; spark: over the landing zone's rows "
+        "(read, cleaned and staged by Spark); auto: spark for partitions the source table no longer holds "
+        "(its oldest row is after the partition start), when a landing zone is configured.",
     )
-    def _rebuild(context: AssetExecutionContext, clickhouse: ClickHouseResource) -> MaterializeResult:
+
+
+def build_target_asset(loaded: LoadedProject, ref: ObjectRef, translator: ChmvTranslator) -> AssetsDefinition:
+    """The asset of one MV target: each partition is rebuilt from the MVs' own SELECT and swapped in.
+
+    With a landing zone configured for its sources, the asset can also rebuild from the landing zone
+    through Spark (``engine`` in the run config; resource ``pyspark``). Either way the rebuild holds
+    the write gate of the trigger sources, so it stays exact while ingestion runs.
+    """
+    from chmv_assets.cutoff import source_gate
+    from spark.backfill import spark_capable, triggers_of
+    from spark.landing import landing_dir
+
+    spec = translator.get_asset_spec(loaded, ref)
+    # Measured (benchmarks/bench_spark_backfill.py): one run over a range beats one run per partition.
+    backfill_policy = BackfillPolicy.single_run() if spec.partitions_def is not None else None
+    root = landing_dir(loaded)
+    with_spark = spark_capable(loaded, ref, root)
+    triggers = triggers_of(loaded.project, ref)
+
+    def run(context: AssetExecutionContext, config: RebuildConfig, clickhouse: ClickHouseResource) -> MaterializeResult:
+        windows = partition_windows(context)
+        if with_spark or config.engine == "spark":
+            return _rebuild_with_engines(context, config, clickhouse, loaded, ref, spec.key, windows, root, with_spark)
         results = []
-        with clickhouse.get_client() as client:
-            for window in partition_windows(context):
+        with source_gate(triggers), clickhouse.get_client() as client:
+            for window in windows:
                 results.append(rebuild(client, loaded.project, ref, window, log=context.log.info))
         return MaterializeResult(
             asset_key=spec.key,
@@ -66,7 +91,58 @@ def build_target_asset(loaded: LoadedProject, ref: ObjectRef, translator: ChmvTr
             },
         )
 
-    return _rebuild
+    kwargs = {"specs": [spec], "name": f"rebuild_{'__'.join(spec.key.path)}", "backfill_policy": backfill_policy,
+              "pool": CLICKHOUSE_POOL}  # fmt: skip
+    if with_spark:
+
+        @multi_asset(**kwargs, required_resource_keys={"clickhouse", "pyspark"})
+        def _rebuild(context: AssetExecutionContext, config: RebuildConfig) -> MaterializeResult:
+            return run(context, config, context.resources.clickhouse)
+
+        return _rebuild
+
+    @multi_asset(**kwargs)
+    def _rebuild_in_clickhouse(context: AssetExecutionContext, config: RebuildConfig,
+                               clickhouse: ClickHouseResource) -> MaterializeResult:  # fmt: skip
+        return run(context, config, clickhouse)
+
+    return _rebuild_in_clickhouse
+
+
+def _rebuild_with_engines(context: AssetExecutionContext, config: RebuildConfig, clickhouse: ClickHouseResource,
+                          loaded: LoadedProject, ref: ObjectRef, key, windows, root,
+                          with_spark: bool) -> MaterializeResult:  # fmt: skip
+    """Rebuild through ``spark.backfill`` (engine per partition), with per-partition progress metadata."""
+    from spark.backfill import backfill
+    from spark.session import session_of
+
+    def spark_session():
+        if not with_spark:
+            raise ChmvError(f"{ref.fqn}: engine=spark needs a landing zone ([ingestion] landing_dir or "
+                            "$CHMV_LANDING_DIR) and [ingestion.time_columns] for its sources")
+        return session_of(context.resources.pyspark)
+
+    results = backfill(spark_session, clickhouse, loaded, ref, windows, engine=config.engine, root=root,
+                       log=context.log.info)  # fmt: skip
+    rows = [f"| {r.partition or 'all'} | {r.engine} | {r.rows_staged} | {r.rows_written} | {r.cutoff or ''} | "
+            f"{r.batch_id} |" for r in results]  # fmt: skip
+    table = "| partition | engine | landing rows staged | rows written | cutoff | batch id |\n|---|---|---|---|---|---|\n"
+    return MaterializeResult(
+        asset_key=key,
+        metadata={
+            "chmv/engine_path": ", ".join(sorted({r.engine for r in results})),
+            "chmv/partitions": len(results),
+            "chmv/rows_read": max((r.rows_read for r in results), default=0),
+            "chmv/rows_staged": sum(r.rows_staged for r in results),
+            "chmv/rows_written": sum(r.rows_written for r in results),
+            "chmv/method": ", ".join(sorted({r.method for r in results})),
+            "chmv/seconds": round(sum(r.seconds for r in results), 3),
+            "chmv/cutoff": str(min((r.cutoff for r in results if r.cutoff), default="")),
+            "chmv/batch_id": ", ".join(sorted({r.batch_id for r in results if r.batch_id})),
+            "chmv/progress": MetadataValue.md(table + "\n".join(rows)),
+            "chmv/statements": MetadataValue.md("```sql\n" + ";\n".join(results[-1].statements) + "\n```"),
+        },
+    )
 
 
 def build_chmv_assets(loaded: LoadedProject, translator: ChmvTranslator | None = None) -> Sequence[AssetsDefinition | AssetSpec]:
@@ -85,7 +161,11 @@ def build_chmv_assets(loaded: LoadedProject, translator: ChmvTranslator | None =
         if ref in project.dictionaries:
             for dep in translator.get_upstream(loaded, ref):
                 upstream.setdefault(dep)
+    from spark.landing import ingested_sources
+
+    ingested = set(ingested_sources(loaded))  # materialized by the Spark ingestion assets instead
+    target_set = set(targets)
     for ref in upstream:
-        if ref not in targets:
+        if ref not in target_set and ref not in ingested:
             assets.append(translator.get_asset_spec(loaded, ref))
     return assets

@@ -35,6 +35,8 @@ class IngestionConfig(BaseModel):
     late_tolerance_minutes: int = Field(default=15, description="Late-arrival window re-read below the watermark.")
     dedup_keys: dict[str, list[str]] = Field(default_factory=dict, description="Per source fqn, its dedup key.")
     time_columns: dict[str, str] = Field(default_factory=dict, description="Per source fqn, its event-time column.")
+    max_lateness_minutes: int = Field(default=1440, description="Latest a landing file arrives after its rows' "
+                                      "event time; bounds the files a partition backfill reads.")
 
 
 class ChmvConfig(BaseModel):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,6 +33,15 @@ class ObjectRef(_Frozen):
 
     def __str__(self) -> str:
         return self.fqn
+
+    # Refs key every mapping of a project: compare and hash the two strings, not through pydantic.
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ObjectRef):
+            return NotImplemented
+        return self.database == other.database and self.name == other.name
+
+    def __hash__(self) -> int:
+        return hash((self.database, self.name))
 
 
 class SourceLocation(_Frozen):
@@ -327,11 +337,26 @@ class Project(_Frozen):
 
     def views_into(self, target: ObjectRef) -> tuple[MaterializedView, ...]:
         """Insert-triggered and refreshable MVs writing into ``target`` (several for a fan-in)."""
-        return tuple(v for v in self.views.values() if v.writes_to == target)
+        return self._views_by_target.get(target, ())
 
     def views_from(self, source: ObjectRef) -> tuple[MaterializedView, ...]:
         """MVs triggered by inserts into ``source``."""
-        return tuple(v for v in self.views.values() if v.trigger == source)
+        return self._views_by_trigger.get(source, ())
+
+    @cached_property
+    def _views_by_target(self) -> dict[ObjectRef, tuple[MaterializedView, ...]]:
+        index: dict[ObjectRef, list[MaterializedView]] = {}
+        for view in self.views.values():
+            index.setdefault(view.writes_to, []).append(view)
+        return {ref: tuple(views) for ref, views in index.items()}
+
+    @cached_property
+    def _views_by_trigger(self) -> dict[ObjectRef, tuple[MaterializedView, ...]]:
+        index: dict[ObjectRef, list[MaterializedView]] = {}
+        for view in self.views.values():
+            if view.trigger is not None:
+                index.setdefault(view.trigger, []).append(view)
+        return {ref: tuple(views) for ref, views in index.items()}
 
     @property
     def targets(self) -> tuple[ObjectRef, ...]:

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
@@ -35,7 +34,7 @@ from chmv_assets.models import (
     Span,
     Table,
 )
-from chmv_assets.sql_text import Statement, clause, line_col, select_start, split_statements, tokenize
+from chmv_assets.sql_text import _DIALECT, Statement, clause, line_col, select_start, split_statements, tokenize
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
@@ -204,6 +203,14 @@ def _ref(name: str, default_database: str) -> ObjectRef:
     return ObjectRef(database=(database or default_database).strip("`\""), name=table.strip("`\""))
 
 
+def _parse_tokens(tokens, text: str) -> exp.Expression:
+    """Parse one statement from its tokens (tokenized once, shared with the clause extraction)."""
+    parsed = _DIALECT.parser().parse(tokens, text)
+    if not parsed or parsed[0] is None:
+        raise ParseError("No expression was parsed from the statement")
+    return parsed[0]
+
+
 def _table_ref(table: exp.Table, default_database: str) -> ObjectRef:
     return ObjectRef(database=table.db or default_database, name=table.name)
 
@@ -212,12 +219,14 @@ def _parse_statement(located: _Located, ctx: _Context) -> Table | Dictionary | M
     stmt = located.statement
     text, populate = stmt.text, False
     try:
-        node = sqlglot.parse_one(text, read="clickhouse")
+        tokens = tokenize(text)
+        node = _parse_tokens(tokens, text)
         if isinstance(node, exp.Command):
             # sqlglot cannot parse `… POPULATE AS SELECT`: blank the keyword (offsets stay valid) and retry.
             blanked = re.sub(r"(?i)\bPOPULATE\b", lambda m: " " * len(m.group(0)), text, count=1)
             populate = blanked != text
-            node = sqlglot.parse_one(blanked, read="clickhouse")
+            tokens = tokenize(blanked)
+            node = _parse_tokens(tokens, blanked)
     except ParseError as err:
         first = err.errors[0] if err.errors else {}
         line, col = first.get("line") or 1, first.get("col") or 1
@@ -240,11 +249,11 @@ def _parse_statement(located: _Located, ctx: _Context) -> Table | Dictionary | M
         return Database(name=node.this.name, engine=engine.this.sql("clickhouse") if engine and engine.this else None,
                         statement=text, location=located.location())  # fmt: skip
     if kind == "TABLE":
-        return _parse_table(node, located, ctx, description)
+        return _parse_table(node, located, ctx, description, tokens)
     if kind == "DICTIONARY":
         return _parse_dictionary(node, located, ctx, description)
     if kind == "VIEW" and node.find(exp.MaterializedProperty):
-        return _parse_view(node, located, ctx, description, populate)
+        return _parse_view(node, located, ctx, description, populate, tokens)
     if kind == "VIEW":
         # A plain view reads its tables at query time: it is a readable object, not a pipeline step.
         target = node.this.this if isinstance(node.this, exp.Schema) else node.this
@@ -273,7 +282,7 @@ def _columns(schema: exp.Expression | None) -> tuple[Column, ...]:
             elif isinstance(kind, exp.CommentColumnConstraint):
                 comment = kind.this.name
         col_type = col.args.get("kind")
-        type_sql = col_type.sql("clickhouse") if col_type else ""
+        type_sql = col_type.sql(_DIALECT, copy=False) if col_type else ""
         columns.append(Column(name=col.name, type=_TYPE_SPELLING.get(type_sql, type_sql),
                               default_kind=default_kind, default_expression=default_expr, comment=comment))  # fmt: skip
     return tuple(columns)
@@ -310,9 +319,8 @@ def _clause_text(tokens, text: str, *keywords: str) -> str | None:
     return text[span[0] : span[1]] if span else None
 
 
-def _table_properties(node: exp.Create, located: _Located, ref: ObjectRef, columns, description) -> Table:
+def _table_properties(node: exp.Create, located: _Located, ref: ObjectRef, columns, description, tokens) -> Table:
     text = located.statement.text
-    tokens = tokenize(text)
     partition_span = clause(tokens, text, "PARTITION", "BY")
     partition_prop = node.find(exp.PartitionedByProperty)
     cluster = node.find(exp.OnCluster)
@@ -333,11 +341,11 @@ def _table_properties(node: exp.Create, located: _Located, ref: ObjectRef, colum
     )
 
 
-def _parse_table(node: exp.Create, located: _Located, ctx: _Context, description: str | None) -> Table:
+def _parse_table(node: exp.Create, located: _Located, ctx: _Context, description: str | None, tokens) -> Table:
     schema = node.this
     target = schema.this if isinstance(schema, exp.Schema) else schema
     ref = _table_ref(target, ctx.default_database)
-    return _table_properties(node, located, ref, _columns(schema), description)
+    return _table_properties(node, located, ref, _columns(schema), description, tokens)
 
 
 def _text(value: exp.Expression | str | None) -> str:
@@ -364,7 +372,7 @@ def _parse_dictionary(node: exp.Create, located: _Located, ctx: _Context, descri
 
 
 def _parse_view(node: exp.Create, located: _Located, ctx: _Context, description: str | None,
-                populate: bool) -> MaterializedView | None:  # fmt: skip
+                populate: bool, tokens) -> MaterializedView | None:  # fmt: skip
     stmt = located.statement
     schema = node.this
     view_table = schema.this if isinstance(schema, exp.Schema) else schema
@@ -374,7 +382,6 @@ def _parse_view(node: exp.Create, located: _Located, ctx: _Context, description:
     refresh = node.find(exp.AutoRefreshProperty)
     cluster = node.find(exp.OnCluster)
     query = node.expression
-    tokens = tokenize(stmt.text)
     start = select_start(tokens)
     if query is None or start is None:
         ctx.problem(located.file, stmt.line, stmt.column, f"materialized view {ref.fqn} has no AS SELECT",
@@ -384,7 +391,7 @@ def _parse_view(node: exp.Create, located: _Located, ctx: _Context, description:
     inner_table = None
     if target is None:
         inner_columns = _columns(schema) or tuple(Column(name=c.name, type="") for c in analysis.outputs)
-        inner_table = _table_properties(node, located, ref, inner_columns, description)
+        inner_table = _table_properties(node, located, ref, inner_columns, description, tokens)
     select_sql = stmt.text[start:]
     return MaterializedView(
         ref=ref,

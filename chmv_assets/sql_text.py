@@ -72,13 +72,13 @@ def clause(tokens: list[Token], text: str, *keywords: str) -> tuple[int, int] | 
         text: The statement text.
         keywords: The words that open the clause, e.g. ``("PARTITION", "BY")``.
     """
-    depth, phrase = 0, " ".join(keywords)
+    depth, phrase, head = 0, " ".join(keywords), keywords[0].upper()
     for i, token in enumerate(tokens):
         if token.token_type in (TokenType.L_PAREN, TokenType.L_BRACKET):
             depth += 1
         elif token.token_type in (TokenType.R_PAREN, TokenType.R_BRACKET):
             depth -= 1
-        elif depth == 0 and (n := _phrase_length(tokens, i, phrase)):
+        elif depth == 0 and token.text[: len(head)].upper() == head and (n := _phrase_length(tokens, i, phrase)):
             body = tokens[i + n :]
             if not body:
                 return None

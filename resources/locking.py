@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from chmv_assets.errors import EngineBusyError
 
-_POLL_SECONDS = 0.05
+_POLL_SECONDS = 0.02
 
 
 @dataclass
@@ -47,32 +47,56 @@ def engine_lock(path: str, timeout: float) -> Iterator[None]:
         _release(lock_path)
 
 
+def _try_flock(path: str) -> int | None:
+    """An exclusively locked fd on ``path``, or None when another open file holds the lock."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _unflock(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
 def _acquire(lock_path: str, timeout: float) -> None:
+    """Take the engine lock, first in line through a turnstile so that no process starves.
+
+    A waiter holds ``<path>.lock.turn`` while it polls the engine lock; a process that just released
+    the engine lock must pass the turnstile before taking it again, so the waiter gets its turn.
+    """
     deadline = time.monotonic() + timeout
-    while True:
-        with _registry_lock:
-            holder = _registry.get(lock_path)
-            if holder is not None:
-                holder.users += 1
-                return
-            os.makedirs(os.path.dirname(lock_path), exist_ok=True)
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-            else:
-                os.ftruncate(fd, 0)
-                os.write(fd, f"{os.getpid()}\n".encode())
-                _registry[lock_path] = _Holder(fd=fd, users=1)
-                return
-        if time.monotonic() >= deadline:
-            raise EngineBusyError(
-                f"the embedded ClickHouse engine at {lock_path.removesuffix('.lock')} is in use by "
-                f"process {_owner(lock_path)} and stayed busy for {timeout:.0f}s; wait for that run to end, "
-                "raise lock_timeout_seconds, or point the resource at a ClickHouse server (http://…)"
-            )
-        time.sleep(_POLL_SECONDS)
+    turn_fd: int | None = None
+    try:
+        while True:
+            with _registry_lock:
+                holder = _registry.get(lock_path)
+                if holder is not None:
+                    holder.users += 1
+                    return
+                if turn_fd is None:
+                    turn_fd = _try_flock(lock_path + ".turn")
+                fd = _try_flock(lock_path) if turn_fd is not None else None
+                if fd is not None:
+                    os.ftruncate(fd, 0)
+                    os.write(fd, f"{os.getpid()}\n".encode())
+                    _registry[lock_path] = _Holder(fd=fd, users=1)
+                    return
+            if time.monotonic() >= deadline:
+                raise EngineBusyError(
+                    f"the embedded ClickHouse engine at {lock_path.removesuffix('.lock')} is in use by "
+                    f"process {_owner(lock_path)} and stayed busy for {timeout:.0f}s; wait for that run to end, "
+                    "raise lock_timeout_seconds, or point the resource at a ClickHouse server (http://…)"
+                )
+            time.sleep(_POLL_SECONDS)
+    finally:
+        if turn_fd is not None:
+            _unflock(turn_fd)
 
 
 def _release(lock_path: str) -> None:
@@ -81,8 +105,7 @@ def _release(lock_path: str) -> None:
         holder.users -= 1
         if holder.users == 0:
             del _registry[lock_path]
-            fcntl.flock(holder.fd, fcntl.LOCK_UN)
-            os.close(holder.fd)
+            _unflock(holder.fd)
 
 
 def _owner(lock_path: str) -> str:

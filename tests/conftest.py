@@ -68,3 +68,13 @@ def loaded_engine(tmp_path_factory: pytest.TempPathFactory, example):
 def fresh_engine(tmp_path: Path, example):
     """A private engine with the example DDL and ~100k demo rows, for tests that change data."""
     return make_engine(tmp_path / "chdb", example, rows=100_000)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """ONE local SparkSession for the whole test run (2 cores, few shuffle partitions); stopped at the end."""
+    from spark.session import get_spark_session
+
+    session = get_spark_session("local[2]")
+    yield session
+    session.stop()

@@ -1,0 +1,155 @@
+"""Lint of the MV design (seed 001's rules), from the parsed model only: WARN checks with the reason and the fix."""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetChecksDefinition,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    MetadataValue,
+    multi_asset_check,
+)
+
+from asset_checks._common import LINT
+from chmv_assets.alerts import Alert, sink_for
+from chmv_assets.loader import LoadedProject
+from chmv_assets.models import MaterializedView, ObjectRef
+from chmv_assets.translator import ChmvTranslator
+
+#: Aggregates that count a duplicated source row twice.
+ADDITIVE_AGGREGATES = {"count", "sum", "sumWithOverflow", "sumKahan", "avg", "groupArray", "sumMap", "quantile",
+                       "quantiles", "quantileTiming", "topK"}
+_DEDUP_ENGINES = ("ReplacingMergeTree", "CollapsingMergeTree", "VersionedCollapsingMergeTree")
+
+
+@dataclass(frozen=True)
+class LintFinding:
+    """One rule broken by one MV or target."""
+
+    rule: str
+    subject: str
+    location: str
+    reason: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.location}: [{self.rule}] {self.subject}: {self.reason} Fix: {self.fix}"
+
+
+def lint_view(loaded: LoadedProject, view: MaterializedView) -> list[LintFinding]:
+    """The findings of one MV."""
+    project, config = loaded.project, loaded.config.lint
+    out: list[LintFinding] = []
+    where = str(view.location)
+
+    def add(rule: str, reason: str, fix: str) -> None:
+        out.append(LintFinding(rule, view.ref.fqn, where, reason, fix))
+
+    dimension_joins = [t for t in view.joined_tables if t != view.trigger]
+    if view.has_join and dimension_joins:
+        add("join_instead_of_dictget",
+            f"JOINs {', '.join(t.fqn for t in dimension_joins)}: the whole right table is read on every insert block.",
+            "load the dimension into a dictionary and look it up with dictGet().")  # fmt: skip
+    if view.self_join:
+        add("self_join_on_trigger",
+            f"joins its trigger {view.trigger.fqn if view.trigger else ''} with itself: both sides see only the "
+            "inserted block, so matches from earlier inserts are silently missed.",
+            "join against a separate target table, or aggregate in the target (AggregatingMergeTree).")  # fmt: skip
+    if view.trigger is not None:
+        fanout = project.views_from(view.trigger)
+        if len(fanout) > config.max_views_per_source:
+            add("write_amplification",
+                f"{view.trigger.fqn} feeds {len(fanout)} MVs (budget {config.max_views_per_source}): every insert "
+                f"is written {len(fanout) + 1} times and each write makes parts to merge.",
+                "combine MVs into wider targets, or raise lint.max_views_per_source in chmv.toml if intended.")  # fmt: skip
+        source = project.table(view.trigger)
+        target = project.table(view.writes_to)
+        additive = sorted({a.base for a in view.aggregates if a.base in ADDITIVE_AGGREGATES})
+        summing_target = target is not None and target.engine is not None and target.engine.family == "SummingMergeTree"
+        if source is not None and source.engine is not None and source.engine.family in _DEDUP_ENGINES and (
+            additive or summing_target
+        ):
+            what = ", ".join(additive) if additive else "a SummingMergeTree target"
+            add("dedup_source_additive_aggregate",
+                f"{view.trigger.fqn} is a {source.engine.family} but the MV aggregates with {what}: the MV fires on "
+                "every insert, so duplicates are counted twice and the source's later dedup never reaches the target.",
+                "deduplicate before the MV (insert dedup tokens), use argMaxState/uniqState, or a ReplacingMergeTree "
+                "target.")  # fmt: skip
+    if view.target is None and not view.refreshable:
+        add("no_to_clause",
+            "has no TO table: its inner table cannot be altered, backfilled or swapped independently.",
+            "create the target table explicitly and use CREATE MATERIALIZED VIEW … TO target.")  # fmt: skip
+    if view.populate:
+        add("populate",
+            "uses POPULATE: rows inserted while it populates are lost or doubled.",
+            "create the MV without POPULATE and backfill partitions (chmv rebuild).")  # fmt: skip
+    depth = loaded.graph.depth.get(view.ref.fqn, 0)
+    if depth > config.max_chain_depth:
+        add("chain_depth",
+            f"sits at depth {depth} of an MV chain (limit {config.max_chain_depth}): a bug upstream silently "
+            "corrupts every hop below.",
+            "prefer independent MVs on the source over a chain, or raise lint.max_chain_depth.")  # fmt: skip
+    if view.has_order_by:
+        add("order_by_in_select",
+            "has ORDER BY in its SELECT: it has no effect, the target keeps its own sort order.",
+            "remove the ORDER BY; set the target's ORDER BY instead.")  # fmt: skip
+    target = project.table(view.writes_to)
+    if target is not None and target.engine is not None and target.engine.family == "AggregatingMergeTree":
+        states = {a.output for a in view.aggregates if a.is_state}
+        for column in target.columns:
+            if column.type.startswith("AggregateFunction(") and view.output(column.name) and column.name not in states:
+                add("aggregating_without_state",
+                    f"writes {column.name} ({column.type}) without a -State function: raw values in an "
+                    "AggregateFunction column corrupt the aggregate.",
+                    f"write {column.name} with the matching -State combinator (e.g. sumState(x)).")  # fmt: skip
+    return out
+
+
+def lint_target(loaded: LoadedProject, target: ObjectRef) -> list[LintFinding]:
+    """The findings of every MV writing ``target``."""
+    return [f for view in loaded.project.views_into(target) for f in lint_view(loaded, view)]
+
+
+def lint_project(loaded: LoadedProject) -> list[LintFinding]:
+    """Every finding of the project, in definition order."""
+    return [f for view in loaded.project.views.values() for f in lint_view(loaded, view)]
+
+
+def lint_result(findings: Iterable[LintFinding]) -> tuple[bool, dict]:
+    findings = list(findings)
+    table = "\n".join(f"| {f.rule} | {f.subject} | {f.reason} | {f.fix} | {f.location} |" for f in findings)
+    metadata = {
+        "findings": len(findings),
+        "chmv/rules": MetadataValue.json(sorted({f.rule for f in findings})),
+        "chmv/findings": MetadataValue.md("| rule | MV | reason | fix | where |\n|---|---|---|---|---|\n" + table)
+        if findings else MetadataValue.md("no findings"),
+    }  # fmt: skip
+    return not findings, metadata
+
+
+def build_lint_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetChecksDefinition]:
+    """One WARN lint check per target, evaluated together in one op (reads the model only)."""
+    targets = {translator.get_asset_key(t): t for t in loaded.project.targets}
+    if not targets:
+        return []
+    specs = [AssetCheckSpec(LINT, asset=key, description="MV design rules of seed 001 (WARN, with the fix).")
+             for key in targets]  # fmt: skip
+
+    @multi_asset_check(specs=specs, name="chmv_lint_checks", can_subset=True)
+    def _lint(context: AssetCheckExecutionContext):
+        sink = sink_for(loaded.config.alert_webhook)
+        for check_key in sorted(context.selected_asset_check_keys, key=str):
+            target = targets[check_key.asset_key]
+            findings = lint_target(loaded, target)
+            passed, metadata = lint_result(findings)
+            for finding in findings:
+                context.log.warning(str(finding))
+                sink.send(Alert("check_warned", "warning", target.fqn, str(finding), {"check": LINT, "rule": finding.rule}))
+            yield AssetCheckResult(asset_key=check_key.asset_key, check_name=LINT, passed=passed,
+                                   severity=AssetCheckSeverity.WARN, metadata=metadata,
+                                   description="; ".join(f"{f.rule}: {f.reason}" for f in findings)[:2000] or None)  # fmt: skip
+
+    return [_lint]

@@ -1,0 +1,171 @@
+"""Part-count growth: active parts per target against the server's own insert limits.
+
+Thresholds come from ``system.merge_tree_settings`` (``parts_to_delay_insert``, ``parts_to_throw_insert``,
+``max_parts_in_total``), overridden by a ``SETTINGS`` clause of the table in the DDL. The check warns
+when the busiest partition passes half the delay limit, or when the part count climbed at every one of
+the last evaluations (seed 001: a backlog that grows instead of plateauing); it fails near the throw
+limit. The history is the check's own previous evaluations, read from the Dagster instance.
+"""
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from clickhouse_connect.driver.client import Client
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetChecksDefinition,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    DagsterInstance,
+    MetadataValue,
+    multi_asset_check,
+)
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+from asset_checks._common import PARTS
+from chmv_assets.alerts import Alert, sink_for
+from chmv_assets.assets import CLICKHOUSE_POOL
+from chmv_assets.loader import LoadedProject
+from chmv_assets.models import ObjectRef
+from chmv_assets.translator import ChmvTranslator
+from resources.clickhouse import ClickHouseResource
+
+SETTINGS = ("parts_to_delay_insert", "parts_to_throw_insert", "max_parts_in_total")
+#: Consecutive rising evaluations (current included) that count as "climbing".
+CLIMB_EVALUATIONS = 3
+#: Share of parts_to_throw_insert (per partition) or max_parts_in_total (table) that fails the check.
+ERROR_SHARE = 0.8
+#: Share of parts_to_delay_insert in one partition that warns.
+WARN_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class PartCount:
+    """Active parts of one table: in total and in its busiest partition."""
+
+    table: str
+    total: int
+    max_in_partition: int
+    partition: str | None
+
+
+@dataclass(frozen=True)
+class PartVerdict:
+    severity: str  # ok | warning | error
+    message: str
+
+
+def server_thresholds(client: Client) -> dict[str, int]:
+    """The server's MergeTree insert limits, read from system.merge_tree_settings."""
+    rows = client.query(
+        "SELECT name, value FROM system.merge_tree_settings WHERE name IN {names:Array(String)}",
+        parameters={"names": list(SETTINGS)},
+    ).result_rows
+    return {name: int(value) for name, value in rows}
+
+
+def table_thresholds(server: dict[str, int], settings_sql: str | None) -> dict[str, int]:
+    """The server limits with the table's own ``SETTINGS parts_to_… = N`` from the DDL applied."""
+    out = dict(server)
+    for name in SETTINGS:
+        match = re.search(rf"\b{name}\s*=\s*(\d+)", settings_sql or "")
+        if match:
+            out[name] = int(match.group(1))
+    return out
+
+
+def part_counts(client: Client, tables: Iterable[ObjectRef]) -> dict[ObjectRef, PartCount]:
+    """Active parts per table and in its busiest partition, for all tables in one query."""
+    tables = list(tables)
+    if not tables:
+        return {}
+    rows = client.query(
+        "SELECT database, table, sum(c), max(c), argMax(partition_id, c) FROM ("
+        " SELECT database, table, partition_id, count() AS c FROM system.parts"
+        " WHERE active AND database IN {dbs:Array(String)} AND table IN {names:Array(String)}"
+        " GROUP BY database, table, partition_id) GROUP BY database, table",
+        parameters={"dbs": sorted({t.database for t in tables}), "names": sorted({t.name for t in tables})},
+    ).result_rows
+    found = {ObjectRef(database=d, name=t): PartCount(f"{d}.{t}", int(s), int(m), p) for d, t, s, m, p in rows}
+    return {t: found.get(t, PartCount(t.fqn, 0, 0, None)) for t in tables}
+
+
+def assess(count: PartCount, thresholds: dict[str, int], history: Sequence[int]) -> PartVerdict:
+    """Judge a part count against the limits and the totals of previous evaluations (oldest first)."""
+    delay = thresholds.get("parts_to_delay_insert", 0)
+    throw = thresholds.get("parts_to_throw_insert", 0)
+    total_limit = thresholds.get("max_parts_in_total", 0)
+    if throw and count.max_in_partition >= ERROR_SHARE * throw:
+        return PartVerdict("error", f"partition {count.partition} has {count.max_in_partition} active parts, near "
+                                    f"parts_to_throw_insert={throw}: inserts will fail with 'Too many parts'")  # fmt: skip
+    if total_limit and count.total >= ERROR_SHARE * total_limit:
+        return PartVerdict("error", f"{count.total} active parts, near max_parts_in_total={total_limit}")
+    if delay and count.max_in_partition >= WARN_SHARE * delay:
+        return PartVerdict("warning", f"partition {count.partition} has {count.max_in_partition} active parts "
+                                      f"(parts_to_delay_insert={delay}): inserts will soon be delayed")  # fmt: skip
+    series = [*history[-(CLIMB_EVALUATIONS - 1) :], count.total]
+    if len(series) >= CLIMB_EVALUATIONS and all(b > a for a, b in zip(series, series[1:], strict=False)):
+        return PartVerdict("warning", f"active parts climbed at each of the last {CLIMB_EVALUATIONS} evaluations "
+                                      f"({' → '.join(map(str, series))}) instead of plateauing: merges fall behind "
+                                      "the inserts (batch inserts, or fewer MVs on the source)")  # fmt: skip
+    return PartVerdict("ok", f"{count.total} active parts, at most {count.max_in_partition} in one partition")
+
+
+def previous_totals(instance: DagsterInstance | None, check_key, limit: int = CLIMB_EVALUATIONS - 1) -> list[int]:
+    """The ``active_parts`` of the check's last completed evaluations, oldest first (empty without an instance)."""
+    if instance is None:
+        return []
+    records = instance.event_log_storage.get_asset_check_execution_history(
+        check_key, limit=limit,
+        status={AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED},
+    )  # fmt: skip
+    totals = []
+    for record in records:
+        evaluation = record.evaluation
+        value = evaluation.metadata.get("active_parts") if evaluation is not None else None
+        if value is not None:
+            totals.append(int(value.value))
+    return totals[::-1]
+
+
+def build_part_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetChecksDefinition]:
+    """One part-count check per target, evaluated together (two queries in all)."""
+    targets = {translator.get_asset_key(t): t for t in loaded.project.targets}
+    if not targets:
+        return []
+    specs = [AssetCheckSpec(PARTS, asset=key, description="Active parts vs the server's parts_to_delay/throw_insert.")
+             for key in targets]  # fmt: skip
+
+    @multi_asset_check(specs=specs, name="chmv_part_checks", can_subset=True, pool=CLICKHOUSE_POOL)
+    def _parts(context: AssetCheckExecutionContext, clickhouse: ClickHouseResource):
+        selected = sorted(context.selected_asset_check_keys, key=str)
+        with clickhouse.get_client() as client:
+            server = server_thresholds(client)
+            counts = part_counts(client, [targets[k.asset_key] for k in selected])
+        sink = sink_for(loaded.config.alert_webhook)
+        for check_key in selected:
+            target = targets[check_key.asset_key]
+            table = loaded.project.table(target)
+            thresholds = table_thresholds(server, table.settings if table else None)
+            count = counts[target]
+            history = previous_totals(context.instance, check_key)
+            verdict = assess(count, thresholds, history)
+            if verdict.severity != "ok":
+                context.log.warning(f"{target.fqn}: {verdict.message}")
+                sink.send(Alert("check_failed" if verdict.severity == "error" else "check_warned", verdict.severity,
+                                target.fqn, verdict.message, {"check": PARTS, "active_parts": count.total,
+                                                              "max_in_partition": count.max_in_partition}))  # fmt: skip
+            yield AssetCheckResult(
+                asset_key=check_key.asset_key, check_name=PARTS, passed=verdict.severity == "ok",
+                severity=AssetCheckSeverity.ERROR if verdict.severity == "error" else AssetCheckSeverity.WARN,
+                description=verdict.message,
+                metadata={"active_parts": count.total, "max_parts_in_partition": count.max_in_partition,
+                          "busiest_partition": count.partition or "", "parts_to_delay_insert":
+                          thresholds.get("parts_to_delay_insert", 0), "parts_to_throw_insert":
+                          thresholds.get("parts_to_throw_insert", 0),
+                          "chmv/history": MetadataValue.json([*history, count.total])},
+            )  # fmt: skip
+
+    return [_parts]

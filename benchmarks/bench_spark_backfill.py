@@ -1,0 +1,163 @@
+"""Spark backfill from the landing zone vs ClickHouse reading the same Parquet; driver RSS; single vs multi run.
+
+Run: ``.venv/bin/python benchmarks/bench_spark_backfill.py [--rows 10000000]``. Figures are printed as
+ratios against baselines measured in the same run. Phases run in child processes so each one's peak
+RSS (``ru_maxrss``) is its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+DAYS = 12
+START = datetime(2026, 8, 1)
+SOURCE = "analytics.api_requests"
+
+
+def write_landing(root: Path, rows: int) -> None:
+    """10M rows in the arrival-time layout, written by slicing sorted arrays (cheaper than demo_data's masks)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from chmv_assets import demo_data
+
+    table = demo_data.generate(SOURCE, rows, days=DAYS, seed=11)
+    rng = np.random.default_rng(11)
+    times = table["timestamp"].to_numpy().astype("datetime64[s]")
+    delay = np.where(rng.random(len(times)) < 0.02, rng.integers(60, 2400, len(times)), 0).astype("timedelta64[s]")
+    hours = (times + delay).astype("datetime64[h]")
+    order = np.argsort(hours, kind="stable")
+    table, hours = table.take(pa.array(order)), hours[order]
+    bounds = np.flatnonzero(np.diff(hours.astype(np.int64))) + 1
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(hours)], strict=True):
+        moment = hours[lo].astype(datetime)
+        folder = root / SOURCE / f"date={moment:%Y-%m-%d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table.slice(lo, hi - lo), folder / f"hour={moment:%H}.parquet")
+
+
+def _setup(work: Path):
+    from chmv_assets.apply import apply
+    from chmv_assets.loader import LoadedProject, load
+    from resources.clickhouse import ClickHouseResource
+
+    example = load(ROOT / "examples" / "ddl")
+    ingestion = example.config.ingestion.model_copy(update={"landing_dir": str(work / "landing")})
+    loaded = LoadedProject(config=example.config.model_copy(update={"ingestion": ingestion}), project=example.project)
+    engine = ClickHouseResource(dsn=f"chdb://{work / 'chdb'}")
+    with engine.get_client() as client:
+        apply(client, loaded.project)
+    return loaded, engine
+
+
+def _windows(first: int, count: int):
+    from chmv_assets.backfill_sql import PartitionWindow
+
+    return [PartitionWindow(f"{START + timedelta(days=i):%Y-%m-%d}", START + timedelta(days=i),
+                            START + timedelta(days=i + 1)) for i in range(first, first + count)]  # fmt: skip
+
+
+def phase_single(work: Path) -> dict:
+    """One run, one Spark session: all 12 partitions; then ClickHouse alone on the same Parquet."""
+    from chmv_assets.models import ObjectRef
+    from chmv_assets.rebuild import rebuild
+    from spark.backfill import backfill
+    from spark.session import get_spark_session
+    from spark.staging import file_relation
+
+    loaded, engine = _setup(work)
+    source = loaded.project.table(ObjectRef(database="analytics", name="api_requests"))
+    target = ObjectRef(database="analytics", name="hourly_endpoint_stats")
+    started = time.monotonic()
+    spark = get_spark_session("local[2]")
+    session_seconds = time.monotonic() - started
+    started = time.monotonic()
+    results = backfill(spark, engine, loaded, target, _windows(0, DAYS), engine="spark")
+    spark_seconds = time.monotonic() - started
+    rss_spark = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rows = results[0].rows_read
+    landing = work / "landing" / SOURCE
+    started = time.monotonic()
+    with engine.get_client() as client:
+        for window in _windows(0, DAYS):
+            days = ",".join(f"date={window.start + timedelta(days=d):%Y-%m-%d}" for d in (0, 1))
+            rel = file_relation(str(landing) + "/{" + days + "}/*.parquet", source, [c.name for c in source.columns])
+            rebuild(client, loaded.project, target, window, trigger_relation=lambda ref, r=rel: r)
+    ch_seconds = time.monotonic() - started
+    spark.stop()
+    return {"rows": rows, "spark_seconds": spark_seconds, "session_seconds": session_seconds,
+            "clickhouse_seconds": ch_seconds, "rss_mb": rss_spark,
+            "written": sum(r.rows_written for r in results)}  # fmt: skip
+
+
+def phase_one_partition(work: Path, index: int) -> dict:
+    """What one run of a multi-run backfill does: start Spark, backfill one partition, stop."""
+    from chmv_assets.models import ObjectRef
+    from spark.backfill import backfill
+    from spark.session import get_spark_session
+
+    started = time.monotonic()
+    loaded, engine = _setup(work)
+    spark = get_spark_session("local[2]")
+    backfill(spark, engine, loaded, ObjectRef(database="analytics", name="hourly_endpoint_stats"),
+             _windows(index, 1), engine="spark")  # fmt: skip
+    spark.stop()
+    return {"seconds": time.monotonic() - started}
+
+
+def _child(*args: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"phase {args} failed:\n{out.stderr[-4000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--phase")
+    parser.add_argument("--work")
+    parser.add_argument("--index", type=int, default=0)
+    args = parser.parse_args()
+    if args.phase == "single":
+        print(json.dumps(phase_single(Path(args.work))))
+        return
+    if args.phase == "one":
+        print(json.dumps(phase_one_partition(Path(args.work), args.index)))
+        return
+    with tempfile.TemporaryDirectory(prefix="chmv_bench_spark_") as tmp:
+        work = Path(tmp)
+        os.environ["CHMV_STATE_DIR"] = str(work / "state")
+        started = time.monotonic()
+        write_landing(work / "landing", args.rows)
+        print(f"landing zone: {args.rows:,} rows over {DAYS} days in {time.monotonic() - started:.1f}s")
+        single = _child("--phase", "single", "--work", str(work))
+        rows = single["rows"]
+        print(f"spark backfill, {DAYS} partitions in one run: {single['spark_seconds']:.1f}s "
+              f"({rows / single['spark_seconds'] / 1e6:.2f}M landing rows/s; session start {single['session_seconds']:.1f}s)")
+        print(f"clickhouse file() through the same MV SELECT: {single['clickhouse_seconds']:.1f}s "
+              f"({rows / single['clickhouse_seconds'] / 1e6:.2f}M rows/s)")
+        print(f"throughput ratio spark / clickhouse-file(): {single['clickhouse_seconds'] / single['spark_seconds']:.2f} (goal >= 0.5)")
+        print(f"peak RSS of the driver process during the {rows / 1e6:.0f}M-row backfill: {single['rss_mb']:.0f} MB (goal < 2048 MB)")
+        multi = [_child("--phase", "one", "--work", str(work), "--index", str(i))["seconds"] for i in range(DAYS)]
+        single_total = single["spark_seconds"] + single["session_seconds"]
+        print(f"single-run backfill of {DAYS} partitions: {single_total:.1f}s; multi-run ({DAYS} runs): {sum(multi):.1f}s; "
+              f"multi/single = {sum(multi) / single_total:.2f} -> BackfillPolicy.single_run()")
+
+
+if __name__ == "__main__":
+    main()

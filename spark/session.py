@@ -1,0 +1,68 @@
+"""The SparkSession chmv uses, and the dagster-pyspark resource that hands it to assets."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from dagster_pyspark import LazyPySparkResource
+
+#: Environment variable overriding ``spark.master`` (``local[*]``, ``spark://host:7077``, ...).
+MASTER_ENV = "CHMV_SPARK_MASTER"
+DEFAULT_MASTER = "local[*]"
+
+
+def spark_conf(master: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Settings for a small machine: few shuffle partitions, UTC, Parquet timestamps ClickHouse reads.
+
+    Args:
+        master: ``spark.master``; default ``$CHMV_SPARK_MASTER`` or ``local[*]``.
+        extra: More settings, applied last.
+    """
+    conf: dict[str, Any] = {
+        "spark.master": master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER,
+        "spark.app.name": "chmv",
+        # 2 cores: a handful of shuffle partitions beats the default 200 by far on batches of this size.
+        "spark.sql.shuffle.partitions": "4",
+        "spark.default.parallelism": "4",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        "spark.sql.sources.partitionOverwriteMode": "static",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": "1g",
+        "spark.driver.bindAddress": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+        "spark.driver.host": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+        "spark.executorEnv.PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+    }
+    conf.update(extra or {})
+    return conf
+
+
+def get_spark_session(master: str | None = None, extra: dict[str, Any] | None = None):
+    """Create (or reuse, when one is active) the SparkSession; PYSPARK_PYTHON defaults to this interpreter."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    for key, value in spark_conf(master, extra).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def pyspark_resource(master: str | None = None, extra: dict[str, Any] | None = None) -> LazyPySparkResource:
+    """dagster-pyspark's lazy resource with chmv's settings: no JVM starts until an asset needs Spark."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return LazyPySparkResource(spark_config=spark_conf(master, extra))
+
+
+def session_of(resource: Any):
+    """The SparkSession of a dagster-pyspark resource (lazy or eager), with chmv's log level."""
+    session = resource.spark_session
+    session.sparkContext.setLogLevel("ERROR")
+    return session

@@ -1,0 +1,82 @@
+"""Helpers of the check and sensor tests: run checks, tick sensors, execute the runs they request (real Dagster)."""
+
+from __future__ import annotations
+
+import warnings
+
+from dagster import (
+    AssetCheckKey,
+    AssetSelection,
+    DagsterInstance,
+    Definitions,
+    RunRequest,
+    build_sensor_context,
+    define_asset_job,
+    materialize,
+)
+
+from asset_checks import PARITY, build_asset_checks
+from chmv_assets.assets import build_chmv_assets
+from chmv_assets.definitions import build_definitions
+from chmv_assets.loader import LoadedProject
+from chmv_assets.models import ObjectRef
+from chmv_assets.translator import ChmvTranslator
+
+TRANSLATOR = ChmvTranslator()
+
+
+def ref(name: str) -> ObjectRef:
+    return ObjectRef(database="analytics", name=name)
+
+
+def run_checks(loaded: LoadedProject, resource, keys: list[AssetCheckKey], instance: DagsterInstance,
+               tags: dict[str, str] | None = None):  # fmt: skip
+    """Execute asset checks alone (no materialization), as the UI's "execute checks" does."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        defs = Definitions.merge(
+            build_definitions(loaded, clickhouse=resource, translator=TRANSLATOR),
+            Definitions(jobs=[define_asset_job("run_checks", selection=AssetSelection.checks(*keys))]),
+        )
+        job = defs.resolve_job_def("run_checks")
+    return job.execute_in_process(instance=instance, raise_on_error=False, tags=tags or {})
+
+
+def run_parity(loaded: LoadedProject, resource, target: ObjectRef, instance: DagsterInstance, first: str, last: str):
+    """The parity check of ``target`` over the partition range ``[first, last]`` in one run."""
+    key = AssetCheckKey(TRANSLATOR.get_asset_key(target), PARITY)
+    tags = {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
+    if first == last:
+        tags = {"dagster/partition": first}
+    return run_checks(loaded, resource, [key], instance, tags)
+
+
+def tick(loaded: LoadedProject, sensor_name: str, resource, instance: DagsterInstance, cursor: str | None):
+    """One tick of a sensor of the code location; returns SensorExecutionData (run_requests, skip_message, cursor)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        defs = build_definitions(loaded, clickhouse=resource, translator=TRANSLATOR)
+        repository = defs.get_repository_def()
+        sensor_def = repository.get_sensor_def(sensor_name)
+        context = build_sensor_context(instance=instance, cursor=cursor, resources={"clickhouse": resource},
+                                       repository_def=repository)  # fmt: skip
+        return sensor_def.evaluate_tick(context)
+
+
+def execute(loaded: LoadedProject, resource, instance: DagsterInstance, request: RunRequest):
+    """Execute a run request of the recovery/staleness sensors: the target's asset (and its parity check)."""
+    (key,) = request.asset_selection
+    assets = [a for a in build_chmv_assets(loaded, TRANSLATOR) if getattr(a, "keys", None) and key in a.keys]
+    checks = [c for c in build_asset_checks(loaded, TRANSLATOR) if AssetCheckKey(key, PARITY) in c.check_keys]
+    selection = AssetSelection.assets(key)
+    if request.asset_check_keys:
+        selection = selection | AssetSelection.checks(*request.asset_check_keys)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return materialize([*assets, *checks], selection=selection, partition_key=request.partition_key,
+                           resources={"clickhouse": resource}, instance=instance, tags=dict(request.tags),
+                           raise_on_error=False)  # fmt: skip
+
+
+def evaluations(result, name: str | None = None) -> list:
+    return [e for e in result.get_asset_check_evaluations() if name is None or e.check_name == name]

@@ -1,0 +1,82 @@
+"""The alert sink against a real HTTP server on 127.0.0.1: delivery, retries, a dead endpoint that never blocks."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from chmv_assets.alerts import Alert, AlertSink
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    received: list[dict] = []
+    fail_first = 0
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server API)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        cls = type(self)
+        if cls.fail_first > 0:
+            cls.fail_first -= 1
+            self.send_response(503)
+        else:
+            cls.received.append(body)
+            self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver():
+    handler = type("Handler", (_Receiver,), {"received": [], "fail_first": 0})
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield handler, f"http://127.0.0.1:{server.server_port}/hook"
+    server.shutdown()
+
+
+def test_webhook_receives_the_alert_as_json(receiver) -> None:
+    handler, url = receiver
+    sink = AlertSink(url)
+    sink.send(Alert("check_failed", "error", "analytics.error_events", "partition 2026-08-03 lost 7 rows",
+                    {"partition": "2026-08-03", "delta": -7}))  # fmt: skip
+    assert sink.flush(5)
+    (body,) = handler.received
+    assert body["kind"] == "check_failed" and body["subject"] == "analytics.error_events"
+    assert body["details"] == {"partition": "2026-08-03", "delta": -7} and body["source"] == "chmv"
+
+
+def test_webhook_retries_after_server_errors(receiver) -> None:
+    handler, url = receiver
+    handler.fail_first = 2
+    sink = AlertSink(url, attempts=3, backoff_seconds=0.01)
+    sink.send(Alert("stale", "warning", "analytics.audit_log", "lags 12 min"))
+    assert sink.flush(5)
+    assert len(handler.received) == 1 and sink.delivered == 1
+
+
+def test_dead_endpoint_never_blocks_the_caller() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sink = AlertSink(f"http://127.0.0.1:{port}/hook", attempts=3, backoff_seconds=0.05, budget_seconds=1.0)
+    started = time.monotonic()
+    for i in range(5):
+        sink.send(Alert("recovery_exhausted", "error", "analytics.x", f"alert {i}"))
+    assert time.monotonic() - started < 0.1
+    assert sink.flush(10)
+    assert sink.failed == 5 and sink.delivered == 0
+
+
+def test_log_only_sink_logs(caplog) -> None:
+    sink = AlertSink(None)
+    with caplog.at_level("WARNING", logger="chmv.alerts"):
+        sink.send(Alert("check_warned", "warning", "analytics.t", "climbing parts"))
+    assert "check_warned analytics.t: climbing parts" in caplog.text
