@@ -13,7 +13,7 @@ from dagster import AssetChecksDefinition
 from asset_checks._common import DRIFT, LINT, PARITY, PARTS, check_key
 from asset_checks.drift import build_drift_checks
 from asset_checks.lint import build_lint_checks
-from asset_checks.parity import build_parity_check
+from asset_checks.parity import build_parity_checks
 from asset_checks.parts import build_part_checks
 from chmv_assets.loader import LoadedProject
 from chmv_assets.translator import ChmvTranslator
@@ -23,7 +23,7 @@ __all__ = ["DRIFT", "LINT", "PARITY", "PARTS", "build_asset_checks", "check_key"
 
 def build_asset_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetChecksDefinition]:
     """Every check of the project's targets: a parity check per target, and one op each for drift, parts, lint."""
-    checks: list[AssetChecksDefinition] = [build_parity_check(loaded, translator, ref) for ref in loaded.project.targets]
+    checks: list[AssetChecksDefinition] = build_parity_checks(loaded, translator)
     checks += build_drift_checks(loaded, translator)
     checks += build_part_checks(loaded, translator)
     checks += build_lint_checks(loaded, translator)

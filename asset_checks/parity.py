@@ -21,12 +21,15 @@ from datetime import UTC, datetime, timedelta
 from clickhouse_connect.driver.client import Client
 from dagster import (
     AssetCheckExecutionContext,
+    AssetCheckKey,
     AssetCheckResult,
     AssetChecksDefinition,
     AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetKey,
     MetadataValue,
     PreviewWarning,
-    asset_check,
+    multi_asset_check,
 )
 
 from asset_checks._common import (
@@ -225,7 +228,8 @@ def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: Obje
     return ParityResult(target_ref.fqn, partition, measures, config.tolerance, in_grace, sql=sql)
 
 
-def parity_check_result(results: list[ParityResult], loaded: LoadedProject) -> AssetCheckResult:
+def parity_check_result(results: list[ParityResult], loaded: LoadedProject,
+                        asset_key: AssetKey | None = None) -> AssetCheckResult:  # fmt: skip
     """Fold the partitions one evaluation covered into one check result (numbers as metadata)."""
     failed = [r for r in results if not r.passed]
     expected = sum(r.expected for r in results)
@@ -255,28 +259,41 @@ def parity_check_result(results: list[ParityResult], loaded: LoadedProject) -> A
                             {"check": PARITY, "partition": r.partition, "expected": r.expected,
                              "actual": r.actual, "delta": r.delta, "missing": list(r.missing), "error": r.error}))  # fmt: skip
     return AssetCheckResult(passed=not failed, severity=AssetCheckSeverity.ERROR, metadata=metadata,
+                            asset_key=asset_key, check_name=PARITY if asset_key is not None else None,
                             description=description[:2000])  # fmt: skip
 
 
-def build_parity_check(loaded: LoadedProject, translator: ChmvTranslator, ref: ObjectRef) -> AssetChecksDefinition:
-    """The parity check of one target, partitioned like the target (one evaluation per partition run)."""
-    partitions_def = translator.get_partitions_def(loaded, ref)
+def build_parity_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetChecksDefinition]:
+    """The parity check of every target, partitioned like its target (one evaluation per partition run).
+
+    Targets sharing a partitions definition share one subsettable op, so a project with thousands of
+    targets loads fast; each check is still its own check of its own asset.
+    """
+    groups: dict[object, list[ObjectRef]] = {}
+    for ref in loaded.project.targets:
+        groups.setdefault(translator.get_partitions_def(loaded, ref), []).append(ref)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PreviewWarning)  # partitioned asset checks are "preview" in Dagster 1.13
-        return _parity_check(loaded, translator, ref, partitions_def)
+        return [_parity_checks(loaded, translator, refs, partitions_def, index)
+                for index, (partitions_def, refs) in enumerate(groups.items())]  # fmt: skip
 
 
-def _parity_check(loaded: LoadedProject, translator: ChmvTranslator, ref: ObjectRef,
-                  partitions_def) -> AssetChecksDefinition:  # fmt: skip
-    @asset_check(
-        asset=translator.get_asset_key(ref),
-        name=PARITY,
-        partitions_def=partitions_def,
-        blocking=loaded.config.parity.blocking,
-        pool=CLICKHOUSE_POOL,
-        description=f"{ref.fqn} holds what its MVs' own SELECT yields over the source rows of the same partition.",
-    )
-    def _parity(context: AssetCheckExecutionContext, clickhouse: ClickHouseResource) -> AssetCheckResult:
+def _parity_checks(loaded: LoadedProject, translator: ChmvTranslator, refs: list[ObjectRef], partitions_def,
+                   index: int) -> AssetChecksDefinition:  # fmt: skip
+    by_key = {translator.get_asset_key(ref): ref for ref in refs}
+    specs = [
+        AssetCheckSpec(
+            PARITY,
+            asset=key,
+            partitions_def=partitions_def,
+            blocking=loaded.config.parity.blocking,
+            description=f"{ref.fqn} holds what its MVs' own SELECT yields over the source rows of the same partition.",
+        )
+        for key, ref in by_key.items()
+    ]
+
+    @multi_asset_check(specs=specs, name=f"chmv_parity_{index}", can_subset=True, pool=CLICKHOUSE_POOL)
+    def _parity(context: AssetCheckExecutionContext, clickhouse: ClickHouseResource):
         op = context.op_execution_context
         if partitions_def is None:
             keys: list[str | None] = [None]
@@ -285,10 +302,12 @@ def _parity_check(loaded: LoadedProject, translator: ChmvTranslator, ref: Object
         else:
             keys = [partitions_def.get_last_partition_key()]
         windows = [window_for_key(partitions_def, k) for k in keys]
+        selected = [key for key in by_key if AssetCheckKey(key, PARITY) in context.selected_asset_check_keys]
         with clickhouse.get_client() as client:
-            results = [parity_for_partition(client, loaded, ref, w) for w in windows]
-        for r in results:
-            context.log.info(r.describe())
-        return parity_check_result(results, loaded)
+            for key in selected:
+                results = [parity_for_partition(client, loaded, by_key[key], w) for w in windows]
+                for r in results:
+                    context.log.info(r.describe())
+                yield parity_check_result(results, loaded, asset_key=key)
 
     return _parity

@@ -53,60 +53,112 @@ class RebuildConfig(Config):
     )
 
 
-def build_target_asset(loaded: LoadedProject, ref: ObjectRef, translator: ChmvTranslator) -> AssetsDefinition:
-    """The asset of one MV target: each partition is rebuilt from the MVs' own SELECT and swapped in.
+def target_groups(loaded: LoadedProject, translator: ChmvTranslator) -> list[list[ObjectRef]]:
+    """Targets that share one op: same partitions definition and same engines, in lineage order.
 
-    With a landing zone configured for its sources, the asset can also rebuild from the landing zone
-    through Spark (``engine`` in the run config; resource ``pyspark``). Either way the rebuild holds
-    the write gate of the trigger sources, so it stays exact while ingestion runs.
+    One op per group instead of one per target keeps the code location fast to load with thousands
+    of MVs (Dagster builds an op per multi-asset); each target stays its own asset, selectable alone.
     """
-    from chmv_assets.cutoff import source_gate
-    from spark.backfill import spark_capable, triggers_of
+    from spark.backfill import spark_capable
     from spark.landing import landing_dir
 
-    spec = translator.get_asset_spec(loaded, ref)
-    # Measured (benchmarks/bench_spark_backfill.py): one run over a range beats one run per partition.
-    backfill_policy = BackfillPolicy.single_run() if spec.partitions_def is not None else None
     root = landing_dir(loaded)
-    with_spark = spark_capable(loaded, ref, root)
-    triggers = triggers_of(loaded.project, ref)
+    order = {fqn: i for i, layer in enumerate(loaded.graph.layers) for fqn in layer}
+    groups: dict[tuple, list[ObjectRef]] = {}
+    for ref in sorted(loaded.project.targets, key=lambda r: (order.get(r.fqn, 0), r.fqn)):
+        partitions_def = translator.get_asset_spec(loaded, ref).partitions_def
+        groups.setdefault((partitions_def, spark_capable(loaded, ref, root)), []).append(ref)
+    return list(groups.values())
 
-    def run(context: AssetExecutionContext, config: RebuildConfig, clickhouse: ClickHouseResource) -> MaterializeResult:
+
+def _group_name(specs: list[AssetSpec], index: int, with_spark: bool) -> str:
+    partitions_def = specs[0].partitions_def
+    grain = type(partitions_def).__name__.removesuffix("PartitionsDefinition").lower() if partitions_def else "whole"
+    return f"rebuild_{grain}_targets" + ("_spark" if with_spark else "") + (f"_{index}" if index else "")
+
+
+def build_target_assets(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetsDefinition]:
+    """The assets of every MV target, one subsettable multi-asset per :func:`target_groups` group.
+
+    Each partition of a selected target is rebuilt from its MVs' own SELECT and swapped in; upstream
+    targets of a chain are rebuilt before their downstream ones. With a landing zone configured for
+    the sources, a target can also rebuild from the landing zone through Spark (``engine`` in the run
+    config; resource ``pyspark``). Either way the rebuild holds the write gate of the trigger sources,
+    so it stays exact while ingestion runs. A target that fails does not stop the others of its op;
+    the op fails at the end, naming each failure.
+    """
+    from spark.backfill import spark_capable
+    from spark.landing import landing_dir
+
+    root = landing_dir(loaded)
+    assets, names = [], set()
+    for group in target_groups(loaded, translator):
+        specs = [translator.get_asset_spec(loaded, ref) for ref in group]
+        with_spark = spark_capable(loaded, group[0], root)
+        name = _group_name(specs, 0, with_spark)
+        index = 1
+        while name in names:
+            name, index = _group_name(specs, index, with_spark), index + 1
+        names.add(name)
+        assets.append(_group_asset(loaded, group, specs, name, root, with_spark))
+    return assets
+
+
+def _group_asset(loaded: LoadedProject, group: list[ObjectRef], specs: list[AssetSpec], name: str, root,
+                 with_spark: bool) -> AssetsDefinition:  # fmt: skip
+    from chmv_assets.cutoff import source_gate
+    from spark.backfill import triggers_of
+
+    by_key = dict(zip((s.key for s in specs), group, strict=True))
+    # Measured (benchmarks/bench_spark_backfill.py): one run over a range beats one run per partition.
+    backfill_policy = BackfillPolicy.single_run() if specs[0].partitions_def is not None else None
+
+    def run(context: AssetExecutionContext, config: RebuildConfig, clickhouse: ClickHouseResource):
         windows = partition_windows(context)
-        if with_spark or config.engine == "spark":
-            return _rebuild_with_engines(context, config, clickhouse, loaded, ref, spec.key, windows, root, with_spark)
-        results = []
-        with source_gate(triggers), clickhouse.get_client() as client:
-            for window in windows:
-                results.append(rebuild(client, loaded.project, ref, window, log=context.log.info))
-        return MaterializeResult(
-            asset_key=spec.key,
-            metadata={
-                "chmv/engine_path": "clickhouse",
-                "chmv/partitions": len(results),
-                "chmv/rows_written": sum(r.rows_written for r in results),
-                "chmv/method": ", ".join(sorted({r.method for r in results})),
-                "chmv/seconds": round(sum(r.seconds for r in results), 3),
-                "chmv/statements": MetadataValue.md("```sql\n" + ";\n".join(results[-1].statements) + "\n```"),
-            },
-        )
+        selected = [key for key in by_key if key in context.selected_asset_keys]
+        failures = []
+        for key in selected:
+            ref = by_key[key]
+            try:
+                if with_spark or config.engine == "spark":
+                    yield _rebuild_with_engines(context, config, clickhouse, loaded, ref, key, windows, root,
+                                                with_spark)  # fmt: skip
+                    continue
+                with source_gate(triggers_of(loaded.project, ref)), clickhouse.get_client() as client:
+                    results = [rebuild(client, loaded.project, ref, window, log=context.log.info) for window in windows]
+                yield MaterializeResult(asset_key=key, metadata=_clickhouse_metadata(results))
+            except Exception as err:  # noqa: BLE001 - reported per target, re-raised together below
+                context.log.error(f"{ref.fqn}: rebuild failed: {err}")
+                failures.append(f"{ref.fqn}: {err}")
+        if failures:
+            raise ChmvError("rebuild failed for " + "; ".join(failures))
 
-    kwargs = {"specs": [spec], "name": f"rebuild_{'__'.join(spec.key.path)}", "backfill_policy": backfill_policy,
-              "pool": CLICKHOUSE_POOL}  # fmt: skip
+    kwargs = {"specs": specs, "name": name, "backfill_policy": backfill_policy, "pool": CLICKHOUSE_POOL,
+              "can_subset": True}  # fmt: skip
     if with_spark:
 
         @multi_asset(**kwargs, required_resource_keys={"clickhouse", "pyspark"})
-        def _rebuild(context: AssetExecutionContext, config: RebuildConfig) -> MaterializeResult:
-            return run(context, config, context.resources.clickhouse)
+        def _rebuild(context: AssetExecutionContext, config: RebuildConfig):
+            yield from run(context, config, context.resources.clickhouse)
 
         return _rebuild
 
     @multi_asset(**kwargs)
-    def _rebuild_in_clickhouse(context: AssetExecutionContext, config: RebuildConfig,
-                               clickhouse: ClickHouseResource) -> MaterializeResult:  # fmt: skip
-        return run(context, config, clickhouse)
+    def _rebuild_in_clickhouse(context: AssetExecutionContext, config: RebuildConfig, clickhouse: ClickHouseResource):
+        yield from run(context, config, clickhouse)
 
     return _rebuild_in_clickhouse
+
+
+def _clickhouse_metadata(results) -> dict:
+    return {
+        "chmv/engine_path": "clickhouse",
+        "chmv/partitions": len(results),
+        "chmv/rows_written": sum(r.rows_written for r in results),
+        "chmv/method": ", ".join(sorted({r.method for r in results})),
+        "chmv/seconds": round(sum(r.seconds for r in results), 3),
+        "chmv/statements": MetadataValue.md("```sql\n" + ";\n".join(results[-1].statements) + "\n```"),
+    }
 
 
 def _rebuild_with_engines(context: AssetExecutionContext, config: RebuildConfig, clickhouse: ClickHouseResource,
@@ -155,7 +207,7 @@ def build_chmv_assets(loaded: LoadedProject, translator: ChmvTranslator | None =
     translator = translator or ChmvTranslator()
     project = loaded.project
     targets = project.targets
-    assets: list[AssetsDefinition | AssetSpec] = [build_target_asset(loaded, ref, translator) for ref in targets]
+    assets: list[AssetsDefinition | AssetSpec] = list(build_target_assets(loaded, translator))
     upstream = dict.fromkeys(ref for target in targets for ref in translator.get_upstream(loaded, target))
     for ref in list(upstream):
         if ref in project.dictionaries:

@@ -34,7 +34,16 @@ from chmv_assets.models import (
     Span,
     Table,
 )
-from chmv_assets.sql_text import _DIALECT, Statement, clause, line_col, select_start, split_statements, tokenize
+from chmv_assets.sql_text import (
+    _DIALECT,
+    Statement,
+    clauses,
+    line_col,
+    select_start,
+    split_statements,
+    to_sql,
+    tokenize,
+)
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
@@ -51,6 +60,7 @@ AGGREGATES = {
     "entropy", "simpleLinearRegression", "first_value", "last_value", "countDistinct", "sequenceMatch",
     "windowFunnel", "retention", "deltaSum", "uniqUpTo",
 }  # fmt: skip
+_AGGREGATES_LOWER = {a.lower() for a in AGGREGATES}
 #: Monotone truncations of a time column, by the grain of their result (for range pruning).
 TRUNCATIONS = {
     "toStartOfMinute": "minute", "toStartOfFiveMinutes": "5 minute", "toStartOfFiveMinute": "5 minute",
@@ -79,7 +89,7 @@ def function_name(node: exp.Expression) -> str:
 
 def split_combinators(name: str) -> tuple[str, tuple[str, ...]] | None:
     """``uniqMergeState`` → ``("uniq", ("Merge", "State"))``; None when not an aggregate."""
-    if name in AGGREGATES or name.lower() in {a.lower() for a in AGGREGATES}:
+    if name in AGGREGATES or name.lower() in _AGGREGATES_LOWER:
         return name, ()
     for suffix in COMBINATORS:
         if name.endswith(suffix) and len(name) > len(suffix):
@@ -246,7 +256,7 @@ def _parse_statement(located: _Located, ctx: _Context) -> Table | Dictionary | M
     description = "\n".join(c for c in stmt.comments if c) or None
     if kind in ("SCHEMA", "DATABASE"):
         engine = node.find(exp.EngineProperty)
-        return Database(name=node.this.name, engine=engine.this.sql("clickhouse") if engine and engine.this else None,
+        return Database(name=node.this.name, engine=to_sql(engine.this) if engine and engine.this else None,
                         statement=text, location=located.location())  # fmt: skip
     if kind == "TABLE":
         return _parse_table(node, located, ctx, description, tokens)
@@ -275,14 +285,14 @@ def _columns(schema: exp.Expression | None) -> tuple[Column, ...]:
         for constraint in col.args.get("constraints") or []:
             kind = constraint.args.get("kind")
             if isinstance(kind, exp.DefaultColumnConstraint):
-                default_kind, default_expr = "DEFAULT", kind.this.sql("clickhouse")
+                default_kind, default_expr = "DEFAULT", to_sql(kind.this)
             elif isinstance(kind, exp.ComputedColumnConstraint):
                 default_kind = "MATERIALIZED" if kind.args.get("persisted") else "ALIAS"
-                default_expr = kind.this.sql("clickhouse")
+                default_expr = to_sql(kind.this)
             elif isinstance(kind, exp.CommentColumnConstraint):
                 comment = kind.this.name
         col_type = col.args.get("kind")
-        type_sql = col_type.sql(_DIALECT, copy=False) if col_type else ""
+        type_sql = to_sql(col_type) if col_type else ""
         columns.append(Column(name=col.name, type=_TYPE_SPELLING.get(type_sql, type_sql),
                               default_kind=default_kind, default_expression=default_expr, comment=comment))  # fmt: skip
     return tuple(columns)
@@ -298,8 +308,8 @@ def _engine(node: exp.Expression) -> Engine | None:
         return None
     value = prop.this
     if isinstance(value, exp.Func | exp.Anonymous):
-        return Engine(name=function_name(value), arguments=tuple(a.sql("clickhouse") for a in value.expressions))
-    return Engine(name=value.name if isinstance(value, exp.Identifier | exp.Var | exp.Column) else value.sql())
+        return Engine(name=function_name(value), arguments=tuple(to_sql(a) for a in value.expressions))
+    return Engine(name=value.name if isinstance(value, exp.Identifier | exp.Var | exp.Column) else to_sql(value))
 
 
 def _fragment(located: _Located, span: tuple[int, int], prop: exp.Expression | None) -> Fragment:
@@ -314,14 +324,15 @@ def _fragment(located: _Located, span: tuple[int, int], prop: exp.Expression | N
                     column_spans=tuple((name, tuple(s)) for name, s in spans.items()))  # fmt: skip
 
 
-def _clause_text(tokens, text: str, *keywords: str) -> str | None:
-    span = clause(tokens, text, *keywords)
-    return text[span[0] : span[1]] if span else None
-
-
 def _table_properties(node: exp.Create, located: _Located, ref: ObjectRef, columns, description, tokens) -> Table:
     text = located.statement.text
-    partition_span = clause(tokens, text, "PARTITION", "BY")
+    spans = clauses(tokens)
+
+    def verbatim(phrase: str) -> str | None:
+        span = spans.get(phrase)
+        return text[span[0] : span[1]] if span else None
+
+    partition_span = spans.get("PARTITION BY")
     partition_prop = node.find(exp.PartitionedByProperty)
     cluster = node.find(exp.OnCluster)
     comment = node.find(exp.SchemaCommentProperty)
@@ -330,10 +341,10 @@ def _table_properties(node: exp.Create, located: _Located, ref: ObjectRef, colum
         columns=columns,
         engine=_engine(node),
         partition_by=_fragment(located, partition_span, partition_prop) if partition_span else None,
-        order_by=_clause_text(tokens, text, "ORDER", "BY"),
-        primary_key=_clause_text(tokens, text, "PRIMARY", "KEY"),
-        ttl=_clause_text(tokens, text, "TTL"),
-        settings=_clause_text(tokens, text, "SETTINGS"),
+        order_by=verbatim("ORDER BY"),
+        primary_key=verbatim("PRIMARY KEY"),
+        ttl=verbatim("TTL"),
+        settings=verbatim("SETTINGS"),
         on_cluster=cluster.this.name if cluster is not None else None,
         description=(comment.this.name if comment is not None else None) or description,
         statement=text,
@@ -367,7 +378,7 @@ def _parse_dictionary(node: exp.Create, located: _Located, ctx: _Context, descri
             source_table = ObjectRef(database=settings.get("DB") or ctx.default_database, name=settings["TABLE"])
     key = node.find(exp.PrimaryKey)
     return Dictionary(ref=ref, columns=_columns(schema), source_table=source_table,
-                      primary_key=", ".join(e.sql("clickhouse") for e in key.expressions) if key else None,
+                      primary_key=", ".join(to_sql(e) for e in key.expressions) if key else None,
                       description=description, statement=located.statement.text, location=located.location())  # fmt: skip
 
 
@@ -398,7 +409,7 @@ def _parse_view(node: exp.Create, located: _Located, ctx: _Context, description:
         target=target,
         inner_table=inner_table,
         refreshable=refresh is not None,
-        refresh_schedule=refresh.sql("clickhouse").removeprefix("REFRESH ").strip() if refresh is not None else None,
+        refresh_schedule=to_sql(refresh).removeprefix("REFRESH ").strip() if refresh is not None else None,
         populate=populate,
         on_cluster=cluster.this.name if cluster is not None else None,
         sources=analysis.sources,
@@ -523,7 +534,7 @@ def _analyze_select(query: exp.Expression, default_database: str, base: int) -> 
 
     select = _first_select(query)
     group = select.args.get("group") if select is not None else None
-    group_by = tuple(e.sql("clickhouse") for e in group.expressions) if group else ()
+    group_by = tuple(to_sql(e) for e in group.expressions) if group else ()
     aliases = _alias_map(select, default_database, trigger)
     outputs, aggregates = [], []
     for projection in select.expressions if select is not None else ():
@@ -542,7 +553,7 @@ def _analyze_select(query: exp.Expression, default_database: str, base: int) -> 
                 break
         outputs.append(OutputColumn(
             name=name,
-            expression=inner.sql("clickhouse"),
+            expression=to_sql(inner),
             source_columns=tuple(_column_sources(inner, aliases, trigger)),
             truncation=_truncation(inner),
             is_aggregate=is_aggregate,

@@ -9,6 +9,15 @@ from sqlglot.dialects.clickhouse import ClickHouse
 from sqlglot.tokens import Token, TokenType
 
 _DIALECT = ClickHouse()
+_GENERATOR = _DIALECT.generator()
+
+
+def to_sql(node) -> str:
+    """Render a parsed node in ClickHouse SQL, for display and comparison only (never executed verbatim).
+
+    One generator is reused and the node is not copied: a sqlglot ``.sql()`` call builds both anew.
+    """
+    return _GENERATOR.generate(node, copy=False)
 
 # Keywords that end a clause of CREATE TABLE / CREATE MATERIALIZED VIEW at parenthesis depth 0.
 _CLAUSE_STOPS = {
@@ -64,35 +73,63 @@ def split_statements(sql: str) -> Iterator[Statement]:
             current.append(token)
 
 
+#: Clauses of CREATE TABLE / CREATE MATERIALIZED VIEW that chmv keeps verbatim.
+TABLE_CLAUSES = ("PARTITION BY", "ORDER BY", "PRIMARY KEY", "SAMPLE BY", "TTL", "SETTINGS")
+_OPEN = (TokenType.L_PAREN, TokenType.L_BRACKET)
+_CLOSE = (TokenType.R_PAREN, TokenType.R_BRACKET)
+_STARTERS = (TokenType.SELECT, TokenType.WITH, TokenType.L_PAREN)
+
+
+def clauses(tokens: list[Token]) -> dict[str, tuple[int, int]]:
+    """Spans ``[start, end)`` of the depth-0 clauses named in :data:`TABLE_CLAUSES`, in one pass.
+
+    A clause runs to the next depth-0 clause keyword; scanning stops at the ``AS SELECT`` of an MV,
+    so an ORDER BY inside the MV's SELECT is never taken for the inner table's.
+    """
+    found: dict[str, tuple[int, int]] = {}
+    depth, open_phrase, body_start, last_end = 0, None, 0, 0
+    i, n = 0, len(tokens)
+    while i < n:
+        token = tokens[i]
+        kind = token.token_type
+        if kind in _OPEN:
+            depth += 1
+        elif kind in _CLOSE:
+            depth -= 1
+        elif depth == 0:
+            word = _word(token).split(" ")[0]
+            if word in _CLAUSE_STOPS:
+                as_select = kind == TokenType.ALIAS and i + 1 < n and tokens[i + 1].token_type in _STARTERS
+                if open_phrase is not None and i > body_start:
+                    found.setdefault(open_phrase, (tokens[body_start].start, last_end))
+                    open_phrase = None
+                if as_select:
+                    return found
+                for phrase in TABLE_CLAUSES:
+                    length = _phrase_length(tokens, i, phrase)
+                    if length:
+                        open_phrase, body_start = phrase, i + length
+                        i += length
+                        break
+                else:
+                    i += 1
+                continue
+        last_end = token.end + 1
+        i += 1
+    if open_phrase is not None and body_start < n:
+        found.setdefault(open_phrase, (tokens[body_start].start, last_end))
+    return found
+
+
 def clause(tokens: list[Token], text: str, *keywords: str) -> tuple[int, int] | None:
     """Span ``[start, end)`` of the clause introduced by ``keywords`` at depth 0, up to the next clause.
 
     Args:
         tokens: Tokens of ``text``.
         text: The statement text.
-        keywords: The words that open the clause, e.g. ``("PARTITION", "BY")``.
+        keywords: The words that open the clause, one of :data:`TABLE_CLAUSES` (e.g. ``("PARTITION", "BY")``).
     """
-    depth, phrase, head = 0, " ".join(keywords), keywords[0].upper()
-    for i, token in enumerate(tokens):
-        if token.token_type in (TokenType.L_PAREN, TokenType.L_BRACKET):
-            depth += 1
-        elif token.token_type in (TokenType.R_PAREN, TokenType.R_BRACKET):
-            depth -= 1
-        elif depth == 0 and token.text[: len(head)].upper() == head and (n := _phrase_length(tokens, i, phrase)):
-            body = tokens[i + n :]
-            if not body:
-                return None
-            end, inner = body[-1].end + 1, 0
-            for t in body:
-                if t.token_type in (TokenType.L_PAREN, TokenType.L_BRACKET):
-                    inner += 1
-                elif t.token_type in (TokenType.R_PAREN, TokenType.R_BRACKET):
-                    inner -= 1
-                elif inner == 0 and t is not body[0] and _word(t).split(" ")[0] in _CLAUSE_STOPS:
-                    end = _last_before(body, t).end + 1
-                    break
-            return body[0].start, end
-    return None
+    return clauses(tokens).get(" ".join(k.upper() for k in keywords))
 
 
 def _word(token: Token) -> str:
