@@ -23,11 +23,11 @@ from pathlib import Path
 
 from clickhouse_connect.driver.exceptions import OperationalError
 from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckKey,
     AssetKey,
     AssetSelection,
-    DagsterEventType,
     DefaultSensorStatus,
-    EventRecordsFilter,
     RunRequest,
     SensorDefinition,
     SensorEvaluationContext,
@@ -201,25 +201,34 @@ def build_staleness_sensor(loaded: LoadedProject, translator: ChmvTranslator) ->
 
 def parity_outcomes(context: SensorEvaluationContext, keys_to_targets: dict[AssetKey, ObjectRef],
                     after: int) -> tuple[dict[str, bool], int]:  # fmt: skip
-    """``entry key → passed`` from the parity evaluations recorded after storage id ``after`` (latest wins)."""
+    """``entry key → passed`` from the parity evaluations recorded after execution id ``after`` (latest wins).
+
+    Reads the instance's asset-check execution index (one small query per target), which every event
+    log storage keeps in one place; a cross-run event query would need a run-sharded cursor on the
+    default SQLite storage of ``dagster dev``.
+    """
     outcomes: dict[str, bool] = {}
-    last = after
-    records = context.instance.get_event_records(
-        EventRecordsFilter(event_type=DagsterEventType.ASSET_CHECK_EVALUATION, after_cursor=after), ascending=True,
-        limit=5000,
-    )  # fmt: skip
-    for record in records:
-        last = max(last, record.storage_id)
-        evaluation = record.event_log_entry.dagster_event.event_specific_data
-        target = keys_to_targets.get(evaluation.asset_key)
-        if target is None or evaluation.check_name != PARITY:
-            continue
-        per_partition = evaluation.metadata.get("chmv/partitions")
-        if per_partition is not None and isinstance(per_partition.value, dict):
-            for partition, passed in per_partition.value.items():
-                outcomes[entry_key(target, partition or None)] = bool(passed)
-        else:
-            outcomes[entry_key(target, evaluation.partition)] = bool(evaluation.passed)
+    last, pending = after, []
+    storage = context.instance.event_log_storage
+    for asset_key, target in keys_to_targets.items():
+        history = storage.get_asset_check_execution_history(AssetCheckKey(asset_key, PARITY), limit=500)
+        for record in sorted(history, key=lambda r: r.id):
+            if record.id <= after:
+                continue
+            event = record.event.dagster_event if record.event is not None else None
+            evaluation = event.event_specific_data if event is not None else None
+            if not isinstance(evaluation, AssetCheckEvaluation):
+                pending.append(record.id)  # planned, still running: read it once it has a result
+                continue
+            last = max(last, record.id)
+            per_partition = evaluation.metadata.get("chmv/partitions")
+            if per_partition is not None and isinstance(per_partition.value, dict):
+                for partition, passed in per_partition.value.items():
+                    outcomes[entry_key(target, partition or None)] = bool(passed)
+            else:
+                outcomes[entry_key(target, evaluation.partition)] = bool(evaluation.passed)
+    if pending:
+        last = min(last, min(pending) - 1)
     return outcomes, last
 
 

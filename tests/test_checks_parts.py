@@ -32,7 +32,7 @@ def test_thresholds_come_from_the_server_and_the_ddl(tmp_path: Path, example) ->
 
 def test_flood_of_tiny_inserts_warns(tmp_path: Path, example) -> None:
     engine = make_engine(tmp_path / "chdb", example, rows=0)
-    instance = DagsterInstance.ephemeral()
+    instance = DagsterInstance.local_temp(str(tmp_path))  # SQLite, as dagster dev
     key = AssetCheckKey(TRANSLATOR.get_asset_key(ref("error_events")), PARTS)
     results = []
     for round_ in range(3):

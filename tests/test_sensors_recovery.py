@@ -45,7 +45,7 @@ def test_throwing_mv_is_detected_per_partition_and_repaired(tmp_path: Path, load
         client.command("DROP VIEW analytics.errors_mv SYNC")
         client.command(THROWING_MV)
         _insert_errors(client, ["2026-08-02", "2026-08-03", "2026-08-04", "2026-08-05"])
-    instance = DagsterInstance.ephemeral()
+    instance = DagsterInstance.local_temp(str(tmp_path))  # SQLite, run-sharded: as dagster dev
 
     result = run_parity(loaded_fast, engine, ERRORS, instance, "2026-08-01", "2026-08-06")
     (evaluation,) = evaluations(result, PARITY)
@@ -83,7 +83,7 @@ def test_recovery_limit_stops_a_permanently_failing_partition(tmp_path: Path, lo
     with engine.get_client() as client:
         # rows the MVs never produced, planted in the target: every rebuild fixes it, then it is planted again
         client.command("INSERT INTO analytics.error_events VALUES ('2026-08-07 01:00:00', 'error', 'ghost')")
-    instance = DagsterInstance.ephemeral()
+    instance = DagsterInstance.local_temp(str(tmp_path))  # SQLite, run-sharded: as dagster dev
     assert not evaluations(run_parity(loaded_fast, engine, ERRORS, instance, "2026-08-07", "2026-08-07"))[0].passed
 
     cursor, attempts = None, []
@@ -107,7 +107,7 @@ def test_detached_mv_is_reattached_after_persistent_staleness(tmp_path: Path, lo
         client.command("DETACH TABLE analytics.enriched_requests_mv PERMANENTLY")
         client.command("INSERT INTO analytics.raw_requests SELECT toDateTime('2026-11-03 00:00:00') + number * 60, "
                        "toString(number), number, 100, 200, '/api/v1/x' FROM numbers(120)")  # fmt: skip
-    instance = DagsterInstance.ephemeral()
+    instance = DagsterInstance.local_temp(str(tmp_path))  # SQLite, run-sharded: as dagster dev
     first = tick(loaded_fast, "chmv_recovery", engine, instance, None)
     assert not first.run_requests  # staleness seen once: not yet persistent
     second = tick(loaded_fast, "chmv_recovery", engine, instance, first.cursor)
