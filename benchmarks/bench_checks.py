@@ -7,11 +7,12 @@
 2. Queries and time per staleness-sensor tick for 500 generated targets (goal <= 3 queries, well under a
    second). Baseline: one max() query per source and per target, in the same process.
 
-Run: .venv/bin/python benchmarks/bench_checks.py
+Run: .venv/bin/python benchmarks/bench_checks.py   (CHMV_BENCH_ROWS=10000000 for production-like granule density)
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
@@ -65,7 +66,7 @@ def rows_read(client, sql: str) -> int:
 
 def bench_parity(workdir: Path) -> None:
     loaded = load(EXAMPLE_DDL)
-    engine = make_engine(workdir / "parity" / "chdb", loaded, rows=1_000_000)
+    engine = make_engine(workdir / "parity" / "chdb", loaded, rows=int(os.environ.get("CHMV_BENCH_ROWS", "1000000")))
     print("parity: rows read vs rows in the partition (1M demo rows)")
     print(f"  {'target':24} {'partition':11} {'in partition':>12} {'read':>9} {'ratio':>6} {'unpruned':>9} {'ratio':>6}")
     with engine.get_client() as client:
