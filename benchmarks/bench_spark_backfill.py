@@ -1,8 +1,10 @@
 """Spark backfill from the landing zone vs ClickHouse reading the same Parquet; driver RSS; single vs multi run.
 
-Run: ``.venv/bin/python benchmarks/bench_spark_backfill.py [--rows 10000000]``. Figures are printed as
-ratios against baselines measured in the same run. Phases run in child processes so each one's peak
-RSS (``ru_maxrss``) is its own.
+Run: ``.venv/bin/python benchmarks/bench_spark_backfill.py [--rows 10000000] [--no-multi]``. Figures are
+printed as ratios against baselines measured in the same run. The baseline is ClickHouse reading the same
+landing files with ``file()`` through the same MV SELECT, with the same cleaning (``LIMIT 1 BY`` the dedup
+key). Spark session start is printed separately, not counted in the throughput. Phases run in child
+processes so each one's peak RSS (``ru_maxrss``, plus the Spark driver JVM's VmHWM) is its own.
 """
 
 from __future__ import annotations
@@ -73,9 +75,10 @@ def _windows(first: int, count: int):
 
 def phase_single(work: Path) -> dict:
     """One run, one Spark session: all 12 partitions; then ClickHouse alone on the same Parquet."""
-    from chmv_assets.models import ObjectRef
+    from chmv_assets.models import ObjectRef, quote
     from chmv_assets.rebuild import rebuild
     from spark.backfill import backfill
+    from spark.ingest import dedup_keys
     from spark.session import get_spark_session
     from spark.staging import file_relation
 
@@ -90,18 +93,39 @@ def phase_single(work: Path) -> dict:
     spark_seconds = time.monotonic() - started
     rss_spark = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rows = results[0].rows_read
+    jvm_mb = _jvm_peak_mb()
     landing = work / "landing" / SOURCE
+    columns = [c.name for c in source.columns]
+    keys = ", ".join(quote(k) for k in dedup_keys(loaded, source.ref, columns))
     started = time.monotonic()
     with engine.get_client() as client:
         for window in _windows(0, DAYS):
             days = ",".join(f"date={window.start + timedelta(days=d):%Y-%m-%d}" for d in (0, 1))
-            rel = file_relation(str(landing) + "/{" + days + "}/*.parquet", source, [c.name for c in source.columns])
+            # The same cleaning as the Spark side: one row per dedup key.
+            rel = (f"(SELECT * FROM {file_relation(str(landing) + '/{' + days + '}/*.parquet', source, columns)} "
+                   f"LIMIT 1 BY {keys})")  # fmt: skip
             rebuild(client, loaded.project, target, window, trigger_relation=lambda ref, r=rel: r)
     ch_seconds = time.monotonic() - started
     spark.stop()
     return {"rows": rows, "spark_seconds": spark_seconds, "session_seconds": session_seconds,
-            "clickhouse_seconds": ch_seconds, "rss_mb": rss_spark,
+            "clickhouse_seconds": ch_seconds, "rss_mb": rss_spark, "jvm_mb": jvm_mb,
             "written": sum(r.rows_written for r in results)}  # fmt: skip
+
+
+def _jvm_peak_mb() -> float:
+    """Peak RSS (VmHWM) of the Spark driver JVM, the child process py4j started (0 if not found)."""
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                is_java = b"java" in f.read()
+            if parent == os.getpid() and is_java:
+                with open(f"/proc/{pid}/status") as f:
+                    return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM"))
+        except (OSError, ValueError, IndexError, StopIteration):
+            continue
+    return 0.0
 
 
 def phase_one_partition(work: Path, index: int) -> dict:
@@ -132,6 +156,7 @@ def main() -> None:
     parser.add_argument("--phase")
     parser.add_argument("--work")
     parser.add_argument("--index", type=int, default=0)
+    parser.add_argument("--no-multi", action="store_true", help="skip the 12 one-partition runs (quick iteration)")
     args = parser.parse_args()
     if args.phase == "single":
         print(json.dumps(phase_single(Path(args.work))))
@@ -152,7 +177,10 @@ def main() -> None:
         print(f"clickhouse file() through the same MV SELECT: {single['clickhouse_seconds']:.1f}s "
               f"({rows / single['clickhouse_seconds'] / 1e6:.2f}M rows/s)")
         print(f"throughput ratio spark / clickhouse-file(): {single['clickhouse_seconds'] / single['spark_seconds']:.2f} (goal >= 0.5)")
-        print(f"peak RSS of the driver process during the {rows / 1e6:.0f}M-row backfill: {single['rss_mb']:.0f} MB (goal < 2048 MB)")
+        print(f"peak RSS of the driver process during the {rows / 1e6:.0f}M-row backfill: {single['rss_mb']:.0f} MB (goal < 2048 MB); "
+              f"Spark driver JVM: {single['jvm_mb']:.0f} MB")
+        if args.no_multi:
+            return
         multi = [_child("--phase", "one", "--work", str(work), "--index", str(i))["seconds"] for i in range(DAYS)]
         single_total = single["spark_seconds"] + single["session_seconds"]
         print(f"single-run backfill of {DAYS} partitions: {single_total:.1f}s; multi-run ({DAYS} runs): {sum(multi):.1f}s; "

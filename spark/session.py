@@ -27,6 +27,9 @@ def spark_conf(master: str | None = None, extra: dict[str, Any] | None = None) -
         "spark.sql.shuffle.partitions": "4",
         "spark.default.parallelism": "4",
         "spark.sql.adaptive.enabled": "true",
+        # Loads pass explicit file lists (hundreds to thousands of hourly files): list them on the driver
+        # instead of a Spark job with one task per path (seconds on a cold JVM).
+        "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.sql.sources.partitionOverwriteMode": "static",
