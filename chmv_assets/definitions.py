@@ -14,7 +14,7 @@ from dagster import Definitions, EnvVar
 
 from chmv_assets.assets import build_chmv_assets
 from chmv_assets.jobs import build_jobs
-from chmv_assets.loader import LoadedProject, load
+from chmv_assets.loader import LoadedProject, gc_paused, load
 from chmv_assets.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
 
@@ -34,12 +34,17 @@ def build_definitions(
         clickhouse: The resource; default: ``$CHMV_CLICKHOUSE_DSN`` or the embedded engine.
         translator: Hooks for asset keys, groups, partitions and metadata.
     """
+    translator = translator or ChmvTranslator()
+    clickhouse = clickhouse or default_clickhouse()
+    with gc_paused():
+        return _assemble(loaded, clickhouse, translator)
+
+
+def _assemble(loaded: LoadedProject, clickhouse: ClickHouseResource, translator: ChmvTranslator) -> Definitions:
     from asset_checks import build_asset_checks
     from chmv_assets.sensors import build_sensors
     from spark import build_spark_definitions
 
-    translator = translator or ChmvTranslator()
-    clickhouse = clickhouse or default_clickhouse()
     spark = build_spark_definitions(loaded, translator)
     return Definitions.merge(
         Definitions(
