@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import ClickHouseError
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckKey,
@@ -218,7 +219,7 @@ def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: Obje
         live = live_table(client, loaded.project, target_ref)
         sql = parity_sql(loaded, target_ref, window, live)
         rows = {row[0]: row[1:] for row in client.query(sql).result_rows}
-    except Exception as err:  # a failing recompute is a parity failure with its reason, not a crash
+    except (ClickHouseError, ChmvError) as err:  # a failing recompute is a parity failure with its reason
         message = str(err).strip().splitlines()[0][:500] if str(err).strip() else type(err).__name__
         return ParityResult(target_ref.fqn, partition, tolerance=config.tolerance, error=message, sql=sql)
     names = [name for name, _a, _e in measures_for(table)]
