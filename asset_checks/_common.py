@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from clickhouse_connect.driver.client import Client
-from dagster import AssetCheckKey, PartitionsDefinition, TimeWindowPartitionsDefinition
+from dagster import AssetCheckKey, AssetKey, PartitionsDefinition, TimeWindowPartitionsDefinition
 
 from chmv_assets.backfill_sql import PartitionWindow
 from chmv_assets.loader import LoadedProject
@@ -16,6 +16,15 @@ PARITY = "chmv_parity"
 PARTS = "chmv_part_count"
 DRIFT = "chmv_schema_drift"
 LINT = "chmv_lint"
+
+
+#: Engines that collapse rows with the same key at merge time (a duplicate insert is counted once, eventually).
+SELF_DEDUP_ENGINES = ("ReplacingMergeTree", "CollapsingMergeTree", "VersionedCollapsingMergeTree")
+
+
+def targets_by_key(loaded: LoadedProject, translator: ChmvTranslator) -> dict[AssetKey, ObjectRef]:
+    """Every MV target of the project by its asset key."""
+    return {translator.get_asset_key(t): t for t in loaded.project.targets}
 
 
 def check_key(translator: ChmvTranslator, ref: ObjectRef, name: str) -> AssetCheckKey:

@@ -20,7 +20,7 @@ from dagster import (
     multi_asset_check,
 )
 
-from asset_checks._common import DRIFT
+from asset_checks._common import DRIFT, targets_by_key
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.assets import CLICKHOUSE_POOL
 from chmv_assets.loader import LoadedProject
@@ -177,7 +177,7 @@ def drift_markdown(items: list[DriftItem]) -> str:
 
 def build_drift_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetChecksDefinition]:
     """One drift check per target, evaluated together (three queries in all)."""
-    targets = {translator.get_asset_key(t): t for t in loaded.project.targets}
+    targets = targets_by_key(loaded, translator)
     if not targets:
         return []
     specs = [AssetCheckSpec(DRIFT, asset=key, blocking=loaded.config.parity.blocking,

@@ -13,7 +13,7 @@ from dagster import (
     multi_asset_check,
 )
 
-from asset_checks._common import LINT
+from asset_checks._common import LINT, SELF_DEDUP_ENGINES, targets_by_key
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.loader import LoadedProject
 from chmv_assets.models import MaterializedView, ObjectRef
@@ -22,7 +22,6 @@ from chmv_assets.translator import ChmvTranslator
 #: Aggregates that count a duplicated source row twice.
 ADDITIVE_AGGREGATES = {"count", "sum", "sumWithOverflow", "sumKahan", "avg", "groupArray", "sumMap", "quantile",
                        "quantiles", "quantileTiming", "topK"}
-_DEDUP_ENGINES = ("ReplacingMergeTree", "CollapsingMergeTree", "VersionedCollapsingMergeTree")
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ def lint_view(loaded: LoadedProject, view: MaterializedView) -> list[LintFinding
         target = project.table(view.writes_to)
         additive = sorted({a.base for a in view.aggregates if a.base in ADDITIVE_AGGREGATES})
         summing_target = target is not None and target.engine is not None and target.engine.family == "SummingMergeTree"
-        if source is not None and source.engine is not None and source.engine.family in _DEDUP_ENGINES and (
+        if source is not None and source.engine is not None and source.engine.family in SELF_DEDUP_ENGINES and (
             additive or summing_target
         ):
             what = ", ".join(additive) if additive else "a SummingMergeTree target"
@@ -132,7 +131,7 @@ def lint_result(findings: Iterable[LintFinding]) -> tuple[bool, dict]:
 
 def build_lint_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetChecksDefinition]:
     """One WARN lint check per target, evaluated together in one op (reads the model only)."""
-    targets = {translator.get_asset_key(t): t for t in loaded.project.targets}
+    targets = targets_by_key(loaded, translator)
     if not targets:
         return []
     specs = [AssetCheckSpec(LINT, asset=key, description="MV design rules of seed 001 (WARN, with the fix).")

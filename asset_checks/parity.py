@@ -35,6 +35,7 @@ from dagster import (
 
 from asset_checks._common import (
     PARITY,
+    SELF_DEDUP_ENGINES,
     existing_objects,
     involved_objects,
     missing_message,
@@ -56,7 +57,6 @@ _NUMERIC = re.compile(r"^(Nullable\()?(U?Int\d+|Float\d+|Decimal)")
 _IDENT = re.compile(r"`([^`]+)`|\b([A-Za-z_]\w*)\b")
 #: Aggregate functions whose -Merge over a whole partition equals the -Merge of the recompute exactly.
 ADDITIVE = {"sum", "count", "sumWithOverflow", "sumKahan"}
-_SELF_DEDUP = ("ReplacingMergeTree", "CollapsingMergeTree", "VersionedCollapsingMergeTree")
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ def measures_for(table: Table) -> list[tuple[str, str, str]]:
     family = table.engine.family if table.engine is not None else "MergeTree"
     keys = table.order_by or "tuple()"
     key_names = {a or b for a, b in _IDENT.findall(keys)}
-    if family in _SELF_DEDUP:
+    if family in SELF_DEDUP_ENGINES:
         return [("rows (FINAL)", "count()", f"uniqExact({keys})")]
     if family == "AggregatingMergeTree":
         out = []
@@ -174,14 +174,14 @@ def parity_sql(loaded: LoadedProject, target: ObjectRef, window: PartitionWindow
     target_where = ""
     if window is not None and table.partition_by is not None:
         target_where = f" WHERE ({table.partition_by.sql}) = ({partition_expression(table, scheme, window)})"
-    final = " FINAL" if table.engine is not None and table.engine.family in _SELF_DEDUP else ""
+    final = " FINAL" if table.engine is not None and table.engine.family in SELF_DEDUP_ENGINES else ""
     actual_cols = ", ".join(f"toFloat64({a}) AS m{i}" for i, (_, a, _e) in enumerate(measures))
     expected_cols = ", ".join(f"toFloat64({e}) AS m{i}" for i, (_, _a, e) in enumerate(measures))
     recomputes = []
     for view in views:
         relation = None
         source = project.table(view.trigger) if view.trigger else None
-        if source is not None and source.engine is not None and source.engine.family in _SELF_DEDUP:
+        if source is not None and source.engine is not None and source.engine.family in SELF_DEDUP_ENGINES:
             relation = f"{qualified(view.trigger)} FINAL"
         recomputes.append(view_select(view, project, table, scheme, window, trigger_relation=relation))
     union = " UNION ALL ".join(f"({sql})" for sql in recomputes)

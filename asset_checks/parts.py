@@ -24,7 +24,7 @@ from dagster import (
 )
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
-from asset_checks._common import PARTS
+from asset_checks._common import PARTS, targets_by_key
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.assets import CLICKHOUSE_POOL
 from chmv_assets.loader import LoadedProject
@@ -132,7 +132,7 @@ def previous_totals(instance: DagsterInstance | None, check_key, limit: int = CL
 
 def build_part_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetChecksDefinition]:
     """One part-count check per target, evaluated together (two queries in all)."""
-    targets = {translator.get_asset_key(t): t for t in loaded.project.targets}
+    targets = targets_by_key(loaded, translator)
     if not targets:
         return []
     specs = [AssetCheckSpec(PARTS, asset=key, description="Active parts vs the server's parts_to_delay/throw_insert.")

@@ -40,6 +40,7 @@ from dagster import (
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from asset_checks import DRIFT, PARITY, check_key
+from asset_checks._common import targets_by_key
 from asset_checks.drift import drift_report
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.errors import DDLError, EngineBusyError
@@ -236,7 +237,7 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> 
     """Repair partitions whose parity failed or whose staleness persisted, within a retry budget."""
     config = loaded.config
     sink = sink_for(config.alert_webhook)
-    keys_to_targets = {translator.get_asset_key(t): t for t in loaded.project.targets}
+    keys_to_targets = targets_by_key(loaded, translator)
     jobs = rebuild_jobs(loaded, translator)
 
     @sensor(name="chmv_recovery", minimum_interval_seconds=120, jobs=_jobs(loaded, translator), default_status=DefaultSensorStatus.RUNNING,
