@@ -53,8 +53,10 @@ class RebuildConfig(Config):
     )
 
 
-def target_groups(loaded: LoadedProject, translator: ChmvTranslator) -> list[list[ObjectRef]]:
+def target_groups(loaded: LoadedProject, translator: ChmvTranslator) -> list[tuple[bool, list[ObjectRef]]]:
     """Targets that share one op: same partitions definition and same engines, in lineage order.
+
+    Returns ``(spark capable, targets)`` per group.
 
     One op per group instead of one per target keeps the code location fast to load with thousands
     of MVs (Dagster builds an op per multi-asset); each target stays its own asset, selectable alone.
@@ -68,7 +70,7 @@ def target_groups(loaded: LoadedProject, translator: ChmvTranslator) -> list[lis
     for ref in sorted(loaded.project.targets, key=lambda r: (order.get(r.fqn, 0), r.fqn)):
         partitions_def = translator.get_asset_spec(loaded, ref).partitions_def
         groups.setdefault((partitions_def, spark_capable(loaded, ref, root)), []).append(ref)
-    return list(groups.values())
+    return [(with_spark, refs) for (_, with_spark), refs in groups.items()]
 
 
 def _group_name(specs: list[AssetSpec], index: int, with_spark: bool) -> str:
@@ -87,14 +89,12 @@ def build_target_assets(loaded: LoadedProject, translator: ChmvTranslator) -> li
     so it stays exact while ingestion runs. A target that fails does not stop the others of its op;
     the op fails at the end, naming each failure.
     """
-    from spark.backfill import spark_capable
     from spark.landing import landing_dir
 
     root = landing_dir(loaded)
     assets, names = [], set()
-    for group in target_groups(loaded, translator):
+    for with_spark, group in target_groups(loaded, translator):
         specs = [translator.get_asset_spec(loaded, ref) for ref in group]
-        with_spark = spark_capable(loaded, group[0], root)
         name = _group_name(specs, 0, with_spark)
         index = 1
         while name in names:
