@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from clickhouse_connect.driver.client import Client
-from dagster import AssetCheckKey, AssetKey, PartitionsDefinition, TimeWindowPartitionsDefinition
+from dagster import AssetCheckKey, AssetKey
 
-from chmv_assets.backfill_sql import PartitionWindow
 from chmv_assets.loader import LoadedProject
 from chmv_assets.models import ObjectRef
 from chmv_assets.translator import ChmvTranslator
@@ -30,14 +29,6 @@ def targets_by_key(loaded: LoadedProject, translator: ChmvTranslator) -> dict[As
 def check_key(translator: ChmvTranslator, ref: ObjectRef, name: str) -> AssetCheckKey:
     """The key of check ``name`` on the asset of ``ref``."""
     return AssetCheckKey(translator.get_asset_key(ref), name)
-
-
-def window_for_key(partitions_def: PartitionsDefinition | None, key: str | None) -> PartitionWindow | None:
-    """The ``[start, end)`` window of a time partition key (naive UTC), None for an unpartitioned asset."""
-    if key is None or not isinstance(partitions_def, TimeWindowPartitionsDefinition):
-        return None
-    tw = partitions_def.time_window_for_partition_key(key)
-    return PartitionWindow(key=key, start=tw.start.replace(tzinfo=None), end=tw.end.replace(tzinfo=None))
 
 
 def existing_objects(client: Client, refs: Iterable[ObjectRef]) -> set[ObjectRef]:

@@ -39,11 +39,10 @@ from asset_checks._common import (
     existing_objects,
     involved_objects,
     missing_message,
-    window_for_key,
 )
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.assets import CLICKHOUSE_POOL
-from chmv_assets.backfill_sql import PartitionWindow, partition_expression, view_select
+from chmv_assets.backfill_sql import PartitionWindow, partition_expression, view_select, window_for_key
 from chmv_assets.errors import ChmvError
 from chmv_assets.loader import LoadedProject
 from chmv_assets.models import ObjectRef, Table, qualified, quote

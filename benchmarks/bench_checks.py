@@ -25,8 +25,8 @@ warnings.filterwarnings("ignore")
 
 from conftest import EXAMPLE_DDL, make_engine  # noqa: E402
 
-from asset_checks._common import window_for_key  # noqa: E402
 from asset_checks.parity import parity_sql  # noqa: E402
+from chmv_assets.backfill_sql import window_for_key  # noqa: E402
 from chmv_assets.loader import load  # noqa: E402
 from chmv_assets.models import ObjectRef, qualified  # noqa: E402
 from chmv_assets.staleness import measure_staleness  # noqa: E402

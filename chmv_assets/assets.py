@@ -17,7 +17,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from chmv_assets.backfill_sql import PartitionWindow
+from chmv_assets.backfill_sql import PartitionWindow, window_for_key
 from chmv_assets.errors import ChmvError
 from chmv_assets.loader import LoadedProject
 from chmv_assets.models import ObjectRef
@@ -35,11 +35,7 @@ def partition_windows(context: AssetExecutionContext) -> list[PartitionWindow | 
         return [None]
     partitions_def = context.assets_def.partitions_def
     assert isinstance(partitions_def, TimeWindowPartitionsDefinition)
-    windows = []
-    for key in context.partition_keys:
-        tw = partitions_def.time_window_for_partition_key(key)
-        windows.append(PartitionWindow(key=key, start=tw.start.replace(tzinfo=None), end=tw.end.replace(tzinfo=None)))
-    return windows
+    return [window_for_key(partitions_def, key) for key in context.partition_keys]
 
 
 class RebuildConfig(Config):

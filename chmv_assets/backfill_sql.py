@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from dagster import PartitionsDefinition, TimeWindowPartitionsDefinition
+
 from chmv_assets.models import MaterializedView, ObjectRef, Project, Table, qualified, quote
 from chmv_assets.partitions import PartitionScheme, interval, time_literal
 
@@ -20,6 +22,15 @@ class PartitionWindow:
     key: str
     start: datetime
     end: datetime
+
+
+def window_for_key(partitions_def: PartitionsDefinition | None, key: str | None) -> PartitionWindow | None:
+    """The ``[start, end)`` window of a time partition key (naive UTC), None for an unpartitioned asset."""
+    if key is None or not isinstance(partitions_def, TimeWindowPartitionsDefinition):
+        return None
+    tw = partitions_def.time_window_for_partition_key(key)
+    return PartitionWindow(key=key, start=tw.start.replace(tzinfo=None), end=tw.end.replace(tzinfo=None))
+
 
 
 def partition_expression(target: Table, scheme: PartitionScheme, window: PartitionWindow) -> str:

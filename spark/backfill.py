@@ -27,7 +27,7 @@ from typing import Literal
 
 from clickhouse_connect.driver.client import Client
 
-from chmv_assets.backfill_sql import PartitionWindow, source_range_predicate
+from chmv_assets.backfill_sql import PartitionWindow, source_range_predicate, window_for_key
 from chmv_assets.cutoff import (
     crash_point,
     current_watermark,
@@ -329,8 +329,7 @@ def windows_covering(loaded: LoadedProject, target: ObjectRef, since: datetime, 
     last = pd.get_partition_key_for_timestamp(hi.replace(tzinfo=pd.start.tzinfo).timestamp())
     out: list[PartitionWindow | None] = []
     for key in pd.get_partition_keys_in_range(PartitionKeyRange(first, last)):
-        tw = pd.time_window_for_partition_key(key)
-        out.append(PartitionWindow(key, tw.start.replace(tzinfo=None), tw.end.replace(tzinfo=None)))
+        out.append(window_for_key(pd, key))
     return out
 
 

@@ -10,8 +10,8 @@ from conftest import make_engine
 from dagster import DagsterInstance
 
 from asset_checks import PARITY
-from asset_checks._common import window_for_key
 from asset_checks.parity import measures_for, parity_for_partition
+from chmv_assets.backfill_sql import window_for_key
 from chmv_assets.loader import load
 from chmv_assets.models import ObjectRef
 
