@@ -13,7 +13,6 @@ Two pieces:
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import signal
@@ -29,6 +28,7 @@ from chmv_assets.errors import EngineBusyError
 from chmv_assets.models import ObjectRef, qualified, quote
 from chmv_assets.watermarks import COMMITTED, Watermark, read_watermark, write_watermark
 from resources.clickhouse import default_state_dir
+from resources.locking import try_flock, unflock
 
 #: Environment variable naming crash points (comma separated) at which the process SIGKILLs itself (tests).
 CRASH_ENV = "CHMV_CRASH_AT"
@@ -77,28 +77,20 @@ def _one_gate(source: ObjectRef, timeout: float) -> Iterator[None]:
     if path in held:
         yield
         return
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + timeout
+    while (fd := try_flock(path)) is None:
+        if time.monotonic() >= deadline:
+            raise EngineBusyError(
+                f"the write gate of {source.fqn} ({path}) stayed held for {timeout:.0f}s by another "
+                "ingestion or backfill; wait for it to finish and retry"
+            )
+        time.sleep(0.02)
+    held.add(path)
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise EngineBusyError(
-                        f"the write gate of {source.fqn} ({path}) stayed held for {timeout:.0f}s by another "
-                        "ingestion or backfill; wait for it to finish and retry"
-                    ) from None
-                time.sleep(0.02)
-        held.add(path)
-        try:
-            yield
-        finally:
-            held.discard(path)
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        yield
     finally:
-        os.close(fd)
+        held.discard(path)
+        unflock(fd)
 
 
 def source_max_time(client: Client, source: ObjectRef, time_column: str) -> datetime | None:

@@ -47,7 +47,7 @@ def engine_lock(path: str, timeout: float) -> Iterator[None]:
         _release(lock_path)
 
 
-def _try_flock(path: str) -> int | None:
+def try_flock(path: str) -> int | None:
     """An exclusively locked fd on ``path``, or None when another open file holds the lock."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -59,7 +59,8 @@ def _try_flock(path: str) -> int | None:
     return fd
 
 
-def _unflock(fd: int) -> None:
+def unflock(fd: int) -> None:
+    """Release a lock taken by :func:`try_flock` and close its fd."""
     fcntl.flock(fd, fcntl.LOCK_UN)
     os.close(fd)
 
@@ -80,8 +81,8 @@ def _acquire(lock_path: str, timeout: float) -> None:
                     holder.users += 1
                     return
                 if turn_fd is None:
-                    turn_fd = _try_flock(lock_path + ".turn")
-                fd = _try_flock(lock_path) if turn_fd is not None else None
+                    turn_fd = try_flock(lock_path + ".turn")
+                fd = try_flock(lock_path) if turn_fd is not None else None
                 if fd is not None:
                     os.ftruncate(fd, 0)
                     os.write(fd, f"{os.getpid()}\n".encode())
@@ -96,7 +97,7 @@ def _acquire(lock_path: str, timeout: float) -> None:
             time.sleep(_POLL_SECONDS)
     finally:
         if turn_fd is not None:
-            _unflock(turn_fd)
+            unflock(turn_fd)
 
 
 def _release(lock_path: str) -> None:
@@ -105,7 +106,7 @@ def _release(lock_path: str) -> None:
         holder.users -= 1
         if holder.users == 0:
             del _registry[lock_path]
-            _unflock(holder.fd)
+            unflock(holder.fd)
 
 
 def _owner(lock_path: str) -> str:
