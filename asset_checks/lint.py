@@ -1,23 +1,10 @@
 """Lint of the MV design (seed 001's rules), from the parsed model only: WARN checks with the reason and the fix."""
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dagster import (
-    AssetCheckExecutionContext,
-    AssetCheckResult,
-    AssetChecksDefinition,
-    AssetCheckSeverity,
-    AssetCheckSpec,
-    MetadataValue,
-    multi_asset_check,
-)
-
-from asset_checks._common import LINT, SELF_DEDUP_ENGINES, targets_by_key
-from chmv_assets.alerts import Alert, sink_for
-from chmv_assets.loader import LoadedProject
-from chmv_assets.models import MaterializedView, ObjectRef
-from chmv_assets.translator import ChmvTranslator
+from asset_checks.common import SELF_DEDUP_ENGINES
+from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.models import MaterializedView, ObjectRef
 
 #: Aggregates that count a duplicated source row twice.
 ADDITIVE_AGGREGATES = {"count", "sum", "sumWithOverflow", "sumKahan", "avg", "groupArray", "sumMap", "quantile",
@@ -117,38 +104,3 @@ def lint_project(loaded: LoadedProject) -> list[LintFinding]:
     return [f for view in loaded.project.views.values() for f in lint_view(loaded, view)]
 
 
-def lint_result(findings: Iterable[LintFinding]) -> tuple[bool, dict]:
-    findings = list(findings)
-    table = "\n".join(f"| {f.rule} | {f.subject} | {f.reason} | {f.fix} | {f.location} |" for f in findings)
-    metadata = {
-        "findings": len(findings),
-        "chmv/rules": MetadataValue.json(sorted({f.rule for f in findings})),
-        "chmv/findings": MetadataValue.md("| rule | MV | reason | fix | where |\n|---|---|---|---|---|\n" + table)
-        if findings else MetadataValue.md("no findings"),
-    }  # fmt: skip
-    return not findings, metadata
-
-
-def build_lint_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetChecksDefinition]:
-    """One WARN lint check per target, evaluated together in one op (reads the model only)."""
-    targets = targets_by_key(loaded, translator)
-    if not targets:
-        return []
-    specs = [AssetCheckSpec(LINT, asset=key, description="MV design rules of seed 001 (WARN, with the fix).")
-             for key in targets]  # fmt: skip
-
-    @multi_asset_check(specs=specs, name="chmv_lint_checks", can_subset=True)
-    def _lint(context: AssetCheckExecutionContext):
-        sink = sink_for(loaded.config.alert_webhook)
-        for check_key in sorted(context.selected_asset_check_keys, key=str):
-            target = targets[check_key.asset_key]
-            findings = lint_target(loaded, target)
-            passed, metadata = lint_result(findings)
-            for finding in findings:
-                context.log.warning(str(finding))
-                sink.send(Alert("check_warned", "warning", target.fqn, str(finding), {"check": LINT, "rule": finding.rule}))
-            yield AssetCheckResult(asset_key=check_key.asset_key, check_name=LINT, passed=passed,
-                                   severity=AssetCheckSeverity.WARN, metadata=metadata,
-                                   description="; ".join(f"{f.rule}: {f.reason}" for f in findings)[:2000] or None)  # fmt: skip
-
-    return [_lint]

@@ -12,25 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from clickhouse_connect.driver.client import Client
-from dagster import (
-    AssetCheckExecutionContext,
-    AssetCheckResult,
-    AssetChecksDefinition,
-    AssetCheckSeverity,
-    AssetCheckSpec,
-    DagsterInstance,
-    MetadataValue,
-    multi_asset_check,
-)
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
-from asset_checks._common import PARTS, targets_by_key
-from chmv_assets.alerts import Alert, sink_for
-from chmv_assets.assets import CLICKHOUSE_POOL
-from chmv_assets.loader import LoadedProject
-from chmv_assets.models import ObjectRef
-from chmv_assets.translator import ChmvTranslator
-from resources.clickhouse import ClickHouseResource
+from chmv_assets.ddl.models import ObjectRef
 
 SETTINGS = ("parts_to_delay_insert", "parts_to_throw_insert", "max_parts_in_total")
 #: Consecutive rising evaluations (current included) that count as "climbing".
@@ -113,59 +96,3 @@ def assess(count: PartCount, thresholds: dict[str, int], history: Sequence[int])
     return PartVerdict("ok", f"{count.total} active parts, at most {count.max_in_partition} in one partition")
 
 
-def previous_totals(instance: DagsterInstance | None, check_key, limit: int = CLIMB_EVALUATIONS - 1) -> list[int]:
-    """The ``active_parts`` of the check's last completed evaluations, oldest first (empty without an instance)."""
-    if instance is None:
-        return []
-    records = instance.event_log_storage.get_asset_check_execution_history(
-        check_key, limit=limit,
-        status={AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED},
-    )  # fmt: skip
-    totals = []
-    for record in records:
-        evaluation = record.evaluation
-        value = evaluation.metadata.get("active_parts") if evaluation is not None else None
-        if value is not None:
-            totals.append(int(value.value))
-    return totals[::-1]
-
-
-def build_part_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetChecksDefinition]:
-    """One part-count check per target, evaluated together (two queries in all)."""
-    targets = targets_by_key(loaded, translator)
-    if not targets:
-        return []
-    specs = [AssetCheckSpec(PARTS, asset=key, description="Active parts vs the server's parts_to_delay/throw_insert.")
-             for key in targets]  # fmt: skip
-
-    @multi_asset_check(specs=specs, name="chmv_part_checks", can_subset=True, pool=CLICKHOUSE_POOL)
-    def _parts(context: AssetCheckExecutionContext, clickhouse: ClickHouseResource):
-        selected = sorted(context.selected_asset_check_keys, key=str)
-        with clickhouse.get_client() as client:
-            server = server_thresholds(client)
-            counts = part_counts(client, [targets[k.asset_key] for k in selected])
-        sink = sink_for(loaded.config.alert_webhook)
-        for check_key in selected:
-            target = targets[check_key.asset_key]
-            table = loaded.project.table(target)
-            thresholds = table_thresholds(server, table.settings if table else None)
-            count = counts[target]
-            history = previous_totals(context.instance, check_key)
-            verdict = assess(count, thresholds, history)
-            if verdict.severity != "ok":
-                context.log.warning(f"{target.fqn}: {verdict.message}")
-                sink.send(Alert("check_failed" if verdict.severity == "error" else "check_warned", verdict.severity,
-                                target.fqn, verdict.message, {"check": PARTS, "active_parts": count.total,
-                                                              "max_in_partition": count.max_in_partition}))  # fmt: skip
-            yield AssetCheckResult(
-                asset_key=check_key.asset_key, check_name=PARTS, passed=verdict.severity == "ok",
-                severity=AssetCheckSeverity.ERROR if verdict.severity == "error" else AssetCheckSeverity.WARN,
-                description=verdict.message,
-                metadata={"active_parts": count.total, "max_parts_in_partition": count.max_in_partition,
-                          "busiest_partition": count.partition or "", "parts_to_delay_insert":
-                          thresholds.get("parts_to_delay_insert", 0), "parts_to_throw_insert":
-                          thresholds.get("parts_to_throw_insert", 0),
-                          "chmv/history": MetadataValue.json([*history, count.total])},
-            )  # fmt: skip
-
-    return [_parts]

@@ -26,11 +26,12 @@ warnings.filterwarnings("ignore")
 from conftest import EXAMPLE_DDL, make_engine  # noqa: E402
 
 from asset_checks.parity import parity_sql  # noqa: E402
-from chmv_assets.backfill_sql import window_for_key  # noqa: E402
-from chmv_assets.loader import load  # noqa: E402
-from chmv_assets.models import ObjectRef, qualified  # noqa: E402
-from chmv_assets.staleness import measure_staleness  # noqa: E402
-from chmv_assets.translator import ChmvTranslator  # noqa: E402
+from chmv_assets.ddl.loader import load  # noqa: E402
+from chmv_assets.ddl.models import ObjectRef  # noqa: E402
+from chmv_assets.engine.staleness import measure_staleness  # noqa: E402
+from chmv_assets.orchestration.partitions import window_for_key  # noqa: E402
+from chmv_assets.orchestration.translator import ChmvTranslator  # noqa: E402
+from chmv_assets.sql.quoting import qualified  # noqa: E402
 
 TRANSLATOR = ChmvTranslator()
 CASES = [("requests_enriched", "2026-09-01"), ("error_events", "2026-09-15"), ("hourly_endpoint_stats", "2026-09-15"),
@@ -77,7 +78,7 @@ def bench_parity(workdir: Path) -> None:
             table = loaded.project.table(target)
             (view,) = loaded.project.views_into(target)
             from asset_checks.parity import partition_expression, partition_scheme
-            from chmv_assets.backfill_sql import source_range_predicate
+            from chmv_assets.sql.rebuild_sql import source_range_predicate
 
             scheme = partition_scheme(table, (view,))
             target_rows = client.command(f"SELECT count() FROM {qualified(target)} WHERE ({table.partition_by.sql}) = "
@@ -108,7 +109,7 @@ def generated_project(root: Path, targets: int) -> Path:
 
 
 def bench_sensor_tick(workdir: Path, targets: int = 500) -> None:
-    from chmv_assets.apply import apply
+    from chmv_assets.engine.apply import apply
     from resources.clickhouse import ClickHouseResource
 
     loaded = load(generated_project(workdir / "gen", targets))
@@ -145,7 +146,7 @@ def bench_sensor_tick(workdir: Path, targets: int = 500) -> None:
 
     from dagster import DagsterInstance, build_sensor_context
 
-    from chmv_assets.sensors import build_staleness_sensor
+    from chmv_assets.orchestration.sensors import build_staleness_sensor
 
     sensor = build_staleness_sensor(loaded, TRANSLATOR)
     instance = DagsterInstance.ephemeral()

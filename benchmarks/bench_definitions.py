@@ -70,8 +70,8 @@ def generate(root: Path, views: int) -> None:
 
 
 def build(root: Path) -> tuple[float, float, float, int]:
-    from chmv_assets.definitions import build_definitions
-    from chmv_assets.loader import load
+    from chmv_assets.ddl.loader import load
+    from chmv_assets.orchestration.definitions import build_definitions
     from resources.clickhouse import ClickHouseResource
 
     t0 = time.perf_counter()

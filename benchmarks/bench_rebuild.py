@@ -40,12 +40,12 @@ DAYS = 10
 
 
 def main() -> None:
-    from chmv_assets.apply import apply
-    from chmv_assets.backfill_sql import PartitionWindow, view_select
-    from chmv_assets.loader import load
-    from chmv_assets.models import ObjectRef
-    from chmv_assets.partitions import partition_scheme
-    from chmv_assets.rebuild import rebuild
+    from chmv_assets.ddl.loader import load
+    from chmv_assets.ddl.models import ObjectRef
+    from chmv_assets.ddl.partitioning import PartitionWindow, partition_scheme
+    from chmv_assets.engine.apply import apply
+    from chmv_assets.engine.rebuild import rebuild
+    from chmv_assets.sql.rebuild_sql import view_select
     from resources.clickhouse import ClickHouseResource
 
     rows = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000_000

@@ -35,7 +35,7 @@ def write_landing(root: Path, rows: int) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from chmv_assets import demo_data
+    from chmv_assets.engine import demo_data
 
     table = demo_data.generate(SOURCE, rows, days=DAYS, seed=11)
     rng = np.random.default_rng(11)
@@ -53,8 +53,8 @@ def write_landing(root: Path, rows: int) -> None:
 
 
 def _setup(work: Path):
-    from chmv_assets.apply import apply
-    from chmv_assets.loader import LoadedProject, load
+    from chmv_assets.ddl.loader import LoadedProject, load
+    from chmv_assets.engine.apply import apply
     from resources.clickhouse import ClickHouseResource
 
     example = load(ROOT / "examples" / "ddl")
@@ -67,7 +67,7 @@ def _setup(work: Path):
 
 
 def _windows(first: int, count: int):
-    from chmv_assets.backfill_sql import PartitionWindow
+    from chmv_assets.ddl.partitioning import PartitionWindow
 
     return [PartitionWindow(f"{START + timedelta(days=i):%Y-%m-%d}", START + timedelta(days=i),
                             START + timedelta(days=i + 1)) for i in range(first, first + count)]  # fmt: skip
@@ -75,8 +75,9 @@ def _windows(first: int, count: int):
 
 def phase_single(work: Path) -> dict:
     """One run, one Spark session: all 12 partitions; then ClickHouse alone on the same Parquet."""
-    from chmv_assets.models import ObjectRef, quote
-    from chmv_assets.rebuild import rebuild
+    from chmv_assets.ddl.models import ObjectRef
+    from chmv_assets.engine.rebuild import rebuild
+    from chmv_assets.sql.quoting import quote
     from spark.backfill import backfill
     from spark.ingest import dedup_keys
     from spark.session import get_spark_session
@@ -130,7 +131,7 @@ def _jvm_peak_mb() -> float:
 
 def phase_one_partition(work: Path, index: int) -> dict:
     """What one run of a multi-run backfill does: start Spark, backfill one partition, stop."""
-    from chmv_assets.models import ObjectRef
+    from chmv_assets.ddl.models import ObjectRef
     from spark.backfill import backfill
     from spark.session import get_spark_session
 

@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from chmv_assets.loader import load
+    from chmv_assets.ddl.loader import load
 
     loaded = load(args.ddl_dir, default_database=args.default_database)
     if args.command == "lineage":
@@ -63,7 +63,7 @@ def _run(args: argparse.Namespace) -> int:
             print(graph.to_dot())
         return 0
 
-    from chmv_assets.apply import apply
+    from chmv_assets.engine.apply import apply
     from resources.clickhouse import ClickHouseResource
 
     resource = ClickHouseResource(dsn=args.dsn)
@@ -71,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
         result = apply(client, loaded.project, log=print)
         print(f"apply: {len(result.created)} created, {len(result.existing)} already there")
         if args.command == "load-demo":
-            from chmv_assets import demo_data
+            from chmv_assets.engine import demo_data
 
             tables = demo_data.generate_all(args.rows)
             existing = int(client.command("SELECT count() FROM analytics.api_requests"))

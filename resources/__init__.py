@@ -1,5 +1,1 @@
-"""Dagster resources of chmv."""
-
-from resources.clickhouse import ClickHouseResource, default_state_dir
-
-__all__ = ["ClickHouseResource", "default_state_dir"]
+"""Resources of chmv: the ClickHouse resource (Dagster), the embedded-engine lock and the state directory."""

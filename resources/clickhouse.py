@@ -17,14 +17,12 @@ from pydantic import Field
 
 from chmv_assets.errors import EngineBusyError
 from resources.locking import engine_lock
+from resources.state import default_state_dir
 
-_PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _open_lock = threading.Lock()
 
-
-def default_state_dir() -> Path:
-    """Where chmv keeps local state: ``$CHMV_STATE_DIR``, else ``.chmv/`` at the project root."""
-    return Path(os.environ.get("CHMV_STATE_DIR") or _PROJECT_ROOT / ".chmv").resolve()
+#: Concurrency pool of every asset that opens ClickHouse: the demo instance limits it to one at a time.
+CLICKHOUSE_POOL = "clickhouse"
 
 
 class ClickHouseResource(ConfigurableResource):

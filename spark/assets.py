@@ -1,23 +1,30 @@
 """Dagster side of the Spark pipeline: one daily-partitioned ingestion asset per source table."""
 
 
+import os
+import sys
+from typing import Any
+
 from dagster import (
     AssetExecutionContext,
     AssetsDefinition,
+    AssetSelection,
     BackfillPolicy,
     DailyPartitionsDefinition,
+    Definitions,
     MaterializeResult,
+    define_asset_job,
     multi_asset,
 )
+from dagster_pyspark import LazyPySparkResource
 
-from chmv_assets.assets import CLICKHOUSE_POOL
-from chmv_assets.loader import LoadedProject
-from chmv_assets.models import ObjectRef
-from chmv_assets.translator import ChmvTranslator
-from resources.clickhouse import ClickHouseResource
+from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine.landing import ingested_sources, landing_dir
+from chmv_assets.orchestration.translator import ChmvTranslator
+from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
 from spark.ingest import ingest
-from spark.landing import landing_dir
-from spark.session import session_of
+from spark.session import session_of, spark_conf
 
 #: Name of the ingestion job (every source; select assets to load some).
 INGEST_JOB = "chmv_ingest"
@@ -70,3 +77,29 @@ def build_ingestion_asset(loaded: LoadedProject, ref: ObjectRef, translator: Chm
         )
 
     return _ingest
+
+
+def pyspark_resource(master: str | None = None, extra: dict[str, Any] | None = None) -> LazyPySparkResource:
+    """dagster-pyspark's lazy resource with chmv's settings: no JVM starts until an asset needs Spark."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return LazyPySparkResource(spark_config=spark_conf(master, extra))
+
+
+def build_spark_definitions(loaded: LoadedProject, translator: ChmvTranslator) -> Definitions:
+    """Ingestion assets (one per source with an event-time column), the ingestion job and the ``pyspark`` resource.
+
+    Empty when no landing zone is configured (``[ingestion] landing_dir``, ``$CHMV_LANDING_DIR`` or an
+    existing ``<state dir>/landing``): the sources then stay external assets and targets rebuild in
+    ClickHouse only.
+    """
+    sources = ingested_sources(loaded)
+    if not sources:
+        return Definitions()
+    assets = [build_ingestion_asset(loaded, ref, translator) for ref in sources]
+    job = define_asset_job(
+        INGEST_JOB,
+        selection=AssetSelection.assets(*[a.key for a in assets]),
+        partitions_def=ingestion_partitions(loaded),
+        description="Load the landing zone into the source tables (Spark), firing the live MVs.",
+    )
+    return Definitions(assets=assets, jobs=[job], resources={"pyspark": pyspark_resource()})

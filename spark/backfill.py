@@ -9,7 +9,7 @@ Spark engine, per target and range of partitions (the protocol is in README, "Ba
    the ingestion's cleaning (dedup by key) and writes Parquet staging, one folder per partition;
 3. under the gate again, per partition: ClickHouse runs the MV's OWN SELECT over
    ``file(staging) UNION ALL (source rows with event time > C)`` into a shadow table and replaces
-   the partition (``chmv_assets.rebuild``). The source table is not re-inserted, so sibling MVs
+   the partition (``chmv_assets.engine.rebuild``). The source table is not re-inserted, so sibling MVs
    on it do not fire.
 
 ClickHouse engine: the same rebuild reading the source table, also under the gate.
@@ -27,22 +27,24 @@ from typing import Literal
 
 from clickhouse_connect.driver.client import Client
 
-from chmv_assets.backfill_sql import PartitionWindow, source_range_predicate, window_for_key
-from chmv_assets.cutoff import (
+from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.models import ObjectRef, Project
+from chmv_assets.ddl.partitioning import PartitionWindow, partition_scheme, windows_between
+from chmv_assets.engine import landing
+from chmv_assets.engine.clients import ClientFactory
+from chmv_assets.engine.gates import (
     crash_point,
     current_watermark,
     cutoff_of,
     source_gate,
     source_min_time,
 )
+from chmv_assets.engine.rebuild import rebuild
+from chmv_assets.engine.watermarks import COMMITTED, read_watermark, write_watermark
 from chmv_assets.errors import ChmvError, LandingZoneError
-from chmv_assets.loader import LoadedProject
-from chmv_assets.models import ObjectRef, Project, qualified, quote
-from chmv_assets.partitions import partition_scheme
-from chmv_assets.rebuild import rebuild
-from chmv_assets.watermarks import COMMITTED, read_watermark, write_watermark
-from resources.clickhouse import ClickHouseResource
-from spark import landing, staging
+from chmv_assets.sql.quoting import qualified, quote
+from chmv_assets.sql.rebuild_sql import source_range_predicate
+from spark import staging
 
 Engine = Literal["auto", "clickhouse", "spark"]
 _GRAIN_ORDER = ["minute", "5 minute", "10 minute", "15 minute", "hour", "day", "week", "month", "quarter", "year"]
@@ -118,7 +120,7 @@ def _first_landing(root: Path, source: ObjectRef) -> datetime | None:
     return min((f.first_arrival for f in files), default=None)
 
 
-def backfill(spark, clickhouse: ClickHouseResource, loaded: LoadedProject, target: ObjectRef,
+def backfill(spark, clickhouse: ClientFactory, loaded: LoadedProject, target: ObjectRef,
              windows: Sequence[PartitionWindow | None], *, engine: Engine = "auto", root: Path | None = None,
              log: Callable[[str], None] | None = None) -> list[BackfillResult]:  # fmt: skip
     """Rebuild partitions of ``target`` exactly, while ingestion keeps loading its sources.
@@ -180,7 +182,7 @@ def _cutoffs(client: Client, loaded: LoadedProject, triggers: list[ObjectRef],
     return cutoffs
 
 
-def _spark_backfill(spark, clickhouse: ClickHouseResource | None, client: Client | None, loaded: LoadedProject,
+def _spark_backfill(spark, clickhouse: ClientFactory | None, client: Client | None, loaded: LoadedProject,
                     target: ObjectRef, windows: Sequence[PartitionWindow | None],
                     cutoffs: dict[ObjectRef, datetime | None], root: Path,
                     say: Callable[[str], None]) -> list[BackfillResult]:  # fmt: skip
@@ -268,9 +270,7 @@ def _stage_source(spark, loaded: LoadedProject, target: ObjectRef, source: Objec
     files = landing.list_files(root, source, arrived_after=since,
                                arrived_before=upper + lateness if upper is not None else None)  # fmt: skip
     columns, rows_read = landing.check_files(files, table)
-    from spark.ingest import dedup_keys
-
-    keys = dedup_keys(loaded, source, columns)
+    keys = landing.dedup_keys(loaded, source, columns)
     folder = staging.staging_dir("backfill", f"{target.fqn}.{source.fqn}", batch_id)
     say(f"{target.fqn}: Spark stages {source.fqn} from {len(files)} landing files ({rows_read} rows), "
         f"event time in [{since}, {before}) and <= cutoff {cutoff}")  # fmt: skip
@@ -314,23 +314,12 @@ def _relation(loaded: LoadedProject, source: ObjectRef, st: _Staged, window: Par
 def windows_covering(loaded: LoadedProject, target: ObjectRef, since: datetime, until: datetime,
                      margin: timedelta = timedelta(0)) -> list[PartitionWindow | None]:  # fmt: skip
     """The partitions of ``target`` whose windows intersect ``[since - margin, until + margin]``."""
-    from dagster import PartitionKeyRange, TimeWindowPartitionsDefinition
-
-    from chmv_assets.translator import ChmvTranslator
-
-    pd = ChmvTranslator().get_partitions_def(loaded, target)
-    if not isinstance(pd, TimeWindowPartitionsDefinition):
+    table = loaded.project.table(target)
+    scheme = partition_scheme(table, loaded.project.views_into(target)) if table is not None else None
+    if scheme is None or scheme.grain is None:
         return [None]
-    lo = max(since - margin, pd.start.replace(tzinfo=None))
-    hi = until + margin
-    if hi < lo:
-        return []
-    first = pd.get_partition_key_for_timestamp(lo.replace(tzinfo=pd.start.tzinfo).timestamp())
-    last = pd.get_partition_key_for_timestamp(hi.replace(tzinfo=pd.start.tzinfo).timestamp())
-    out: list[PartitionWindow | None] = []
-    for key in pd.get_partition_keys_in_range(PartitionKeyRange(first, last)):
-        out.append(window_for_key(pd, key))
-    return out
+    first = datetime.strptime(loaded.config.partition_start, "%Y-%m-%d")
+    return list(windows_between(scheme.grain, first, since - margin, until + margin))
 
 
 def repair(spark, client: Client, loaded: LoadedProject, source: ObjectRef, *, since: datetime | None,

@@ -29,19 +29,22 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from chmv_assets.cutoff import (
+from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine import landing
+from chmv_assets.engine.clients import ClientFactory
+from chmv_assets.engine.gates import (
     crash_point,
     current_watermark,
     cutoff_of,
     ingestion_source_id,
     source_gate,
 )
+from chmv_assets.engine.watermarks import begin_load, commit_load
 from chmv_assets.errors import LandingZoneError
-from chmv_assets.loader import LoadedProject
-from chmv_assets.models import ObjectRef, qualified, quote
-from chmv_assets.watermarks import begin_load, commit_load
-from resources.clickhouse import ClickHouseResource
-from spark import landing, staging
+from chmv_assets.sql.quoting import qualified, quote
+from spark import staging
+from spark.backfill import repair
 
 #: Settings of the load's INSERT: a batch may span several source partitions.
 INSERT_SETTINGS = {"max_partitions_per_insert_block": 0, "insert_deduplicate": 0}
@@ -73,17 +76,7 @@ def batch_id_of(source: ObjectRef, lower: datetime | None, files: list[landing.L
     return digest.hexdigest()[:16]
 
 
-def dedup_keys(loaded: LoadedProject, source: ObjectRef, columns: list[str]) -> list[str]:
-    """The configured dedup key of ``source`` (default: every loaded column)."""
-    keys = loaded.config.ingestion.dedup_keys.get(source.fqn) or list(columns)
-    missing = [k for k in keys if k not in columns]
-    if missing:
-        raise LandingZoneError(f"dedup key {missing} of {source.fqn} is not among the loaded columns {columns}; "
-                               "fix [ingestion.dedup_keys] in chmv.toml")  # fmt: skip
-    return keys
-
-
-def ingest(spark, clickhouse: ClickHouseResource, loaded: LoadedProject, source: ObjectRef, *,
+def ingest(spark, clickhouse: ClientFactory, loaded: LoadedProject, source: ObjectRef, *,
            root: Path | None = None, days: set[str] | None = None,
            log: Callable[[str], None] | None = None) -> IngestResult:  # fmt: skip
     """Load the landing-zone rows of ``source`` newer than its watermark (minus the late tolerance).
@@ -116,7 +109,7 @@ def ingest(spark, clickhouse: ClickHouseResource, loaded: LoadedProject, source:
     lower = cutoff_of(mark, tolerance)
     files = landing.list_files(root, source, arrived_after=lower, days=days)
     columns, rows_read = landing.check_files(files, table)
-    keys = dedup_keys(loaded, source, columns)
+    keys = landing.dedup_keys(loaded, source, columns)
     batch_id = batch_id_of(source, lower, files)
     say(f"{source.fqn}: batch {batch_id}, {len(files)} files, {rows_read} rows, watermark "
         f"{mark.last_processed_ts if mark else None}, loading event time > {lower}")  # fmt: skip
@@ -141,8 +134,6 @@ def ingest(spark, clickhouse: ClickHouseResource, loaded: LoadedProject, source:
             inserted, newest, oldest = _insert(client, table.ref, folder, table, columns, tcol, keys, lower)
         crash_point("ingest:inserted")
         if interrupted:
-            from spark.backfill import repair
-
             say(f"{source.fqn}: the previous load died during its insert; rebuilding the partitions it touched")
             repaired = repair(spark, client, loaded, source, since=lower or oldest, until=newest or before,
                               cutoff=lower, root=root, log=say)  # fmt: skip

@@ -1,12 +1,10 @@
-"""The SparkSession chmv uses, and the dagster-pyspark resource that hands it to assets."""
+"""The SparkSession chmv uses (settings for a small machine); the dagster-pyspark resource is in spark.assets."""
 
 from __future__ import annotations
 
 import os
 import sys
 from typing import Any
-
-from dagster_pyspark import LazyPySparkResource
 
 #: Environment variable overriding ``spark.master`` (``local[*]``, ``spark://host:7077``, ...).
 MASTER_ENV = "CHMV_SPARK_MASTER"
@@ -56,12 +54,6 @@ def get_spark_session(master: str | None = None, extra: dict[str, Any] | None = 
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
-
-
-def pyspark_resource(master: str | None = None, extra: dict[str, Any] | None = None) -> LazyPySparkResource:
-    """dagster-pyspark's lazy resource with chmv's settings: no JVM starts until an asset needs Spark."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return LazyPySparkResource(spark_config=spark_conf(master, extra))
 
 
 def session_of(resource: Any):

@@ -18,9 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from clickhouse_connect.driver.binding import format_query_value
 
+from chmv_assets.ddl.models import Table
 from chmv_assets.errors import LandingZoneError
-from chmv_assets.models import Table, quote
-from resources.clickhouse import default_state_dir
+from chmv_assets.sql.quoting import quote
+from resources.state import default_state_dir
 
 #: Environment variable for the staging root (must be readable by ClickHouse; default: <state dir>/staging).
 STAGING_ENV = "CHMV_STAGING_DIR"

@@ -15,12 +15,12 @@ from dagster import (
     materialize,
 )
 
-from asset_checks import PARITY, build_asset_checks
-from chmv_assets.assets import build_chmv_assets
-from chmv_assets.definitions import build_definitions
-from chmv_assets.loader import LoadedProject
-from chmv_assets.models import ObjectRef
-from chmv_assets.translator import ChmvTranslator
+from asset_checks.definitions import PARITY, build_asset_checks
+from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.orchestration.assets import build_chmv_assets
+from chmv_assets.orchestration.definitions import build_definitions
+from chmv_assets.orchestration.translator import ChmvTranslator
 
 TRANSLATOR = ChmvTranslator()
 

@@ -39,15 +39,15 @@ def _isolated_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pa
 @pytest.fixture(scope="session")
 def example():
     """The example project, parsed once."""
-    from chmv_assets.loader import load
+    from chmv_assets.ddl.loader import load
 
     return load(EXAMPLE_DDL)
 
 
 def make_engine(path: Path, loaded, rows: int = 0, seed: int = 42):
     """A ClickHouseResource on a fresh embedded engine at ``path``, DDL applied, ``rows`` demo rows loaded."""
-    from chmv_assets import demo_data
-    from chmv_assets.apply import apply
+    from chmv_assets.engine import demo_data
+    from chmv_assets.engine.apply import apply
     from resources.clickhouse import ClickHouseResource
 
     resource = ClickHouseResource(dsn=f"chdb://{path}")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from chmv_assets import demo_data
-from chmv_assets.loader import LoadedProject
-from chmv_assets.models import ObjectRef, qualified, quote
+from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine import demo_data
+from chmv_assets.sql.quoting import qualified, quote
 
 ROOT_DIR = Path(__file__).resolve().parents[1]
 SOURCES = {"analytics.api_requests": 20_000, "analytics.all_events": 10_000, "analytics.raw_webhooks": 8_000}

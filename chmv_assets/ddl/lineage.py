@@ -1,0 +1,156 @@
+"""The graph of tables, dictionaries and MVs of a project: order, depth, impact, rendering."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from functools import cached_property
+from graphlib import CycleError, TopologicalSorter
+
+from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project
+
+
+class LineageGraph:
+    """Dependency graph over ``database.name`` nodes; edges point from what is read to what reads it.
+
+    Edges: source table → MV, dictionary → MV, a dictionary's source table → dictionary, MV → TO target.
+    An MV with an inner table is its own target.
+    """
+
+    def __init__(self, project: Project):
+        self.project = project
+        self.kinds: dict[str, str] = {}
+        self.upstream: dict[str, set[str]] = {}
+        for ref in project.tables:
+            self._node(ref, "table")
+        for ref in project.external:
+            self._node(ref, "external")
+        for ref, dictionary in project.dictionaries.items():
+            self._node(ref, "dictionary")
+            if dictionary.source_table is not None:
+                self._edge(dictionary.source_table, ref, "table")
+        for ref, view in project.views.items():
+            self._node(ref, "view")
+            for source in view.source_refs:
+                self._edge(source, ref, "table")
+            for dictionary in view.dictionaries:
+                self._edge(dictionary, ref, "dictionary")
+            if view.target is not None:
+                self._edge(ref, view.target, "table")
+
+    def _node(self, ref: ObjectRef, kind: str) -> None:
+        self.kinds.setdefault(ref.fqn, kind)
+        self.upstream.setdefault(ref.fqn, set())
+
+    def _edge(self, src: ObjectRef, dst: ObjectRef, src_kind: str) -> None:
+        self._node(src, src_kind)
+        self._node(dst, "table")
+        self.upstream[dst.fqn].add(src.fqn)
+
+    @cached_property
+    def downstream(self) -> dict[str, set[str]]:
+        down: dict[str, set[str]] = {n: set() for n in self.upstream}
+        for node, ups in self.upstream.items():
+            for up in ups:
+                down[up].add(node)
+        return down
+
+    def find_cycle(self) -> list[str] | None:
+        """The nodes of one cycle in data-flow order (``a -> mv -> b -> … -> a``), first node repeated at the end.
+
+        None for a DAG.
+        """
+        try:
+            tuple(TopologicalSorter(self.upstream).static_order())
+        except CycleError as err:
+            # graphlib lists each node before one of its predecessors; report in data-flow order.
+            cycle = list(err.args[1])
+            return cycle[::-1] if cycle[1] in self.upstream[cycle[0]] else cycle
+        return None
+
+    @cached_property
+    def layers(self) -> list[list[str]]:
+        """Topological layers: every node's dependencies sit in earlier layers (deploy order, parallel groups)."""
+        sorter = TopologicalSorter(self.upstream)
+        sorter.prepare()
+        layers = []
+        while sorter.is_active():
+            ready = sorted(sorter.get_ready())
+            layers.append(ready)
+            sorter.done(*ready)
+        return layers
+
+    @cached_property
+    def depth(self) -> dict[str, int]:
+        """MV hops from a root table: a root source is 0, a target written by an MV on it is 1, and so on."""
+        depth: dict[str, int] = {}
+        for layer in self.layers:
+            for node in layer:
+                ups = self.upstream[node]
+                if self.kinds[node] == "view":
+                    depth[node] = 1 + max((depth[u] for u in ups if self.kinds[u] != "dictionary"), default=0)
+                else:
+                    depth[node] = max((depth[u] for u in ups), default=0)
+        return depth
+
+    def view_depth(self, view: MaterializedView) -> int:
+        return self.depth[view.ref.fqn]
+
+    def impact(self, fqn: str) -> list[str]:
+        """Everything downstream of a node (breadth-first, the node itself excluded)."""
+        seen, queue, order = {fqn}, deque([fqn]), []
+        while queue:
+            for nxt in sorted(self.downstream.get(queue.popleft(), ())):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    order.append(nxt)
+                    queue.append(nxt)
+        return order
+
+    def to_dict(self) -> dict:
+        """The JSON shape of ``chmv lineage --format json``."""
+        views = [
+            {
+                "name": v.ref.fqn,
+                "target": v.target.fqn if v.target else None,
+                "sources": [r.fqn for r in v.source_refs],
+                "trigger": v.trigger.fqn if v.trigger else None,
+                "dictionaries": [d.fqn for d in v.dictionaries],
+                "refreshable": v.refreshable,
+                "depth": self.view_depth(v),
+            }
+            for v in self.project.views.values()
+        ]
+        tables = [
+            {"name": n, "kind": k, "depth": self.depth[n], "downstream": self.impact(n)}
+            for n, k in sorted(self.kinds.items())
+            if k != "view"
+        ]
+        return {"views": views, "tables": tables, "layers": self.layers}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def to_mermaid(self) -> str:
+        """A ``flowchart LR`` with tables as cylinders, dictionaries as hexagon-less boxes, MVs as diamonds."""
+        ids = {n: f"n{i}" for i, n in enumerate(sorted(self.kinds))}
+        shape = {"view": "{{%s}}", "dictionary": "[/%s/]", "external": "[(%s)]", "table": "[(%s)]"}
+        lines = ["flowchart LR"]
+        for node, kind in sorted(self.kinds.items()):
+            lines.append(f"    {ids[node]}" + shape[kind] % f'"{node}"')
+        for node in sorted(self.upstream):
+            for up in sorted(self.upstream[node]):
+                lines.append(f"    {ids[up]} --> {ids[node]}")
+        return "\n".join(lines)
+
+    def to_dot(self) -> str:
+        """Graphviz DOT, one node per object, MVs as diamonds."""
+        shape = {"view": "diamond", "dictionary": "component", "external": "cylinder", "table": "cylinder"}
+        lines = ["digraph chmv {", "    rankdir=LR;"]
+        for node, kind in sorted(self.kinds.items()):
+            lines.append(f'    "{node}" [shape={shape[kind]}];')
+        for node in sorted(self.upstream):
+            for up in sorted(self.upstream[node]):
+                lines.append(f'    "{up}" -> "{node}";')
+        lines.append("}")
+        return "\n".join(lines)

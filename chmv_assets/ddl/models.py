@@ -1,0 +1,328 @@
+"""Immutable models of a parsed DDL directory.
+
+Every later stage (lineage, partitions, backfill SQL, checks, lint) reads these models; no stage parses
+SQL text again. Executable SQL fragments are kept verbatim from the source files, with character spans
+of the identifiers that later stages substitute, because a sqlglot round trip rewrites ClickHouse
+functions (``toStartOfHour`` becomes ``dateTrunc``) and may change result types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from functools import cached_property
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+
+class ObjectRef(_Frozen):
+    """A database object, by its exact (unquoted) database and name."""
+
+    database: str
+    name: str
+
+    @property
+    def fqn(self) -> str:
+        """``database.name``, unquoted, as used in JSON output and asset keys."""
+        return f"{self.database}.{self.name}"
+
+    def __str__(self) -> str:
+        return self.fqn
+
+    # Refs key every mapping of a project: compare and hash the two strings, not through pydantic.
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ObjectRef):
+            return NotImplemented
+        return self.database == other.database and self.name == other.name
+
+    def __hash__(self) -> int:
+        return hash((self.database, self.name))
+
+
+class SourceLocation(_Frozen):
+    """Where a statement starts in the DDL directory."""
+
+    file: str
+    line: int
+    column: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+class Span(_Frozen):
+    """A half-open character range ``[start, end)`` inside a verbatim SQL fragment."""
+
+    start: int
+    end: int
+
+
+class Fragment(_Frozen):
+    """A verbatim SQL fragment with the spans of the identifiers it references.
+
+    Attributes:
+        sql: The text exactly as written in the DDL file.
+        column_spans: For each column name referenced in ``sql``, the spans where it occurs.
+    """
+
+    sql: str
+    column_spans: tuple[tuple[str, tuple[Span, ...]], ...] = ()
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The column names the fragment references."""
+        return tuple(name for name, _ in self.column_spans)
+
+    def substitute(self, replacements: Mapping[str, str]) -> str:
+        """Return the fragment with every reference to a column replaced by a parenthesized SQL text.
+
+        Args:
+            replacements: Column name to replacement SQL. Columns not named are left as written.
+        """
+        edits = sorted(
+            (span, f"({replacements[name]})")
+            for name, spans in self.column_spans
+            if name in replacements
+            for span in spans
+        )
+        return splice(self.sql, [(span.start, span.end, text) for span, text in edits])
+
+
+def splice(text: str, edits: list[tuple[int, int, str]]) -> str:
+    """Replace non-overlapping ``[start, end)`` ranges of ``text``; ranges may come in any order."""
+    out, cursor = [], 0
+    for start, end, replacement in sorted(edits):
+        out.append(text[cursor:start])
+        out.append(replacement)
+        cursor = end
+    out.append(text[cursor:])
+    return "".join(out)
+
+
+class Column(_Frozen):
+    """A column of a table, dictionary or inner MV table."""
+
+    name: str
+    type: str
+    default_kind: str | None = None
+    default_expression: str | None = None
+    comment: str | None = None
+
+
+class Engine(_Frozen):
+    """A table engine with its arguments as written."""
+
+    name: str
+    arguments: tuple[str, ...] = ()
+
+    @property
+    def family(self) -> str:
+        """The MergeTree family member without the Replicated/Shared prefix (``AggregatingMergeTree``)."""
+        for prefix in ("Replicated", "Shared"):
+            if self.name.startswith(prefix) and self.name != prefix + "MergeTree":
+                return self.name[len(prefix) :]
+        return self.name.replace("Replicated", "").replace("Shared", "") or self.name
+
+    @property
+    def is_merge_tree(self) -> bool:
+        return self.family.endswith("MergeTree")
+
+
+class Database(_Frozen):
+    """A ``CREATE DATABASE`` statement."""
+
+    name: str
+    engine: str | None = None
+    statement: str
+    location: SourceLocation
+
+
+class Table(_Frozen):
+    """A ``CREATE TABLE`` statement (or the implicit inner table of an MV without ``TO``)."""
+
+    ref: ObjectRef
+    columns: tuple[Column, ...]
+    engine: Engine | None
+    partition_by: Fragment | None = None
+    order_by: str | None = None
+    primary_key: str | None = None
+    ttl: str | None = None
+    settings: str | None = None
+    on_cluster: str | None = None
+    description: str | None = None
+    statement: str
+    location: SourceLocation
+
+    def column(self, name: str) -> Column | None:
+        """The column called ``name``, or None."""
+        return next((c for c in self.columns if c.name == name), None)
+
+
+class Dictionary(_Frozen):
+    """A ``CREATE DICTIONARY`` statement and the table it loads from, when it is a ClickHouse table."""
+
+    ref: ObjectRef
+    columns: tuple[Column, ...]
+    source_table: ObjectRef | None = None
+    primary_key: str | None = None
+    description: str | None = None
+    statement: str
+    location: SourceLocation
+
+
+class SourceRole(StrEnum):
+    """How an MV reads a source table."""
+
+    TRIGGER = "trigger"
+    """The left-most FROM table: its insert blocks fire the MV, and only the block is visible."""
+    READ_WHOLE = "read_whole"
+    """Joined or looked up (JOIN, IN-subquery, scalar subquery): read in full at every insert."""
+    UNION_BRANCH = "union_branch"
+    """The left-most FROM table of another UNION ALL branch."""
+
+
+class SourceUse(_Frozen):
+    """A real table that the MV's SELECT reads, and where it is named in the SELECT text."""
+
+    ref: ObjectRef
+    role: SourceRole
+    spans: tuple[Span, ...] = Field(default=(), description="Spans of the table name in select_sql.")
+    has_alias: tuple[bool, ...] = ()
+    block: tuple[bool, ...] = Field(
+        default=(),
+        description="Per span: the insert block stands here (left-most FROM of the query or a UNION branch). "
+        "Other mentions (a JOIN or subquery on the same table) read the whole table, as in ClickHouse.",
+    )
+
+
+class AggregateCall(_Frozen):
+    """An aggregate function call in the MV's SELECT list."""
+
+    output: str
+    function: str
+    base: str
+    combinators: tuple[str, ...] = ()
+
+    @property
+    def is_state(self) -> bool:
+        return bool(self.combinators) and self.combinators[-1] == "State"
+
+
+class OutputColumn(_Frozen):
+    """A column of the MV's SELECT list.
+
+    Attributes:
+        name: Output name (alias, or the column name for a bare column).
+        expression: sqlglot rendering, for display and lineage only; never executed.
+        source_columns: ``(table fqn, column)`` pairs the expression reads, where derivable.
+        truncation: For range pruning, ``(source column, granularity)`` when the expression is a
+            monotone truncation of one trigger column (``toStartOfHour(ts)`` → ``("ts", "hour")``,
+            a bare column → ``(col, None)``).
+        is_aggregate: The expression contains an aggregate function.
+    """
+
+    name: str
+    expression: str
+    source_columns: tuple[tuple[str, str], ...] = ()
+    truncation: tuple[str, str | None] | None = None
+    is_aggregate: bool = False
+
+
+class MaterializedView(_Frozen):
+    """A ``CREATE MATERIALIZED VIEW`` statement.
+
+    Attributes:
+        target: The ``TO`` table, or None for an MV that owns an inner table.
+        inner_table: The implicit inner table (engine, PARTITION BY …) when ``target`` is None.
+        select_sql: The SELECT text exactly as written: the only SQL chmv ever executes for this MV.
+        sources: Every real table the SELECT reads, with its role and spans in ``select_sql``.
+        trigger: The insert trigger (left-most FROM table), if any.
+    """
+
+    ref: ObjectRef
+    target: ObjectRef | None
+    inner_table: Table | None = None
+    refreshable: bool = False
+    refresh_schedule: str | None = None
+    populate: bool = False
+    on_cluster: str | None = None
+    sources: tuple[SourceUse, ...] = ()
+    trigger: ObjectRef | None = None
+    dictionaries: tuple[ObjectRef, ...] = ()
+    group_by: tuple[str, ...] = ()
+    aggregates: tuple[AggregateCall, ...] = ()
+    output_columns: tuple[OutputColumn, ...] = ()
+    has_join: bool = False
+    joined_tables: tuple[ObjectRef, ...] = ()
+    self_join: bool = False
+    has_order_by: bool = False
+    select_sql: str
+    description: str | None = None
+    statement: str
+    location: SourceLocation
+
+    @property
+    def writes_to(self) -> ObjectRef:
+        """The table the MV writes to: its TO target, or the MV itself for an inner table."""
+        return self.target or self.ref
+
+    @property
+    def source_refs(self) -> tuple[ObjectRef, ...]:
+        """Distinct source tables in order of first use."""
+        return tuple(dict.fromkeys(s.ref for s in self.sources))
+
+    def output(self, name: str) -> OutputColumn | None:
+        return next((c for c in self.output_columns if c.name == name), None)
+
+
+class Project(_Frozen):
+    """A parsed DDL directory: every object by reference, and the configuration it was read with."""
+
+    ddl_dir: str
+    default_database: str
+    databases: tuple[Database, ...] = ()
+    tables: Mapping[ObjectRef, Table] = Field(default_factory=dict)
+    dictionaries: Mapping[ObjectRef, Dictionary] = Field(default_factory=dict)
+    views: Mapping[ObjectRef, MaterializedView] = Field(default_factory=dict)
+    external: tuple[ObjectRef, ...] = ()
+    extra: Mapping[str, Any] = Field(default_factory=dict)
+
+    def table(self, ref: ObjectRef) -> Table | None:
+        """The table (or inner MV table) that holds ``ref``'s rows."""
+        if ref in self.tables:
+            return self.tables[ref]
+        view = self.views.get(ref)
+        return view.inner_table if view else None
+
+    def views_into(self, target: ObjectRef) -> tuple[MaterializedView, ...]:
+        """Insert-triggered and refreshable MVs writing into ``target`` (several for a fan-in)."""
+        return self._views_by_target.get(target, ())
+
+    def views_from(self, source: ObjectRef) -> tuple[MaterializedView, ...]:
+        """MVs triggered by inserts into ``source``."""
+        return self._views_by_trigger.get(source, ())
+
+    @cached_property
+    def _views_by_target(self) -> dict[ObjectRef, tuple[MaterializedView, ...]]:
+        index: dict[ObjectRef, list[MaterializedView]] = {}
+        for view in self.views.values():
+            index.setdefault(view.writes_to, []).append(view)
+        return {ref: tuple(views) for ref, views in index.items()}
+
+    @cached_property
+    def _views_by_trigger(self) -> dict[ObjectRef, tuple[MaterializedView, ...]]:
+        index: dict[ObjectRef, list[MaterializedView]] = {}
+        for view in self.views.values():
+            if view.trigger is not None:
+                index.setdefault(view.trigger, []).append(view)
+        return {ref: tuple(views) for ref, views in index.items()}
+
+    @property
+    def targets(self) -> tuple[ObjectRef, ...]:
+        """Every table an MV writes to, in definition order, each once."""
+        return tuple(dict.fromkeys(v.writes_to for v in self.views.values()))

@@ -1,0 +1,1 @@
+"""Engine operations: functions that take a clickhouse-connect Client (apply, rebuild, gates, watermarks, staleness, recovery); no Dagster."""

@@ -1,0 +1,137 @@
+"""The ingestion cutoff that keeps a backfill exact while rows keep arriving (see README, "Backfill protocol").
+
+Two pieces:
+
+* the **gate** of a source table: an exclusive lock that every chmv writer into that source holds
+  around its insert (ingestion) and around the read-source-then-swap step of a backfill, so no
+  insert lands between the snapshot a backfill reads and the partition swap it does;
+* the **cutoff** of a source: ``watermark - late tolerance``. Ingestion only ever inserts rows with
+  event time ``> watermark - tolerance`` (re-checked under the gate at insert time), and the watermark
+  never goes back, so once a backfill has read the cutoff no row at or before it can reach the source
+  any more: those rows come from the landing zone, the rows after it from the source table itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import datetime, timedelta
+
+from clickhouse_connect.driver.client import Client
+
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine.watermarks import COMMITTED, Watermark, read_watermark, write_watermark
+from chmv_assets.errors import EngineBusyError
+from chmv_assets.sql.quoting import qualified, quote
+from resources.locking import try_flock, unflock
+from resources.state import default_state_dir
+
+#: Environment variable naming crash points (comma separated) at which the process SIGKILLs itself (tests).
+CRASH_ENV = "CHMV_CRASH_AT"
+_held = threading.local()
+
+
+def ingestion_source_id(source: ObjectRef) -> str:
+    """``source_id`` of a source's ingestion watermark (its ``target_table`` is the source itself)."""
+    return f"landing:{source.fqn}"
+
+
+def crash_point(name: str) -> None:
+    """Die with SIGKILL here when ``$CHMV_CRASH_AT`` names this point (used by the kill tests)."""
+    points = os.environ.get(CRASH_ENV, "")
+    if name in points.split(","):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _gate_path(source: ObjectRef) -> str:
+    safe = re.sub(r"[^0-9A-Za-z_.-]", "_", source.fqn)
+    folder = default_state_dir() / "gates"
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder / f"{safe}.lock")
+
+
+@contextmanager
+def source_gate(sources: Iterable[ObjectRef], timeout: float = 600.0) -> Iterator[None]:
+    """Hold the write gate of each source (in name order, so two holders never deadlock).
+
+    Re-entrant within a thread; exclusive across threads and processes (one ``flock`` per use). Take
+    it before opening a ClickHouse client, never while holding one, to keep the lock order fixed.
+
+    Raises:
+        EngineBusyError: Another writer held a gate for longer than ``timeout`` seconds.
+    """
+    with ExitStack() as stack:
+        for source in sorted(set(sources), key=lambda r: r.fqn):
+            stack.enter_context(_one_gate(source, timeout))
+        yield
+
+
+@contextmanager
+def _one_gate(source: ObjectRef, timeout: float) -> Iterator[None]:
+    held: set[str] = _held.__dict__.setdefault("paths", set())
+    path = _gate_path(source)
+    if path in held:
+        yield
+        return
+    deadline = time.monotonic() + timeout
+    while (fd := try_flock(path)) is None:
+        if time.monotonic() >= deadline:
+            raise EngineBusyError(
+                f"the write gate of {source.fqn} ({path}) stayed held for {timeout:.0f}s by another "
+                "ingestion or backfill; wait for it to finish and retry"
+            )
+        time.sleep(0.02)
+    held.add(path)
+    try:
+        yield
+    finally:
+        held.discard(path)
+        unflock(fd)
+
+
+def source_max_time(client: Client, source: ObjectRef, time_column: str) -> datetime | None:
+    """Newest event time in the source table, None when it is empty."""
+    rows = client.query(
+        f"SELECT count(), max({quote(time_column)}) FROM {qualified(source)}"
+    ).result_rows
+    return rows[0][1] if rows and rows[0][0] else None
+
+
+def source_min_time(client: Client, source: ObjectRef, time_column: str) -> datetime | None:
+    """Oldest event time in the source table, None when it is empty."""
+    rows = client.query(
+        f"SELECT count(), min({quote(time_column)}) FROM {qualified(source)}"
+    ).result_rows
+    return rows[0][1] if rows and rows[0][0] else None
+
+
+def current_watermark(client: Client, source: ObjectRef, time_column: str, *,
+                      establish_at: datetime | None = None) -> Watermark | None:  # fmt: skip
+    """The ingestion watermark of ``source``; call it under the source's gate.
+
+    With no watermark yet, ingestion starts where the source table is (its newest event time):
+    that watermark is written now, so the first load and any backfill agree on the cutoff. If the
+    source is empty too, ``establish_at`` (a backfill's upper bound) is written instead; with neither,
+    None (the first load reads the whole landing zone).
+    """
+    sid = ingestion_source_id(source)
+    mark = read_watermark(client, sid, source.fqn)
+    if mark is not None and (mark.last_processed_ts is not None or establish_at is None):
+        return mark
+    start = source_max_time(client, source, time_column) or establish_at
+    if start is None:
+        return mark
+    return write_watermark(client, sid, source.fqn, last_processed_ts=start, batch_id="initial",
+                           status=mark.status if mark else COMMITTED, previous=mark)  # fmt: skip
+
+
+def cutoff_of(mark: Watermark | None, tolerance_minutes: int) -> datetime | None:
+    """``watermark - tolerance``: no row at or before it is ever inserted into the source again."""
+    if mark is None or mark.last_processed_ts is None:
+        return None
+    return mark.last_processed_ts - timedelta(minutes=tolerance_minutes)

@@ -1,0 +1,217 @@
+"""Build Dagster assets from a parsed project: targets are partitioned, sources and dictionaries upstream."""
+
+
+from collections.abc import Sequence
+from typing import Literal
+
+from dagster import (
+    AssetExecutionContext,
+    AssetsDefinition,
+    AssetSpec,
+    BackfillPolicy,
+    Config,
+    MaterializeResult,
+    MetadataValue,
+    TimeWindowPartitionsDefinition,
+    multi_asset,
+)
+from pydantic import Field
+
+from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.ddl.partitioning import PartitionWindow
+from chmv_assets.engine.rebuild import rebuild
+from chmv_assets.errors import ChmvError
+from chmv_assets.orchestration.partitions import window_for_key
+from chmv_assets.orchestration.translator import ChmvTranslator
+from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
+
+
+def partition_windows(context: AssetExecutionContext) -> list[PartitionWindow | None]:
+    """The partitions a run materializes (a single-run backfill covers a range), or ``[None]``."""
+    if not (context.has_partition_key or context.has_partition_key_range):
+        return [None]
+    partitions_def = context.assets_def.partitions_def
+    assert isinstance(partitions_def, TimeWindowPartitionsDefinition)
+    return [window_for_key(partitions_def, key) for key in context.partition_keys]
+
+
+class RebuildConfig(Config):
+    """Run configuration of a target asset."""
+
+    engine: Literal["auto", "clickhouse", "spark"] = Field(
+        default="auto",
+        description="clickhouse: the MVs' SELECT over the source table; spark: over the landing zone's rows "
+        "(read, cleaned and staged by Spark); auto: spark for partitions the source table no longer holds "
+        "(its oldest row is after the partition start), when a landing zone is configured.",
+    )
+
+
+def target_groups(loaded: LoadedProject, translator: ChmvTranslator) -> list[tuple[bool, list[ObjectRef]]]:
+    """Targets that share one op: same partitions definition and same engines, in lineage order.
+
+    Returns ``(spark capable, targets)`` per group.
+
+    One op per group instead of one per target keeps the code location fast to load with thousands
+    of MVs (Dagster builds an op per multi-asset); each target stays its own asset, selectable alone.
+    """
+    from chmv_assets.engine.landing import landing_dir
+    from spark.backfill import spark_capable
+
+    root = landing_dir(loaded)
+    order = {fqn: i for i, layer in enumerate(loaded.graph.layers) for fqn in layer}
+    groups: dict[tuple, list[ObjectRef]] = {}
+    for ref in sorted(loaded.project.targets, key=lambda r: (order.get(r.fqn, 0), r.fqn)):
+        partitions_def = translator.get_asset_spec(loaded, ref).partitions_def
+        groups.setdefault((partitions_def, spark_capable(loaded, ref, root)), []).append(ref)
+    return [(with_spark, refs) for (_, with_spark), refs in groups.items()]
+
+
+def _group_name(specs: list[AssetSpec], index: int, with_spark: bool) -> str:
+    partitions_def = specs[0].partitions_def
+    grain = type(partitions_def).__name__.removesuffix("PartitionsDefinition").lower() if partitions_def else "whole"
+    return f"rebuild_{grain}_targets" + ("_spark" if with_spark else "") + (f"_{index}" if index else "")
+
+
+def build_target_assets(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetsDefinition]:
+    """The assets of every MV target, one subsettable multi-asset per :func:`target_groups` group.
+
+    Each partition of a selected target is rebuilt from its MVs' own SELECT and swapped in; upstream
+    targets of a chain are rebuilt before their downstream ones. With a landing zone configured for
+    the sources, a target can also rebuild from the landing zone through Spark (``engine`` in the run
+    config; resource ``pyspark``). Either way the rebuild holds the write gate of the trigger sources,
+    so it stays exact while ingestion runs. A target that fails does not stop the others of its op;
+    the op fails at the end, naming each failure.
+    """
+    from chmv_assets.engine.landing import landing_dir
+
+    root = landing_dir(loaded)
+    assets, names = [], set()
+    for with_spark, group in target_groups(loaded, translator):
+        specs = [translator.get_asset_spec(loaded, ref) for ref in group]
+        name = _group_name(specs, 0, with_spark)
+        index = 1
+        while name in names:
+            name, index = _group_name(specs, index, with_spark), index + 1
+        names.add(name)
+        assets.append(_group_asset(loaded, group, specs, name, root, with_spark))
+    return assets
+
+
+def _group_asset(loaded: LoadedProject, group: list[ObjectRef], specs: list[AssetSpec], name: str, root,
+                 with_spark: bool) -> AssetsDefinition:  # fmt: skip
+    from chmv_assets.engine.gates import source_gate
+    from spark.backfill import triggers_of
+
+    by_key = dict(zip((s.key for s in specs), group, strict=True))
+    # Measured (benchmarks/bench_spark_backfill.py): one run over a range beats one run per partition.
+    backfill_policy = BackfillPolicy.single_run() if specs[0].partitions_def is not None else None
+
+    def run(context: AssetExecutionContext, config: RebuildConfig, clickhouse: ClickHouseResource):
+        windows = partition_windows(context)
+        selected = [key for key in by_key if key in context.selected_asset_keys]
+        failures = []
+        for key in selected:
+            ref = by_key[key]
+            try:
+                if with_spark or config.engine == "spark":
+                    yield _rebuild_with_engines(context, config, clickhouse, loaded, ref, key, windows, root,
+                                                with_spark)  # fmt: skip
+                    continue
+                with source_gate(triggers_of(loaded.project, ref)), clickhouse.get_client() as client:
+                    results = [rebuild(client, loaded.project, ref, window, log=context.log.info) for window in windows]
+                yield MaterializeResult(asset_key=key, metadata=_clickhouse_metadata(results))
+            except Exception as err:  # noqa: BLE001 - reported per target, re-raised together below
+                context.log.error(f"{ref.fqn}: rebuild failed: {err}")
+                failures.append(f"{ref.fqn}: {err}")
+        if failures:
+            raise ChmvError("rebuild failed for " + "; ".join(failures))
+
+    kwargs = {"specs": specs, "name": name, "backfill_policy": backfill_policy, "pool": CLICKHOUSE_POOL,
+              "can_subset": True}  # fmt: skip
+    if with_spark:
+
+        @multi_asset(**kwargs, required_resource_keys={"clickhouse", "pyspark"})
+        def _rebuild(context: AssetExecutionContext, config: RebuildConfig):
+            yield from run(context, config, context.resources.clickhouse)
+
+        return _rebuild
+
+    @multi_asset(**kwargs)
+    def _rebuild_in_clickhouse(context: AssetExecutionContext, config: RebuildConfig, clickhouse: ClickHouseResource):
+        yield from run(context, config, clickhouse)
+
+    return _rebuild_in_clickhouse
+
+
+def _clickhouse_metadata(results) -> dict:
+    return {
+        "chmv/engine_path": "clickhouse",
+        "chmv/partitions": len(results),
+        "chmv/rows_written": sum(r.rows_written for r in results),
+        "chmv/method": ", ".join(sorted({r.method for r in results})),
+        "chmv/seconds": round(sum(r.seconds for r in results), 3),
+        "chmv/statements": MetadataValue.md("```sql\n" + ";\n".join(results[-1].statements) + "\n```"),
+    }
+
+
+def _rebuild_with_engines(context: AssetExecutionContext, config: RebuildConfig, clickhouse: ClickHouseResource,
+                          loaded: LoadedProject, ref: ObjectRef, key, windows, root,
+                          with_spark: bool) -> MaterializeResult:  # fmt: skip
+    """Rebuild through ``spark.backfill`` (engine per partition), with per-partition progress metadata."""
+    from spark.backfill import backfill
+    from spark.session import session_of
+
+    def spark_session():
+        if not with_spark:
+            raise ChmvError(f"{ref.fqn}: engine=spark needs a landing zone ([ingestion] landing_dir or "
+                            "$CHMV_LANDING_DIR) and [ingestion.time_columns] for its sources")
+        return session_of(context.resources.pyspark)
+
+    results = backfill(spark_session, clickhouse, loaded, ref, windows, engine=config.engine, root=root,
+                       log=context.log.info)  # fmt: skip
+    rows = [f"| {r.partition or 'all'} | {r.engine} | {r.rows_staged} | {r.rows_written} | {r.cutoff or ''} | "
+            f"{r.batch_id} |" for r in results]  # fmt: skip
+    table = "| partition | engine | landing rows staged | rows written | cutoff | batch id |\n|---|---|---|---|---|---|\n"
+    return MaterializeResult(
+        asset_key=key,
+        metadata={
+            "chmv/engine_path": ", ".join(sorted({r.engine for r in results})),
+            "chmv/partitions": len(results),
+            "chmv/rows_read": max((r.rows_read for r in results), default=0),
+            "chmv/rows_staged": sum(r.rows_staged for r in results),
+            "chmv/rows_written": sum(r.rows_written for r in results),
+            "chmv/method": ", ".join(sorted({r.method for r in results})),
+            "chmv/seconds": round(sum(r.seconds for r in results), 3),
+            "chmv/cutoff": str(min((r.cutoff for r in results if r.cutoff), default="")),
+            "chmv/batch_id": ", ".join(sorted({r.batch_id for r in results if r.batch_id})),
+            "chmv/progress": MetadataValue.md(table + "\n".join(rows)),
+            "chmv/statements": MetadataValue.md("```sql\n" + ";\n".join(results[-1].statements) + "\n```"),
+        },
+    )
+
+
+def build_chmv_assets(loaded: LoadedProject, translator: ChmvTranslator | None = None) -> Sequence[AssetsDefinition | AssetSpec]:
+    """One materializable asset per MV target, and an external asset per source table and dictionary.
+
+    Args:
+        loaded: The parsed project.
+        translator: Hooks for keys, groups, partitions and metadata.
+    """
+    translator = translator or ChmvTranslator()
+    project = loaded.project
+    targets = project.targets
+    assets: list[AssetsDefinition | AssetSpec] = list(build_target_assets(loaded, translator))
+    upstream = dict.fromkeys(ref for target in targets for ref in translator.get_upstream(loaded, target))
+    for ref in list(upstream):
+        if ref in project.dictionaries:
+            for dep in translator.get_upstream(loaded, ref):
+                upstream.setdefault(dep)
+    from chmv_assets.engine.landing import ingested_sources
+
+    ingested = set(ingested_sources(loaded))  # materialized by the Spark ingestion assets instead
+    target_set = set(targets)
+    for ref in upstream:
+        if ref not in target_set and ref not in ingested:
+            assets.append(translator.get_asset_spec(loaded, ref))
+    return assets

@@ -1,0 +1,61 @@
+"""Assemble the chmv Definitions for one parsed DDL directory: assets, checks, sensors, jobs, resources.
+
+Nothing here opens ClickHouse, so loading the code location never contends for the embedded engine.
+"""
+
+from __future__ import annotations
+
+import os
+
+from dagster import Definitions, EnvVar
+
+from asset_checks.definitions import build_asset_checks
+from chmv_assets.ddl.loader import LoadedProject, gc_paused
+from chmv_assets.orchestration.assets import build_chmv_assets
+from chmv_assets.orchestration.jobs import build_jobs
+from chmv_assets.orchestration.sensors import build_sensors
+from chmv_assets.orchestration.translator import ChmvTranslator
+from resources.clickhouse import ClickHouseResource
+from spark.assets import build_spark_definitions
+
+
+def build_definitions(
+    loaded: LoadedProject,
+    *,
+    clickhouse: ClickHouseResource | None = None,
+    translator: ChmvTranslator | None = None,
+) -> Definitions:
+    """Assemble the code location for a parsed project.
+
+    Args:
+        loaded: The parsed DDL directory and its configuration.
+        clickhouse: The resource; default: ``$CHMV_CLICKHOUSE_DSN`` or the embedded engine.
+        translator: Hooks for asset keys, groups, partitions and metadata.
+    """
+    translator = translator or ChmvTranslator()
+    clickhouse = clickhouse or default_clickhouse()
+    with gc_paused():
+        return _assemble(loaded, clickhouse, translator)
+
+
+def _assemble(loaded: LoadedProject, clickhouse: ClickHouseResource, translator: ChmvTranslator) -> Definitions:
+    spark = build_spark_definitions(loaded, translator)
+    return Definitions.merge(
+        Definitions(
+            assets=build_chmv_assets(loaded, translator),
+            asset_checks=build_asset_checks(loaded, translator),
+            sensors=build_sensors(loaded, translator),
+            jobs=build_jobs(loaded),
+            resources={"clickhouse": clickhouse},
+        ),
+        spark,
+    )
+
+
+def default_clickhouse() -> ClickHouseResource:
+    """The embedded engine, or a server when ``CHMV_CLICKHOUSE_DSN`` is set (password from ``CLICKHOUSE_PASSWORD``)."""
+    dsn = os.environ.get("CHMV_CLICKHOUSE_DSN")
+    if dsn and not dsn.startswith("chdb:"):
+        return ClickHouseResource(dsn=dsn, username=os.environ.get("CLICKHOUSE_USER"), password=EnvVar("CLICKHOUSE_PASSWORD"))
+    return ClickHouseResource(dsn=dsn)
+

@@ -1,0 +1,32 @@
+"""Dagster partitions definitions from the parsed partition scheme, and back from keys to time windows."""
+
+from __future__ import annotations
+
+from dagster import (
+    DailyPartitionsDefinition,
+    HourlyPartitionsDefinition,
+    MonthlyPartitionsDefinition,
+    PartitionsDefinition,
+    TimeWindowPartitionsDefinition,
+)
+
+from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
+
+
+def partitions_definition(scheme: PartitionScheme, start: str, timezone: str = "UTC") -> TimeWindowPartitionsDefinition | None:
+    """The Dagster partitions definition for a scheme, starting at ``start`` (``YYYY-MM-DD``)."""
+    if scheme.grain == "hour":
+        return HourlyPartitionsDefinition(start_date=f"{start}-00:00", timezone=timezone, end_offset=1)
+    if scheme.grain == "day":
+        return DailyPartitionsDefinition(start_date=start, timezone=timezone, end_offset=1)
+    if scheme.grain == "month":
+        return MonthlyPartitionsDefinition(start_date=start, timezone=timezone, end_offset=1)
+    return None
+
+
+def window_for_key(partitions_def: PartitionsDefinition | None, key: str | None) -> PartitionWindow | None:
+    """The ``[start, end)`` window of a time partition key (naive UTC), None for an unpartitioned asset."""
+    if key is None or not isinstance(partitions_def, TimeWindowPartitionsDefinition):
+        return None
+    tw = partitions_def.time_window_for_partition_key(key)
+    return PartitionWindow(key=key, start=tw.start.replace(tzinfo=None), end=tw.end.replace(tzinfo=None))

@@ -1,0 +1,171 @@
+"""Map parsed DDL objects to Dagster asset specs; subclass to rename, regroup or repartition."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from functools import cache
+
+from dagster import (
+    AssetDep,
+    AssetKey,
+    AssetSpec,
+    BetaWarning,
+    MetadataValue,
+    PartitionMapping,
+    PartitionsDefinition,
+    TableColumn,
+    TableColumnDep,
+    TableColumnLineage,
+    TableSchema,
+    TimeWindowPartitionMapping,
+)
+
+from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.models import Column, Dictionary, MaterializedView, ObjectRef, Table
+from chmv_assets.ddl.partitioning import PartitionScheme, partition_scheme
+from chmv_assets.orchestration.partitions import partitions_definition
+
+_KEY_PART = re.compile(r"[^A-Za-z0-9_]")
+
+
+class ChmvTranslator:
+    """Hooks that turn chmv's parsed objects into Dagster metadata, in the style of dagster-dbt's translator.
+
+    Override one hook to change one thing::
+
+        class MyTranslator(ChmvTranslator):
+            def get_asset_key(self, ref):
+                return AssetKey(["clickhouse", ref.database, ref.name])
+    """
+
+    def get_asset_key(self, ref: ObjectRef) -> AssetKey:
+        """``[database, name]``; characters Dagster does not allow in a key become ``_``."""
+        return AssetKey([_KEY_PART.sub("_", ref.database), _KEY_PART.sub("_", ref.name)])
+
+    def get_group_name(self, ref: ObjectRef) -> str:
+        """One group per database."""
+        return _KEY_PART.sub("_", ref.database)
+
+    def get_partition_scheme(self, loaded: LoadedProject, ref: ObjectRef) -> PartitionScheme:
+        """How the target is partitioned, from its PARTITION BY."""
+        table = loaded.project.table(ref)
+        if table is None:
+            return PartitionScheme(grain=None)
+        return partition_scheme(table, loaded.project.views_into(ref))
+
+    def get_partitions_def(self, loaded: LoadedProject, ref: ObjectRef) -> PartitionsDefinition | None:
+        """Time-window partitions from PARTITION BY, starting at ``partition_start``."""
+        scheme = self.get_partition_scheme(loaded, ref)
+        return partitions_definition(scheme, loaded.config.partition_start, loaded.config.timezone)
+
+    def get_description(self, loaded: LoadedProject, ref: ObjectRef) -> str | None:
+        """The SQL comment above the CREATE statement, then what writes the table."""
+        project = loaded.project
+        obj = project.table(ref) or project.dictionaries.get(ref)
+        parts = [obj.description] if obj is not None and obj.description else []
+        views = project.views_into(ref)
+        if views:
+            parts.append("Written by " + ", ".join(f"`{v.ref.fqn}`" for v in views) + ".")
+        return "\n\n".join(parts) or None
+
+    def get_metadata(self, loaded: LoadedProject, ref: ObjectRef) -> dict:
+        """DDL, engine, ORDER BY, TTL, schema, column lineage and chain depth for the UI."""
+        project = loaded.project
+        table = project.table(ref)
+        dictionary = project.dictionaries.get(ref)
+        meta: dict = {"chmv/object": ref.fqn, "chmv/chain_depth": loaded.graph.depth.get(ref.fqn, 0)}
+        obj: Table | Dictionary | None = table or dictionary
+        if obj is not None:
+            meta["chmv/ddl"] = MetadataValue.md(f"```sql\n{obj.statement}\n```")
+            meta["chmv/ddl_file"] = str(obj.location)
+            if obj.columns:
+                meta["dagster/column_schema"] = TableSchema(columns=[_column(c) for c in obj.columns])
+        if table is not None:
+            if table.engine is not None:
+                args = f"({', '.join(table.engine.arguments)})" if table.engine.arguments else ""
+                meta["chmv/engine"] = table.engine.name + args
+            for key, value in (("order_by", table.order_by), ("ttl", table.ttl),
+                               ("partition_by", table.partition_by.sql if table.partition_by else None)):  # fmt: skip
+                if value:
+                    meta[f"chmv/{key}"] = value
+            scheme = self.get_partition_scheme(loaded, ref)
+            if scheme.note:
+                meta["chmv/partitioning_note"] = scheme.note
+        views = project.views_into(ref)
+        if views:
+            meta["chmv/materialized_views"] = MetadataValue.md(
+                "\n\n".join(f"**{v.ref.fqn}** ({v.location})\n```sql\n{v.statement}\n```" for v in views)
+            )
+            lineage = _column_lineage(views, self)
+            if lineage is not None:
+                meta["dagster/column_lineage"] = lineage
+        return meta
+
+    def get_upstream(self, loaded: LoadedProject, ref: ObjectRef) -> list[ObjectRef]:
+        """Sources and dictionaries of the MVs writing ``ref`` (a dictionary: its source table)."""
+        project = loaded.project
+        if ref in project.dictionaries:
+            src = project.dictionaries[ref].source_table
+            return [src] if src is not None else []
+        ups: dict[ObjectRef, None] = {}
+        for view in project.views_into(ref):
+            for source in view.source_refs:
+                if source != ref:
+                    ups[source] = None
+            for dictionary in view.dictionaries:
+                ups[dictionary] = None
+        return list(ups)
+
+    def get_partition_mapping(self, loaded: LoadedProject, ref: ObjectRef, upstream: ObjectRef) -> PartitionMapping | None:
+        """How a target's partitions map onto a partitioned upstream target (a chain hop).
+
+        Time windows overlap by default; upstream partitions that do not exist yet (the current
+        month of a daily upstream) are allowed, since a rollup's window may reach past today.
+        """
+        if loaded.project.views_into(upstream) and self.get_partitions_def(loaded, upstream) is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", BetaWarning)
+                return TimeWindowPartitionMapping(allow_nonexistent_upstream_partitions=True)
+        return None
+
+    def get_asset_spec(self, loaded: LoadedProject, ref: ObjectRef) -> AssetSpec:
+        """The spec assembled from the hooks above (memoized per project and object)."""
+        return _spec(self, loaded, ref)
+
+
+@cache
+def _spec(translator: ChmvTranslator, loaded: LoadedProject, ref: ObjectRef) -> AssetSpec:
+    kind = "dictionary" if ref in loaded.project.dictionaries else "table"
+    return AssetSpec(
+        key=translator.get_asset_key(ref),
+        deps=[
+            AssetDep(translator.get_asset_key(u), partition_mapping=translator.get_partition_mapping(loaded, ref, u))
+            for u in translator.get_upstream(loaded, ref)
+        ],
+        description=translator.get_description(loaded, ref),
+        metadata=translator.get_metadata(loaded, ref),
+        group_name=translator.get_group_name(ref),
+        partitions_def=translator.get_partitions_def(loaded, ref) if loaded.project.views_into(ref) else None,
+        kinds={"clickhouse", kind},
+    )
+
+
+def _column(column: Column) -> TableColumn:
+    description = column.comment
+    if column.default_kind:
+        description = f"{column.default_kind} {column.default_expression}" + (f" — {description}" if description else "")
+    return TableColumn(name=column.name, type=column.type or "unknown", description=description)
+
+
+def _column_lineage(views: tuple[MaterializedView, ...], translator: ChmvTranslator) -> TableColumnLineage | None:
+    deps: dict[str, list[TableColumnDep]] = {}
+    for view in views:
+        for out in view.output_columns:
+            for table_fqn, column in out.source_columns:
+                database, _, name = table_fqn.partition(".")
+                key = translator.get_asset_key(ObjectRef(database=database, name=name))
+                dep = TableColumnDep(asset_key=key, column_name=column)
+                if dep not in deps.setdefault(out.name, []):
+                    deps[out.name].append(dep)
+    return TableColumnLineage(deps_by_column=deps) if deps else None

@@ -1,0 +1,145 @@
+"""SQL that rebuilds a target partition from the MV's own SELECT.
+
+Nothing here re-implements an MV's transform: the verbatim SELECT is executed with its trigger table
+swapped for a window of that table (or for staged rows), and its output filtered to one partition.
+"""
+
+from __future__ import annotations
+
+import re
+
+from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table, splice
+from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
+from chmv_assets.sql.quoting import interval, qualified, quote, time_literal
+
+
+def select_with_source(view: MaterializedView, source: ObjectRef, replacement: str) -> str:
+    """Return the MV's ``select_sql`` reading ``replacement`` wherever it reads ``source``.
+
+    ``replacement`` is a parenthesized subquery or a table function; an alias named like the
+    source table is added where the original had none, so qualified column references still
+    resolve. This is how chmv runs the MV's own SELECT over a partition window, a Parquet
+    staging folder, or rows after a cutoff, without re-implementing the transform.
+
+    Only the positions where the insert block stands are replaced (the left-most FROM and UNION
+    branch heads): the other side of a self-join or a subquery on the same table keeps reading
+    the whole table, as the live MV does.
+    """
+    edits: list[tuple[int, int, str]] = []
+    for use in view.sources:
+        if use.ref != source:
+            continue
+        block = use.block or (True,) * len(use.spans)
+        for span, aliased, is_block in zip(use.spans, use.has_alias, block, strict=True):
+            if not is_block:
+                continue
+            text = replacement if aliased else f"{replacement} AS {quote(source.name)}"
+            edits.append((span.start, span.end, text))
+    return splice(view.select_sql, edits)
+
+
+def partition_expression(target: Table, scheme: PartitionScheme, window: PartitionWindow) -> str:
+    """The target's PARTITION BY evaluated on the window start (``toYYYYMM(CAST('2026-09-01' AS Date))``)."""
+    assert target.partition_by is not None and scheme.column is not None
+    column = target.column(scheme.column)
+    literal = time_literal(window.start, column.type if column else "DateTime")
+    return target.partition_by.substitute({scheme.column: literal})
+
+
+def source_range_predicate(view: MaterializedView, project: Project, scheme: PartitionScheme,
+                           window: PartitionWindow) -> str | None:  # fmt: skip
+    """A range on the trigger's own column that covers every row mapping into the window, for pruning.
+
+    Derivable when the MV computes the partition column as a bare trigger column or a monotone
+    truncation of one (``toStartOfHour(ts)``): then ``f(ts) in [start, end)`` implies
+    ``ts in [start, end + grain)``. The exact filter is applied on the output as well.
+    """
+    if scheme.column is None or view.trigger is None:
+        return None
+    out = view.output(scheme.column)
+    if out is None or out.truncation is None:
+        return None
+    source_column, grain = out.truncation
+    source = project.table(view.trigger)
+    col = source.column(source_column) if source else None
+    if col is None:
+        return None
+    upper = time_literal(window.end, col.type)
+    if grain:
+        upper = f"{upper} + {interval(grain)}"
+    name = quote(col.name)
+    return f"{name} >= {time_literal(window.start, col.type)} AND {name} < {upper}"
+
+
+def source_relation(project: Project, source: ObjectRef, *, where: str | None = None,
+                    relation: str | None = None) -> str:  # fmt: skip
+    """A parenthesized subquery standing in for a source table inside the MV's SELECT.
+
+    Args:
+        source: The table the MV reads.
+        where: A filter on the source's rows.
+        relation: What to read instead of the table itself (``file('…', Parquet)``).
+    """
+    table = project.table(source)
+    hidden = [c for c in table.columns if c.default_kind in ("MATERIALIZED", "ALIAS")] if table else []
+    columns = ", ".join(["*", *(quote(c.name) for c in hidden)]) if relation is None else "*"
+    sql = f"SELECT {columns} FROM {relation or qualified(source)}"
+    return f"({sql} WHERE {where})" if where else f"({sql})"
+
+
+def view_select(view: MaterializedView, project: Project, target: Table, scheme: PartitionScheme,
+                window: PartitionWindow | None, *, trigger_where: str | None = None,
+                trigger_relation: str | None = None) -> str:  # fmt: skip
+    """The MV's own SELECT over the trigger rows of a window, its output filtered to the window's partition.
+
+    Args:
+        view: An MV writing into ``target``.
+        window: The partition; None rebuilds the whole table.
+        trigger_where: An extra filter on trigger rows (a cutoff).
+        trigger_relation: Read the trigger's rows from here instead (staged Parquet).
+    """
+    filters = [f for f in (trigger_where,) if f]
+    if window is not None and scheme.grain is not None:
+        pruning = source_range_predicate(view, project, scheme, window)
+        if pruning:
+            filters.append(pruning)
+    select = view.select_sql
+    if view.trigger is not None and (filters or trigger_relation):
+        where = " AND ".join(f"({f})" for f in filters) or None
+        select = select_with_source(
+            view, view.trigger, source_relation(project, view.trigger, where=where, relation=trigger_relation)
+        )
+    columns = ", ".join(quote(c.name) for c in view.output_columns)
+    sql = f"SELECT {columns} FROM ({select})"
+    if window is not None and scheme.grain is not None and target.partition_by is not None:
+        sql += f" WHERE ({target.partition_by.sql}) = ({partition_expression(target, scheme, window)})"
+    return sql
+
+
+def insert_sql(shadow: ObjectRef, view: MaterializedView, select: str) -> str:
+    """``INSERT INTO shadow (cols) SELECT …``: columns matched by name, as the MV itself writes them."""
+    columns = ", ".join(quote(c.name) for c in view.output_columns)
+    return f"INSERT INTO {qualified(shadow)} ({columns}) {select}"
+
+
+def shadow_ref(target: ObjectRef, partition: str | None) -> ObjectRef:
+    """A deterministic shadow name per (target, partition), so a killed run's leftover is found and dropped."""
+    suffix = re.sub(r"[^0-9A-Za-z]", "", partition or "all")
+    base = re.sub(r"[^0-9A-Za-z_]", "_", target.name.lstrip("."))
+    return ObjectRef(database=target.database, name=f"_chmv_shadow_{base}_{suffix}")
+
+
+def create_shadow_sql(shadow: ObjectRef, live: ObjectRef, table: Table) -> str:
+    """``CREATE TABLE shadow AS target``; replicated engines get their plain family so no replica path is shared."""
+    engine = table.engine
+    if engine is not None and engine.name.startswith("Replicated"):
+        args = ", ".join(engine.arguments[2:])
+        clauses = [f"ENGINE = {engine.family}({args})"]
+        if table.partition_by is not None:
+            clauses.append(f"PARTITION BY {table.partition_by.sql}")
+        if table.order_by:
+            clauses.append(f"ORDER BY {table.order_by}")
+        if table.primary_key:
+            clauses.append(f"PRIMARY KEY {table.primary_key}")
+        return f"CREATE TABLE {qualified(shadow)} AS {qualified(live)} " + " ".join(clauses)
+    return f"CREATE TABLE {qualified(shadow)} AS {qualified(live)}"

@@ -1,0 +1,99 @@
+"""Parity per partition on the embedded engine: every example target passes, faults fail with numbers."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from chmv_check_helpers import TRANSLATOR, evaluations, ref, run_parity
+from conftest import make_engine
+from dagster import DagsterInstance
+
+from asset_checks.definitions import PARITY
+from asset_checks.parity import measures_for, parity_for_partition
+from chmv_assets.ddl.loader import load
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.orchestration.partitions import window_for_key
+
+SHOP_TARGET = ObjectRef(database="shop", name="daily_revenue")
+DEDUP_DDL = """
+CREATE DATABASE IF NOT EXISTS shop ENGINE = Atomic;
+CREATE TABLE shop.orders (ts DateTime, order_id UInt64, amount UInt64)
+ENGINE = ReplacingMergeTree() PARTITION BY toYYYYMM(ts) ORDER BY order_id;
+CREATE TABLE shop.daily_revenue (day Date, orders AggregateFunction(count), revenue AggregateFunction(sum, UInt64))
+ENGINE = AggregatingMergeTree() PARTITION BY toYYYYMM(day) ORDER BY day;
+CREATE MATERIALIZED VIEW shop.daily_revenue_mv TO shop.daily_revenue AS
+SELECT toDate(ts) AS day, countState() AS orders, sumState(amount) AS revenue FROM shop.orders GROUP BY day;
+"""
+
+
+def test_every_example_target_passes(tmp_path: Path, example) -> None:
+    engine = make_engine(tmp_path / "chdb", example, rows=20_000)
+    with engine.get_client() as client:
+        for target in example.project.targets:
+            partitions_def = TRANSLATOR.get_partitions_def(example, target)
+            keys = [None] if partitions_def is None else ["2026-08-02" if "Daily" in str(partitions_def) else "2026-09-01"]
+            for key in keys:
+                result = parity_for_partition(client, example, target, window_for_key(partitions_def, key))
+                assert result.passed and result.expected > 0, result.describe()
+
+
+def test_measures_follow_the_engine(example) -> None:
+    names = {t.name: [m[0] for m in measures_for(example.project.table(t))] for t in example.project.targets}
+    assert names["hourly_endpoint_stats"] == ["sumMerge(request_count)", "distinct keys"]
+    assert names["counter_daily"] == ["sum(count)", "distinct keys"]
+    assert names["entity_latest"] == ["rows (FINAL)"]
+    assert names["error_events"] == ["rows"]
+
+
+def test_lost_rows_fail_only_their_partition_with_numbers(tmp_path: Path, example) -> None:
+    engine = make_engine(tmp_path / "chdb", example, rows=20_000)
+    with engine.get_client() as client:
+        client.command("ALTER TABLE analytics.hourly_endpoint_stats DROP PARTITION tuple(toDate('2026-08-02'))")
+    instance = DagsterInstance.ephemeral()
+    result = run_parity(example, engine, ref("hourly_endpoint_stats"), instance, "2026-08-01", "2026-08-03")
+    (evaluation,) = evaluations(result, PARITY)
+    assert evaluation.metadata["chmv/failed_partitions"].value == ["2026-08-02"]
+    assert evaluation.metadata["delta"].value < 0
+    assert isinstance(evaluation.metadata["expected"].value, float)
+    single = evaluations(run_parity(example, engine, ref("hourly_endpoint_stats"), instance, "2026-08-01", "2026-08-01"))
+    assert single[0].passed and single[0].partition == "2026-08-01"
+
+
+def test_grace_period_for_the_newest_partition(tmp_path: Path, example) -> None:
+    engine = make_engine(tmp_path / "chdb", example, rows=20_000)
+    pdef = TRANSLATOR.get_partitions_def(example, ref("error_events"))
+    with engine.get_client() as client:
+        client.command("INSERT INTO analytics.error_events VALUES ('2026-08-07 01:00:00', 'error', 'ghost')")
+        window = window_for_key(pdef, "2026-08-07")
+        late = parity_for_partition(client, example, ref("error_events"), window, now=datetime(2026, 8, 8, 0, 5))
+        assert late.in_grace and late.passed and not late.within_tolerance
+        later = parity_for_partition(client, example, ref("error_events"), window, now=datetime(2026, 8, 9))
+        assert not later.passed and later.delta == 1
+
+
+def test_missing_target_fails_with_a_clear_message(tmp_path: Path, example) -> None:
+    engine = make_engine(tmp_path / "chdb", example, rows=0)
+    with engine.get_client() as client:
+        client.command("DROP TABLE analytics.audit_log SYNC")
+    result = run_parity(example, engine, ref("audit_log"), DagsterInstance.ephemeral(), "2026-08-01", "2026-08-01")
+    (evaluation,) = evaluations(result, PARITY)
+    assert not evaluation.passed
+    assert "analytics.audit_log does not exist on the server" in evaluation.description
+    assert "chmv apply" in evaluation.description
+
+
+def test_replacing_source_with_duplicates_shows_the_overcount(tmp_path: Path) -> None:
+    ddl = tmp_path / "ddl"
+    ddl.mkdir()
+    (ddl / "shop.sql").write_text(DEDUP_DDL)
+    loaded = load(ddl)
+    engine = make_engine(tmp_path / "chdb", loaded)
+    with engine.get_client() as client:
+        for _ in range(2):  # a retried delivery: the same 10 orders twice
+            client.command("INSERT INTO shop.orders SELECT toDateTime('2026-09-10 12:00:00') + number, number, 5 "
+                           "FROM numbers(10)", settings={"insert_deduplicate": 0})  # fmt: skip
+        pdef = TRANSLATOR.get_partitions_def(loaded, SHOP_TARGET)
+        result = parity_for_partition(client, loaded, SHOP_TARGET, window_for_key(pdef, "2026-09-01"))
+    assert not result.passed
+    assert (result.measures[0].name, result.expected, result.actual) == ("countMerge(orders)", 10.0, 20.0)

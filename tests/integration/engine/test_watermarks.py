@@ -1,0 +1,106 @@
+"""Watermarks in chmv_meta.watermarks: versions, intent vs commit, never backwards; the source gate."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime
+
+import pytest
+
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine.apply import apply
+from chmv_assets.engine.gates import current_watermark, cutoff_of, source_gate
+from chmv_assets.engine.watermarks import begin_load, commit_load, read_watermark, write_watermark
+from chmv_assets.errors import EngineBusyError
+from resources.clickhouse import ClickHouseResource
+
+SRC = ObjectRef(database="analytics", name="api_requests")
+
+
+@pytest.fixture
+def engine(tmp_path, example):
+    resource = ClickHouseResource(dsn=f"chdb://{tmp_path / 'chdb'}")
+    with resource.get_client() as client:
+        apply(client, example.project)
+    return resource
+
+
+def test_watermark_is_absent_then_read_back_exactly(engine):
+    with engine.get_client() as client:
+        assert read_watermark(client, "landing:x", "x") is None
+        mark = write_watermark(client, "landing:x", "x", last_processed_ts=datetime(2026, 8, 1, 12, 30, 5, 250000),
+                               batch_id="b1", status="committed", rows=42)  # fmt: skip
+        back = read_watermark(client, "landing:x", "x")
+    assert back == mark
+    assert back.last_processed_ts == datetime(2026, 8, 1, 12, 30, 5, 250000)
+
+
+def test_intent_does_not_move_the_watermark_and_commit_never_goes_back(engine):
+    with engine.get_client() as client:
+        first = commit_load(client, "s", "t", "b1", newest=datetime(2026, 8, 2), rows=10, previous=None)
+        intent = begin_load(client, "s", "t", "b2", first)
+        seen = read_watermark(client, "s", "t")
+        assert seen.interrupted and seen.last_processed_ts == datetime(2026, 8, 2) and seen.batch_id == "b2"
+        older = commit_load(client, "s", "t", "b2", newest=datetime(2026, 8, 1), rows=0, previous=intent)
+        assert older.last_processed_ts == datetime(2026, 8, 2)
+        final = read_watermark(client, "s", "t")
+        # Every record is kept until merges collapse them; the highest version wins regardless.
+        client.command("OPTIMIZE TABLE chmv_meta.watermarks FINAL")
+        assert read_watermark(client, "s", "t") == final
+    assert final.status == "committed" and not final.interrupted and final.version > intent.version > first.version
+
+
+def test_values_are_bound_not_spliced(engine):
+    nasty = "x'); DROP TABLE chmv_meta.watermarks; --"
+    with engine.get_client() as client:
+        write_watermark(client, nasty, nasty, last_processed_ts=None, batch_id=nasty, status="committed")
+        mark = read_watermark(client, nasty, nasty)
+        assert mark.batch_id == nasty and mark.last_processed_ts is None
+        assert int(client.command("SELECT count() FROM chmv_meta.watermarks")) == 1
+
+
+def test_first_watermark_starts_where_the_source_is(engine):
+    with engine.get_client() as client:
+        assert current_watermark(client, SRC, "timestamp") is None  # empty source, nothing to establish
+        client.command("INSERT INTO analytics.api_requests VALUES ('2026-08-03 10:00:00', '/a', 1, 5, 200)")
+        mark = current_watermark(client, SRC, "timestamp")
+    assert mark.last_processed_ts == datetime(2026, 8, 3, 10) and mark.batch_id == "initial"
+    assert cutoff_of(mark, 15) == datetime(2026, 8, 3, 9, 45)
+
+
+def test_gate_excludes_other_threads_and_is_reentrant(engine):
+    order: list[str] = []
+
+    def other() -> None:
+        with source_gate([SRC]):
+            order.append("other")
+
+    with source_gate([SRC]), source_gate([SRC]):  # re-entrant in the holding thread
+        thread = threading.Thread(target=other)
+        thread.start()
+        time.sleep(0.3)
+        order.append("holder")
+    thread.join(5)
+    assert order == ["holder", "other"]
+
+
+def test_gate_times_out_with_a_clear_error(engine):
+    entered = threading.Event()
+    release = threading.Event()
+
+    def holder() -> None:
+        with source_gate([SRC]):
+            entered.set()
+            release.wait(5)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    entered.wait(5)
+    try:
+        with pytest.raises(EngineBusyError, match=r"write gate of analytics.api_requests .* stayed held"), \
+                source_gate([SRC], timeout=0.2):  # fmt: skip
+            pass
+    finally:
+        release.set()
+        thread.join(5)

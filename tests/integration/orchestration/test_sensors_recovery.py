@@ -1,0 +1,137 @@
+"""Auto-recovery on the embedded engine: an MV that throws on some rows, a detached MV, a permanent failure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from chmv_check_helpers import TRANSLATOR, evaluations, execute, ref, run_parity, tick
+from conftest import EXAMPLE_DDL, make_engine
+from dagster import DagsterInstance
+
+from asset_checks.definitions import PARITY
+from asset_checks.parity import parity_for_partition
+from chmv_assets.ddl.loader import load
+from chmv_assets.engine.recovery import plan
+from chmv_assets.orchestration.partitions import window_for_key
+
+ERRORS = ref("error_events")
+THROWING_MV = (
+    "CREATE MATERIALIZED VIEW analytics.errors_mv TO analytics.error_events AS "
+    "SELECT timestamp, level, payload FROM analytics.all_events "
+    "WHERE level = 'error' AND throwIf(toDate(timestamp) IN ('2026-08-03', '2026-08-04'), 'bad row') = 0"
+)
+
+
+def _insert_errors(client, days: list[str]) -> None:
+    for day in days:  # one block per day: a throwing block fails only its own day
+        client.command(
+            f"INSERT INTO analytics.all_events SELECT toDateTime('{day} 10:00:00') + number, 'click', 'error', 0, 'late' "
+            "FROM numbers(7)",
+            settings={"materialized_views_ignore_errors": 1},
+        )
+
+
+@pytest.fixture
+def loaded_fast():
+    """The example project with no cooldown, so consecutive ticks may retry."""
+    return load(EXAMPLE_DDL, recovery_cooldown_minutes=0, recovery_max_attempts=2)
+
+
+def test_throwing_mv_is_detected_per_partition_and_repaired(tmp_path: Path, loaded_fast) -> None:
+    engine = make_engine(tmp_path / "chdb", loaded_fast, rows=20_000)
+    with engine.get_client() as client:
+        client.command("DROP VIEW analytics.errors_mv SYNC")
+        client.command(THROWING_MV)
+        _insert_errors(client, ["2026-08-02", "2026-08-03", "2026-08-04", "2026-08-05"])
+    instance = DagsterInstance.local_temp(str(tmp_path))  # SQLite, run-sharded: as dagster dev
+
+    result = run_parity(loaded_fast, engine, ERRORS, instance, "2026-08-01", "2026-08-06")
+    (evaluation,) = evaluations(result, PARITY)
+    assert not evaluation.passed
+    assert evaluation.metadata["chmv/failed_partitions"].value == ["2026-08-03", "2026-08-04"]
+    assert evaluation.metadata["delta"].value == -14.0  # 7 error rows lost per failing day
+
+    data = tick(loaded_fast, "chmv_recovery", engine, instance, None)
+    requests = sorted(data.run_requests, key=lambda r: r.partition_key)
+    assert [r.partition_key for r in requests] == ["2026-08-03", "2026-08-04"]
+    assert all(r.tags["chmv/reason"] == "parity_failed" and r.tags["chmv/attempt"] == "1" for r in requests)
+    assert "MODIFY QUERY on analytics.errors_mv" in requests[0].tags["chmv/tier1"]
+    ledger = json.loads(data.cursor)["ledger"]
+    assert set(ledger) == {"analytics.error_events|2026-08-03", "analytics.error_events|2026-08-04"}
+
+    for request in requests:
+        run = execute(loaded_fast, engine, instance, request)
+        assert run.success
+        assert all(e.passed for e in evaluations(run, PARITY))
+
+    data = tick(loaded_fast, "chmv_recovery", engine, instance, data.cursor)
+    assert not data.run_requests
+    assert json.loads(data.cursor)["ledger"] == {}
+    pdef = TRANSLATOR.get_partitions_def(loaded_fast, ERRORS)
+    with engine.get_client() as client:
+        for key in ["2026-08-02", "2026-08-03", "2026-08-04", "2026-08-05"]:
+            assert parity_for_partition(client, loaded_fast, ERRORS, window_for_key(pdef, key)).passed, key
+        # the restored MV processes new rows of a formerly failing day again
+        _insert_errors(client, ["2026-08-03"])
+        assert parity_for_partition(client, loaded_fast, ERRORS, window_for_key(pdef, "2026-08-03")).passed
+
+
+def test_recovery_limit_stops_a_permanently_failing_partition(tmp_path: Path, loaded_fast) -> None:
+    engine = make_engine(tmp_path / "chdb", loaded_fast, rows=20_000)
+    with engine.get_client() as client:
+        # rows the MVs never produced, planted in the target: every rebuild fixes it, then it is planted again
+        client.command("INSERT INTO analytics.error_events VALUES ('2026-08-07 01:00:00', 'error', 'ghost')")
+    instance = DagsterInstance.local_temp(str(tmp_path))  # SQLite, run-sharded: as dagster dev
+    assert not evaluations(run_parity(loaded_fast, engine, ERRORS, instance, "2026-08-07", "2026-08-07"))[0].passed
+
+    cursor, attempts = None, []
+    for _ in range(4):
+        data = tick(loaded_fast, "chmv_recovery", engine, instance, cursor)
+        cursor = data.cursor
+        for request in data.run_requests:
+            attempts.append(request.tags["chmv/attempt"])
+            execute(loaded_fast, engine, instance, request)
+            with engine.get_client() as client:  # the fault comes back (a writer outside the MVs)
+                client.command("INSERT INTO analytics.error_events VALUES ('2026-08-07 01:00:00', 'error', 'ghost')")
+            run_parity(loaded_fast, engine, ERRORS, instance, "2026-08-07", "2026-08-07")
+    assert attempts == ["1", "2"]
+    entry = json.loads(cursor)["ledger"]["analytics.error_events|2026-08-07"]
+    assert entry["exhausted"] is True and entry["attempts"] == 2
+
+
+def test_detached_mv_is_reattached_after_persistent_staleness(tmp_path: Path, loaded_fast) -> None:
+    engine = make_engine(tmp_path / "chdb", loaded_fast, rows=20_000)
+    with engine.get_client() as client:
+        client.command("DETACH TABLE analytics.enriched_requests_mv PERMANENTLY")
+        client.command("INSERT INTO analytics.raw_requests SELECT toDateTime('2026-11-03 00:00:00') + number * 60, "
+                       "toString(number), number, 100, 200, '/api/v1/x' FROM numbers(120)")  # fmt: skip
+    instance = DagsterInstance.local_temp(str(tmp_path))  # SQLite, run-sharded: as dagster dev
+    first = tick(loaded_fast, "chmv_recovery", engine, instance, None)
+    assert not first.run_requests  # staleness seen once: not yet persistent
+    second = tick(loaded_fast, "chmv_recovery", engine, instance, first.cursor)
+    requests = sorted(second.run_requests, key=lambda r: r.partition_key)
+    # from the partition holding the target's newest row (it may be incomplete) to the source's newest
+    assert [r.partition_key for r in requests] == ["2026-10-01", "2026-11-01"]
+    assert all(r.tags["chmv/reason"] == "stale" for r in requests)
+    assert "re-attached detached MV analytics.enriched_requests_mv" in requests[0].tags["chmv/tier1"]
+    for request in requests:
+        assert execute(loaded_fast, engine, instance, request).success
+    with engine.get_client() as client:
+        assert client.command("SELECT count() FROM analytics.requests_enriched WHERE timestamp >= '2026-11-03'") == 120
+    third = tick(loaded_fast, "chmv_recovery", engine, instance, second.cursor)
+    assert not third.run_requests and json.loads(third.cursor)["ledger"] == {}
+
+
+def test_plan_cooldown_and_limit() -> None:
+    ledger: dict = {}
+    decisions = plan(ledger, {"a.b|1": "parity_failed"}, set(), 1000.0, max_attempts=2, cooldown_seconds=60)
+    assert [(d.action, d.attempt) for d in decisions] == [("rebuild", 1)]
+    decisions = plan(ledger, {"a.b|1": "parity_failed"}, set(), 1030.0, max_attempts=2, cooldown_seconds=60)
+    assert [d.action for d in decisions] == ["cooldown"]
+    assert [d.action for d in plan(ledger, {}, set(), 1100.0, max_attempts=2, cooldown_seconds=60)] == ["rebuild"]
+    assert [d.action for d in plan(ledger, {}, set(), 1200.0, max_attempts=2, cooldown_seconds=60)] == ["exhausted"]
+    assert [d.action for d in plan(ledger, {}, set(), 1300.0, max_attempts=2, cooldown_seconds=60)] == ["gave_up"]
+    plan(ledger, {}, {"a.b|1"}, 1400.0, max_attempts=2, cooldown_seconds=60)
+    assert ledger == {}

@@ -1,0 +1,105 @@
+"""SIGKILL during an ingestion load or a backfill, then a re-run: the targets end exactly as a recompute."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from spark_testing import ROOT_DIR, deliver, digest, recompute, ref, with_landing, write_lake
+
+from chmv_assets.engine.apply import apply
+from chmv_assets.engine.gates import CRASH_ENV, ingestion_source_id
+from chmv_assets.engine.watermarks import read_watermark
+from resources.clickhouse import ClickHouseResource
+from spark.backfill import backfill
+from spark.ingest import ingest
+
+CHILD = """
+import sys
+from datetime import datetime
+sys.path.insert(0, {tests!r})
+from spark_testing import ref, with_landing
+from pathlib import Path
+from chmv_assets.ddl.partitioning import PartitionWindow
+from chmv_assets.ddl.loader import load
+from resources.clickhouse import ClickHouseResource
+from spark.session import get_spark_session
+mode, dsn, landing = sys.argv[1:4]
+loaded = with_landing(load({ddl!r}), Path(landing))
+engine = ClickHouseResource(dsn=dsn)
+spark = get_spark_session("local[1]")
+if mode == "ingest":
+    from spark.ingest import ingest
+    ingest(spark, engine, loaded, ref("api_requests"))
+else:
+    from spark.backfill import backfill
+    windows = [PartitionWindow(d, datetime.fromisoformat(d), datetime.fromisoformat(e))
+               for d, e in (("2026-08-02", "2026-08-03"), ("2026-08-03", "2026-08-04"))]
+    backfill(spark, engine, loaded, ref("hourly_endpoint_stats"), windows, engine="spark")
+print("finished")
+"""
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lake")
+    write_lake(root, {"analytics.api_requests": 20_000})
+    return root
+
+
+def _child(mode: str, dsn: str, landing, point: str) -> subprocess.CompletedProcess:
+    code = CHILD.format(tests=str(ROOT_DIR / "tests"), ddl=str(ROOT_DIR / "examples" / "ddl"))
+    env = {**os.environ, CRASH_ENV: point}
+    return subprocess.run([sys.executable, "-c", code, mode, dsn, str(landing)], env=env, capture_output=True,
+                          text=True, timeout=180, cwd=ROOT_DIR)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("mode", "point"),
+    [("ingest", "ingest:staged"), ("ingest", "ingest:inserted"), ("backfill", "backfill:swapped")],
+)
+def test_sigkill_then_rerun_ends_exact(spark, tmp_path, example, lake, mode, point):
+    landing = tmp_path / "landing"
+    loaded = with_landing(example, landing)
+    engine = ClickHouseResource(dsn=f"chdb://{tmp_path / 'chdb'}")
+    api, target = ref("api_requests"), ref("hourly_endpoint_stats")
+    with engine.get_client() as client:
+        apply(client, loaded.project)
+    deliver(lake, landing, until="2026-08-02/hour=18")
+    ingest(spark, engine, loaded, api)
+    deliver(lake, landing)
+    if mode == "backfill":
+        ingest(spark, engine, loaded, api)
+        with engine.get_client() as client:
+            client.command("TRUNCATE TABLE analytics.hourly_endpoint_stats")
+
+    killed = _child(mode, engine.resolved_dsn, landing, point)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert "finished" not in killed.stdout
+
+    if mode == "ingest":
+        again = ingest(spark, engine, loaded, api)
+        if point == "ingest:inserted":
+            assert again.repaired  # the interrupted load was detected and its partitions rebuilt
+    else:
+        from datetime import datetime
+
+        from chmv_assets.ddl.partitioning import PartitionWindow
+
+        windows = [PartitionWindow("2026-08-02", datetime(2026, 8, 2), datetime(2026, 8, 3)),
+                   PartitionWindow("2026-08-03", datetime(2026, 8, 3), datetime(2026, 8, 4))]  # fmt: skip
+        backfill(spark, engine, loaded, target, windows, engine="spark")
+    with engine.get_client() as client:
+        count, keys = client.query("SELECT count(), uniqExact(timestamp, endpoint, user_id) "
+                                   "FROM analytics.api_requests").result_rows[0]  # fmt: skip
+        mark = read_watermark(client, ingestion_source_id(api), api.fqn)
+        newest = client.query("SELECT max(timestamp) FROM analytics.api_requests").result_rows[0][0]
+        shadows = int(client.command("SELECT count() FROM system.tables WHERE name LIKE '\\\\_chmv\\\\_shadow%'"))
+        where = "toDate(hour) >= '2026-08-02'" if mode == "backfill" else None
+        assert digest(client, loaded, target, where) == recompute(client, loaded, target, where)
+    assert count == keys
+    assert mark.status == "committed" and mark.last_processed_ts == newest
+    assert shadows == 0

@@ -1,0 +1,102 @@
+"""The `chmv` command, run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_DDL = ROOT / "examples" / "ddl"
+
+
+def chmv(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "chmv_assets.cli", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+def test_lineage_json():
+    result = chmv("lineage", "--ddl-dir", str(EXAMPLE_DDL), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert set(data) == {"views", "tables", "layers"}
+    views = {v["name"]: v for v in data["views"]}
+    assert views["analytics.mv_events_weekly"]["depth"] == 3
+    assert views["analytics.hourly_endpoint_stats_mv"]["trigger"] == "analytics.api_requests"
+
+
+def test_lineage_mermaid_dot_and_impact():
+    mermaid = chmv("lineage", "--ddl-dir", str(EXAMPLE_DDL), "--format", "mermaid")
+    assert mermaid.returncode == 0 and mermaid.stdout.startswith("flowchart LR")
+    assert '"analytics.events_weekly"' in mermaid.stdout
+    dot = chmv("lineage", "--ddl-dir", str(EXAMPLE_DDL), "--format", "dot")
+    assert dot.returncode == 0 and dot.stdout.startswith("digraph chmv {")
+    assert '"analytics.mv_events_weekly" -> "analytics.events_weekly";' in dot.stdout
+    impact = chmv("lineage", "--ddl-dir", str(EXAMPLE_DDL), "--impact", "analytics.events_daily")
+    assert impact.stdout.split() == ["analytics.mv_events_weekly", "analytics.events_weekly"]
+
+
+def test_default_database_override(tmp_path):
+    (tmp_path / "a.sql").write_text(
+        "CREATE TABLE s (x UInt64) ENGINE = MergeTree ORDER BY x;\n"
+        "CREATE TABLE t (x UInt64) ENGINE = MergeTree ORDER BY x;\n"
+        "CREATE MATERIALIZED VIEW v TO t AS SELECT x FROM s\n"
+    )
+    result = chmv("lineage", "--ddl-dir", str(tmp_path), "--default-database", "shop")
+    assert result.returncode == 0, result.stderr
+    view = json.loads(result.stdout)["views"][0]
+    assert (view["name"], view["target"], view["sources"]) == ("shop.v", "shop.t", ["shop.s"])
+
+
+def test_bad_ddl_exits_2_printing_every_problem_and_deploys_nothing(tmp_path):
+    ddl = tmp_path / "ddl"
+    ddl.mkdir()
+    (ddl / "a.sql").write_text(
+        "CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;\n"
+        "CREATE TABLE d.broken (x UInt64 ENGINE = MergeTree ORDER BY x;\n"
+        "CREATE MATERIALIZED VIEW d.m1 TO d.nowhere AS SELECT x FROM d.a;\n"
+        "CREATE MATERIALIZED VIEW d.m2 TO d.a AS SELECT x FROM d.ghost;\n"
+    )
+    (ddl / "b.sql").write_text("CREATE TABLE d.a (x String) ENGINE = MergeTree ORDER BY x;\n")
+    result = chmv("lineage", "--ddl-dir", str(ddl))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    err = result.stderr
+    assert err.startswith("4 problems in the DDL directory; nothing was deployed")
+    assert f"{ddl / 'a.sql'}:2:" in err and "syntax error" in err
+    assert f"{ddl / 'a.sql'}:3:1: d.m1 writes TO d.nowhere" in err
+    assert f"{ddl / 'a.sql'}:4:" in err and "reads d.ghost" in err and 'external = ["d.ghost"]' in err
+    assert f"{ddl / 'b.sql'}:1:1: d.a is defined again" in err
+    assert err.count("fix: ") == 4
+
+    engine = tmp_path / "engine"
+    applied = chmv("apply", "--ddl-dir", str(ddl), "--dsn", f"chdb://{engine}")
+    assert applied.returncode == 2 and "nothing was deployed" in applied.stderr
+    assert not engine.exists()
+
+
+def test_apply_is_idempotent(tmp_path):
+    dsn = f"chdb://{tmp_path / 'chdb'}"
+    first = chmv("apply", "--ddl-dir", str(EXAMPLE_DDL), "--dsn", dsn)
+    assert first.returncode == 0, first.stderr
+    # 1 database, 16 tables, 10 MVs.
+    assert "apply: 27 created, 0 already there" in first.stdout
+    assert "created analytics.hourly_endpoint_stats_mv" in first.stdout
+    second = chmv("apply", "--ddl-dir", str(EXAMPLE_DDL), "--dsn", dsn)
+    assert second.returncode == 0, second.stderr
+    assert "apply: 0 created, 27 already there" in second.stdout
+
+    from resources.clickhouse import ClickHouseResource
+
+    with ClickHouseResource(dsn=dsn).get_client() as client:
+        rows = client.query(
+            "SELECT name, engine FROM system.tables WHERE database = 'analytics' ORDER BY name"
+        ).result_rows
+        assert len(rows) == 26
+        assert ("events_weekly", "AggregatingMergeTree") in rows
+        assert ("mv_events_weekly", "MaterializedView") in rows
+        assert int(client.command("SELECT count() FROM system.tables WHERE database = 'chmv_meta'")) == 1
