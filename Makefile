@@ -1,6 +1,6 @@
 # chmv: two commands on a fresh machine (Python 3.11+, Java 17+):
 #   make demo   - venv, install, deploy the example DDL into the embedded engine, load data, start the UI
-#   make test   - venv, install, lint, run the test suite
+#   make test   - venv, install, lint, the import-layer contracts, run the test suite
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -29,6 +29,7 @@ demo: install
 
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/pytest
 
 lint: install

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from clickhouse_connect.driver.exceptions import OperationalError
 from dagster import (
@@ -37,7 +38,6 @@ from dagster import (
     define_asset_job,
     sensor,
 )
-from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from asset_checks.definitions import DRIFT, PARITY, check_key, targets_by_key
 from chmv_assets.alerts import Alert, sink_for
@@ -50,6 +50,8 @@ from chmv_assets.errors import DDLError, EngineBusyError
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
 
+#: What ``define_asset_job`` returns: its class (AssetJob) is not public API.
+AssetJob = Any
 #: How long a sensor waits for the embedded engine before skipping the tick.
 SENSOR_LOCK_SECONDS = 2.0
 #: Most catch-up or recovery runs one target gets per tick.
@@ -108,7 +110,7 @@ def ddl_hash(ddl_dir: str | Path) -> str:
 
 
 @cache
-def rebuild_jobs(loaded: LoadedProject, translator: ChmvTranslator) -> dict[ObjectRef, UnresolvedAssetJobDefinition]:
+def rebuild_jobs(loaded: LoadedProject, translator: ChmvTranslator) -> dict[ObjectRef, AssetJob]:
     """Per target, the job the sensors request its runs in: one job per partitions definition.
 
     A sensor's runs must name a job whose assets share one partitions definition, so the targets are
@@ -134,7 +136,7 @@ def rebuild_jobs(loaded: LoadedProject, translator: ChmvTranslator) -> dict[Obje
     return jobs
 
 
-def _jobs(loaded: LoadedProject, translator: ChmvTranslator) -> list[UnresolvedAssetJobDefinition]:
+def _jobs(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetJob]:
     return list({id(j): j for j in rebuild_jobs(loaded, translator).values()}.values())
 
 
