@@ -76,12 +76,13 @@ def _windows(first: int, count: int):
 def phase_single(work: Path) -> dict:
     """One run, one Spark session: all 12 partitions; then ClickHouse alone on the same Parquet."""
     from chmv_assets.ddl.models import ObjectRef
+    from chmv_assets.engine.executor import rebuild_partitions
     from chmv_assets.engine.rebuild import rebuild
+    from chmv_assets.engine.staging_area import file_relation
     from chmv_assets.sql.quoting import quote
-    from spark.backfill import backfill
     from spark.ingest import dedup_keys
     from spark.session import get_spark_session
-    from spark.staging import file_relation
+    from spark.staging import SparkStager
 
     loaded, engine = _setup(work)
     source = loaded.project.table(ObjectRef(database="analytics", name="api_requests"))
@@ -90,7 +91,8 @@ def phase_single(work: Path) -> dict:
     spark = get_spark_session("local[2]")
     session_seconds = time.monotonic() - started
     started = time.monotonic()
-    results = backfill(spark, engine, loaded, target, _windows(0, DAYS), engine="spark")
+    _plan, results = rebuild_partitions(engine, loaded, target, _windows(0, DAYS), engine="spark",
+                                        stager=SparkStager(spark))
     spark_seconds = time.monotonic() - started
     rss_spark = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rows = results[0].rows_read
@@ -132,14 +134,15 @@ def _jvm_peak_mb() -> float:
 def phase_one_partition(work: Path, index: int) -> dict:
     """What one run of a multi-run backfill does: start Spark, backfill one partition, stop."""
     from chmv_assets.ddl.models import ObjectRef
-    from spark.backfill import backfill
+    from chmv_assets.engine.executor import rebuild_partitions
     from spark.session import get_spark_session
+    from spark.staging import SparkStager
 
     started = time.monotonic()
     loaded, engine = _setup(work)
     spark = get_spark_session("local[2]")
-    backfill(spark, engine, loaded, ObjectRef(database="analytics", name="hourly_endpoint_stats"),
-             _windows(index, 1), engine="spark")  # fmt: skip
+    rebuild_partitions(engine, loaded, ObjectRef(database="analytics", name="hourly_endpoint_stats"),
+                       _windows(index, 1), engine="spark", stager=SparkStager(spark))  # fmt: skip
     spark.stop()
     return {"seconds": time.monotonic() - started}
 

@@ -32,7 +32,9 @@ from pathlib import Path
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine import landing
+from chmv_assets.engine import staging_area as staging
 from chmv_assets.engine.clients import ClientFactory
+from chmv_assets.engine.executor import repair_interrupted_load
 from chmv_assets.engine.gates import (
     crash_point,
     current_watermark,
@@ -43,8 +45,7 @@ from chmv_assets.engine.gates import (
 from chmv_assets.engine.watermarks import begin_load, commit_load
 from chmv_assets.errors import LandingZoneError
 from chmv_assets.sql.quoting import qualified, quote
-from spark import staging
-from spark.backfill import repair
+from spark.staging import SparkStager, stage
 
 #: Settings of the load's INSERT: a batch may span several source partitions.
 INSERT_SETTINGS = {"max_partitions_per_insert_block": 0, "insert_deduplicate": 0}
@@ -116,7 +117,7 @@ def ingest(spark, clickhouse: ClientFactory, loaded: LoadedProject, source: Obje
     folder = staging.staging_dir("ingest", source.fqn, batch_id)
     if files:
         crash_point("ingest:before_stage")
-        staging.stage(spark, [f.path for f in files], columns, tcol, keys, folder, after=lower)
+        stage(spark, [f.path for f in files], columns, tcol, keys, folder, after=lower)
     rows_staged = staging.staged_rows(folder)
     crash_point("ingest:staged")
 
@@ -135,8 +136,8 @@ def ingest(spark, clickhouse: ClientFactory, loaded: LoadedProject, source: Obje
         crash_point("ingest:inserted")
         if interrupted:
             say(f"{source.fqn}: the previous load died during its insert; rebuilding the partitions it touched")
-            repaired = repair(spark, client, loaded, source, since=lower or oldest, until=newest or before,
-                              cutoff=lower, root=root, log=say)  # fmt: skip
+            repaired = repair_interrupted_load(client, loaded, source, since=lower or oldest, until=newest or before,
+                                               cutoff=lower, root=root, stager=SparkStager(spark), log=say)  # fmt: skip
         committed = commit_load(client, sid, source.fqn, batch_id, newest=newest, rows=inserted, previous=intent)
         crash_point("ingest:committed")
     staging.remove(folder)

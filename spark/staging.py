@@ -1,55 +1,26 @@
-"""Spark reads, cleans and stages landing-zone rows as Parquet; ClickHouse reads the staging with file().
+"""Spark reads, cleans and stages landing-zone rows as Parquet: the only job Spark does for chmv.
 
-Executors never open the embedded engine: they write Parquet to a staging folder; the driver then
-runs one ClickHouse statement reading it (``file(path, Parquet, structure)``, typed with the source
-table's own column types, so unsigned integers and timestamps land exactly as the source holds them).
+Executors never open the embedded engine: they write Parquet to a staging folder (chmv_assets.engine.staging_area)
+that ClickHouse then reads with ``file()``.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import shutil
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from clickhouse_connect.driver.binding import format_query_value
 
-from chmv_assets.ddl.models import Table
+from chmv_assets.engine.staging_area import PARTITION_COLUMN, ts_literal
 from chmv_assets.errors import LandingZoneError
-from chmv_assets.sql.quoting import quote
-from resources.state import default_state_dir
 
-#: Environment variable for the staging root (must be readable by ClickHouse; default: <state dir>/staging).
-STAGING_ENV = "CHMV_STAGING_DIR"
-#: Column Spark adds to split a backfill's staging by target partition (``_chmv_p=YYYYMMDDHH``).
-PARTITION_COLUMN = "_chmv_p"
 _TRUNC = {"hour": "hour", "day": "day", "month": "month"}
 #: Parquet codec of staging files (read once by ClickHouse on the same host).
 STAGING_CODEC = "lz4_raw"
-
-
-def staging_root() -> Path:
-    return Path(os.environ.get(STAGING_ENV) or default_state_dir() / "staging").resolve()
-
-
-def staging_dir(kind: str, name: str, batch_id: str) -> Path:
-    """A deterministic folder per load, so a killed run's leftovers are overwritten by its re-run."""
-    safe = re.sub(r"[^0-9A-Za-z_.=-]", "_", name)
-    return staging_root() / kind / safe / batch_id
-
-
-def window_key(start: datetime) -> str:
-    """Folder key of a partition window, as Spark's ``date_format(…, 'yyyyMMddHH')`` writes it."""
-    return f"{start:%Y%m%d%H}"
-
-
-def ts_literal(value: datetime) -> str:
-    """A Spark/ClickHouse literal string for a naive UTC time (formatted from a datetime, never user text)."""
-    return f"{value:%Y-%m-%d %H:%M:%S.%f}"
 
 
 def stage(spark, files: Sequence[str], columns: Sequence[str], time_column: str, keys: Sequence[str],
@@ -127,28 +98,23 @@ def quote_spark(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def staged_rows(folder: Path) -> int:
-    """Rows in a staging folder, from the Parquet footers (no data read)."""
-    return sum(pq.read_metadata(p).num_rows for p in folder.rglob("*.parquet")) if folder.is_dir() else 0
+class SparkStager:
+    """The Spark provider of staged rows for the rebuild executor; the session starts only when first needed.
 
+    Args:
+        spark: A SparkSession, or a zero-argument factory of one.
+    """
 
-def staged_glob(folder: Path, key: str | None = None) -> str:
-    """The glob ClickHouse reads: one window's sub-folder, every sub-folder, or the folder itself."""
-    if key is not None:
-        return str(folder / f"{PARTITION_COLUMN}={key}" / "*.parquet")
-    return str(folder / "*.parquet")
+    def __init__(self, spark: Any):
+        self._spark = spark
 
+    @property
+    def session(self) -> Any:
+        if callable(self._spark):
+            self._spark = self._spark()
+        return self._spark
 
-def structure(table: Table, columns: Sequence[str]) -> str:
-    """``file()`` structure of the staged columns, typed like the source table."""
-    types = {c.name: c.type for c in table.columns}
-    return ", ".join(f"{quote(name)} {types[name]}" for name in columns)
-
-
-def file_relation(glob: str, table: Table, columns: Sequence[str]) -> str:
-    """``file('<glob>', Parquet, '<structure>')`` with both strings escaped as SQL literals."""
-    return f"file({format_query_value(glob)}, Parquet, {format_query_value(structure(table, columns))})"
-
-
-def remove(folder: Path) -> None:
-    shutil.rmtree(folder, ignore_errors=True)
+    def __call__(self, files: Sequence[str], columns: Sequence[str], time_column: str, keys: Sequence[str],
+                 out_dir: Path, **bounds: Any) -> None:  # fmt: skip
+        """Stage ``files`` into ``out_dir`` (see :func:`stage` for the bounds)."""
+        stage(self.session, files, columns, time_column, keys, out_dir, **bounds)

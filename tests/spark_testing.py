@@ -88,3 +88,14 @@ def recompute(client, loaded: LoadedProject, target: ObjectRef, where: str | Non
 def distinct_landing_rows(tables: dict, source: str) -> int:
     """Rows of a generated source after dropping its exact duplicates (the dedup keys identify a row)."""
     return tables[source].group_by(tables[source].column_names).aggregate([]).num_rows
+
+
+def backfill(spark, clickhouse, loaded: LoadedProject, target: ObjectRef, windows, *, engine: str = "auto",
+             log=None) -> list:  # fmt: skip
+    """Plan and run a rebuild with Spark as the stager (what a target asset's run does); the step results."""
+    from chmv_assets.engine.executor import rebuild_partitions
+    from spark.staging import SparkStager
+
+    _plan, results = rebuild_partitions(clickhouse, loaded, target, windows, engine=engine, stager=SparkStager(spark),
+                                        log=log)  # fmt: skip
+    return results

@@ -20,11 +20,15 @@ from pydantic import Field
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionWindow
-from chmv_assets.engine.rebuild import rebuild
+from chmv_assets.engine.executor import StepResult, execute, plan_for
+from chmv_assets.engine.landing import ingested_sources, landing_dir
+from chmv_assets.engine.planner import RebuildPlan, spark_capable
 from chmv_assets.errors import ChmvError
 from chmv_assets.orchestration.partitions import window_for_key
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
+from spark.session import session_of
+from spark.staging import SparkStager
 
 
 def partition_windows(context: AssetExecutionContext) -> list[PartitionWindow | None]:
@@ -55,9 +59,6 @@ def target_groups(loaded: LoadedProject, translator: ChmvTranslator) -> list[tup
     One op per group instead of one per target keeps the code location fast to load with thousands
     of MVs (Dagster builds an op per multi-asset); each target stays its own asset, selectable alone.
     """
-    from chmv_assets.engine.landing import landing_dir
-    from spark.backfill import spark_capable
-
     root = landing_dir(loaded)
     order = {fqn: i for i, layer in enumerate(loaded.graph.layers) for fqn in layer}
     groups: dict[tuple, list[ObjectRef]] = {}
@@ -83,8 +84,6 @@ def build_target_assets(loaded: LoadedProject, translator: ChmvTranslator) -> li
     so it stays exact while ingestion runs. A target that fails does not stop the others of its op;
     the op fails at the end, naming each failure.
     """
-    from chmv_assets.engine.landing import landing_dir
-
     root = landing_dir(loaded)
     assets, names = [], set()
     for with_spark, group in target_groups(loaded, translator):
@@ -100,9 +99,6 @@ def build_target_assets(loaded: LoadedProject, translator: ChmvTranslator) -> li
 
 def _group_asset(loaded: LoadedProject, group: list[ObjectRef], specs: list[AssetSpec], name: str, root,
                  with_spark: bool) -> AssetsDefinition:  # fmt: skip
-    from chmv_assets.engine.gates import source_gate
-    from spark.backfill import triggers_of
-
     by_key = dict(zip((s.key for s in specs), group, strict=True))
     # Measured (benchmarks/bench_spark_backfill.py): one run over a range beats one run per partition.
     backfill_policy = BackfillPolicy.single_run() if specs[0].partitions_def is not None else None
@@ -110,17 +106,14 @@ def _group_asset(loaded: LoadedProject, group: list[ObjectRef], specs: list[Asse
     def run(context: AssetExecutionContext, config: RebuildConfig, clickhouse: ClickHouseResource):
         windows = partition_windows(context)
         selected = [key for key in by_key if key in context.selected_asset_keys]
+        stager = SparkStager(lambda: session_of(context.resources.pyspark)) if with_spark else None
         failures = []
         for key in selected:
             ref = by_key[key]
             try:
-                if with_spark or config.engine == "spark":
-                    yield _rebuild_with_engines(context, config, clickhouse, loaded, ref, key, windows, root,
-                                                with_spark)  # fmt: skip
-                    continue
-                with source_gate(triggers_of(loaded.project, ref)), clickhouse.get_client() as client:
-                    results = [rebuild(client, loaded.project, ref, window, log=context.log.info) for window in windows]
-                yield MaterializeResult(asset_key=key, metadata=_clickhouse_metadata(results))
+                plan = plan_for(clickhouse, loaded, ref, windows, engine=config.engine, root=root)
+                results = execute(plan, loaded, clickhouse, stager=stager, log=context.log.info)
+                yield MaterializeResult(asset_key=key, metadata=rebuild_metadata(plan, results))
             except Exception as err:  # noqa: BLE001 - reported per target, re-raised together below
                 context.log.error(f"{ref.fqn}: rebuild failed: {err}")
                 failures.append(f"{ref.fqn}: {err}")
@@ -144,51 +137,26 @@ def _group_asset(loaded: LoadedProject, group: list[ObjectRef], specs: list[Asse
     return _rebuild_in_clickhouse
 
 
-def _clickhouse_metadata(results) -> dict:
+def rebuild_metadata(plan: RebuildPlan, results: list[StepResult]) -> dict:
+    """Materialization metadata of a rebuild: the plan, per-partition progress and the statements run."""
+    rows = [f"| {r.partition or 'all'} | {r.engine} | {r.method} | {r.rows_staged} | {r.rows_written} | "
+            f"{r.cutoff or ''} | {r.batch_id} |" for r in results]  # fmt: skip
+    table = ("| partition | engine | swap | landing rows staged | rows written | cutoff | batch id |\n"
+             "|---|---|---|---|---|---|---|\n")  # fmt: skip
     return {
-        "chmv/engine_path": "clickhouse",
+        "chmv/engine_path": ", ".join(sorted({r.engine for r in results})),
         "chmv/partitions": len(results),
+        "chmv/rows_read": max((r.rows_read for r in results), default=0),
+        "chmv/rows_staged": sum(r.rows_staged for r in results),
         "chmv/rows_written": sum(r.rows_written for r in results),
         "chmv/method": ", ".join(sorted({r.method for r in results})),
         "chmv/seconds": round(sum(r.seconds for r in results), 3),
+        "chmv/cutoff": str(min((r.cutoff for r in results if r.cutoff), default="")),
+        "chmv/batch_id": ", ".join(sorted({r.batch_id for r in results if r.batch_id})),
+        "chmv/plan": MetadataValue.md(plan.describe()),
+        "chmv/progress": MetadataValue.md(table + "\n".join(rows)),
         "chmv/statements": MetadataValue.md("```sql\n" + ";\n".join(results[-1].statements) + "\n```"),
     }
-
-
-def _rebuild_with_engines(context: AssetExecutionContext, config: RebuildConfig, clickhouse: ClickHouseResource,
-                          loaded: LoadedProject, ref: ObjectRef, key, windows, root,
-                          with_spark: bool) -> MaterializeResult:  # fmt: skip
-    """Rebuild through ``spark.backfill`` (engine per partition), with per-partition progress metadata."""
-    from spark.backfill import backfill
-    from spark.session import session_of
-
-    def spark_session():
-        if not with_spark:
-            raise ChmvError(f"{ref.fqn}: engine=spark needs a landing zone ([ingestion] landing_dir or "
-                            "$CHMV_LANDING_DIR) and [ingestion.time_columns] for its sources")
-        return session_of(context.resources.pyspark)
-
-    results = backfill(spark_session, clickhouse, loaded, ref, windows, engine=config.engine, root=root,
-                       log=context.log.info)  # fmt: skip
-    rows = [f"| {r.partition or 'all'} | {r.engine} | {r.rows_staged} | {r.rows_written} | {r.cutoff or ''} | "
-            f"{r.batch_id} |" for r in results]  # fmt: skip
-    table = "| partition | engine | landing rows staged | rows written | cutoff | batch id |\n|---|---|---|---|---|---|\n"
-    return MaterializeResult(
-        asset_key=key,
-        metadata={
-            "chmv/engine_path": ", ".join(sorted({r.engine for r in results})),
-            "chmv/partitions": len(results),
-            "chmv/rows_read": max((r.rows_read for r in results), default=0),
-            "chmv/rows_staged": sum(r.rows_staged for r in results),
-            "chmv/rows_written": sum(r.rows_written for r in results),
-            "chmv/method": ", ".join(sorted({r.method for r in results})),
-            "chmv/seconds": round(sum(r.seconds for r in results), 3),
-            "chmv/cutoff": str(min((r.cutoff for r in results if r.cutoff), default="")),
-            "chmv/batch_id": ", ".join(sorted({r.batch_id for r in results if r.batch_id})),
-            "chmv/progress": MetadataValue.md(table + "\n".join(rows)),
-            "chmv/statements": MetadataValue.md("```sql\n" + ";\n".join(results[-1].statements) + "\n```"),
-        },
-    )
 
 
 def build_chmv_assets(loaded: LoadedProject, translator: ChmvTranslator | None = None) -> Sequence[AssetsDefinition | AssetSpec]:
@@ -207,8 +175,6 @@ def build_chmv_assets(loaded: LoadedProject, translator: ChmvTranslator | None =
         if ref in project.dictionaries:
             for dep in translator.get_upstream(loaded, ref):
                 upstream.setdefault(dep)
-    from chmv_assets.engine.landing import ingested_sources
-
     ingested = set(ingested_sources(loaded))  # materialized by the Spark ingestion assets instead
     target_set = set(targets)
     for ref in upstream:

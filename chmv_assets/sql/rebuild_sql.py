@@ -7,6 +7,8 @@ swapped for a window of that table (or for staged rows), and its output filtered
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from datetime import datetime
 
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table, splice
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
@@ -143,3 +145,22 @@ def create_shadow_sql(shadow: ObjectRef, live: ObjectRef, table: Table) -> str:
             clauses.append(f"PRIMARY KEY {table.primary_key}")
         return f"CREATE TABLE {qualified(shadow)} AS {qualified(live)} " + " ".join(clauses)
     return f"CREATE TABLE {qualified(shadow)} AS {qualified(live)}"
+
+
+def staged_relation(source: ObjectRef, lake_relation: str, columns: Sequence[str], time_column: str,
+                    cutoff: datetime | None) -> str:  # fmt: skip
+    """``(landing rows <= cutoff UNION ALL source rows > cutoff)`` standing in for a trigger table.
+
+    Args:
+        source: The trigger table.
+        lake_relation: ``file(…)`` over the staged Parquet (rows already bounded by the cutoff).
+        columns: The staged columns, read from both sides.
+        time_column: The source's event-time column.
+        cutoff: The ingestion cutoff; None: the lake alone.
+    """
+    cols = ", ".join(quote(c) for c in columns)
+    lake = f"SELECT {cols} FROM {lake_relation}"
+    if cutoff is None:
+        return f"({lake})"
+    cutoff_sql = f"toDateTime64('{cutoff:%Y-%m-%d %H:%M:%S.%f}', 6, 'UTC')"
+    return f"({lake} UNION ALL SELECT {cols} FROM {qualified(source)} WHERE {quote(time_column)} > {cutoff_sql})"

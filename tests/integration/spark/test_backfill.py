@@ -6,12 +6,12 @@ import threading
 from datetime import datetime
 
 import pytest
-from spark_testing import deliver, digest, recompute, ref, with_landing, write_lake
+from spark_testing import backfill, deliver, digest, recompute, ref, with_landing, write_lake
 
 from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine.apply import apply
+from chmv_assets.engine.planner import observe, plan_rebuild
 from resources.clickhouse import ClickHouseResource
-from spark.backfill import backfill, choose_engine
 from spark.ingest import ingest
 
 DAY2 = PartitionWindow("2026-08-02", datetime(2026, 8, 2), datetime(2026, 8, 3))
@@ -91,8 +91,9 @@ def test_auto_engine_uses_spark_only_where_the_source_lost_the_window(spark, loa
                        settings={"mutations_sync": 2})  # fmt: skip
         from pathlib import Path
 
-        assert choose_engine(client, loaded, t, DAY2, Path(root)) == "spark"
-        assert choose_engine(client, loaded, t, DAY3, Path(root)) == "clickhouse"
+        plan = plan_rebuild(loaded, t, [DAY2, DAY3], observe(client, loaded, t, root=Path(root)), root=Path(root))
+        assert [(s.key, s.engine) for s in plan.steps] == [("2026-08-02", "spark"), ("2026-08-03", "clickhouse")]
+        assert "api_requests holds rows from 2026-08-03" in plan.describe()
     results = backfill(spark, engine, loaded, t, [DAY2, DAY3])
     assert [(r.partition, r.engine) for r in results] == [("2026-08-02", "spark"), ("2026-08-03", "clickhouse")]
     with engine.get_client() as client:

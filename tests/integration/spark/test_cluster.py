@@ -26,7 +26,7 @@ from spark_testing import ref, with_landing
 from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.ddl.loader import load
 from resources.clickhouse import ClickHouseResource
-from spark.backfill import backfill
+from spark_testing import backfill
 from spark.ingest import ingest
 from spark.session import get_spark_session
 master, dsn, landing = sys.argv[1:4]

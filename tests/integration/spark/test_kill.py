@@ -8,13 +8,12 @@ import subprocess
 import sys
 
 import pytest
-from spark_testing import ROOT_DIR, deliver, digest, recompute, ref, with_landing, write_lake
+from spark_testing import ROOT_DIR, backfill, deliver, digest, recompute, ref, with_landing, write_lake
 
 from chmv_assets.engine.apply import apply
 from chmv_assets.engine.gates import CRASH_ENV, ingestion_source_id
 from chmv_assets.engine.watermarks import read_watermark
 from resources.clickhouse import ClickHouseResource
-from spark.backfill import backfill
 from spark.ingest import ingest
 
 CHILD = """
@@ -35,7 +34,7 @@ if mode == "ingest":
     from spark.ingest import ingest
     ingest(spark, engine, loaded, ref("api_requests"))
 else:
-    from spark.backfill import backfill
+    from spark_testing import backfill
     windows = [PartitionWindow(d, datetime.fromisoformat(d), datetime.fromisoformat(e))
                for d, e in (("2026-08-02", "2026-08-03"), ("2026-08-03", "2026-08-04"))]
     backfill(spark, engine, loaded, ref("hourly_endpoint_stats"), windows, engine="spark")

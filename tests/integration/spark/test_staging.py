@@ -7,8 +7,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine.staging_area import file_relation
 from resources.clickhouse import ClickHouseResource
-from spark.staging import file_relation, stage
+from spark.staging import stage
 
 HUGE = [0, 1, 2**63 - 1, 2**63, 2**64 - 2, 2**64 - 1]
 

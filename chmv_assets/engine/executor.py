@@ -1,0 +1,306 @@
+"""The one executor of rebuild plans (see :mod:`chmv_assets.engine.planner`; README "Backfill protocol").
+
+ClickHouse steps: under the gates of the target's trigger sources, each partition is rebuilt from the
+source table into its shadow and swapped in.
+
+Spark steps, per target and range of partitions:
+
+1. under the trigger sources' gates, read each one's ingestion watermark and take the cutoff
+   ``C = watermark - late tolerance``; no row with event time ``<= C`` can be inserted into the
+   source any more;
+2. the stager (Spark) reads the landing files that can hold the range's rows with event time ``<= C``,
+   applies the ingestion's cleaning (dedup by key) and writes Parquet staging, one folder per partition
+   where the plan says so; nothing else of the rebuild runs in Spark;
+3. under the gates again, per partition: ClickHouse runs the MV's OWN SELECT over
+   ``file(staging) UNION ALL (source rows with event time > C)`` into the shadow and swaps it in.
+   The source table is not re-inserted, so sibling MVs on it do not fire.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+from clickhouse_connect.driver.client import Client
+
+from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.ddl.partitioning import PartitionWindow
+from chmv_assets.engine import landing
+from chmv_assets.engine import staging_area as staging
+from chmv_assets.engine.catalog import live_table
+from chmv_assets.engine.clients import ClientFactory
+from chmv_assets.engine.gates import crash_point, current_watermark, cutoff_of, source_gate
+from chmv_assets.engine.planner import (
+    Engine,
+    EngineOption,
+    Observations,
+    PartitionStep,
+    RebuildPlan,
+    downstream_targets,
+    observe,
+    plan_from_source,
+    plan_rebuild,
+    triggers_of,
+    windows_covering,
+)
+from chmv_assets.engine.rebuild import run_step
+from chmv_assets.engine.watermarks import COMMITTED, read_watermark, write_watermark
+from chmv_assets.errors import ChmvError, LandingZoneError
+from chmv_assets.sql.rebuild_sql import staged_relation
+
+
+class Stager(Protocol):
+    """A provider of staged landing rows (``spark.staging.SparkStager``): reads files, filters, dedups, writes Parquet."""
+
+    def __call__(self, files: Sequence[str], columns: Sequence[str], time_column: str, keys: Sequence[str],
+                 out_dir: Path, **bounds: Any) -> None: ...  # fmt: skip
+
+
+@dataclass
+class StepResult:
+    """What one step did (materialization metadata)."""
+
+    target: str
+    partition: str | None
+    engine: str
+    method: str
+    rows_staged: int
+    rows_written: int
+    cutoff: datetime | None
+    batch_id: str
+    seconds: float
+    rows_read: int = 0
+    statements: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Staged:
+    """The stager's output for one trigger source of a plan."""
+
+    source: ObjectRef
+    folder: Path
+    columns: list[str]
+    cutoff: datetime | None
+    per_window: bool
+    rows_read: int
+
+
+def rebuild_partitions(clickhouse: ClientFactory, loaded: LoadedProject, target: ObjectRef,
+                       windows: Sequence[PartitionWindow | None], *, engine: EngineOption = "auto",
+                       root: Path | None = None, stager: Stager | None = None,
+                       log: Callable[[str], None] | None = None) -> tuple[RebuildPlan, list[StepResult]]:  # fmt: skip
+    """Plan and run the rebuild of ``windows`` of ``target``, exact while ingestion keeps loading its sources.
+
+    Args:
+        clickhouse: Opens clients (per step group, after taking the gates).
+        windows: The partitions (``[None]`` for an unpartitioned target).
+        engine: ``auto``, ``clickhouse`` or ``spark`` (see :func:`chmv_assets.engine.planner.plan_rebuild`).
+        root: Landing zone root; default from the configuration.
+        stager: Provider of staged landing rows; needed only if a step uses Spark.
+    """
+    root = root or landing.landing_dir(loaded)
+    plan = plan_for(clickhouse, loaded, target, windows, engine=engine, root=root)
+    return plan, execute(plan, loaded, clickhouse, stager=stager, log=log)
+
+
+def plan_for(clickhouse: ClientFactory, loaded: LoadedProject, target: ObjectRef,
+             windows: Sequence[PartitionWindow | None], *, engine: EngineOption = "auto",
+             root: Path | None = None) -> RebuildPlan:  # fmt: skip
+    """Observe the server (under the trigger gates) and plan; nothing is changed."""
+    with source_gate(triggers_of(loaded.project, target)), clickhouse.get_client() as client:
+        observations = observe(client, loaded, target, engine=engine, root=root)
+    return plan_rebuild(loaded, target, windows, observations, engine=engine, root=root)
+
+
+def execute(plan: RebuildPlan, loaded: LoadedProject, clickhouse: ClientFactory | None = None, *,
+            client: Client | None = None, stager: Stager | None = None,
+            cutoffs: dict[ObjectRef, datetime | None] | None = None,
+            log: Callable[[str], None] | None = None) -> list[StepResult]:  # fmt: skip
+    """Run every step of ``plan``; results in the plan's partition order.
+
+    Args:
+        plan: From the planner.
+        loaded: The project the plan was made from.
+        clickhouse: Opens a client per group of steps, after the gates (unless ``client`` is given).
+        client: An open client whose gates the caller already holds (the repair of an interrupted load).
+        stager: Provider of staged rows for Spark steps.
+        cutoffs: Fixed cutoffs per trigger for Spark steps, instead of reading the watermarks.
+        log: Progress sink.
+    """
+    say = log or (lambda _msg: None)
+    if client is None and clickhouse is None:
+        raise ValueError("execute needs a client factory or an open client")
+    say(plan.describe())
+    results: list[StepResult] = []
+    direct = [s for s in plan.steps if s.engine != Engine.SPARK]
+    if direct:
+        with _session(plan, clickhouse, client) as c:
+            for step in direct:
+                started = time.monotonic()
+                r = run_step(c, loaded.project, plan, step, log=say)
+                results.append(StepResult(plan.target.fqn, r.partition, str(step.engine), r.method, 0, r.rows_written,
+                                          None, "", time.monotonic() - started, 0, r.statements))  # fmt: skip
+    spark_steps = plan.steps_by(Engine.SPARK)
+    if spark_steps:
+        if stager is None:
+            raise ChmvError(f"{plan.target.fqn}: {len(spark_steps)} partition(s) need Spark (the landing zone), "
+                            "but no Spark session is configured; give the run the pyspark resource")  # fmt: skip
+        assert plan.landing_root is not None
+        say(f"{plan.target.fqn}: {len(spark_steps)} partition(s) from the landing zone (spark engine)")
+        if cutoffs is None:
+            with _session(plan, clickhouse, client) as c:
+                cutoffs = _read_cutoffs(c, loaded, plan, spark_steps)
+        results += _run_spark_steps(plan, loaded, spark_steps, cutoffs, stager, clickhouse, client, say)
+    order = {s.key: i for i, s in enumerate(plan.steps)}
+    return sorted(results, key=lambda r: order.get(r.partition, 0))
+
+
+@contextmanager
+def _session(plan: RebuildPlan, clickhouse: ClientFactory | None, client: Client | None) -> Iterator[Client]:
+    """The plan's gates and a client: the caller's (gates already held) or a new one opened after the gates."""
+    if client is not None:
+        yield client
+        return
+    assert clickhouse is not None
+    with source_gate(plan.gates), clickhouse.get_client() as opened:
+        yield opened
+
+
+def _read_cutoffs(client: Client, loaded: LoadedProject, plan: RebuildPlan,
+                  steps: Sequence[PartitionStep]) -> dict[ObjectRef, datetime | None]:  # fmt: skip
+    """Per trigger, ``watermark - tolerance`` (a first watermark is established if there is none)."""
+    tolerance = loaded.config.ingestion.late_tolerance_minutes
+    windows = [s.window for s in steps]
+    ends = [w.end for w in windows if w is not None]
+    cutoffs = {}
+    for source in plan.gates:
+        files = landing.list_files(plan.landing_root, source) if plan.landing_root else []
+        newest = max((f.last_arrival for f in files), default=None)
+        establish = max(ends) if ends and None not in windows else newest
+        if establish is not None:
+            establish += timedelta(minutes=tolerance)
+        mark = current_watermark(client, source, landing.time_column(loaded, source), establish_at=establish)
+        cutoffs[source] = cutoff_of(mark, tolerance)
+    return cutoffs
+
+
+def _run_spark_steps(plan: RebuildPlan, loaded: LoadedProject, steps: Sequence[PartitionStep],
+                     cutoffs: dict[ObjectRef, datetime | None], stager: Stager, clickhouse: ClientFactory | None,
+                     client: Client | None, say: Callable[[str], None]) -> list[StepResult]:  # fmt: skip
+    """Stage each trigger's lake rows (Spark, no gate held), then swap each partition under the gates."""
+    target = plan.target
+    windows = [s.window for s in steps]
+    keys = [s.key for s in steps]
+    marks = sorted((k.fqn, str(v)) for k, v in cutoffs.items())
+    batch_id = hashlib.sha1(f"{target.fqn}|{keys}|{marks}".encode()).hexdigest()[:16]
+    staged = {}
+    for relation in steps[0].relations:
+        staged[relation.source] = _stage_source(loaded, plan, relation.source, relation.staged_per_window, windows,
+                                                cutoffs.get(relation.source), batch_id, stager, say)  # fmt: skip
+    crash_point("backfill:staged")
+    results: list[StepResult] = []
+    cutoff = min((v for v in cutoffs.values() if v is not None), default=None)
+    with _session(plan, clickhouse, client) as c:
+        for step in steps:
+            started = time.monotonic()
+            relations = {s: _relation(loaded, s, st, step.window) for s, st in staged.items()}
+            r = run_step(c, loaded.project, plan, step, trigger_relation=relations.get, log=say)
+            rows_staged = sum(staging.staged_rows(_window_folder(st, step.window)) for st in staged.values())
+            mark_id, mark_key = f"backfill:{target.fqn}", step.key or "all"
+            write_watermark(c, mark_id, mark_key, last_processed_ts=cutoff, batch_id=batch_id, status=COMMITTED,
+                            rows=r.rows_written, previous=read_watermark(c, mark_id, mark_key))  # fmt: skip
+            say(f"{target.fqn} {step.key or '(whole table)'}: {r.method}, {rows_staged} landing rows staged, "
+                f"{r.rows_written} rows written, cutoff {cutoff}")  # fmt: skip
+            results.append(StepResult(target.fqn, step.key, str(step.engine), r.method, rows_staged, r.rows_written,
+                                      cutoff, batch_id, time.monotonic() - started,
+                                      sum(s.rows_read for s in staged.values()), r.statements))  # fmt: skip
+            crash_point("backfill:swapped")
+    for st in staged.values():
+        staging.remove(st.folder)
+    return results
+
+
+def _stage_source(loaded: LoadedProject, plan: RebuildPlan, source: ObjectRef, per_window: bool,
+                  windows: Sequence[PartitionWindow | None], cutoff: datetime | None, batch_id: str, stager: Stager,
+                  say: Callable[[str], None]) -> _Staged:  # fmt: skip
+    table = loaded.project.table(source)
+    if table is None:
+        raise LandingZoneError(f"{source.fqn} is not defined in the DDL directory")
+    assert plan.landing_root is not None
+    tcol = landing.time_column(loaded, source)
+    lateness = timedelta(minutes=loaded.config.ingestion.max_lateness_minutes)
+    since = min(w.start for w in windows if w is not None) if per_window else None
+    before = max(w.end for w in windows if w is not None) if per_window else None
+    upper = min(t for t in (before, cutoff) if t is not None) if (before or cutoff) else None
+    files = landing.list_files(plan.landing_root, source, arrived_after=since,
+                               arrived_before=upper + lateness if upper is not None else None)  # fmt: skip
+    columns, rows_read = landing.check_files(files, table)
+    keys = landing.dedup_keys(loaded, source, columns)
+    folder = staging.staging_dir("backfill", f"{plan.target.fqn}.{source.fqn}", batch_id)
+    say(f"{plan.target.fqn}: Spark stages {source.fqn} from {len(files)} landing files ({rows_read} rows), "
+        f"event time in [{since}, {before}) and <= cutoff {cutoff}")  # fmt: skip
+    if files:
+        stager([f.path for f in files], columns, tcol, keys, folder, at_or_before=cutoff, since=since, before=before,
+               partition_grain=plan.scheme.grain if per_window else None)  # fmt: skip
+    return _Staged(source, folder, columns, cutoff, per_window, rows_read)
+
+
+def _window_folder(st: _Staged, window: PartitionWindow | None) -> Path:
+    if st.per_window and window is not None:
+        return st.folder / f"{staging.PARTITION_COLUMN}={staging.window_key(window.start)}"
+    return st.folder
+
+
+def _relation(loaded: LoadedProject, source: ObjectRef, st: _Staged, window: PartitionWindow | None) -> str:
+    """``(landing rows <= cutoff UNION ALL source rows > cutoff)`` standing in for the trigger table."""
+    table = loaded.project.table(source)
+    assert table is not None
+    if st.per_window and window is not None:
+        glob = staging.staged_glob(st.folder, staging.window_key(window.start))
+    elif st.per_window:
+        glob = str(st.folder / "*" / "*.parquet")
+    else:
+        glob = staging.staged_glob(st.folder)
+    lake = staging.file_relation(glob, table, st.columns)
+    return staged_relation(source, lake, st.columns, landing.time_column(loaded, source), st.cutoff)
+
+
+def repair_interrupted_load(client: Client, loaded: LoadedProject, source: ObjectRef, *, since: datetime | None,
+                            until: datetime | None, cutoff: datetime | None, root: Path, stager: Stager,
+                            log: Callable[[str], None] | None = None) -> list[str]:  # fmt: skip
+    """Rebuild what a load that died during its insert may have left inconsistent; the caller holds the gate.
+
+    The source now holds every row of the batch, but a block inserted just before the kill may be in
+    the source without its MV output. Every partition of the source's direct targets that the batch's
+    event-time range touches is rebuilt from the landing zone (``<= cutoff``) and the source (``> cutoff``);
+    targets further down a chain are rebuilt from their upstream table (with one week of margin).
+    """
+    say = log or (lambda _msg: None)
+    if since is None or until is None:
+        return []
+    project = loaded.project
+    tolerance = loaded.config.ingestion.late_tolerance_minutes
+    done: list[str] = []
+    direct = list(dict.fromkeys(v.writes_to for v in project.views_from(source) if v.trigger == source))
+    for target in direct:
+        windows = windows_covering(loaded, target, since, until)
+        plan = plan_rebuild(loaded, target, windows, Observations(live=live_table(client, project, target)),
+                            engine="spark", root=root)  # fmt: skip
+        cutoffs = {t: cutoff if t == source else cutoff_of(current_watermark(
+            client, t, landing.time_column(loaded, t)), tolerance) for t in plan.gates}  # fmt: skip
+        execute(plan, loaded, client=client, stager=stager, cutoffs=cutoffs, log=say)
+        done += [f"{target.fqn}/{s.key or 'all'}" for s in plan.steps]
+    chained = {d for t in direct for d in downstream_targets(loaded, t)} - set(direct)
+    for ref in sorted(chained, key=lambda r: (loaded.graph.depth.get(r.fqn, 0), r.fqn)):
+        windows = windows_covering(loaded, ref, since, until, margin=timedelta(days=7))
+        plan = plan_from_source(project, ref, windows, live_table(client, project, ref))
+        execute(plan, loaded, client=client, log=say)
+        done += [f"{ref.fqn}/{s.key or 'all'}" for s in plan.steps]
+    return done

@@ -1,0 +1,360 @@
+"""The rebuild planner: what to do to rebuild partitions of a target, decided once, as frozen printable data.
+
+One planner serves every caller (the target assets, the sensors' runs, the CLI, the repair of an
+interrupted load). It takes a target, its partitions and options, plus the few facts it needs from
+the server (:func:`observe`: the physical table, each trigger's oldest row), and decides per partition:
+
+- the engine: ``clickhouse`` (the MVs' own SELECT over the source table), ``spark`` (over landing-zone
+  rows that Spark stages, united with the source rows after the ingestion cutoff), or ``refresh``
+  (a refreshable MV: the server recomputes it);
+- the relation that stands in for each trigger source in the MV's SELECT;
+- the shadow table and the swap (``REPLACE PARTITION`` — ``DROP PARTITION`` if the shadow is empty —,
+  ``EXCHANGE TABLES`` for an unpartitioned target, ``SYSTEM REFRESH VIEW``);
+- the write gates to hold, and the targets further down a chain that read this one.
+
+:mod:`chmv_assets.engine.executor` runs a plan; Spark is only a provider of staged rows there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Literal
+
+from clickhouse_connect.driver.client import Client
+
+from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.models import ObjectRef, Project
+from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme, windows_between
+from chmv_assets.engine import landing
+from chmv_assets.engine.catalog import live_table
+from chmv_assets.engine.gates import source_min_time
+from chmv_assets.errors import ChmvError
+from chmv_assets.sql.rebuild_sql import shadow_ref, source_range_predicate
+
+EngineOption = Literal["auto", "clickhouse", "spark"]
+#: Grains finer than or equal to a partition grain, coarsest last (a truncation to a coarser grain spans windows).
+_GRAIN_ORDER = ("minute", "5 minute", "10 minute", "15 minute", "hour", "day", "week", "month", "quarter", "year")
+
+
+class Engine(StrEnum):
+    """Where the rows of a rebuilt partition come from."""
+
+    CLICKHOUSE = "clickhouse"
+    """The MVs' own SELECT over the source table's rows of the window."""
+    SPARK = "spark"
+    """The MVs' own SELECT over landing-zone rows staged by Spark (<= cutoff) and source rows (> cutoff)."""
+    REFRESH = "refresh"
+    """A refreshable MV: ``SYSTEM REFRESH VIEW`` + ``SYSTEM WAIT VIEW``."""
+
+
+class Swap(StrEnum):
+    """How the shadow replaces the live data."""
+
+    REPLACE_PARTITION = "replace_partition"
+    """``ALTER TABLE … REPLACE PARTITION … FROM shadow`` (``DROP PARTITION`` when the shadow is empty)."""
+    EXCHANGE = "exchange"
+    """``EXCHANGE TABLES live AND shadow`` (an unpartitioned target)."""
+    REFRESH = "refresh"
+    """The server refreshes the MV itself; no shadow."""
+
+
+@dataclass(frozen=True)
+class TriggerRelation:
+    """What stands in for one trigger source inside the MV's SELECT for one partition.
+
+    Attributes:
+        source: The trigger table.
+        kind: ``source_window`` (the table, pruned to the window), ``source`` (the whole table),
+            ``lake_then_source`` (staged landing rows <= the cutoff UNION ALL table rows > the cutoff).
+        predicate: The pruning range on the source's own column, when one is derivable.
+        staged_per_window: Spark writes one staging folder per partition window (else one for the range).
+    """
+
+    source: ObjectRef
+    kind: Literal["source_window", "source", "lake_then_source"]
+    predicate: str | None = None
+    staged_per_window: bool = False
+
+    def describe(self) -> str:
+        if self.kind == "lake_then_source":
+            split = "per partition" if self.staged_per_window else "for the whole range"
+            return f"{self.source.fqn}: landing rows <= cutoff (staged by Spark, {split}) ∪ table rows > cutoff"
+        if self.kind == "source_window":
+            return f"{self.source.fqn} WHERE {self.predicate}"
+        return f"{self.source.fqn} (whole table)"
+
+
+@dataclass(frozen=True)
+class PartitionStep:
+    """The rebuild of one partition (or of a whole unpartitioned target)."""
+
+    window: PartitionWindow | None
+    engine: Engine
+    swap: Swap
+    shadow: ObjectRef | None
+    relations: tuple[TriggerRelation, ...]
+    reason: str
+
+    @property
+    def key(self) -> str | None:
+        return self.window.key if self.window else None
+
+
+@dataclass(frozen=True)
+class RebuildPlan:
+    """Everything a rebuild of partitions of one target will do, decided before anything runs.
+
+    Attributes:
+        target: The target asset's table (or inner-table MV).
+        live: The table that physically holds the rows (the inner table of an MV without TO).
+        scheme: The target's partitioning.
+        steps: One per partition, in the order given.
+        gates: The trigger sources whose write gate every step holds (ingestion waits meanwhile).
+        downstream: Targets further down a chain that read this one (rebuilt after it by callers
+            that follow the chain; a Dagster run selects them itself).
+        landing_root: The landing zone Spark steps read.
+        cutoff_rule: How Spark steps split lake rows from source rows (fixed when they run, under the gate).
+    """
+
+    target: ObjectRef
+    live: ObjectRef
+    scheme: PartitionScheme
+    steps: tuple[PartitionStep, ...]
+    gates: tuple[ObjectRef, ...]
+    downstream: tuple[ObjectRef, ...] = ()
+    landing_root: Path | None = None
+    cutoff_rule: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    def steps_by(self, engine: Engine) -> tuple[PartitionStep, ...]:
+        return tuple(s for s in self.steps if s.engine == engine)
+
+    def describe(self) -> str:
+        """A markdown rendering for run metadata, logs and ``chmv rebuild --dry-run``."""
+        lines = [f"**Rebuild plan of `{self.target.fqn}`** (physical table `{self.live.fqn}`)", ""]
+        grain = self.scheme.grain or "unpartitioned"
+        lines.append(f"- partitioning: {grain}" + (f" on `{self.scheme.column}`" if self.scheme.column else ""))
+        lines.append("- gates held: " + (", ".join(f"`{g.fqn}`" for g in self.gates) or "none"))
+        if self.cutoff_rule:
+            lines.append(f"- cutoff: {self.cutoff_rule}")
+        if self.downstream:
+            lines.append("- downstream targets reading it: " + ", ".join(f"`{d.fqn}`" for d in self.downstream))
+        lines += [f"- note: {n}" for n in self.notes]
+        lines += ["", "| partition | engine | reads | shadow | swap | why |", "|---|---|---|---|---|---|"]
+        for step in self.steps:
+            reads = "; ".join(r.describe() for r in step.relations).replace("|", "/") or "-"
+            shadow = f"`{step.shadow.fqn}`" if step.shadow else "-"
+            lines.append(f"| {step.key or '(all)'} | {step.engine} | {reads} | {shadow} | {step.swap} | {step.reason} |")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Facts from the server the planner needs (read by :func:`observe`, under the trigger gates).
+
+    Attributes:
+        live: The physical table of the target.
+        oldest: Per trigger with an event-time column, its oldest row (None: the table is empty).
+    """
+
+    live: ObjectRef
+    oldest: tuple[tuple[ObjectRef, datetime | None], ...] = ()
+
+    def oldest_of(self, source: ObjectRef) -> datetime | None:
+        return dict(self.oldest).get(source)
+
+
+def triggers_of(project: Project, target: ObjectRef) -> list[ObjectRef]:
+    """Distinct trigger tables of the MVs writing ``target``."""
+    return list(dict.fromkeys(v.trigger for v in project.views_into(target) if v.trigger is not None))
+
+
+def spark_capable(loaded: LoadedProject, target: ObjectRef, root: Path | None) -> bool:
+    """A landing zone exists and every trigger of the target has an event-time column configured."""
+    triggers = triggers_of(loaded.project, target)
+    ingestible = set(landing.ingestible_sources(loaded))
+    return root is not None and bool(triggers) and all(t in ingestible for t in triggers)
+
+
+def downstream_targets(loaded: LoadedProject, target: ObjectRef) -> tuple[ObjectRef, ...]:
+    """Targets that read ``target`` (directly or further down a chain), shallowest first."""
+    graph = loaded.graph
+    targets = {t.fqn: t for t in loaded.project.targets}
+    found = [targets[n] for n in graph.impact(target.fqn) if n in targets and n != target.fqn]
+    return tuple(sorted(found, key=lambda r: (graph.depth.get(r.fqn, 0), r.fqn)))
+
+
+def observe(client: Client, loaded: LoadedProject, target: ObjectRef, *, engine: EngineOption = "auto",
+            root: Path | None = None) -> Observations:  # fmt: skip
+    """Read what the planner needs: the physical table, and each trigger's oldest row when ``auto`` may pick Spark."""
+    live = live_table(client, loaded.project, target)
+    if engine != "auto" or not spark_capable(loaded, target, root):
+        return Observations(live=live)
+    oldest = tuple(
+        (source, source_min_time(client, source, landing.time_column(loaded, source)))
+        for source in triggers_of(loaded.project, target)
+    )
+    return Observations(live=live, oldest=oldest)
+
+
+def plan_rebuild(loaded: LoadedProject, target: ObjectRef, windows: Sequence[PartitionWindow | None],
+                 observations: Observations, *, engine: EngineOption = "auto",
+                 root: Path | None = None) -> RebuildPlan:  # fmt: skip
+    """Decide the rebuild of ``windows`` of ``target``.
+
+    Args:
+        loaded: The parsed project.
+        target: An MV target.
+        windows: The partitions; ``[None]`` (or any window of an unpartitioned target) rebuilds the whole table.
+        observations: From :func:`observe`.
+        engine: ``auto`` (Spark for a partition the source table no longer holds, when a landing zone is
+            configured), ``clickhouse`` or ``spark``.
+        root: The landing zone (``chmv_assets.engine.landing.landing_dir``).
+
+    Raises:
+        ChmvError: The target is not written by an MV of the DDL, or ``spark`` was asked for a target
+            whose triggers the landing zone does not cover.
+    """
+    if engine == "spark" and not spark_capable(loaded, target, root):
+        triggers = ", ".join(t.fqn for t in triggers_of(loaded.project, target))
+        raise ChmvError(f"{target.fqn}: the spark engine needs a landing zone and [ingestion.time_columns] for "
+                        f"{triggers}; configure them or use engine=clickhouse")  # fmt: skip
+    plan = _assemble(
+        loaded.project, target, windows, observations.live,
+        choose=lambda window: _engine_for(loaded, target, window, observations, engine, root),
+        per_window=lambda source, ws: staged_per_window(loaded, target, source, ws),
+        downstream=downstream_targets(loaded, target), root=root,
+    )  # fmt: skip
+    if plan.steps_by(Engine.SPARK):
+        tolerance = loaded.config.ingestion.late_tolerance_minutes
+        rule = f"per trigger, its ingestion watermark - {tolerance} min, read under its gate when the Spark steps start"
+        plan = replace(plan, cutoff_rule=rule)
+    return plan
+
+
+def plan_from_source(project: Project, target: ObjectRef, windows: Sequence[PartitionWindow | None],
+                     live: ObjectRef) -> RebuildPlan:  # fmt: skip
+    """A plan that rebuilds every partition from the source table (the ClickHouse engine)."""
+    return _assemble(project, target, windows, live, choose=lambda _w: (Engine.CLICKHOUSE, "from the source table"),
+                     per_window=lambda _s, _ws: False)  # fmt: skip
+
+
+def _assemble(project: Project, target: ObjectRef, windows: Sequence[PartitionWindow | None], live: ObjectRef, *,
+              choose: Callable[[PartitionWindow | None], tuple[Engine, str]],
+              per_window: Callable[[ObjectRef, Sequence[PartitionWindow | None]], bool],
+              downstream: tuple[ObjectRef, ...] = (), root: Path | None = None) -> RebuildPlan:  # fmt: skip
+    views = project.views_into(target)
+    if not views:
+        raise ChmvError(f"{target.fqn} is not written by any materialized view in the DDL directory")
+    table = project.table(target)
+    refreshable = any(v.refreshable for v in views)
+    if table is None and not refreshable:
+        raise ChmvError(f"{target.fqn} is not defined in the DDL directory")
+    scheme = partition_scheme(table, views) if table is not None else PartitionScheme(grain=None)
+    if refreshable:
+        step = PartitionStep(None, Engine.REFRESH, Swap.REFRESH, None, (), "refreshable MV: the server recomputes it")
+        return RebuildPlan(target, live, scheme, (step,), (), downstream, root)
+    if scheme.grain is None:
+        windows = [None]
+    triggers = tuple(triggers_of(project, target))
+    steps = []
+    for window in windows:
+        chosen, reason = choose(window)
+        if chosen == Engine.SPARK:
+            relations = tuple(TriggerRelation(s, "lake_then_source", staged_per_window=per_window(s, windows))
+                              for s in triggers)  # fmt: skip
+        else:
+            relations = tuple(_source_relation(project, target, s, scheme, window) for s in triggers)
+        swap = Swap.REPLACE_PARTITION if window is not None else Swap.EXCHANGE
+        shadow = shadow_ref(live, window.key if window else None)
+        steps.append(PartitionStep(window, chosen, swap, shadow, relations, reason))
+    return RebuildPlan(target, live, scheme, tuple(steps), triggers, downstream, root)
+
+
+def _engine_for(loaded: LoadedProject, target: ObjectRef, window: PartitionWindow | None, observations: Observations,
+                engine: EngineOption, root: Path | None) -> tuple[Engine, str]:  # fmt: skip
+    if engine == "spark":
+        return Engine.SPARK, "engine=spark asked for"
+    if engine == "clickhouse":
+        return Engine.CLICKHOUSE, "engine=clickhouse asked for"
+    if not spark_capable(loaded, target, root):
+        return Engine.CLICKHOUSE, "the source table (no landing zone for its triggers)"
+    assert root is not None
+    for source in triggers_of(loaded.project, target):
+        oldest = observations.oldest_of(source)
+        if oldest is None:
+            return Engine.SPARK, f"{source.fqn} is empty; the landing zone holds its rows"
+        start = window.start if window is not None else _first_landing(root, source)
+        if start is None or oldest <= start:
+            continue
+        # The source starts inside (or after) the window: spark only if the lake holds earlier rows of it.
+        held_from = oldest.replace(minute=0, second=0, microsecond=0)
+        if landing.list_files(root, source, arrived_after=start, arrived_before=held_from):
+            return Engine.SPARK, f"{source.fqn} holds rows from {oldest} only; the landing zone has earlier ones"
+    return Engine.CLICKHOUSE, "the source table holds the window"
+
+
+def _first_landing(root: Path, source: ObjectRef) -> datetime | None:
+    files = landing.list_files(root, source)
+    return min((f.first_arrival for f in files), default=None)
+
+
+def _source_relation(project: Project, target: ObjectRef, source: ObjectRef, scheme: PartitionScheme,
+                     window: PartitionWindow | None) -> TriggerRelation:  # fmt: skip
+    predicate = None
+    if window is not None:
+        for view in project.views_into(target):
+            if view.trigger == source:
+                predicate = source_range_predicate(view, project, scheme, window) or predicate
+    return TriggerRelation(source, "source_window" if predicate else "source", predicate)
+
+
+def staged_per_window(loaded: LoadedProject, target: ObjectRef, source: ObjectRef,
+                      windows: Sequence[PartitionWindow | None]) -> bool:  # fmt: skip
+    """Whether each partition's trigger rows are exactly the rows whose event time falls in its window.
+
+    Then Spark stages one folder per partition (and reads only the range's files); otherwise one folder
+    for the whole range, and every partition's SELECT reads all of it.
+    """
+    if not windows or any(w is None for w in windows):
+        return False
+    project = loaded.project
+    table = project.table(target)
+    if table is None:
+        return False
+    views = project.views_into(target)
+    scheme = partition_scheme(table, views)
+    if scheme.grain not in ("hour", "day", "month") or scheme.column is None:
+        return False
+    tcol = landing.time_column(loaded, source)
+    for view in views:
+        if view.trigger != source:
+            continue
+        out = view.output(scheme.column)
+        if out is None or out.truncation is None or out.truncation[0] != tcol:
+            return False
+        grain = out.truncation[1]
+        if grain is not None and (grain not in _GRAIN_ORDER or grain == "week"
+                                  or _GRAIN_ORDER.index(grain) > _GRAIN_ORDER.index(scheme.grain)):  # fmt: skip
+            return False
+        if source_range_predicate(view, project, scheme, windows[0]) is None:  # type: ignore[arg-type]
+            return False
+    return True
+
+
+def windows_covering(loaded: LoadedProject, target: ObjectRef, since: datetime, until: datetime,
+                     margin: timedelta = timedelta(0)) -> list[PartitionWindow | None]:  # fmt: skip
+    """The partitions of ``target`` whose windows intersect ``[since - margin, until + margin]``."""
+    table = loaded.project.table(target)
+    scheme = partition_scheme(table, loaded.project.views_into(target)) if table is not None else None
+    if scheme is None or scheme.grain is None:
+        return [None]
+    first = datetime.strptime(loaded.config.partition_start, "%Y-%m-%d")
+    return list(windows_between(scheme.grain, first, since - margin, until + margin))

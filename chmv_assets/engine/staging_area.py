@@ -1,0 +1,74 @@
+"""The staging area: Parquet folders that Spark writes and ClickHouse reads with ``file()`` (no Spark here).
+
+Executors never open the embedded engine: they write Parquet to a staging folder; the driver then
+runs one ClickHouse statement reading it (``file(path, Parquet, structure)``, typed with the source
+table's own column types, so unsigned integers and timestamps land exactly as the source holds them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from clickhouse_connect.driver.binding import format_query_value
+
+from chmv_assets.ddl.models import Table
+from chmv_assets.sql.quoting import quote
+from resources.state import default_state_dir
+
+#: Environment variable for the staging root (must be readable by ClickHouse; default: <state dir>/staging).
+STAGING_ENV = "CHMV_STAGING_DIR"
+#: Column Spark adds to split a backfill's staging by target partition (``_chmv_p=YYYYMMDDHH``).
+PARTITION_COLUMN = "_chmv_p"
+
+
+def staging_root() -> Path:
+    return Path(os.environ.get(STAGING_ENV) or default_state_dir() / "staging").resolve()
+
+
+def staging_dir(kind: str, name: str, batch_id: str) -> Path:
+    """A deterministic folder per load, so a killed run's leftovers are overwritten by its re-run."""
+    safe = re.sub(r"[^0-9A-Za-z_.=-]", "_", name)
+    return staging_root() / kind / safe / batch_id
+
+
+def window_key(start: datetime) -> str:
+    """Folder key of a partition window, as Spark's ``date_format(…, 'yyyyMMddHH')`` writes it."""
+    return f"{start:%Y%m%d%H}"
+
+
+def ts_literal(value: datetime) -> str:
+    """A Spark/ClickHouse literal string for a naive UTC time (formatted from a datetime, never user text)."""
+    return f"{value:%Y-%m-%d %H:%M:%S.%f}"
+
+
+def staged_rows(folder: Path) -> int:
+    """Rows in a staging folder, from the Parquet footers (no data read)."""
+    return sum(pq.read_metadata(p).num_rows for p in folder.rglob("*.parquet")) if folder.is_dir() else 0
+
+
+def staged_glob(folder: Path, key: str | None = None) -> str:
+    """The glob ClickHouse reads: one window's sub-folder, every sub-folder, or the folder itself."""
+    if key is not None:
+        return str(folder / f"{PARTITION_COLUMN}={key}" / "*.parquet")
+    return str(folder / "*.parquet")
+
+
+def structure(table: Table, columns: Sequence[str]) -> str:
+    """``file()`` structure of the staged columns, typed like the source table."""
+    types = {c.name: c.type for c in table.columns}
+    return ", ".join(f"{quote(name)} {types[name]}" for name in columns)
+
+
+def file_relation(glob: str, table: Table, columns: Sequence[str]) -> str:
+    """``file('<glob>', Parquet, '<structure>')`` with both strings escaped as SQL literals."""
+    return f"file({format_query_value(glob)}, Parquet, {format_query_value(structure(table, columns))})"
+
+
+def remove(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
