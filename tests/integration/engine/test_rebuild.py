@@ -241,6 +241,12 @@ def test_replace_partition_is_atomic_for_readers(engine, example):
             while not stop.is_set():
                 samples.append(int(client.command(count_sql, parameters=params)))
 
+    def sampled_more(than: int) -> None:
+        """Wait until the reader has sampled the partition again (event-based: no fixed sleep)."""
+        deadline = time.monotonic() + 30
+        while len(samples) < than + 5 and time.monotonic() < deadline and thread.is_alive():
+            time.sleep(0.001)
+
     thread = threading.Thread(target=reader)
     thread.start()
     try:
@@ -248,9 +254,9 @@ def test_replace_partition_is_atomic_for_readers(engine, example):
             for _ in range(5):
                 client.command("INSERT INTO analytics.requests_enriched SELECT * FROM analytics.requests_enriched "
                                "WHERE timestamp >= {lo:DateTime} AND timestamp < {hi:DateTime}", parameters=params)  # fmt: skip
-                time.sleep(0.05)
+                sampled_more(len(samples))  # the reader sees the corrupted (doubled) partition
                 rebuild(client, example.project, target, win)
-                time.sleep(0.05)
+                sampled_more(len(samples))  # and the rebuilt one
     finally:
         stop.set()
         thread.join(timeout=30)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from datetime import datetime
 
 import pytest
@@ -70,19 +69,25 @@ def test_first_watermark_starts_where_the_source_is(engine):
 
 
 def test_gate_excludes_other_threads_and_is_reentrant(engine):
-    order: list[str] = []
+    """While one thread holds the gate (twice: re-entrant), another cannot take it; after the release it can."""
+    outcomes: list[str] = []
 
-    def other() -> None:
-        with source_gate([SRC]):
-            order.append("other")
+    def other(timeout: float) -> None:
+        try:
+            with source_gate([SRC], timeout=timeout):
+                outcomes.append("entered")
+        except EngineBusyError:
+            outcomes.append("refused")
+
+    def in_thread(timeout: float) -> None:
+        thread = threading.Thread(target=other, args=(timeout,))
+        thread.start()
+        thread.join(30)
 
     with source_gate([SRC]), source_gate([SRC]):  # re-entrant in the holding thread
-        thread = threading.Thread(target=other)
-        thread.start()
-        time.sleep(0.3)
-        order.append("holder")
-    thread.join(5)
-    assert order == ["holder", "other"]
+        in_thread(0.05)
+    in_thread(5.0)
+    assert outcomes == ["refused", "entered"]
 
 
 def test_gate_times_out_with_a_clear_error(engine):
