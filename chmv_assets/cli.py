@@ -26,6 +26,16 @@ def _parser() -> argparse.ArgumentParser:
     ddl_args(apply)
     apply.add_argument("--dsn", help="http(s)://… or chdb:///path (default: the embedded engine)")
 
+    rebuild = sub.add_parser("rebuild", help="rebuild partitions of a target through the planner (or --dry-run it)")
+    ddl_args(rebuild)
+    rebuild.add_argument("--dsn", help="http(s)://… or chdb:///path (default: the embedded engine)")
+    rebuild.add_argument("--target", required=True, metavar="DB.TABLE", help="the MV target to rebuild")
+    rebuild.add_argument("--partition", action="append", default=[], metavar="KEY",
+                         help="partition key as in the Dagster UI (2026-09-01, 2026-09-01-13:00); repeatable; "
+                              "none: the whole table")  # fmt: skip
+    rebuild.add_argument("--engine", choices=("auto", "clickhouse", "spark"), default="auto")
+    rebuild.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+
     demo = sub.add_parser("load-demo", help="deploy the example DDL and load generated data")
     ddl_args(demo)
     demo.add_argument("--dsn", help="http(s)://… or chdb:///path (default: the embedded engine)")
@@ -67,6 +77,8 @@ def _run(args: argparse.Namespace) -> int:
     from resources.clickhouse import ClickHouseResource
 
     resource = ClickHouseResource(dsn=args.dsn)
+    if args.command == "rebuild":
+        return _rebuild(args, loaded, resource)
     with resource.get_client() as client:
         result = apply(client, loaded.project, log=print)
         print(f"apply: {len(result.created)} created, {len(result.existing)} already there")
@@ -83,6 +95,45 @@ def _run(args: argparse.Namespace) -> int:
             if args.landing_dir:
                 files = demo_data.write_landing_zone(args.landing_dir, tables)
                 print(f"load-demo: {len(files)} Parquet files in {args.landing_dir}")
+    return 0
+
+
+def _rebuild(args: argparse.Namespace, loaded, resource) -> int:
+    """``chmv rebuild``: the same planner and executor as the target assets."""
+    from chmv_assets.ddl.models import ObjectRef
+    from chmv_assets.ddl.partitioning import partition_scheme, window_for_partition_key
+    from chmv_assets.engine.executor import execute, plan_for
+    from chmv_assets.engine.landing import landing_dir
+
+    database, _, name = args.target.partition(".")
+    target = ObjectRef(database=database, name=name) if name else ObjectRef(database=loaded.config.default_database,
+                                                                              name=database)  # fmt: skip
+    if target not in loaded.project.targets:
+        raise ChmvError(f"{args.target} is not an MV target of {args.ddl_dir}; targets: "
+                        + ", ".join(t.fqn for t in loaded.project.targets))  # fmt: skip
+    table = loaded.project.table(target)
+    grain = partition_scheme(table, loaded.project.views_into(target)).grain if table is not None else None
+    if args.partition and grain is None:
+        raise ChmvError(f"{target.fqn} is unpartitioned: drop --partition to rebuild the whole table")
+    try:
+        windows = [window_for_partition_key(grain, key) for key in args.partition] if grain else [None]
+    except ValueError as err:
+        raise ChmvError(f"--partition: {err}; {target.fqn} is partitioned by {grain}") from err
+    windows = windows or [None]
+    root = landing_dir(loaded)
+    plan = plan_for(resource, loaded, target, windows, engine=args.engine, root=root)
+    if args.dry_run:
+        print(plan.describe())
+        return 0
+    stager = None
+    if any(step.engine == "spark" for step in plan.steps):
+        from spark.session import get_spark_session
+        from spark.staging import SparkStager
+
+        stager = SparkStager(get_spark_session)
+    results = execute(plan, loaded, resource, stager=stager, log=print)
+    for r in results:
+        print(f"rebuild: {r.target} {r.partition or '(all)'}: {r.engine}, {r.method}, {r.rows_written} rows")
     return 0
 
 

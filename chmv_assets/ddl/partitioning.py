@@ -108,3 +108,15 @@ def windows_between(grain: str, first_start: datetime, since: datetime, until: d
         out.append(window_at(cursor, grain))
         cursor = next_start(cursor, grain)
     return out
+
+
+def window_for_partition_key(grain: str, key: str) -> PartitionWindow:
+    """The window of a Dagster partition key of ``grain`` (``2026-09-01``, ``2026-09-01-13:00``).
+
+    Raises:
+        ValueError: The key is not in the grain's format.
+    """
+    start = datetime.strptime(key, KEY_FORMATS[grain])
+    if floor_to_grain(start, grain) != start:
+        raise ValueError(f"{key} is not the start of a {grain} partition")
+    return window_at(start, grain)

@@ -285,6 +285,9 @@ def _engine_for(loaded: LoadedProject, target: ObjectRef, window: PartitionWindo
     if engine == "clickhouse":
         return Engine.CLICKHOUSE, "engine=clickhouse asked for"
     if not spark_capable(loaded, target, root):
+        chained = [t.fqn for t in triggers_of(loaded.project, target) if t in set(loaded.project.targets)]
+        if chained:
+            return Engine.CLICKHOUSE, f"the upstream target {', '.join(chained)} of the chain"
         return Engine.CLICKHOUSE, "the source table (no landing zone for its triggers)"
     assert root is not None
     for source in triggers_of(loaded.project, target):

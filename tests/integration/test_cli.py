@@ -100,3 +100,38 @@ def test_apply_is_idempotent(tmp_path):
         assert ("events_weekly", "AggregatingMergeTree") in rows
         assert ("mv_events_weekly", "MaterializedView") in rows
         assert int(client.command("SELECT count() FROM system.tables WHERE database = 'chmv_meta'")) == 1
+
+
+def test_rebuild_plans_then_runs_through_the_planner(tmp_path, example):
+    from conftest import make_engine
+
+    engine = make_engine(tmp_path / "chdb", example, rows=20_000)
+    dsn = ["--dsn", f"chdb://{tmp_path / 'chdb'}"]
+    with engine.get_client() as client:
+        before = client.query("SELECT hour, endpoint, sumMerge(request_count) FROM analytics.hourly_endpoint_stats "
+                              "WHERE toDate(hour) = '2026-08-03' GROUP BY hour, endpoint ORDER BY hour, endpoint").result_rows  # fmt: skip
+        client.command("ALTER TABLE analytics.hourly_endpoint_stats DROP PARTITION tuple(toDate('2026-08-03'))")
+    target = ["--ddl-dir", str(EXAMPLE_DDL), "--target", "analytics.hourly_endpoint_stats"]
+    dry = chmv("rebuild", *target, "--partition", "2026-08-03", *dsn, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "| 2026-08-03 | clickhouse | analytics.api_requests WHERE `timestamp` >=" in dry.stdout
+    assert "_chmv_shadow_hourly_endpoint_stats_20260803" in dry.stdout and "replace_partition" in dry.stdout
+    with engine.get_client() as client:  # the dry run changed nothing
+        assert int(client.command("SELECT count() FROM analytics.hourly_endpoint_stats WHERE toDate(hour) = '2026-08-03'")) == 0
+    run = chmv("rebuild", *target, "--partition", "2026-08-03", *dsn)
+    assert run.returncode == 0, run.stderr
+    assert "rebuild: analytics.hourly_endpoint_stats 2026-08-03: clickhouse, replace" in run.stdout
+    with engine.get_client() as client:
+        after = client.query("SELECT hour, endpoint, sumMerge(request_count) FROM analytics.hourly_endpoint_stats "
+                             "WHERE toDate(hour) = '2026-08-03' GROUP BY hour, endpoint ORDER BY hour, endpoint").result_rows  # fmt: skip
+    assert after == before and before
+
+
+def test_rebuild_bad_input_names_what_to_do(tmp_path):
+    dsn = ["--dsn", f"chdb://{tmp_path / 'chdb'}", "--dry-run"]
+    unknown = chmv("rebuild", "--ddl-dir", str(EXAMPLE_DDL), "--target", "analytics.nope", *dsn)
+    assert unknown.returncode == 1 and "analytics.nope is not an MV target" in unknown.stderr
+    assert "analytics.events_daily" in unknown.stderr  # the targets there are
+    bad_key = chmv("rebuild", "--ddl-dir", str(EXAMPLE_DDL), "--target", "analytics.events_agg", "--partition",
+                   "2026-08-03", *dsn)  # fmt: skip
+    assert bad_key.returncode == 1 and "is not the start of a month partition" in bad_key.stderr
