@@ -92,5 +92,5 @@ def load_config(ddl_dir: str | Path, **overrides: object) -> ChmvConfig:
         return ChmvConfig(**data)
     except ValidationError as err:
         problems = [DDLProblem(str(path), 1, 1, f"{'.'.join(map(str, e['loc']))}: {e['msg']}",
-                               "see ChmvConfig in chmv_assets/config.py for the keys") for e in err.errors()]  # fmt: skip
+                               "see ChmvConfig in chmv_assets/ddl/config.py for the keys") for e in err.errors()]  # fmt: skip
         raise DDLError(problems) from err
