@@ -77,8 +77,8 @@ def bench_parity(workdir: Path) -> None:
             window = window_for_key(pdef, key)
             table = loaded.project.table(target)
             (view,) = loaded.project.views_into(target)
-            from asset_checks.parity import partition_expression, partition_scheme
-            from chmv_assets.sql.rebuild_sql import source_range_predicate
+            from chmv_assets.ddl.partitioning import partition_scheme
+            from chmv_assets.sql.rebuild_sql import partition_expression, source_range_predicate
 
             scheme = partition_scheme(table, (view,))
             target_rows = client.command(f"SELECT count() FROM {qualified(target)} WHERE ({table.partition_by.sql}) = "

@@ -1,10 +1,17 @@
-"""Spark backfill from the landing zone vs ClickHouse reading the same Parquet; driver RSS; single vs multi run.
+"""Spark backfill from the landing zone vs bare PySpark and vs ClickHouse reading the same Parquet; RSS; runs.
 
 Run: ``.venv/bin/python benchmarks/bench_spark_backfill.py [--rows 10000000] [--no-multi]``. Figures are
-printed as ratios against baselines measured in the same run. The baseline is ClickHouse reading the same
-landing files with ``file()`` through the same MV SELECT, with the same cleaning (``LIMIT 1 BY`` the dedup
-key). Spark session start is printed separately, not counted in the throughput. Phases run in child
-processes so each one's peak RSS (``ru_maxrss``, plus the Spark driver JVM's VmHWM) is its own.
+printed as ratios against baselines measured in the same run (same process, same Spark session):
+
+- bare PySpark: a plain job doing the same read, time filter, dedup and partitioned Parquet write as
+  chmv's staging, timed once before and once after chmv's run (the mean, so JIT warm-up favours neither);
+  chmv's Spark staging and chmv's whole path (staging + the ClickHouse swaps) are printed against it
+  (goal <= 1.2x: chmv adds little to what Spark itself costs here);
+- ClickHouse reading the same landing files with ``file()`` through the same MV SELECT, with the same
+  cleaning (``LIMIT 1 BY`` the dedup key).
+
+Spark session start is printed separately, not counted. Phases run in child processes so each one's
+peak RSS (``ru_maxrss``, plus the Spark driver JVM's VmHWM) is its own.
 """
 
 from __future__ import annotations
@@ -73,14 +80,31 @@ def _windows(first: int, count: int):
                             START + timedelta(days=i + 1)) for i in range(first, first + count)]  # fmt: skip
 
 
+def bare_pyspark(spark, files: list[str], columns: list[str], keys: list[str], out: Path) -> float:
+    """The same read, time filter, dedup and partitioned Parquet write as chmv's staging, as a plain job."""
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    ts = F.col("timestamp")
+    df = spark.read.parquet(*files).select(*columns)
+    df = df.filter((ts >= F.lit(f"{START:%Y-%m-%d %H:%M:%S}").cast("timestamp"))
+                   & (ts < F.lit(f"{START + timedelta(days=DAYS):%Y-%m-%d %H:%M:%S}").cast("timestamp")))  # fmt: skip
+    df = df.dropDuplicates(keys)
+    df.withColumn("_p", F.date_format(F.date_trunc("day", ts), "yyyyMMddHH")).write.mode("overwrite") \
+        .option("compression", "lz4_raw").partitionBy("_p").parquet(str(out))
+    return time.monotonic() - started
+
+
 def phase_single(work: Path) -> dict:
-    """One run, one Spark session: all 12 partitions; then ClickHouse alone on the same Parquet."""
+    """One run, one Spark session: all 12 partitions; bare PySpark around it; then ClickHouse on the same Parquet."""
     from chmv_assets.ddl.models import ObjectRef
+    from chmv_assets.engine import landing
+    from chmv_assets.engine.catalog import live_table
     from chmv_assets.engine.executor import rebuild_partitions
-    from chmv_assets.engine.rebuild import rebuild
+    from chmv_assets.engine.planner import plan_from_source
+    from chmv_assets.engine.rebuild import run_step
     from chmv_assets.engine.staging_area import file_relation
     from chmv_assets.sql.quoting import quote
-    from spark.ingest import dedup_keys
     from spark.session import get_spark_session
     from spark.staging import SparkStager
 
@@ -90,27 +114,42 @@ def phase_single(work: Path) -> dict:
     started = time.monotonic()
     spark = get_spark_session("local[2]")
     session_seconds = time.monotonic() - started
+    columns = [c.name for c in source.columns]
+    key_names = landing.dedup_keys(loaded, source.ref, columns)
+    files = [f.path for f in landing.list_files(work / "landing", source.ref)]
+    bare = [bare_pyspark(spark, files, columns, key_names, work / "bare_1")]
+    staging_seconds = 0.0
+    stager = SparkStager(spark)
+
+    def timed_stager(*args, **kwargs):
+        nonlocal staging_seconds
+        began = time.monotonic()
+        stager(*args, **kwargs)
+        staging_seconds += time.monotonic() - began
+
     started = time.monotonic()
-    _plan, results = rebuild_partitions(engine, loaded, target, _windows(0, DAYS), engine="spark",
-                                        stager=SparkStager(spark))
+    _plan, results = rebuild_partitions(engine, loaded, target, _windows(0, DAYS), engine="spark", stager=timed_stager)
     spark_seconds = time.monotonic() - started
+    bare.append(bare_pyspark(spark, files, columns, key_names, work / "bare_2"))
     rss_spark = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rows = results[0].rows_read
     jvm_mb = _jvm_peak_mb()
-    landing = work / "landing" / SOURCE
-    columns = [c.name for c in source.columns]
-    keys = ", ".join(quote(k) for k in dedup_keys(loaded, source.ref, columns))
+    landing_root = work / "landing" / SOURCE
+    keys = ", ".join(quote(k) for k in key_names)
     started = time.monotonic()
     with engine.get_client() as client:
+        live = live_table(client, loaded.project, target)
         for window in _windows(0, DAYS):
             days = ",".join(f"date={window.start + timedelta(days=d):%Y-%m-%d}" for d in (0, 1))
             # The same cleaning as the Spark side: one row per dedup key.
-            rel = (f"(SELECT * FROM {file_relation(str(landing) + '/{' + days + '}/*.parquet', source, columns)} "
+            rel = (f"(SELECT * FROM {file_relation(str(landing_root) + '/{' + days + '}/*.parquet', source, columns)} "
                    f"LIMIT 1 BY {keys})")  # fmt: skip
-            rebuild(client, loaded.project, target, window, trigger_relation=lambda ref, r=rel: r)
+            plan = plan_from_source(loaded.project, target, [window], live)
+            run_step(client, loaded.project, plan, plan.steps[0], trigger_relation=lambda ref, r=rel: r)
     ch_seconds = time.monotonic() - started
     spark.stop()
     return {"rows": rows, "spark_seconds": spark_seconds, "session_seconds": session_seconds,
+            "staging_seconds": staging_seconds, "bare_seconds": sum(bare) / len(bare), "bare_runs": bare,
             "clickhouse_seconds": ch_seconds, "rss_mb": rss_spark, "jvm_mb": jvm_mb,
             "written": sum(r.rows_written for r in results)}  # fmt: skip
 
@@ -178,6 +217,12 @@ def main() -> None:
         rows = single["rows"]
         print(f"spark backfill, {DAYS} partitions in one run: {single['spark_seconds']:.1f}s "
               f"({rows / single['spark_seconds'] / 1e6:.2f}M landing rows/s; session start {single['session_seconds']:.1f}s)")
+        bare = single["bare_seconds"]
+        print(f"bare PySpark job, same read + filter + dedup + partitioned Parquet write: {bare:.1f}s "
+              f"(runs: {', '.join(f'{s:.1f}s' for s in single['bare_runs'])})")
+        print(f"chmv's Spark staging / bare PySpark: {single['staging_seconds'] / bare:.2f}; "
+              f"chmv's whole Spark path (staging + {DAYS} ClickHouse swaps) / bare PySpark: "
+              f"{single['spark_seconds'] / bare:.2f} (goal <= 1.2)")
         print(f"clickhouse file() through the same MV SELECT: {single['clickhouse_seconds']:.1f}s "
               f"({rows / single['clickhouse_seconds'] / 1e6:.2f}M rows/s)")
         print(f"throughput ratio spark / clickhouse-file(): {single['clickhouse_seconds'] / single['spark_seconds']:.2f} (goal >= 0.5)")
