@@ -47,7 +47,6 @@ from chmv_assets.sql.rebuild_sql import source_range_predicate
 from spark import staging
 
 Engine = Literal["auto", "clickhouse", "spark"]
-_GRAIN_ORDER = ["minute", "5 minute", "10 minute", "15 minute", "hour", "day", "week", "month", "quarter", "year"]
 
 
 @dataclass
@@ -247,8 +246,7 @@ def _per_window_ok(loaded: LoadedProject, target: ObjectRef, source: ObjectRef,
         if out is None or out.truncation is None or out.truncation[0] != tcol:
             return False
         grain = out.truncation[1]
-        if grain is not None and (grain not in _GRAIN_ORDER or grain == "week"
-                                  or _GRAIN_ORDER.index(grain) > _GRAIN_ORDER.index(scheme.grain)):  # fmt: skip
+        if grain is not None and not grain.within(scheme.grain):
             return False
         if source_range_predicate(view, project, scheme, windows[0]) is None:  # type: ignore[arg-type]
             return False

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from clickhouse_connect.driver.binding import format_query_value
 
+from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.models import Table
 from chmv_assets.errors import LandingZoneError
 from chmv_assets.sql.quoting import quote
@@ -27,7 +28,6 @@ from resources.state import default_state_dir
 STAGING_ENV = "CHMV_STAGING_DIR"
 #: Column Spark adds to split a backfill's staging by target partition (``_chmv_p=YYYYMMDDHH``).
 PARTITION_COLUMN = "_chmv_p"
-_TRUNC = {"hour": "hour", "day": "day", "month": "month"}
 #: Parquet codec of staging files (read once by ClickHouse on the same host).
 STAGING_CODEC = "lz4_raw"
 
@@ -84,8 +84,8 @@ def stage(spark, files: Sequence[str], columns: Sequence[str], time_column: str,
         df = df.dropDuplicates(list(keys)) if keys else df.dropDuplicates()
         # Staging is read once, locally, by ClickHouse: cheap lz4 beats snappy's CPU on 2 cores.
         if partition_grain is not None:
-            writer = df.withColumn(PARTITION_COLUMN, F.date_format(F.date_trunc(_TRUNC[partition_grain], ts),
-                                                                   "yyyyMMddHH"))  # fmt: skip
+            unit = Grain(partition_grain)  # Spark's date_trunc units spell hour, day and month as chmv does
+            writer = df.withColumn(PARTITION_COLUMN, F.date_format(F.date_trunc(unit.value, ts), "yyyyMMddHH"))
             writer.write.mode("overwrite").option("compression", STAGING_CODEC).partitionBy(PARTITION_COLUMN) \
                 .parquet(str(out_dir))
         else:
