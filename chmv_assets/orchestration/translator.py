@@ -75,11 +75,16 @@ class ChmvTranslator:
         return "\n\n".join(parts) or None
 
     def get_metadata(self, loaded: LoadedProject, ref: ObjectRef) -> dict:
-        """DDL, engine, ORDER BY, TTL, schema, column lineage and chain depth for the UI."""
+        """DDL, engine, ORDER BY, TTL, schema, column lineage and chain depth for the UI.
+
+        The exact name is in ``chmv/object`` (``db.name``) and, unambiguous when a name holds a dot, in
+        ``chmv/database`` and ``chmv/table``: the asset key may carry a sanitized form of it.
+        """
         project = loaded.project
         table = project.table(ref)
         dictionary = project.dictionaries.get(ref)
-        meta: dict = {"chmv/object": ref.fqn, "chmv/chain_depth": loaded.graph.depth.get(ref.fqn, 0)}
+        meta: dict = {"chmv/object": ref.fqn, "chmv/database": ref.database, "chmv/table": ref.name,
+                      "chmv/chain_depth": loaded.graph.depth.get(ref.fqn, 0)}  # fmt: skip
         obj: Table | Dictionary | None = table or dictionary
         if obj is not None:
             meta["chmv/ddl"] = MetadataValue.md(f"```sql\n{obj.statement}\n```")

@@ -104,6 +104,7 @@ def test_one_asset_per_target_with_the_exact_name_in_metadata(odd) -> None:
     for target, key in keys.items():
         node = graph.get(key)
         assert node.metadata["chmv/object"] == target.fqn
+        assert (node.metadata["chmv/database"], node.metadata["chmv/table"]) == (target.database, target.name)
         assert all(part.isascii() and part.replace("_", "").isalnum() for part in key.path)
     assert graph.get(keys[ref("my-db", "a-b")]).group_name != graph.get(keys[ref("my_db", "a-b")]).group_name
     assert graph.get(keys[ref("données", "événements.jour")]).parent_keys == {keys[ref("my-db", "a-b")]}
