@@ -13,6 +13,9 @@ from datetime import datetime
 from chmv_assets.ddl.grains import PARTITION_FUNCTIONS, Grain
 from chmv_assets.ddl.models import MaterializedView, Table
 
+#: Dagster's partition key format per grain.
+KEY_FORMATS = {grain: grain.key_format for grain in Grain if grain.is_partition_grain}
+
 
 @dataclass(frozen=True)
 class PartitionWindow:
@@ -61,18 +64,26 @@ def partition_scheme(table: Table, views: tuple[MaterializedView, ...] = ()) -> 
     return PartitionScheme(grain=grain, column=column)
 
 
+def floor_to_grain(value: datetime, grain: str) -> datetime:
+    """The start of the partition of ``grain`` that holds ``value``."""
+    return Grain(grain).floor(value)
+
+
+def next_start(start: datetime, grain: str) -> datetime:
+    """The start of the partition after the one starting at ``start``."""
+    return Grain(grain).next_start(start)
+
+
 def window_at(start: datetime, grain: str) -> PartitionWindow:
     """The window of ``grain`` starting at ``start`` (a partition boundary), with its Dagster key."""
-    g = Grain(grain)
-    return PartitionWindow(key=start.strftime(g.key_format), start=start, end=g.next_start(start))
+    return PartitionWindow(key=start.strftime(KEY_FORMATS[grain]), start=start, end=next_start(start, grain))
 
 
 def windows_between(grain: str, first_start: datetime, since: datetime, until: datetime) -> list[PartitionWindow]:
     """The partitions of ``grain`` (none before ``first_start``) whose windows intersect ``[since, until]``."""
-    g = Grain(grain)
-    cursor = g.floor(max(since, first_start))
+    cursor = floor_to_grain(max(since, first_start), grain)
     out = []
     while cursor <= until:
-        out.append(window_at(cursor, g))
-        cursor = g.next_start(cursor)
+        out.append(window_at(cursor, grain))
+        cursor = next_start(cursor, grain)
     return out
