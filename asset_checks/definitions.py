@@ -219,7 +219,7 @@ def build_part_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list
         for check_key in selected:
             target = targets[check_key.asset_key]
             table = loaded.project.table(target)
-            thresholds = table_thresholds(server, table.settings if table else None)
+            thresholds = table_thresholds(server, table)
             count = counts[target]
             history = previous_totals(context.instance, check_key)
             verdict = assess(count, thresholds, history)

@@ -86,7 +86,8 @@ def lint_view(loaded: LoadedProject, view: MaterializedView) -> list[LintFinding
     if target is not None and target.engine is not None and target.engine.family == "AggregatingMergeTree":
         states = {a.output for a in view.aggregates if a.is_state}
         for column in target.columns:
-            if column.type.startswith("AggregateFunction(") and view.output(column.name) and column.name not in states:
+            state = column.data_type.aggregate
+            if state is not None and not state.simple and view.output(column.name) and column.name not in states:
                 add("aggregating_without_state",
                     f"writes {column.name} ({column.type}) without a -State function: raw values in an "
                     "AggregateFunction column corrupt the aggregate.",

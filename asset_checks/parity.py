@@ -13,7 +13,6 @@ so duplicates the MV counted twice show up as an overcount. Both sides read only
 target through its PARTITION BY, the source through backfill_sql's pruning range.
 """
 
-import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -29,9 +28,6 @@ from chmv_assets.errors import ChmvError
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rebuild_sql import partition_expression, view_select
 
-_AGG_FUNCTION = re.compile(r"^\s*(Simple)?AggregateFunction\(\s*(\w+)\s*[,()]")
-_NUMERIC = re.compile(r"^(Nullable\()?(U?Int\d+|Float\d+|Decimal)")
-_IDENT = re.compile(r"`([^`]+)`|\b([A-Za-z_]\w*)\b")
 #: Aggregate functions whose -Merge over a whole partition equals the -Merge of the recompute exactly.
 ADDITIVE = {"sum", "count", "sumWithOverflow", "sumKahan"}
 
@@ -110,23 +106,25 @@ class ParityResult:
 def measures_for(table: Table) -> list[tuple[str, str, str]]:
     """``(name, expression on the target, expression on the recompute)`` for the target's engine."""
     family = table.engine.family if table.engine is not None else "MergeTree"
-    keys = table.order_by or "tuple()"
-    key_names = {a or b for a, b in _IDENT.findall(keys)}
+    keys = table.order_by or "tuple()"  # verbatim: executed as written
+    key_names = set(table.order_by_columns)
     if family in SELF_DEDUP_ENGINES:
         return [("rows (FINAL)", "count()", f"uniqExact({keys})")]
     if family == "AggregatingMergeTree":
         out = []
         for column in table.columns:
-            match = _AGG_FUNCTION.match(column.type)
-            if match and match.group(2) in ADDITIVE:
-                expr = f"{match.group(2)}Merge({quote(column.name)})" if not match.group(1) else f"sum({quote(column.name)})"
-                out.append((expr.replace("`", ""), expr, expr))
+            state = column.data_type.aggregate
+            if state is not None and state.function in ADDITIVE:
+                name = quote(column.name)
+                expr = f"sum({name})" if state.simple else f"{state.function}Merge({name})"
+                label = f"sum({column.name})" if state.simple else f"{state.function}Merge({column.name})"
+                out.append((label, expr, expr))
         return [*out, ("distinct keys", f"uniqExact({keys})", f"uniqExact({keys})")]
     if family == "SummingMergeTree":
-        explicit = {a or b for arg in (table.engine.arguments if table.engine else ()) for a, b in _IDENT.findall(arg)}
+        explicit = set(table.engine.argument_columns if table.engine else ())
         out = []
         for column in table.columns:
-            if column.name in key_names or not _NUMERIC.match(column.type):
+            if column.name in key_names or not column.data_type.is_numeric:
                 continue
             if explicit and column.name not in explicit:
                 continue

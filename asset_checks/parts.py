@@ -7,13 +7,12 @@ the last evaluations (seed 001: a backlog that grows instead of plateauing); it 
 limit. The history is the check's own previous evaluations, read from the Dagster instance.
 """
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from clickhouse_connect.driver.client import Client
 
-from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.ddl.models import ObjectRef, Table
 
 SETTINGS = ("parts_to_delay_insert", "parts_to_throw_insert", "max_parts_in_total")
 #: Consecutive rising evaluations (current included) that count as "climbing".
@@ -49,13 +48,13 @@ def server_thresholds(client: Client) -> dict[str, int]:
     return {name: int(value) for name, value in rows}
 
 
-def table_thresholds(server: dict[str, int], settings_sql: str | None) -> dict[str, int]:
+def table_thresholds(server: dict[str, int], table: Table | None) -> dict[str, int]:
     """The server limits with the table's own ``SETTINGS parts_to_… = N`` from the DDL applied."""
     out = dict(server)
     for name in SETTINGS:
-        match = re.search(rf"\b{name}\s*=\s*(\d+)", settings_sql or "")
-        if match:
-            out[name] = int(match.group(1))
+        value = table.setting(name) if table is not None else None
+        if value is not None and value.isdigit():
+            out[name] = int(value)
     return out
 
 

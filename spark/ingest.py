@@ -114,7 +114,7 @@ def ingest(spark, clickhouse: ClientFactory, loaded: LoadedProject, source: Obje
     batch_id = batch_id_of(source, lower, files)
     say(f"{source.fqn}: batch {batch_id}, {len(files)} files, {rows_read} rows, watermark "
         f"{mark.last_processed_ts if mark else None}, loading event time > {lower}")  # fmt: skip
-    folder = staging.staging_dir("ingest", source.fqn, batch_id)
+    folder = staging.staging_dir("ingest", [source], batch_id)
     if files:
         crash_point("ingest:before_stage")
         stage(spark, [f.path for f in files], columns, tcol, keys, folder, after=lower)

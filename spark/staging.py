@@ -15,10 +15,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from chmv_assets.ddl.grains import Grain
 from chmv_assets.engine.staging_area import PARTITION_COLUMN, ts_literal
 from chmv_assets.errors import LandingZoneError
 
-_TRUNC = {"hour": "hour", "day": "day", "month": "month"}
 #: Parquet codec of staging files (read once by ClickHouse on the same host).
 STAGING_CODEC = "lz4_raw"
 
@@ -55,8 +55,8 @@ def stage(spark, files: Sequence[str], columns: Sequence[str], time_column: str,
         df = df.dropDuplicates(list(keys)) if keys else df.dropDuplicates()
         # Staging is read once, locally, by ClickHouse: cheap lz4 beats snappy's CPU on 2 cores.
         if partition_grain is not None:
-            writer = df.withColumn(PARTITION_COLUMN, F.date_format(F.date_trunc(_TRUNC[partition_grain], ts),
-                                                                   "yyyyMMddHH"))  # fmt: skip
+            unit = Grain(partition_grain)  # Spark's date_trunc units spell hour, day and month as chmv does
+            writer = df.withColumn(PARTITION_COLUMN, F.date_format(F.date_trunc(unit.value, ts), "yyyyMMddHH"))
             writer.write.mode("overwrite").option("compression", STAGING_CODEC).partitionBy(PARTITION_COLUMN) \
                 .parquet(str(out_dir))
         else:

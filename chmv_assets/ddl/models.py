@@ -15,6 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from chmv_assets.ddl.grains import Grain
+from chmv_assets.ddl.types import ClickHouseType, parse_type
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
@@ -113,12 +116,23 @@ class Column(_Frozen):
     default_expression: str | None = None
     comment: str | None = None
 
+    @property
+    def data_type(self) -> ClickHouseType:
+        """The parsed type (:mod:`chmv_assets.ddl.types`); ``type`` keeps the spelling used in DDL output."""
+        return parse_type(self.type)
+
 
 class Engine(_Frozen):
-    """A table engine with its arguments as written."""
+    """A table engine with its arguments as written.
+
+    Attributes:
+        argument_columns: The column names the arguments reference, in written order (the summed
+            columns of ``SummingMergeTree((a, b))``, the version column of ``ReplacingMergeTree(v)``).
+    """
 
     name: str
     arguments: tuple[str, ...] = ()
+    argument_columns: tuple[str, ...] = ()
 
     @property
     def family(self) -> str:
@@ -142,17 +156,41 @@ class Database(_Frozen):
     location: SourceLocation
 
 
+class PartitionCall(_Frozen):
+    """A PARTITION BY that is one function of one column (``toYYYYMM(ts)``) or one bare column.
+
+    Attributes:
+        function: The function as written in ClickHouse (``toYYYYMM``), None for a bare column.
+        column: The column it reads.
+    """
+
+    function: str | None
+    column: str
+
+
 class Table(_Frozen):
-    """A ``CREATE TABLE`` statement (or the implicit inner table of an MV without ``TO``)."""
+    """A ``CREATE TABLE`` statement (or the implicit inner table of an MV without ``TO``).
+
+    Clauses are kept verbatim for execution (``order_by``, ``settings``, ``partition_by``); what the
+    checks and sensors read from them is derived from the parsed clause at parse time.
+
+    Attributes:
+        partition_call: The PARTITION BY as a function of one column, None for any other expression.
+        order_by_columns: The columns the ORDER BY (sorting key) reads, in written order.
+        settings_map: The table's ``SETTINGS name = value`` pairs, values unquoted.
+    """
 
     ref: ObjectRef
     columns: tuple[Column, ...]
     engine: Engine | None
     partition_by: Fragment | None = None
+    partition_call: PartitionCall | None = None
     order_by: str | None = None
+    order_by_columns: tuple[str, ...] = ()
     primary_key: str | None = None
     ttl: str | None = None
     settings: str | None = None
+    settings_map: tuple[tuple[str, str], ...] = ()
     on_cluster: str | None = None
     description: str | None = None
     statement: str
@@ -161,6 +199,10 @@ class Table(_Frozen):
     def column(self, name: str) -> Column | None:
         """The column called ``name``, or None."""
         return next((c for c in self.columns if c.name == name), None)
+
+    def setting(self, name: str) -> str | None:
+        """The value of the table setting ``name`` from its SETTINGS clause, or None."""
+        return next((value for key, value in self.settings_map if key == name), None)
 
 
 class Dictionary(_Frozen):
@@ -229,7 +271,7 @@ class OutputColumn(_Frozen):
     name: str
     expression: str
     source_columns: tuple[tuple[str, str], ...] = ()
-    truncation: tuple[str, str | None] | None = None
+    truncation: tuple[str, Grain | None] | None = None
     is_aggregate: bool = False
 
 

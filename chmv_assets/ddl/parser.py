@@ -8,14 +8,15 @@ across the whole directory and raised together as one :class:`~chmv_assets.error
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
+from chmv_assets.ddl.grains import TRUNCATION_FUNCTIONS
 from chmv_assets.ddl.models import (
     AggregateCall,
     Column,
@@ -26,6 +27,7 @@ from chmv_assets.ddl.models import (
     MaterializedView,
     ObjectRef,
     OutputColumn,
+    PartitionCall,
     Project,
     SourceLocation,
     SourceRole,
@@ -43,6 +45,7 @@ from chmv_assets.ddl.sql_text import (
     to_sql,
     tokenize,
 )
+from chmv_assets.ddl.types import SPELLING
 from chmv_assets.errors import DDLError, DDLProblem
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
@@ -61,19 +64,6 @@ AGGREGATES = {
     "windowFunnel", "retention", "deltaSum", "uniqUpTo",
 }  # fmt: skip
 _AGGREGATES_LOWER = {a.lower() for a in AGGREGATES}
-#: Monotone truncations of a time column, by the grain of their result (for range pruning).
-TRUNCATIONS = {
-    "toStartOfMinute": "minute", "toStartOfFiveMinutes": "5 minute", "toStartOfFiveMinute": "5 minute",
-    "toStartOfTenMinutes": "10 minute", "toStartOfFifteenMinutes": "15 minute", "toStartOfHour": "hour",
-    "toDate": "day", "toDate32": "day", "toStartOfDay": "day", "toMonday": "week", "toStartOfWeek": "week",
-    "toStartOfMonth": "month", "toStartOfQuarter": "quarter", "toStartOfYear": "year",
-}  # fmt: skip
-#: PARTITION BY functions (of one time column) that map onto Dagster time-window partitions.
-PARTITION_GRAINS = {
-    "toYYYYMM": "month", "toStartOfMonth": "month", "toDate": "day", "toYYYYMMDD": "day",
-    "toStartOfDay": "day", "toStartOfHour": "hour",
-}  # fmt: skip
-
 
 def function_name(node: exp.Expression) -> str:
     """The ClickHouse spelling of a function call as written (``toStartOfHour``, ``sumState``)."""
@@ -192,6 +182,37 @@ def load_project(
     return project
 
 
+def parse_statement(sql: str, *, default_database: str = "default",
+                    origin: str = "<statement>") -> Table | Dictionary | MaterializedView | Database | None:  # fmt: skip
+    """Parse one CREATE statement the way :func:`load_project` parses each statement of a file.
+
+    For statements that do not come from the DDL directory, such as the server's own
+    ``create_table_query``, so they are read by the same parser as the repo's DDL.
+
+    Args:
+        sql: One statement (a trailing semicolon is allowed).
+        default_database: For unqualified names.
+        origin: Where the statement comes from, for error messages.
+
+    Returns:
+        The model, or None for a statement chmv ignores (``USE``, ``SET``).
+
+    Raises:
+        DDLError: The statement does not parse or is not one chmv models.
+    """
+    ctx = _Context(default_database)
+    try:
+        statements = list(split_statements(sql))
+    except TokenError as err:
+        raise DDLError([DDLProblem(origin, 1, 1, f"cannot tokenize: {err}")]) from err
+    if len(statements) != 1:
+        raise DDLError([DDLProblem(origin, 1, 1, f"expected one statement, found {len(statements)}")])
+    parsed = _parse_statement(_Located(origin, sql, statements[0]), ctx)
+    if ctx.problems:
+        raise DDLError(ctx.problems)
+    return parsed
+
+
 def _register(obj: Table | Dictionary | MaterializedView, objects: dict, ctx: _Context) -> None:
     previous = objects.get(obj.ref)
     if previous is None:
@@ -205,7 +226,7 @@ def _register(obj: Table | Dictionary | MaterializedView, objects: dict, ctx: _C
 
 
 def _normalize(sql: str) -> str:
-    return re.sub(r"\s+", " ", sql).strip().rstrip(";").lower()
+    return " ".join(sql.split()).rstrip(";").lower()
 
 
 def _ref(name: str, default_database: str) -> ObjectRef:
@@ -233,10 +254,14 @@ def _parse_statement(located: _Located, ctx: _Context) -> Table | Dictionary | M
         node = _parse_tokens(tokens, text)
         if isinstance(node, exp.Command):
             # sqlglot cannot parse `… POPULATE AS SELECT`: blank the keyword (offsets stay valid) and retry.
-            blanked = re.sub(r"(?i)\bPOPULATE\b", lambda m: " " * len(m.group(0)), text, count=1)
-            populate = blanked != text
-            tokens = tokenize(blanked)
-            node = _parse_tokens(tokens, blanked)
+            keyword = next((t for t, after in zip(tokens, tokens[1:], strict=False)
+                            if t.token_type == TokenType.VAR and t.text.upper() == "POPULATE"
+                            and after.token_type == TokenType.ALIAS), None)  # fmt: skip
+            if keyword is not None:
+                populate = True
+                blanked = text[: keyword.start] + " " * (keyword.end + 1 - keyword.start) + text[keyword.end + 1 :]
+                tokens = tokenize(blanked)
+                node = _parse_tokens(tokens, blanked)
     except ParseError as err:
         first = err.errors[0] if err.errors else {}
         line, col = first.get("line") or 1, first.get("col") or 1
@@ -293,13 +318,9 @@ def _columns(schema: exp.Expression | None) -> tuple[Column, ...]:
                 comment = kind.this.name
         col_type = col.args.get("kind")
         type_sql = to_sql(col_type) if col_type else ""
-        columns.append(Column(name=col.name, type=_TYPE_SPELLING.get(type_sql, type_sql),
+        columns.append(Column(name=col.name, type=SPELLING.get(type_sql, type_sql),
                               default_kind=default_kind, default_expression=default_expr, comment=comment))  # fmt: skip
     return tuple(columns)
-
-
-#: sqlglot renders a few ClickHouse types in upper case; show them as ClickHouse spells them.
-_TYPE_SPELLING = {"DATE": "Date", "DATE32": "Date32", "DATETIME": "DateTime", "UUID": "UUID", "BOOLEAN": "Bool"}
 
 
 def _engine(node: exp.Expression) -> Engine | None:
@@ -308,7 +329,8 @@ def _engine(node: exp.Expression) -> Engine | None:
         return None
     value = prop.this
     if isinstance(value, exp.Func | exp.Anonymous):
-        return Engine(name=function_name(value), arguments=tuple(to_sql(a) for a in value.expressions))
+        return Engine(name=function_name(value), arguments=tuple(to_sql(a) for a in value.expressions),
+                      argument_columns=_column_names(value.expressions))  # fmt: skip
     return Engine(name=value.name if isinstance(value, exp.Identifier | exp.Var | exp.Column) else to_sql(value))
 
 
@@ -324,6 +346,37 @@ def _fragment(located: _Located, span: tuple[int, int], prop: exp.Expression | N
                     column_spans=tuple((name, tuple(s)) for name, s in spans.items()))  # fmt: skip
 
 
+def _column_names(nodes) -> tuple[str, ...]:
+    """Distinct unqualified column names referenced by ``nodes``, in written order."""
+    return tuple(dict.fromkeys(c.name for n in nodes if n is not None for c in n.find_all(exp.Column, bfs=False)))
+
+
+def _partition_call(prop: exp.PartitionedByProperty | None) -> PartitionCall | None:
+    """``f(col)`` or a bare ``col`` (parentheses ignored); None for anything else (several arguments, a tuple…)."""
+    node = prop.this if prop is not None else None
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Column) and not node.table:
+        return PartitionCall(function=None, column=node.name)
+    if not isinstance(node, exp.Func):
+        return None
+    # sqlglot adds the unit of a truncation it recognises (toStartOfHour → TimestampTrunc(unit=HOUR)).
+    arguments = [v for k, v in node.args.items() if v is not None and not (k == "unit" and isinstance(v, exp.Var))]
+    flat = [a for arg in arguments for a in (arg if isinstance(arg, list) else [arg]) if isinstance(a, exp.Expression)]
+    if len(flat) == 1 and isinstance(flat[0], exp.Column) and not flat[0].table:
+        return PartitionCall(function=function_name(node), column=flat[0].name)
+    return None
+
+
+def _settings(prop: exp.SettingsProperty | None) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in prop.expressions if prop is not None else ():
+        if isinstance(item, exp.EQ):
+            value = item.expression
+            pairs.append((item.this.name, value.name if isinstance(value, exp.Literal) else to_sql(value)))
+    return tuple(pairs)
+
+
 def _table_properties(node: exp.Create, located: _Located, ref: ObjectRef, columns, description, tokens) -> Table:
     text = located.statement.text
     spans = clauses(tokens)
@@ -332,8 +385,11 @@ def _table_properties(node: exp.Create, located: _Located, ref: ObjectRef, colum
         span = spans.get(phrase)
         return text[span[0] : span[1]] if span else None
 
+    # The CREATE's own properties: an MV's SELECT may have an ORDER BY and SETTINGS of its own.
+    properties = node.args.get("properties")
+    props = {type(p): p for p in reversed(properties.expressions)} if properties is not None else {}
     partition_span = spans.get("PARTITION BY")
-    partition_prop = node.find(exp.PartitionedByProperty)
+    partition_prop = props.get(exp.PartitionedByProperty)
     cluster = node.find(exp.OnCluster)
     comment = node.find(exp.SchemaCommentProperty)
     return Table(
@@ -341,10 +397,13 @@ def _table_properties(node: exp.Create, located: _Located, ref: ObjectRef, colum
         columns=columns,
         engine=_engine(node),
         partition_by=_fragment(located, partition_span, partition_prop) if partition_span else None,
+        partition_call=_partition_call(partition_prop) if partition_span else None,
         order_by=verbatim("ORDER BY"),
+        order_by_columns=_column_names([props.get(exp.Order)]),
         primary_key=verbatim("PRIMARY KEY"),
         ttl=verbatim("TTL"),
         settings=verbatim("SETTINGS"),
+        settings_map=_settings(props.get(exp.SettingsProperty)),
         on_cluster=cluster.this.name if cluster is not None else None,
         description=(comment.this.name if comment is not None else None) or description,
         statement=text,
@@ -627,7 +686,7 @@ def _truncation(node: exp.Expression) -> tuple[str, str | None] | None:
     if isinstance(node, exp.Column):
         return (node.name, None)
     if isinstance(node, exp.Func):
-        grain = TRUNCATIONS.get(function_name(node))
+        grain = TRUNCATION_FUNCTIONS.get(function_name(node))
         args = [a for a in node.iter_expressions() if not isinstance(a, exp.Var | exp.Literal)]
         if grain and len(args) == 1 and isinstance(args[0], exp.Column):
             return (args[0].name, grain)

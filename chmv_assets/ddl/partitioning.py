@@ -7,19 +7,14 @@ so the engine layer can compute the partitions a time range touches without Dags
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
+from chmv_assets.ddl.grains import PARTITION_FUNCTIONS, Grain
 from chmv_assets.ddl.models import MaterializedView, Table
-from chmv_assets.ddl.parser import PARTITION_GRAINS
 
-_CALL = re.compile(r"^\s*(\w+)\s*\(\s*(`[^`]+`|\"[^\"]+\"|\w+)\s*\)\s*$")
-_BARE = re.compile(r"^\s*(`[^`]+`|\"[^\"]+\"|\w+)\s*$")
-_DATE_TYPES = ("Date", "Date32")
-_CANONICAL = {"date": "Date", "date32": "Date32", "datetime": "DateTime", "datetime64": "DateTime64"}
 #: Dagster's partition key format per grain.
-KEY_FORMATS = {"hour": "%Y-%m-%d-%H:%M", "day": "%Y-%m-%d", "month": "%Y-%m-%d"}
+KEY_FORMATS = {grain: grain.key_format for grain in Grain if grain.is_partition_grain}
 
 
 @dataclass(frozen=True)
@@ -41,24 +36,26 @@ class PartitionScheme:
         note: Why a table with a PARTITION BY is unpartitioned in Dagster, for the asset's metadata.
     """
 
-    grain: str | None
+    grain: Grain | None
     column: str | None = None
     note: str | None = None
 
 
 def partition_scheme(table: Table, views: tuple[MaterializedView, ...] = ()) -> PartitionScheme:
-    """Derive the Dagster partitioning of a target from its PARTITION BY and the MVs that write it."""
+    """Derive the Dagster partitioning of a target from its parsed PARTITION BY and the MVs that write it."""
     fragment = table.partition_by
     if fragment is None or fragment.sql.strip() in ("tuple()", ""):
         return PartitionScheme(grain=None)
-    call, bare = _CALL.match(fragment.sql), _BARE.match(fragment.sql)
-    if call and call.group(1) in PARTITION_GRAINS:
-        grain, column = PARTITION_GRAINS[call.group(1)], call.group(2).strip('`"')
-    elif bare and (col := table.column(bare.group(1).strip('`"'))) and base_type(col.type) in _DATE_TYPES:
-        grain, column = "day", col.name
-    else:
+    call = table.partition_call
+    grain = None
+    if call is not None and call.function is not None:
+        grain = PARTITION_FUNCTIONS.get(call.function)
+    elif call is not None and (col := table.column(call.column)) is not None and col.data_type.is_date:
+        grain = Grain.DAY
+    if grain is None or call is None:
         return PartitionScheme(grain=None, note=f"PARTITION BY {fragment.sql} has no time-window equivalent: "
                                                 "the asset is unpartitioned and rebuilds the whole table")  # fmt: skip
+    column = call.column
     for view in views:
         out = view.output(column)
         if out is not None and out.is_aggregate:
@@ -67,32 +64,14 @@ def partition_scheme(table: Table, views: tuple[MaterializedView, ...] = ()) -> 
     return PartitionScheme(grain=grain, column=column)
 
 
-def base_type(type_sql: str) -> str:
-    """The type name without LowCardinality/Nullable wrappers and parameters (``DateTime64``)."""
-    inner = type_sql
-    for wrapper in ("LowCardinality(", "Nullable("):
-        if inner.startswith(wrapper):
-            inner = inner[len(wrapper) : -1]
-    base = re.split(r"[(\s]", inner, maxsplit=1)[0]
-    return _CANONICAL.get(base.lower(), base)
-
-
 def floor_to_grain(value: datetime, grain: str) -> datetime:
     """The start of the partition of ``grain`` that holds ``value``."""
-    if grain == "hour":
-        return value.replace(minute=0, second=0, microsecond=0)
-    if grain == "day":
-        return value.replace(hour=0, minute=0, second=0, microsecond=0)
-    return value.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    return Grain(grain).floor(value)
 
 
 def next_start(start: datetime, grain: str) -> datetime:
     """The start of the partition after the one starting at ``start``."""
-    if grain == "hour":
-        return start + timedelta(hours=1)
-    if grain == "day":
-        return start + timedelta(days=1)
-    return (start.replace(day=28) + timedelta(days=4)).replace(day=1)
+    return Grain(grain).next_start(start)
 
 
 def window_at(start: datetime, grain: str) -> PartitionWindow:

@@ -5,19 +5,15 @@ MV SELECT (``formatQuery``), so a SELECT that differs only in whitespace or keyw
 """
 
 import difflib
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from clickhouse_connect.driver.client import Client
 
-from chmv_assets.ddl.models import Column, ObjectRef, Project
-
-_TYPE_ALIASES = {"int": "Int32", "integer": "Int32", "bigint": "Int64", "smallint": "Int16", "tinyint": "Int8",
-                 "text": "String", "varchar": "String", "char": "String", "float": "Float32", "real": "Float32",
-                 "double": "Float64", "bool": "Bool", "boolean": "Bool", "date": "Date", "datetime": "DateTime",
-                 "string": "String", "uuid": "UUID"}  # fmt: skip
-_TO = re.compile(r"MATERIALIZED\s+VIEW\s+\S+\s+TO\s+(\S+)", re.IGNORECASE)
+from chmv_assets.ddl.models import Column, MaterializedView, ObjectRef, Project
+from chmv_assets.ddl.parser import parse_statement
+from chmv_assets.ddl.types import canonical_type
+from chmv_assets.errors import DDLError
 
 
 @dataclass(frozen=True)
@@ -43,9 +39,8 @@ class DriftItem:
 
 
 def normalize_type(type_sql: str) -> str:
-    """A column type without whitespace, with SQL aliases mapped to ClickHouse names (``INT`` → ``Int32``)."""
-    compact = re.sub(r"\s+", "", type_sql)
-    return _TYPE_ALIASES.get(compact.lower(), compact).replace('"', "'")
+    """One spelling per column type (``INT`` → ``Int32``, whitespace ignored): :func:`~chmv_assets.ddl.types.canonical_type`."""
+    return canonical_type(type_sql)
 
 
 def drift_report(client: Client, project: Project, targets: Iterable[ObjectRef]) -> dict[ObjectRef, list[DriftItem]]:
@@ -113,11 +108,10 @@ def _object_drift(project: Project, obj: ObjectRef, live: tuple[str, str, str] |
                                                   "live", "repo", lineterm=""))  # fmt: skip
             items.append(DriftItem(obj.fqn, "select_changed", repo=_one_line(repo_select),
                                    live=_one_line(live_select), diff=diff))  # fmt: skip
-        match = _TO.search(create_query)
-        if view.target is not None and match:
-            live_target = match.group(1).replace("`", "")
-            if live_target != view.target.fqn:
-                items.append(DriftItem(obj.fqn, "target_changed", repo=view.target.fqn, live=live_target))
+        live_view = _live_view(create_query, obj)
+        if view.target is not None and live_view is not None and live_view.target != view.target:
+            live_target = live_view.target.fqn if live_view.target is not None else "(inner table)"
+            items.append(DriftItem(obj.fqn, "target_changed", repo=view.target.fqn, live=live_target))
         return items
     repo_columns: tuple[Column, ...] = ()
     table = project.table(obj)
@@ -139,8 +133,17 @@ def _object_drift(project: Project, obj: ObjectRef, live: tuple[str, str, str] |
     return items
 
 
+def _live_view(create_query: str, obj: ObjectRef) -> MaterializedView | None:
+    """The server's CREATE statement of an MV, read by the same parser as the DDL directory (None if it cannot)."""
+    try:
+        parsed = parse_statement(create_query, default_database=obj.database, origin=f"{obj.fqn} (server)")
+    except DDLError:
+        return None
+    return parsed if isinstance(parsed, MaterializedView) else None
+
+
 def _canon(sql: str) -> str:
-    return re.sub(r"\s+", " ", sql).strip().rstrip(";")
+    return " ".join(sql.split()).rstrip(";")
 
 
 def _one_line(sql: str) -> str:

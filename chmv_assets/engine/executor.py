@@ -243,7 +243,7 @@ def _stage_source(loaded: LoadedProject, plan: RebuildPlan, source: ObjectRef, p
                                arrived_before=upper + lateness if upper is not None else None)  # fmt: skip
     columns, rows_read = landing.check_files(files, table)
     keys = landing.dedup_keys(loaded, source, columns)
-    folder = staging.staging_dir("backfill", f"{plan.target.fqn}.{source.fqn}", batch_id)
+    folder = staging.staging_dir("backfill", [plan.target, source], batch_id)
     say(f"{plan.target.fqn}: Spark stages {source.fqn} from {len(files)} landing files ({rows_read} rows), "
         f"event time in [{since}, {before}) and <= cutoff {cutoff}")  # fmt: skip
     if files:

@@ -14,7 +14,6 @@ Two pieces:
 from __future__ import annotations
 
 import os
-import re
 import signal
 import threading
 import time
@@ -25,6 +24,7 @@ from datetime import datetime, timedelta
 from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.ddl.names import ref_slug
 from chmv_assets.engine.watermarks import COMMITTED, Watermark, read_watermark, write_watermark
 from chmv_assets.errors import EngineBusyError
 from chmv_assets.sql.quoting import qualified, quote
@@ -49,10 +49,10 @@ def crash_point(name: str) -> None:
 
 
 def _gate_path(source: ObjectRef) -> str:
-    safe = re.sub(r"[^0-9A-Za-z_.-]", "_", source.fqn)
+    """``<state dir>/gates/<db>.<table>.lock``, one file per source (names through ``ref_slug``, so none collide)."""
     folder = default_state_dir() / "gates"
     folder.mkdir(parents=True, exist_ok=True)
-    return str(folder / f"{safe}.lock")
+    return str(folder / f"{ref_slug(source)}.lock")
 
 
 @contextmanager

@@ -126,18 +126,16 @@ _COMPATIBLE = {
 }
 
 
-def _family(ch_type: str) -> str | None:
-    inner = ch_type
-    for wrapper in ("LowCardinality(", "Nullable("):
-        while inner.startswith(wrapper):
-            inner = inner[len(wrapper) : -1]
-    if re.match(r"^U?Int\d+$", inner):
+def _family(column: Column) -> str | None:
+    """Which Arrow types a column of this ClickHouse type accepts (a key of ``_COMPATIBLE``)."""
+    parsed = column.data_type
+    if parsed.is_integer:
         return "int"
-    if re.match(r"^(Float\d+|Decimal)", inner):
+    if parsed.is_float or parsed.is_decimal:
         return "float"
-    if inner.startswith(("String", "FixedString")):
+    if parsed.is_string:
         return "string"
-    if inner.startswith(("DateTime", "Date")):
+    if parsed.is_time:
         return "time"
     return None
 
@@ -166,7 +164,7 @@ def check_files(files: list[LandingFile], table: Table) -> tuple[list[str], int]
                     raise LandingZoneError(f"{item.path}: column {column.name!r} ({column.type}) of {table.ref.fqn} "
                                            f"is missing (file has {', '.join(schema.names)}); fix the file's schema")  # fmt: skip
                 continue
-            family = _family(column.type or "")
+            family = _family(column)
             arrow_type = schema.field(column.name).type
             if family and not any(check(arrow_type) for check in _COMPATIBLE[family]):
                 raise LandingZoneError(f"{item.path}: column {column.name!r} is {arrow_type}, which does not convert "

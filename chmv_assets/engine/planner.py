@@ -36,8 +36,6 @@ from chmv_assets.errors import ChmvError
 from chmv_assets.sql.rebuild_sql import shadow_ref, source_range_predicate
 
 EngineOption = Literal["auto", "clickhouse", "spark"]
-#: Grains finer than or equal to a partition grain, coarsest last (a truncation to a coarser grain spans windows).
-_GRAIN_ORDER = ("minute", "5 minute", "10 minute", "15 minute", "hour", "day", "week", "month", "quarter", "year")
 
 
 class Engine(StrEnum):
@@ -344,8 +342,7 @@ def staged_per_window(loaded: LoadedProject, target: ObjectRef, source: ObjectRe
         if out is None or out.truncation is None or out.truncation[0] != tcol:
             return False
         grain = out.truncation[1]
-        if grain is not None and (grain not in _GRAIN_ORDER or grain == "week"
-                                  or _GRAIN_ORDER.index(grain) > _GRAIN_ORDER.index(scheme.grain)):  # fmt: skip
+        if grain is not None and not grain.within(scheme.grain):
             return False
         if source_range_predicate(view, project, scheme, windows[0]) is None:  # type: ignore[arg-type]
             return False

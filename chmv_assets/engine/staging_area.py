@@ -8,7 +8,6 @@ table's own column types, so unsigned integers and timestamps land exactly as th
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from collections.abc import Sequence
 from datetime import datetime
@@ -17,7 +16,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from clickhouse_connect.driver.binding import format_query_value
 
-from chmv_assets.ddl.models import Table
+from chmv_assets.ddl.models import ObjectRef, Table
+from chmv_assets.ddl.names import refs_slug
 from chmv_assets.sql.quoting import quote
 from resources.state import default_state_dir
 
@@ -31,10 +31,16 @@ def staging_root() -> Path:
     return Path(os.environ.get(STAGING_ENV) or default_state_dir() / "staging").resolve()
 
 
-def staging_dir(kind: str, name: str, batch_id: str) -> Path:
-    """A deterministic folder per load, so a killed run's leftovers are overwritten by its re-run."""
-    safe = re.sub(r"[^0-9A-Za-z_.=-]", "_", name)
-    return staging_root() / kind / safe / batch_id
+def staging_dir(kind: str, refs: Sequence[ObjectRef], batch_id: str) -> Path:
+    """A deterministic folder per load, so a killed run's leftovers are overwritten by its re-run.
+
+    Args:
+        kind: ``ingest`` or ``backfill``.
+        refs: The objects the load is for (a source; a target and its source), named through ``refs_slug``
+            so that distinct objects never share a folder.
+        batch_id: The load's batch.
+    """
+    return staging_root() / kind / refs_slug(refs) / batch_id
 
 
 def window_key(start: datetime) -> str:

@@ -22,8 +22,6 @@ from chmv_assets.sql.meta import WATERMARKS
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rebuild_sql import view_select
 
-_GRAIN_SECONDS = {"minute": 60, "5 minute": 300, "10 minute": 600, "15 minute": 900, "hour": 3600, "day": 86400,
-                  "week": 7 * 86400, "month": 31 * 86400, "quarter": 92 * 86400, "year": 366 * 86400}  # fmt: skip
 _EPOCH = datetime(1970, 1, 2)
 #: One UNION ALL over hundreds of targets exceeds the default 256 KiB query size and AST limits.
 BIG_QUERY_SETTINGS = {"max_query_size": 64 * 1024 * 1024, "max_ast_elements": 10_000_000,
@@ -89,8 +87,8 @@ def probes(loaded: LoadedProject, target: ObjectRef) -> list[Probe]:
             continue
         for output in view.output_columns:
             if output.truncation is not None and output.truncation[0] == column:
-                grain = _GRAIN_SECONDS.get(output.truncation[1] or "", 0)
-                out.append(Probe(view, view.trigger, column, output.name, grain))
+                grain = output.truncation[1]
+                out.append(Probe(view, view.trigger, column, output.name, grain.seconds if grain else 0))
                 break
     return out
 

@@ -25,7 +25,7 @@ from chmv_assets.engine.landing import ingested_sources, landing_dir
 from chmv_assets.engine.planner import RebuildPlan, spark_capable
 from chmv_assets.errors import ChmvError
 from chmv_assets.orchestration.partitions import window_for_key
-from chmv_assets.orchestration.translator import ChmvTranslator
+from chmv_assets.orchestration.translator import ChmvTranslator, check_distinct_keys
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
 from spark.session import session_of
 from spark.staging import SparkStager
@@ -167,6 +167,7 @@ def build_chmv_assets(loaded: LoadedProject, translator: ChmvTranslator | None =
         translator: Hooks for keys, groups, partitions and metadata.
     """
     translator = translator or ChmvTranslator()
+    check_distinct_keys(loaded, translator)  # a DDLError naming both objects, not Dagster's conflicting specs
     project = loaded.project
     targets = project.targets
     assets: list[AssetsDefinition | AssetSpec] = list(build_target_assets(loaded, translator))

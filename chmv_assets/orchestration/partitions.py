@@ -10,16 +10,17 @@ from dagster import (
     TimeWindowPartitionsDefinition,
 )
 
+from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
 
 
 def partitions_definition(scheme: PartitionScheme, start: str, timezone: str = "UTC") -> TimeWindowPartitionsDefinition | None:
     """The Dagster partitions definition for a scheme, starting at ``start`` (``YYYY-MM-DD``)."""
-    if scheme.grain == "hour":
+    if scheme.grain == Grain.HOUR:
         return HourlyPartitionsDefinition(start_date=f"{start}-00:00", timezone=timezone, end_offset=1)
-    if scheme.grain == "day":
+    if scheme.grain == Grain.DAY:
         return DailyPartitionsDefinition(start_date=start, timezone=timezone, end_offset=1)
-    if scheme.grain == "month":
+    if scheme.grain == Grain.MONTH:
         return MonthlyPartitionsDefinition(start_date=start, timezone=timezone, end_offset=1)
     return None
 

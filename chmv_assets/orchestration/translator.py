@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import warnings
 from functools import cache
 
@@ -23,10 +22,11 @@ from dagster import (
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import Column, Dictionary, MaterializedView, ObjectRef, Table
+from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import PartitionScheme, partition_scheme
+from chmv_assets.errors import DDLError, DDLProblem
 from chmv_assets.orchestration.partitions import partitions_definition
-
-_KEY_PART = re.compile(r"[^A-Za-z0-9_]")
+from chmv_assets.sql.quoting import qualified
 
 
 class ChmvTranslator:
@@ -40,12 +40,17 @@ class ChmvTranslator:
     """
 
     def get_asset_key(self, ref: ObjectRef) -> AssetKey:
-        """``[database, name]``; characters Dagster does not allow in a key become ``_``."""
-        return AssetKey([_KEY_PART.sub("_", ref.database), _KEY_PART.sub("_", ref.name)])
+        """``[database, name]``, each through :func:`~chmv_assets.ddl.names.safe_name`.
+
+        A name Dagster allows stays as it is; any other gets its disallowed characters replaced by ``_``
+        and a short hash of the exact name, so ``a-b`` and ``a_b`` stay two assets. The exact name is in
+        the ``chmv/object`` metadata.
+        """
+        return AssetKey([safe_name(ref.database), safe_name(ref.name)])
 
     def get_group_name(self, ref: ObjectRef) -> str:
-        """One group per database."""
-        return _KEY_PART.sub("_", ref.database)
+        """One group per database (its name through :func:`~chmv_assets.ddl.names.safe_name`)."""
+        return safe_name(ref.database)
 
     def get_partition_scheme(self, loaded: LoadedProject, ref: ObjectRef) -> PartitionScheme:
         """How the target is partitioned, from its PARTITION BY."""
@@ -70,11 +75,16 @@ class ChmvTranslator:
         return "\n\n".join(parts) or None
 
     def get_metadata(self, loaded: LoadedProject, ref: ObjectRef) -> dict:
-        """DDL, engine, ORDER BY, TTL, schema, column lineage and chain depth for the UI."""
+        """DDL, engine, ORDER BY, TTL, schema, column lineage and chain depth for the UI.
+
+        The exact name is in ``chmv/object`` (``db.name``) and, unambiguous when a name holds a dot, in
+        ``chmv/database`` and ``chmv/table``: the asset key may carry a sanitized form of it.
+        """
         project = loaded.project
         table = project.table(ref)
         dictionary = project.dictionaries.get(ref)
-        meta: dict = {"chmv/object": ref.fqn, "chmv/chain_depth": loaded.graph.depth.get(ref.fqn, 0)}
+        meta: dict = {"chmv/object": ref.fqn, "chmv/database": ref.database, "chmv/table": ref.name,
+                      "chmv/chain_depth": loaded.graph.depth.get(ref.fqn, 0)}  # fmt: skip
         obj: Table | Dictionary | None = table or dictionary
         if obj is not None:
             meta["chmv/ddl"] = MetadataValue.md(f"```sql\n{obj.statement}\n```")
@@ -151,6 +161,46 @@ def _spec(translator: ChmvTranslator, loaded: LoadedProject, ref: ObjectRef) -> 
     )
 
 
+def asset_objects(loaded: LoadedProject, translator: ChmvTranslator) -> list[ObjectRef]:
+    """Every object that becomes an asset: the MV targets, what they read, and what those dictionaries read."""
+    objects = dict.fromkeys(loaded.project.targets)
+    pending = list(objects)
+    while pending:
+        for upstream in translator.get_upstream(loaded, pending.pop()):
+            if upstream not in objects:
+                objects[upstream] = None
+                if upstream in loaded.project.dictionaries:
+                    pending.append(upstream)
+    return list(objects)
+
+
+def check_distinct_keys(loaded: LoadedProject, translator: ChmvTranslator) -> dict[AssetKey, ObjectRef]:
+    """The asset key of every asset object, checked to be distinct.
+
+    Raises:
+        DDLError: Two objects map to one key (a translator that drops part of the name); the problem
+            names both objects and where they are defined.
+    """
+    project = loaded.project
+    keys: dict[AssetKey, ObjectRef] = {}
+    problems = []
+    for ref in asset_objects(loaded, translator):
+        key = translator.get_asset_key(ref)
+        first = keys.setdefault(key, ref)
+        if first == ref:
+            continue
+        obj = project.table(ref) or project.dictionaries.get(ref) or project.views.get(ref)
+        file, line, column = (obj.location.file, obj.location.line, obj.location.column) if obj else (project.ddl_dir, 1, 1)
+        problems.append(DDLProblem(
+            file, line, column,
+            f"{qualified(first)} and {qualified(ref)} map to the same asset key {key.to_user_string()!r}",
+            f"make {type(translator).__name__}.get_asset_key return distinct keys for them, or rename one",
+        ))  # fmt: skip
+    if problems:
+        raise DDLError(problems)
+    return keys
+
+
 def _column(column: Column) -> TableColumn:
     description = column.comment
     if column.default_kind:
@@ -161,10 +211,11 @@ def _column(column: Column) -> TableColumn:
 def _column_lineage(views: tuple[MaterializedView, ...], translator: ChmvTranslator) -> TableColumnLineage | None:
     deps: dict[str, list[TableColumnDep]] = {}
     for view in views:
+        refs = {r.fqn: r for r in view.source_refs}
         for out in view.output_columns:
             for table_fqn, column in out.source_columns:
                 database, _, name = table_fqn.partition(".")
-                key = translator.get_asset_key(ObjectRef(database=database, name=name))
+                key = translator.get_asset_key(refs.get(table_fqn) or ObjectRef(database=database, name=name))
                 dep = TableColumnDep(asset_key=key, column_name=column)
                 if dep not in deps.setdefault(out.name, []):
                     deps[out.name].append(dep)

@@ -6,11 +6,11 @@ swapped for a window of that table (or for staged rows), and its output filtered
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import datetime
 
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table, splice
+from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
 from chmv_assets.sql.quoting import interval, qualified, quote, time_literal
 
@@ -125,10 +125,14 @@ def insert_sql(shadow: ObjectRef, view: MaterializedView, select: str) -> str:
 
 
 def shadow_ref(target: ObjectRef, partition: str | None) -> ObjectRef:
-    """A deterministic shadow name per (target, partition), so a killed run's leftover is found and dropped."""
-    suffix = re.sub(r"[^0-9A-Za-z]", "", partition or "all")
-    base = re.sub(r"[^0-9A-Za-z_]", "_", target.name.lstrip("."))
-    return ObjectRef(database=target.database, name=f"_chmv_shadow_{base}_{suffix}")
+    """A deterministic shadow name per (target, partition), so a killed run's leftover is found and dropped.
+
+    Distinct targets of a database get distinct shadows (``a-b`` and ``a_b`` too: see
+    :func:`~chmv_assets.ddl.names.safe_name`); the partition key's digits (``2026-09-01-13:00`` →
+    ``202609011300``) follow the last ``_``, which the key part never contains.
+    """
+    suffix = "".join(c for c in partition or "all" if c.isascii() and c.isalnum())
+    return ObjectRef(database=target.database, name=f"_chmv_shadow_{safe_name(target.name.lstrip('.'))}_{suffix}")
 
 
 def create_shadow_sql(shadow: ObjectRef, live: ObjectRef, table: Table) -> str:

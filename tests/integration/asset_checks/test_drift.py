@@ -33,5 +33,5 @@ def test_live_changes_fail_drift_with_a_readable_diff(tmp_path: Path, example) -
 
 
 def test_type_normalization() -> None:
-    assert normalize_type("AggregateFunction(quantile(0.99),  UInt32)") == "AggregateFunction(quantile(0.99),UInt32)"
+    assert normalize_type("AggregateFunction(quantile(0.99),  UInt32)") == "AggregateFunction(quantile(0.99), UInt32)"
     assert normalize_type("INT") == "Int32" and normalize_type("LowCardinality( String )") == "LowCardinality(String)"

@@ -10,6 +10,7 @@ from dagster import AssetCheckKey, AssetCheckSeverity, DagsterInstance
 
 from asset_checks.definitions import PARTS
 from asset_checks.parts import PartCount, assess, server_thresholds, table_thresholds
+from chmv_assets.ddl.parser import parse_statement
 
 LIMITS = {"parts_to_delay_insert": 1000, "parts_to_throw_insert": 3000, "max_parts_in_total": 100000}
 
@@ -27,7 +28,10 @@ def test_thresholds_come_from_the_server_and_the_ddl(tmp_path: Path, example) ->
     with engine.get_client() as client:
         server = server_thresholds(client)
     assert set(server) == set(LIMITS) and server["parts_to_throw_insert"] > server["parts_to_delay_insert"] > 0
-    assert table_thresholds(server, "parts_to_delay_insert = 7, index_granularity = 8192")["parts_to_delay_insert"] == 7
+    table = parse_statement("CREATE TABLE t (a UInt8) ENGINE = MergeTree ORDER BY a "
+                            "SETTINGS parts_to_delay_insert = 7, index_granularity = 8192")  # fmt: skip
+    assert table_thresholds(server, table)["parts_to_delay_insert"] == 7
+    assert table_thresholds(server, None) == server
 
 
 def test_flood_of_tiny_inserts_warns(tmp_path: Path, example) -> None:
