@@ -1,7 +1,8 @@
 """The alert sink: every alert goes to the Dagster log, and to a webhook (JSON POST) when one is configured.
 
-Webhook delivery runs on a background daemon thread with short timeouts, a few retries and a bounded
-total time per alert, so a dead endpoint never blocks a check, a sensor tick or a run.
+Webhook delivery runs on a background daemon thread with short timeouts, a few retries (urllib3's ``Retry``:
+connection errors and 5xx answers, exponential backoff, ``Retry-After`` ignored) and a bounded total time per
+alert, so a dead endpoint never blocks a check, a sensor tick or a run.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ import logging
 import queue
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+import urllib3
+from urllib3.exceptions import HTTPError
+from urllib3.util import Retry
 
 _LOG = logging.getLogger("chmv.alerts")
 
@@ -48,21 +51,37 @@ class AlertSink:
 
     Args:
         webhook: URL to POST JSON to; None logs only.
-        timeout_seconds: Timeout of one HTTP attempt.
-        attempts: Attempts per alert.
-        backoff_seconds: First pause between attempts (doubles each time).
-        budget_seconds: Most time spent delivering one alert, all attempts included.
+        timeout_seconds: Timeout of one HTTP attempt (lowered when the attempts would not fit the budget).
+        attempts: Attempts per alert (connection errors and 5xx answers are retried).
+        backoff_seconds: Backoff factor of urllib3's ``Retry``: the first retry follows at once, the next ones
+            after 2, 4, … times this.
+        budget_seconds: Most time spent delivering one alert, all attempts and pauses included.
     """
 
     def __init__(self, webhook: str | None, *, timeout_seconds: float = 2.0, attempts: int = 3,
                  backoff_seconds: float = 0.2, budget_seconds: float = 8.0):  # fmt: skip
         self.webhook = webhook
-        self.timeout_seconds = timeout_seconds
         self.attempts = attempts
         self.backoff_seconds = backoff_seconds
         self.budget_seconds = budget_seconds
+        # urllib3 bounds each attempt, not the sum: split what the pauses leave of the budget between the attempts.
+        pauses = sum(backoff_seconds * 2**n for n in range(1, attempts - 1))
+        self.timeout_seconds = max(0.05, min(timeout_seconds, (budget_seconds - pauses) / attempts))
         self.delivered = 0
         self.failed = 0
+        self._http = urllib3.PoolManager(
+            retries=Retry(
+                total=attempts - 1,
+                allowed_methods=None,  # POST too: a lost alert costs more than a duplicate one
+                status_forcelist=range(500, 600),
+                backoff_factor=backoff_seconds,
+                backoff_max=budget_seconds,
+                respect_retry_after_header=False,  # a server's Retry-After must not stretch the budget
+                raise_on_status=False,
+            ),
+            timeout=urllib3.Timeout(total=self.timeout_seconds),
+            maxsize=1,
+        )
         self._queue: queue.Queue[Alert] = queue.Queue(maxsize=1000)
         self._worker: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -110,25 +129,17 @@ class AlertSink:
 
     def _deliver(self, alert: Alert) -> bool:
         body = json.dumps(alert.payload(), default=str).encode()
-        deadline = time.monotonic() + self.budget_seconds
-        pause = self.backoff_seconds
-        for attempt in range(1, self.attempts + 1):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            request = urllib.request.Request(
-                self.webhook or "", data=body, method="POST", headers={"Content-Type": "application/json"}
-            )
-            try:
-                with urllib.request.urlopen(request, timeout=min(self.timeout_seconds, remaining)) as response:
-                    if 200 <= response.status < 300:
-                        return True
-            except (urllib.error.URLError, OSError, ValueError) as err:
-                _LOG.warning("alert webhook attempt %d/%d failed: %s", attempt, self.attempts, err)
-            if attempt < self.attempts:
-                time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
-                pause *= 2
-        _LOG.error("alert webhook gave up on %s for %s after %d attempts", alert.kind, alert.subject, self.attempts)
+        try:
+            response = self._http.request("POST", self.webhook or "", body=body,
+                                          headers={"Content-Type": "application/json"})  # fmt: skip
+        except (HTTPError, ValueError) as err:
+            _LOG.error("alert webhook gave up on %s for %s after %d attempts: %s", alert.kind, alert.subject,
+                       self.attempts, err)  # fmt: skip
+            return False
+        if 200 <= response.status < 300:
+            return True
+        _LOG.error("alert webhook gave up on %s for %s after %d attempts: HTTP %d", alert.kind, alert.subject,
+                   self.attempts, response.status)  # fmt: skip
         return False
 
 

@@ -30,7 +30,9 @@ class ClickHouseResource(ConfigurableResource):
 
     In embedded mode every use opens the engine under a cross-process lock and closes it after, so the
     processes of ``dagster dev`` (webserver, daemon, code server, runs) take turns instead of failing
-    with chdb's "Cannot lock file" error.
+    with chdb's "Cannot lock file" error. Against a server, retries are clickhouse-connect's own: urllib3
+    retries connection errors, and read-only queries are replayed on 429/503/504 (``query_retries``), writes
+    never; a ``Retry`` on a ``pool_mgr`` would be overridden by the per-request retries it passes.
 
     Example:
         .. code-block:: python

@@ -15,25 +15,22 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
-import time
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta
 
 from clickhouse_connect.driver.client import Client
+from filelock import FileLock, Timeout
 
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.names import ref_slug
 from chmv_assets.engine.watermarks import COMMITTED, Watermark, read_watermark, write_watermark
 from chmv_assets.errors import EngineBusyError
 from chmv_assets.sql.quoting import qualified, quote
-from resources.locking import try_flock, unflock
 from resources.state import default_state_dir
 
 #: Environment variable naming crash points (comma separated) at which the process SIGKILLs itself (tests).
 CRASH_ENV = "CHMV_CRASH_AT"
-_held = threading.local()
 
 
 def ingestion_source_id(source: ObjectRef) -> str:
@@ -59,8 +56,8 @@ def _gate_path(source: ObjectRef) -> str:
 def source_gate(sources: Iterable[ObjectRef], timeout: float = 600.0) -> Iterator[None]:
     """Hold the write gate of each source (in name order, so two holders never deadlock).
 
-    Re-entrant within a thread; exclusive across threads and processes (one ``flock`` per use). Take
-    it before opening a ClickHouse client, never while holding one, to keep the lock order fixed.
+    Re-entrant within a thread; exclusive across threads and processes (``filelock``: one ``flock`` per holding
+    thread). Take it before opening a ClickHouse client, never while holding one, to keep the lock order fixed.
 
     Raises:
         EngineBusyError: Another writer held a gate for longer than ``timeout`` seconds.
@@ -73,25 +70,21 @@ def source_gate(sources: Iterable[ObjectRef], timeout: float = 600.0) -> Iterato
 
 @contextmanager
 def _one_gate(source: ObjectRef, timeout: float) -> Iterator[None]:
-    held: set[str] = _held.__dict__.setdefault("paths", set())
     path = _gate_path(source)
-    if path in held:
-        yield
-        return
-    deadline = time.monotonic() + timeout
-    while (fd := try_flock(path)) is None:
-        if time.monotonic() >= deadline:
-            raise EngineBusyError(
-                f"the write gate of {source.fqn} ({path}) stayed held for {timeout:.0f}s by another "
-                "ingestion or backfill; wait for it to finish and retry"
-            )
-        time.sleep(0.02)
-    held.add(path)
+    # One instance per path (is_singleton) with a per-thread hold count (thread_local): re-entrant in the holding
+    # thread, while another thread's attempt opens its own descriptor and waits on the flock like another process.
+    gate = FileLock(path, is_singleton=True, poll_interval=0.02)
+    try:
+        gate.acquire(timeout=timeout)
+    except Timeout:
+        raise EngineBusyError(
+            f"the write gate of {source.fqn} ({path}) stayed held for {timeout:.0f}s by another "
+            "ingestion or backfill; wait for it to finish and retry"
+        ) from None
     try:
         yield
     finally:
-        held.discard(path)
-        unflock(fd)
+        gate.release()
 
 
 def source_max_time(client: Client, source: ObjectRef, time_column: str) -> datetime | None:

@@ -13,7 +13,7 @@ from asset_checks.definitions import build_asset_checks
 from chmv_assets.ddl.loader import LoadedProject, gc_paused
 from chmv_assets.orchestration.assets import build_chmv_assets
 from chmv_assets.orchestration.jobs import build_jobs
-from chmv_assets.orchestration.sensors import build_sensors
+from chmv_assets.orchestration.sensors import build_sensors, rebuild_jobs
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
 from spark.assets import build_spark_definitions
@@ -45,7 +45,10 @@ def _assemble(loaded: LoadedProject, clickhouse: ClickHouseResource, translator:
             assets=build_chmv_assets(loaded, translator),
             asset_checks=build_asset_checks(loaded, translator),
             sensors=build_sensors(loaded, translator),
-            jobs=build_jobs(loaded),
+            # The sensors' rebuild jobs are listed too: Definitions.with_definition_metadata_update (what a
+            # dg project applies to a component's defs) copies a job that only sensors name once per sensor,
+            # and two sensors naming one job then fail as "Duplicate definition found for unresolved job".
+            jobs=[*build_jobs(loaded), *{id(j): j for j in rebuild_jobs(loaded, translator).values()}.values()],
             resources={"clickhouse": clickhouse},
         ),
         spark,
