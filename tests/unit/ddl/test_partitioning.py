@@ -204,3 +204,14 @@ def test_windows_between(grain, first, since, until, expected):
     assert keys(windows) == expected
     assert all(w.end == next_start(w.start, grain) for w in windows)
     assert all(a.end == b.start for a, b in zip(windows, windows[1:], strict=False))
+
+
+@pytest.mark.parametrize(("grain", "first", "expected"), [
+    ("month", D(2026, 8, 15), ["2026-09-01", "2026-10-01"]),
+    ("month", D(2026, 1, 31), ["2026-02-01", "2026-03-01"]),
+    ("day", D(2026, 9, 30, 6), ["2026-10-01", "2026-10-02"]),
+    ("month", D(2026, 9, 1), ["2026-09-01", "2026-10-01"]),
+], ids=["month-from-mid-month", "month-from-a-31st", "day-from-mid-day", "aligned"])  # fmt: skip
+def test_first_window_starts_at_the_first_boundary_at_or_after_first_start(grain, first, expected):
+    """Like Dagster's partitions of a ``partition_start`` that is not on a boundary: no key Dagster lacks."""
+    assert keys(windows_between(grain, first, D(2020, 1, 1), D(2026, 10, 2)))[:2] == expected
