@@ -80,8 +80,15 @@ def window_at(start: datetime, grain: str) -> PartitionWindow:
 
 
 def windows_between(grain: str, first_start: datetime, since: datetime, until: datetime) -> list[PartitionWindow]:
-    """The partitions of ``grain`` (none before ``first_start``) whose windows intersect ``[since, until]``."""
-    cursor = floor_to_grain(max(since, first_start), grain)
+    """The partitions of ``grain`` (none before ``first_start``) whose windows intersect ``[since, until]``.
+
+    As in Dagster's time-window partitions, the first partition starts at the first boundary at or after
+    ``first_start`` (a monthly ``partition_start = "2026-08-15"`` starts at ``2026-09-01``).
+    """
+    first = floor_to_grain(first_start, grain)
+    if first < first_start:
+        first = next_start(first, grain)
+    cursor = floor_to_grain(max(since, first), grain)
     out = []
     while cursor <= until:
         out.append(window_at(cursor, grain))

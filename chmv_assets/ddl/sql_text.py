@@ -57,17 +57,26 @@ def line_col(text: str, offset: int) -> tuple[int, int]:
 
 
 def split_statements(sql: str) -> Iterator[Statement]:
-    """Split a file into statements at top-level semicolons; a last statement may lack one."""
+    """Split a file into statements at top-level semicolons; a last statement may lack one.
+
+    A comment after a semicolon on the same line (``…; -- keep forever``) is a trailing comment of the
+    statement it follows (the tokenizer attaches it to the semicolon); it is the next statement's
+    comment only when that statement starts on the line where the comment ends (``…; /* b */ CREATE …``).
+    """
     current: list[Token] = []
     pending_comments: list[str] = []
+    pending_line = 0
     for token in [*tokenize(sql), None]:
         if token is None or token.token_type == TokenType.SEMICOLON:
             if current:
                 start, end = current[0].start, current[-1].end + 1
                 line, column = line_col(sql, start)
-                comments = (*pending_comments, *current[0].comments)
+                before = pending_comments if line == pending_line else []
+                comments = (*before, *current[0].comments)
                 yield Statement(sql[start:end], start, line, column, tuple(c.strip() for c in comments))
             pending_comments = list(token.comments) if token is not None else []
+            if token is not None:
+                pending_line = line_col(sql, token.start)[0] + sum(c.count("\n") for c in pending_comments)
             current = []
         else:
             current.append(token)

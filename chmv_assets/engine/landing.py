@@ -99,9 +99,16 @@ def list_files(root: Path, source: ObjectRef, *, arrived_after: datetime | None 
         match = _DATE.match(day_dir.name)
         if not match or not day_dir.is_dir() or (days is not None and match.group(1) not in days):
             continue
-        day = datetime.strptime(match.group(1), "%Y-%m-%d")
+        try:
+            day = datetime.strptime(match.group(1), "%Y-%m-%d")
+        except ValueError as err:
+            raise LandingZoneError(f"{day_dir}: not a calendar date ({err}); rename the folder to the day its files "
+                                   "arrived (date=YYYY-MM-DD) or move it out of the landing zone") from err  # fmt: skip
         for path in sorted(day_dir.glob("*.parquet")):
             hour_match = _HOUR.match(path.name)
+            if hour_match and int(hour_match.group(1)) > 23:
+                raise LandingZoneError(f"{path}: hour={hour_match.group(1)} is not an hour of the day (00-23); "
+                                       "rename the file to the hour it arrived")  # fmt: skip
             hour = day + timedelta(hours=int(hour_match.group(1))) if hour_match else None
             item = LandingFile(str(path), day, hour)
             if arrived_after is not None and item.last_arrival <= arrived_after:

@@ -136,10 +136,15 @@ def shadow_ref(target: ObjectRef, partition: str | None) -> ObjectRef:
 
 
 def create_shadow_sql(shadow: ObjectRef, live: ObjectRef, table: Table) -> str:
-    """``CREATE TABLE shadow AS target``; replicated engines get their plain family so no replica path is shared."""
+    """``CREATE TABLE shadow AS target``; replicated engines get their plain family so no replica path is shared.
+
+    The replica path and name are the first two arguments when both are string literals; otherwise
+    (``ReplicatedReplacingMergeTree(ver)``) the server's defaults are used and every argument is the family's.
+    """
     engine = table.engine
     if engine is not None and engine.name.startswith("Replicated"):
-        args = ", ".join(engine.arguments[2:])
+        paths = len(engine.arguments) >= 2 and all(a.strip().startswith("'") for a in engine.arguments[:2])
+        args = ", ".join(engine.arguments[2:] if paths else engine.arguments)
         clauses = [f"ENGINE = {engine.family}({args})"]
         if table.partition_by is not None:
             clauses.append(f"PARTITION BY {table.partition_by.sql}")

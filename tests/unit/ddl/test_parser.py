@@ -10,7 +10,6 @@ import pytest
 from chmv_assets.ddl.models import ObjectRef, SourceRole
 from chmv_assets.ddl.parser import load_project, split_combinators
 from chmv_assets.errors import DDLError
-from chmv_assets.sql.rebuild_sql import select_with_source
 
 EXAMPLE_DDL = Path(__file__).resolve().parents[3] / "examples" / "ddl"
 
@@ -113,23 +112,6 @@ def test_join_marking(tmp_path, select, has_join, joined, self_join):
     project = load_ddl(tmp_path, f"{PRELUDE}\nCREATE MATERIALIZED VIEW d.mv TO d.sink AS {select}")
     view = project.views[ref("d.mv")]
     assert (view.has_join, tuple(r.fqn for r in view.joined_tables), view.self_join) == (has_join, joined, self_join)
-
-
-def test_select_with_source_replaces_only_the_block_position(tmp_path):
-    """A self-join's other side and a subquery on the trigger read the whole table, as in the live MV."""
-    select = ("SELECT a.ts, b.user_id FROM d.events a, d.events b WHERE a.user_id = b.user_id "
-              "AND a.ts > (SELECT min(ts) FROM d.events)")  # fmt: skip
-    project = load_ddl(tmp_path, f"{PRELUDE}\nCREATE MATERIALIZED VIEW d.mv TO d.sink AS {select}")
-    view = project.views[ref("d.mv")]
-    assert select_with_source(view, ref("d.events"), "(SELECT 1)") == (
-        "SELECT a.ts, b.user_id FROM (SELECT 1) a, d.events b WHERE a.user_id = b.user_id "
-        "AND a.ts > (SELECT min(ts) FROM d.events)"
-    )
-    unaliased = load_ddl(tmp_path, f"{PRELUDE}\nCREATE MATERIALIZED VIEW d.mv TO d.sink AS "
-                                   "SELECT events.ts, user_id FROM d.events UNION ALL SELECT ts, user_id FROM d.events")  # fmt: skip
-    assert select_with_source(unaliased.views[ref("d.mv")], ref("d.events"), "(SELECT 1)") == (
-        "SELECT events.ts, user_id FROM (SELECT 1) AS `events` UNION ALL SELECT ts, user_id FROM (SELECT 1) AS `events`"
-    )
 
 
 DICT_CASES = [

@@ -1,0 +1,217 @@
+"""partitioning: the Dagster grain of every PARTITION BY form (README table) and the windows of a grain."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+import pytest
+from ddl_testing import load_ddl, ref
+
+from chmv_assets.ddl.partitioning import (
+    PartitionScheme,
+    PartitionWindow,
+    floor_to_grain,
+    next_start,
+    partition_scheme,
+    window_at,
+    windows_between,
+)
+
+# (id, columns, PARTITION BY or None, expected grain, expected column)
+TIME_CASES = [
+    ("toYYYYMM", "ts DateTime", "toYYYYMM(ts)", "month", "ts"),
+    ("toStartOfMonth", "ts DateTime", "toStartOfMonth(ts)", "month", "ts"),
+    ("toDate", "ts DateTime", "toDate(ts)", "day", "ts"),
+    ("toYYYYMMDD", "ts DateTime", "toYYYYMMDD(ts)", "day", "ts"),
+    ("toStartOfDay", "ts DateTime", "toStartOfDay(ts)", "day", "ts"),
+    ("bare-Date-column", "d Date", "d", "day", "d"),
+    ("bare-Date32-column-quoted", "d Date32", "`d`", "day", "d"),
+    ("toStartOfHour", "ts DateTime", "toStartOfHour(ts)", "hour", "ts"),
+    ("toStartOfHour-DateTime64", "ts DateTime64(3, 'UTC')", "toStartOfHour(ts)", "hour", "ts"),
+    ("toYYYYMM-of-Date", "d Date", "toYYYYMM(d)", "month", "d"),
+    ("quoted-column-with-space", "`event time` DateTime", "toYYYYMM(`event time`)", "month", "event time"),
+    ("spaces-inside-the-call", "ts DateTime", "toDate( ts )", "day", "ts"),
+]
+# (id, columns, PARTITION BY) of tables that Dagster sees unpartitioned, without a note
+UNPARTITIONED_CASES = [
+    ("tuple()", "ts DateTime", "tuple()"),
+    ("none", "ts DateTime", None),
+]
+# (id, columns, PARTITION BY) of tables with a PARTITION BY that has no time-window equivalent
+OTHER_CASES = [
+    ("bare-DateTime-column", "ts DateTime", "ts"),
+    ("toMonday", "ts DateTime", "toMonday(ts)"),
+    ("compound-key", "ts DateTime, k String", "(toYYYYMM(ts), k)"),
+    ("intDiv", "id UInt64", "intDiv(id, 1000)"),
+    ("string-column", "k String", "k"),
+]
+ALL_CASES = [(c[0], c[1], c[2]) for c in TIME_CASES] + UNPARTITIONED_CASES + OTHER_CASES
+
+
+def _table_name(case_id: str) -> str:
+    return "t_" + re.sub(r"\W", "_", case_id)
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    statements = []
+    for case_id, columns, partition_by in ALL_CASES:
+        clause = f" PARTITION BY {partition_by}" if partition_by else ""
+        statements.append(f"CREATE TABLE d.{_table_name(case_id)} ({columns}) ENGINE = MergeTree{clause} "
+                          "ORDER BY tuple();")  # fmt: skip
+    return load_ddl(tmp_path_factory.mktemp("partitioning"), "\n".join(statements), toml='default_database = "d"')
+
+
+def scheme_of(loaded, case_id: str) -> PartitionScheme:
+    target = ref(f"d.{_table_name(case_id)}")
+    return partition_scheme(loaded.project.table(target), loaded.project.views_into(target))
+
+
+@pytest.mark.parametrize(("case_id", "grain", "column"), [(c[0], c[3], c[4]) for c in TIME_CASES],
+                         ids=[c[0] for c in TIME_CASES])  # fmt: skip
+def test_time_partitioned(tables, case_id, grain, column):
+    assert scheme_of(tables, case_id) == PartitionScheme(grain=grain, column=column, note=None)
+
+
+@pytest.mark.parametrize("case_id", [c[0] for c in UNPARTITIONED_CASES], ids=[c[0] for c in UNPARTITIONED_CASES])
+def test_unpartitioned_without_note(tables, case_id):
+    assert scheme_of(tables, case_id) == PartitionScheme(grain=None, column=None, note=None)
+
+
+@pytest.mark.parametrize(("case_id", "partition_by"), [(c[0], c[2]) for c in OTHER_CASES],
+                         ids=[c[0] for c in OTHER_CASES])  # fmt: skip
+def test_anything_else_is_unpartitioned_with_a_note(tables, case_id, partition_by):
+    scheme = scheme_of(tables, case_id)
+    assert (scheme.grain, scheme.column) == (None, None)
+    assert scheme.note is not None
+    assert scheme.note.startswith(f"PARTITION BY {partition_by} ")
+    assert "unpartitioned" in scheme.note
+
+
+AGGREGATE_DDL = """
+CREATE TABLE d.src (ts DateTime, k String, v UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE TABLE d.latest (seen DateTime, k String, v UInt64) ENGINE = SummingMergeTree PARTITION BY toDate(seen) ORDER BY k;
+CREATE MATERIALIZED VIEW d.latest_mv TO d.latest AS SELECT max(ts) AS seen, k, sum(v) AS v FROM d.src GROUP BY k;
+CREATE TABLE d.hourly (hour DateTime, k String, v UInt64) ENGINE = SummingMergeTree PARTITION BY toDate(hour) ORDER BY k;
+CREATE MATERIALIZED VIEW d.hourly_mv TO d.hourly AS
+SELECT toStartOfHour(ts) AS hour, k, sum(v) AS v FROM d.src GROUP BY hour, k;
+CREATE MATERIALIZED VIEW d.hourly_max_mv TO d.hourly AS SELECT max(ts) AS hour, k, sum(v) AS v FROM d.src GROUP BY k;
+CREATE TABLE d.plain (hour DateTime, k String, v UInt64) ENGINE = SummingMergeTree PARTITION BY toDate(hour) ORDER BY k;
+CREATE MATERIALIZED VIEW d.plain_mv TO d.plain AS
+SELECT toStartOfHour(ts) AS hour, k, sum(v) AS v FROM d.src GROUP BY hour, k;
+"""
+
+
+@pytest.mark.parametrize(("target", "note"), [
+    ("d.latest", "partition column seen is an aggregate in d.latest_mv: the asset is unpartitioned"),
+    ("d.hourly", "partition column hour is an aggregate in d.hourly_max_mv: the asset is unpartitioned"),
+    ("d.plain", None),
+], ids=["aggregate", "one-mv-of-a-fan-in-aggregates", "grouped-by-not-aggregated"])  # fmt: skip
+def test_partition_column_that_an_mv_aggregates(tmp_path, target, note):
+    loaded = load_ddl(tmp_path, AGGREGATE_DDL)
+    project = loaded.project
+    scheme = partition_scheme(project.table(ref(target)), project.views_into(ref(target)))
+    expected = PartitionScheme(grain=None, note=note) if note else PartitionScheme(grain="day", column="hour")
+    assert scheme == expected
+
+
+def test_the_example_targets(example):
+    grains = {t.name: partition_scheme(example.project.table(t), example.project.views_into(t))
+              for t in example.project.targets}  # fmt: skip
+    assert {name: (s.grain, s.column) for name, s in grains.items()} == {
+        "hourly_endpoint_stats": ("day", "hour"),
+        "requests_enriched": ("month", "timestamp"),
+        "entity_latest": (None, None),
+        "error_events": ("day", "timestamp"),
+        "metric_events": ("month", "timestamp"),
+        "audit_log": ("month", "timestamp"),
+        "counter_daily": ("month", "day"),
+        "events_agg": ("month", "event_date"),
+        "events_daily": ("day", "event_date"),
+        "events_weekly": ("month", "week"),
+    }
+    assert all(s.note is None for s in grains.values())
+
+
+# --- windows -----------------------------------------------------------------------------------------------------
+
+D = datetime
+
+
+@pytest.mark.parametrize(("value", "grain", "expected"), [
+    (D(2026, 9, 17, 13, 45, 12, 999), "hour", D(2026, 9, 17, 13)),
+    (D(2026, 9, 17, 13, 45, 12, 999), "day", D(2026, 9, 17)),
+    (D(2026, 9, 17, 13, 45, 12, 999), "month", D(2026, 9, 1)),
+    (D(2026, 9, 1), "month", D(2026, 9, 1)),
+    (D(2028, 2, 29, 23, 59, 59), "day", D(2028, 2, 29)),
+    (D(2026, 12, 31, 23, 59, 59), "month", D(2026, 12, 1)),
+], ids=["hour", "day", "month", "month-boundary-is-its-own-start", "leap-day", "december"])  # fmt: skip
+def test_floor_to_grain(value, grain, expected):
+    assert floor_to_grain(value, grain) == expected
+
+
+@pytest.mark.parametrize(("start", "grain", "expected"), [
+    (D(2026, 9, 1, 23), "hour", D(2026, 9, 2, 0)),
+    (D(2026, 12, 31), "day", D(2027, 1, 1)),
+    (D(2028, 2, 28), "day", D(2028, 2, 29)),
+    (D(2027, 2, 28), "day", D(2027, 3, 1)),
+    (D(2026, 1, 1), "month", D(2026, 2, 1)),
+    (D(2028, 2, 1), "month", D(2028, 3, 1)),
+    (D(2026, 2, 1), "month", D(2026, 3, 1)),
+    (D(2026, 7, 1), "month", D(2026, 8, 1)),
+    (D(2026, 8, 1), "month", D(2026, 9, 1)),
+    (D(2026, 12, 1), "month", D(2027, 1, 1)),
+], ids=["hour-across-midnight", "day-across-year", "leap-february-28", "common-february-28", "january",
+        "leap-february", "common-february", "july-31-days", "august-31-days", "december"])  # fmt: skip
+def test_next_start(start, grain, expected):
+    assert next_start(start, grain) == expected
+
+
+@pytest.mark.parametrize(("start", "grain", "expected"), [
+    (D(2026, 9, 1, 13), "hour", PartitionWindow("2026-09-01-13:00", D(2026, 9, 1, 13), D(2026, 9, 1, 14))),
+    (D(2026, 9, 1, 0), "hour", PartitionWindow("2026-09-01-00:00", D(2026, 9, 1, 0), D(2026, 9, 1, 1))),
+    (D(2026, 12, 31, 23), "hour", PartitionWindow("2026-12-31-23:00", D(2026, 12, 31, 23), D(2027, 1, 1))),
+    (D(2028, 2, 29), "day", PartitionWindow("2028-02-29", D(2028, 2, 29), D(2028, 3, 1))),
+    (D(2028, 2, 1), "month", PartitionWindow("2028-02-01", D(2028, 2, 1), D(2028, 3, 1))),
+    (D(2026, 1, 1), "month", PartitionWindow("2026-01-01", D(2026, 1, 1), D(2026, 2, 1))),
+], ids=["hour-key-like-dagster", "midnight-hour", "last-hour-of-year", "leap-day", "leap-february",
+        "january"])  # fmt: skip
+def test_window_at(start, grain, expected):
+    assert window_at(start, grain) == expected
+
+
+def keys(windows: list[PartitionWindow]) -> list[str]:
+    return [w.key for w in windows]
+
+
+@pytest.mark.parametrize(("grain", "first", "since", "until", "expected"), [
+    ("day", D(2026, 8, 1), D(2026, 9, 1, 10), D(2026, 9, 3, 0, 30), ["2026-09-01", "2026-09-02", "2026-09-03"]),
+    ("day", D(2026, 8, 1), D(2026, 9, 1), D(2026, 9, 2), ["2026-09-01", "2026-09-02"]),
+    ("day", D(2026, 9, 2), D(2026, 8, 20), D(2026, 9, 3), ["2026-09-02", "2026-09-03"]),
+    ("day", D(2028, 2, 1), D(2028, 2, 28, 12), D(2028, 3, 1, 1), ["2028-02-28", "2028-02-29", "2028-03-01"]),
+    ("day", D(2026, 8, 1), D(2026, 9, 3), D(2026, 9, 1), []),
+    ("hour", D(2026, 8, 1), D(2026, 9, 1, 22, 59), D(2026, 9, 2, 0, 0),
+     ["2026-09-01-22:00", "2026-09-01-23:00", "2026-09-02-00:00"]),
+    ("month", D(2026, 8, 1), D(2026, 8, 31, 23), D(2027, 1, 1), ["2026-08-01", "2026-09-01", "2026-10-01",
+                                                                 "2026-11-01", "2026-12-01", "2027-01-01"]),
+    ("month", D(2026, 8, 1), D(2020, 1, 1), D(2026, 9, 15), ["2026-08-01", "2026-09-01"]),
+], ids=["days-touched", "until-on-a-boundary-includes-that-window", "none-before-first-start",
+        "across-leap-day", "since-after-until", "hours-across-midnight", "months-across-year",
+        "months-from-first-start"])  # fmt: skip
+def test_windows_between(grain, first, since, until, expected):
+    windows = windows_between(grain, first, since, until)
+    assert keys(windows) == expected
+    assert all(w.end == next_start(w.start, grain) for w in windows)
+    assert all(a.end == b.start for a, b in zip(windows, windows[1:], strict=False))
+
+
+@pytest.mark.parametrize(("grain", "first", "expected"), [
+    ("month", D(2026, 8, 15), ["2026-09-01", "2026-10-01"]),
+    ("month", D(2026, 1, 31), ["2026-02-01", "2026-03-01"]),
+    ("day", D(2026, 9, 30, 6), ["2026-10-01", "2026-10-02"]),
+    ("month", D(2026, 9, 1), ["2026-09-01", "2026-10-01"]),
+], ids=["month-from-mid-month", "month-from-a-31st", "day-from-mid-day", "aligned"])  # fmt: skip
+def test_first_window_starts_at_the_first_boundary_at_or_after_first_start(grain, first, expected):
+    """Like Dagster's partitions of a ``partition_start`` that is not on a boundary: no key Dagster lacks."""
+    assert keys(windows_between(grain, first, D(2020, 1, 1), D(2026, 10, 2)))[:2] == expected

@@ -1,0 +1,173 @@
+"""sql_text: statement splitting, positions, comments, clause spans, the start of an MV's SELECT, tokens."""
+
+from __future__ import annotations
+
+import pytest
+from sqlglot.errors import TokenError
+from sqlglot.tokens import TokenType
+
+from chmv_assets.ddl.sql_text import clause, clauses, line_col, select_start, split_statements, tokenize
+
+
+def texts(sql: str) -> list[str]:
+    return [s.text for s in split_statements(sql)]
+
+
+SPLIT_CASES = [
+    ("one-with-semicolon", "SELECT 1;", ["SELECT 1"]),
+    ("last-without-semicolon", "SELECT 1; SELECT 2", ["SELECT 1", "SELECT 2"]),
+    ("empty-statements-skipped", ";; SELECT 1 ;;\n;", ["SELECT 1"]),
+    ("only-comments", "-- nothing here\n/* nor ; here */", []),
+    ("semicolon-in-single-quoted-string", "SELECT 'a;b'; SELECT 2", ["SELECT 'a;b'", "SELECT 2"]),
+    ("semicolon-in-escaped-string", r"SELECT 'it\'s;' ; SELECT 2", [r"SELECT 'it\'s;'", "SELECT 2"]),
+    ("semicolon-in-doubled-quote-string", "SELECT 'x'';y'; SELECT 2", ["SELECT 'x'';y'", "SELECT 2"]),
+    ("semicolon-in-backticks", "SELECT `a;b` FROM t; SELECT 2", ["SELECT `a;b` FROM t", "SELECT 2"]),
+    ("semicolon-in-double-quotes", 'SELECT "a;b" FROM t; SELECT 2', ['SELECT "a;b" FROM t', "SELECT 2"]),
+    ("semicolon-in-line-comment", "SELECT 1 -- not; the end\n; SELECT 2", ["SELECT 1", "SELECT 2"]),
+    ("semicolon-in-block-comment", "SELECT /* a; b */ 1; SELECT 2", ["SELECT /* a; b */ 1", "SELECT 2"]),
+    ("multi-line-statement-kept-verbatim", "CREATE TABLE t\n(\n  x UInt8\n)\nENGINE = Log;",
+     ["CREATE TABLE t\n(\n  x UInt8\n)\nENGINE = Log"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("sql", "expected"), [c[1:] for c in SPLIT_CASES], ids=[c[0] for c in SPLIT_CASES])
+def test_split_statements(sql, expected):
+    assert texts(sql) == expected
+
+
+def test_statement_offsets_lines_and_columns():
+    sql = "-- header\nCREATE TABLE a (x UInt8) ENGINE = Log;\n\n   SELECT\n 1;SELECT 'é' ;\tSELECT 3"
+    statements = list(split_statements(sql))
+    assert [(s.line, s.column) for s in statements] == [(2, 1), (4, 4), (5, 4), (5, 17)]
+    for s in statements:
+        assert sql[s.offset : s.offset + len(s.text)] == s.text
+    assert [s.offset for s in statements] == [10, 53, 63, 76]
+
+
+def test_comments_before_a_statement_are_its_comments():
+    sql = (
+        "/* A block comment\n   spanning lines; with a ; inside */\n"
+        "CREATE DATABASE d;\n"
+        "-- The fact table.\n-- Second line.\n"
+        "CREATE TABLE d.a (x UInt8) ENGINE = Log;\n"
+        "\n"
+        "CREATE TABLE d.b (x UInt8) ENGINE = Log; /* about c */ CREATE TABLE d.c (x UInt8) ENGINE = Log;"
+    )
+    assert [s.comments for s in split_statements(sql)] == [
+        ("A block comment\n   spanning lines; with a ; inside",),
+        ("The fact table.", "Second line."),
+        (),
+        ("about c",),
+    ]
+
+
+def test_a_trailing_comment_stays_with_its_own_line():
+    """``…; -- note`` describes the statement it follows, not the next one (examples/ddl/40_all_events.sql)."""
+    sql = (
+        "CREATE TABLE d.audit (x UInt8) ENGINE = Log; -- no TTL, keep forever\n"
+        "\n"
+        "CREATE TABLE d.next (x UInt8) ENGINE = Log;\n"
+        "CREATE TABLE d.after (x UInt8) ENGINE = Log; /* trailing\n   block */\n"
+        "-- About last.\n"
+        "CREATE TABLE d.last (x UInt8) ENGINE = Log;"
+    )
+    assert [s.comments for s in split_statements(sql)] == [(), (), (), ("About last.",)]
+
+
+def test_unterminated_string_raises_token_error():
+    with pytest.raises(TokenError):
+        list(split_statements("SELECT 'never closed; SELECT 2"))
+
+
+@pytest.mark.parametrize(("text", "offset", "expected"), [
+    ("abc", 0, (1, 1)),
+    ("abc", 2, (1, 3)),
+    ("ab\ncd", 2, (1, 3)),
+    ("ab\ncd", 3, (2, 1)),
+    ("ab\ncd\n\nx", 7, (4, 1)),
+], ids=["start", "same-line", "newline-itself", "after-newline", "blank-lines"])  # fmt: skip
+def test_line_col(text, offset, expected):
+    assert line_col(text, offset) == expected
+
+
+def spans(sql: str) -> dict[str, str]:
+    return {name: sql[start:end] for name, (start, end) in clauses(tokenize(sql)).items()}
+
+
+CLAUSE_CASES = [
+    ("all-table-clauses",
+     "CREATE TABLE t (d Date, x UInt8) ENGINE = MergeTree PARTITION BY toYYYYMM(d) ORDER BY (x, d) "
+     "PRIMARY KEY x SAMPLE BY x TTL d + INTERVAL 1 YEAR SETTINGS index_granularity = 8192",
+     {"PARTITION BY": "toYYYYMM(d)", "ORDER BY": "(x, d)", "PRIMARY KEY": "x", "SAMPLE BY": "x",
+      "TTL": "d + INTERVAL 1 YEAR", "SETTINGS": "index_granularity = 8192"}),
+    ("order-before-partition", "CREATE TABLE t (d Date) ENGINE = MergeTree ORDER BY d PARTITION BY d",
+     {"ORDER BY": "d", "PARTITION BY": "d"}),
+    ("clause-words-inside-parentheses-ignored",
+     "CREATE TABLE t (d Date, s String COMMENT 'order by') ENGINE = MergeTree ORDER BY (d, tuple(s))",
+     {"ORDER BY": "(d, tuple(s))"}),
+    ("multi-line-and-lowercase", "create table t (d Date)\nengine = MergeTree\npartition   by\n  toDate(d)\norder by d",
+     {"PARTITION BY": "toDate(d)", "ORDER BY": "d"}),
+    ("ends-at-comment-keyword", "CREATE TABLE t (d Date) ENGINE = MergeTree ORDER BY d COMMENT 'x'",
+     {"ORDER BY": "d"}),
+    ("none", "CREATE TABLE t (d Date) ENGINE = Log", {}),
+    ("mv-inner-table-stops-at-as-select",
+     "CREATE MATERIALIZED VIEW v ENGINE = MergeTree ORDER BY x AS SELECT x FROM t ORDER BY x SETTINGS max_threads = 1",
+     {"ORDER BY": "x"}),
+    ("mv-to-has-no-clauses-of-its-select",
+     "CREATE MATERIALIZED VIEW v TO t AS SELECT x FROM t ORDER BY x", {}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("sql", "expected"), [c[1:] for c in CLAUSE_CASES], ids=[c[0] for c in CLAUSE_CASES])
+def test_clauses(sql, expected):
+    assert spans(sql) == expected
+
+
+def test_clause_looks_up_one_clause_by_keywords():
+    sql = "CREATE TABLE t (d Date) ENGINE = MergeTree PARTITION BY toDate(d) ORDER BY d"
+    tokens = tokenize(sql)
+    start, end = clause(tokens, sql, "partition", "by")
+    assert sql[start:end] == "toDate(d)"
+    assert clause(tokens, sql, "TTL") is None
+
+
+SELECT_CASES = [
+    ("select", "CREATE MATERIALIZED VIEW v TO t AS SELECT x FROM s", "SELECT x FROM s"),
+    ("with", "CREATE MATERIALIZED VIEW v TO t AS WITH 1 AS a SELECT a FROM s", "WITH 1 AS a SELECT a FROM s"),
+    ("parenthesized", "CREATE VIEW v AS (SELECT 1)", "(SELECT 1)"),
+    ("aliases-inside-columns-skipped",
+     "CREATE MATERIALIZED VIEW v (x UInt8 DEFAULT CAST(1 AS UInt8)) ENGINE = Log AS SELECT x FROM s",
+     "SELECT x FROM s"),
+    ("multi-line", "CREATE MATERIALIZED VIEW v TO t AS\nSELECT\n  x\nFROM s", "SELECT\n  x\nFROM s"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("sql", "expected"), [c[1:] for c in SELECT_CASES], ids=[c[0] for c in SELECT_CASES])
+def test_select_start(sql, expected):
+    assert sql[select_start(tokenize(sql)) :] == expected
+
+
+@pytest.mark.parametrize("sql", [
+    "CREATE TABLE t (x UInt8) ENGINE = Log",
+    "CREATE TABLE t (x UInt8 DEFAULT CAST(1 AS UInt8)) ENGINE = Log",
+], ids=["table", "cast-as-inside-parentheses"])  # fmt: skip
+def test_select_start_none_without_as_select(sql):
+    assert select_start(tokenize(sql)) is None
+
+
+def test_tokenize_keeps_quoted_names_and_string_values():
+    tokens = tokenize("SELECT `a b`, \"c;d\", 'it''s' FROM db.t -- done")
+    assert [(t.token_type, t.text) for t in tokens] == [
+        (TokenType.SELECT, "SELECT"),
+        (TokenType.IDENTIFIER, "a b"),
+        (TokenType.COMMA, ","),
+        (TokenType.IDENTIFIER, "c;d"),
+        (TokenType.COMMA, ","),
+        (TokenType.STRING, "it's"),
+        (TokenType.FROM, "FROM"),
+        (TokenType.VAR, "db"),
+        (TokenType.DOT, "."),
+        (TokenType.VAR, "t"),
+    ]
+    assert tokens[-1].comments == [" done"]
+    assert [(t.start, t.end) for t in tokens[:2]] == [(0, 5), (7, 11)]

@@ -1,0 +1,78 @@
+"""Dagster partitions definitions agree with the windows the engine layer computes without Dagster."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from dagster import (
+    DailyPartitionsDefinition,
+    HourlyPartitionsDefinition,
+    MonthlyPartitionsDefinition,
+    StaticPartitionsDefinition,
+)
+
+from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, windows_between
+from chmv_assets.orchestration.partitions import partitions_definition, window_for_key
+
+NOW = datetime(2026, 9, 17, 13, 30, tzinfo=UTC)
+
+# (grain, partition_start, expected class, first key, last key at NOW: the current partition is included)
+GRAINS = [
+    ("hour", "2026-09-10", HourlyPartitionsDefinition, "2026-09-10-00:00", "2026-09-17-13:00"),
+    ("day", "2026-08-01", DailyPartitionsDefinition, "2026-08-01", "2026-09-17"),
+    ("month", "2025-01-01", MonthlyPartitionsDefinition, "2025-01-01", "2026-09-01"),
+]
+
+
+@pytest.mark.parametrize(("grain", "start", "cls", "first", "last"), GRAINS, ids=[g[0] for g in GRAINS])
+def test_partitions_definition_per_grain(grain, start, cls, first, last):
+    definition = partitions_definition(PartitionScheme(grain=grain, column="ts"), start)
+    assert type(definition) is cls
+    assert definition.timezone == "UTC"
+    keys = definition.get_partition_keys(current_time=NOW)
+    assert (keys[0], keys[-1]) == (first, last)
+
+
+def test_unpartitioned_scheme_has_no_definition():
+    assert partitions_definition(PartitionScheme(grain=None), "2026-08-01") is None
+    assert partitions_definition(PartitionScheme(grain=None, note="PARTITION BY k …"), "2026-08-01") is None
+
+
+@pytest.mark.parametrize(("grain", "start"), [
+    ("hour", "2026-09-10"),
+    ("day", "2026-08-01"),
+    ("day", "2028-02-20"),
+    ("month", "2025-01-01"),
+    ("month", "2026-06-15"),
+    ("month", "2024-01-31"),
+], ids=["hourly", "daily", "daily-across-leap-day", "monthly", "monthly-start-mid-month",
+        "monthly-start-on-a-31st"])  # fmt: skip
+def test_window_for_key_agrees_with_windows_between(grain, start):
+    definition = partitions_definition(PartitionScheme(grain=grain, column="ts"), start)
+    now = NOW if not start.startswith("2028") else datetime(2028, 3, 2, 5, tzinfo=UTC)
+    dagster_windows = [window_for_key(definition, k) for k in definition.get_partition_keys(current_time=now)]
+    first = datetime.strptime(start, "%Y-%m-%d")
+    ours = windows_between(grain, first, first, now.replace(tzinfo=None))
+    assert dagster_windows == ours
+    assert len(ours) > 1
+
+
+@pytest.mark.parametrize(("grain", "key", "expected"), [
+    ("hour", "2026-09-01-13:00", PartitionWindow("2026-09-01-13:00", datetime(2026, 9, 1, 13), datetime(2026, 9, 1, 14))),
+    ("hour", "2026-09-01-23:00", PartitionWindow("2026-09-01-23:00", datetime(2026, 9, 1, 23), datetime(2026, 9, 2))),
+    ("day", "2026-08-31", PartitionWindow("2026-08-31", datetime(2026, 8, 31), datetime(2026, 9, 1))),
+    ("month", "2026-02-01", PartitionWindow("2026-02-01", datetime(2026, 2, 1), datetime(2026, 3, 1))),
+], ids=["hour", "last-hour-of-day", "last-day-of-month", "february"])  # fmt: skip
+def test_window_for_key(grain, key, expected):
+    definition = partitions_definition(PartitionScheme(grain=grain, column="ts"), "2026-01-01")
+    window = window_for_key(definition, key)
+    assert window == expected
+    assert window.start.tzinfo is None and window.end.tzinfo is None
+
+
+def test_window_for_key_without_time_partitions_is_none():
+    daily = partitions_definition(PartitionScheme(grain="day", column="ts"), "2026-01-01")
+    assert window_for_key(None, "2026-09-01") is None
+    assert window_for_key(daily, None) is None
+    assert window_for_key(StaticPartitionsDefinition(["a", "b"]), "a") is None

@@ -1,0 +1,313 @@
+"""rebuild_sql: the MV's own SELECT over a window, staged rows or a cutoff; partition expressions; shadows."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+from ddl_testing import load_ddl, ref
+
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.ddl.partitioning import PartitionScheme, partition_scheme, window_at
+from chmv_assets.sql.rebuild_sql import (
+    create_shadow_sql,
+    insert_sql,
+    partition_expression,
+    select_with_source,
+    shadow_ref,
+    source_range_predicate,
+    source_relation,
+    staged_relation,
+    view_select,
+)
+
+D = datetime
+
+# Tables every select_with_source case can read (default database `d`).
+PRELUDE = """
+CREATE TABLE d.events (ts DateTime, user_id UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE TABLE d.sink (ts DateTime, user_id UInt64) ENGINE = MergeTree ORDER BY ts;
+"""
+D_TOML = 'default_database = "d"'
+
+
+def test_select_with_source_replaces_only_the_block_position(tmp_path):
+    """A self-join's other side and a subquery on the trigger read the whole table, as in the live MV."""
+    select = ("SELECT a.ts, b.user_id FROM d.events a, d.events b WHERE a.user_id = b.user_id "
+              "AND a.ts > (SELECT min(ts) FROM d.events)")  # fmt: skip
+    project = load_ddl(tmp_path / "self", f"{PRELUDE}\nCREATE MATERIALIZED VIEW d.mv TO d.sink AS {select}",
+                       toml=D_TOML).project  # fmt: skip
+    view = project.views[ref("d.mv")]
+    assert select_with_source(view, ref("d.events"), "(SELECT 1)") == (
+        "SELECT a.ts, b.user_id FROM (SELECT 1) a, d.events b WHERE a.user_id = b.user_id "
+        "AND a.ts > (SELECT min(ts) FROM d.events)"
+    )
+    unaliased = load_ddl(tmp_path / "union", f"{PRELUDE}\nCREATE MATERIALIZED VIEW d.mv TO d.sink AS "
+                         "SELECT events.ts, user_id FROM d.events UNION ALL SELECT ts, user_id FROM d.events",
+                         toml=D_TOML).project  # fmt: skip
+    assert select_with_source(unaliased.views[ref("d.mv")], ref("d.events"), "(SELECT 1)") == (
+        "SELECT events.ts, user_id FROM (SELECT 1) AS `events` UNION ALL SELECT ts, user_id FROM (SELECT 1) AS `events`"
+    )
+
+
+def test_select_with_source_of_a_table_the_view_does_not_read_is_the_select(example):
+    view = example.project.views[ref("analytics.errors_mv")]
+    assert select_with_source(view, ref("analytics.raw_events"), "(SELECT 1)") == view.select_sql
+
+
+# --- the example project -------------------------------------------------------------------------------------------
+
+
+def parts(loaded, target: str, start: datetime):
+    project = loaded.project
+    table = project.table(ref(target))
+    views = project.views_into(ref(target))
+    scheme = partition_scheme(table, views)
+    return project, table, views[0], scheme, window_at(start, scheme.grain)
+
+
+@pytest.mark.parametrize(("target", "start", "expected"), [
+    ("analytics.hourly_endpoint_stats", D(2026, 9, 1), "toDate((toDateTime('2026-09-01 00:00:00')))"),
+    ("analytics.error_events", D(2026, 9, 30), "toYYYYMMDD((toDateTime('2026-09-30 00:00:00')))"),
+    ("analytics.metric_events", D(2026, 2, 1), "toStartOfMonth((toDateTime('2026-02-01 00:00:00')))"),
+    ("analytics.events_agg", D(2026, 9, 1), "toYYYYMM((CAST('2026-09-01' AS Date)))"),
+    ("analytics.events_daily", D(2028, 2, 29), "toYYYYMMDD((CAST('2028-02-29' AS Date)))"),
+    ("analytics.counter_daily", D(2026, 12, 1), "toYYYYMM((toDateTime('2026-12-01 00:00:00')))"),
+], ids=["toDate-of-DateTime", "toYYYYMMDD-of-DateTime", "toStartOfMonth", "toYYYYMM-of-Date",
+        "toYYYYMMDD-of-Date-leap-day", "quoted-when-source-december"])  # fmt: skip
+def test_partition_expression(example, target, start, expected):
+    _project, table, _view, scheme, window = parts(example, target, start)
+    assert partition_expression(table, scheme, window) == expected
+
+
+@pytest.mark.parametrize(("target", "start", "expected"), [
+    ("analytics.error_events", D(2026, 9, 1),
+     "`timestamp` >= toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-09-02 00:00:00')"),
+    ("analytics.hourly_endpoint_stats", D(2026, 9, 1),
+     "`timestamp` >= toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-09-02 00:00:00') "
+     "+ INTERVAL 1 HOUR"),
+    ("analytics.counter_daily", D(2026, 9, 1),
+     "`when` >= toDateTime('2026-09-01 00:00:00') AND `when` < toDateTime('2026-10-01 00:00:00') + INTERVAL 1 DAY"),
+    ("analytics.events_daily", D(2026, 9, 1),
+     "`event_date` >= CAST('2026-09-01' AS Date) AND `event_date` < CAST('2026-09-02' AS Date)"),
+    ("analytics.events_weekly", D(2026, 9, 1),
+     "`event_date` >= CAST('2026-09-01' AS Date) AND `event_date` < CAST('2026-10-01' AS Date) + INTERVAL 1 WEEK"),
+], ids=["bare-column", "toStartOfHour-into-daily", "toStartOfDay-into-monthly-quoted-keyword",
+        "bare-Date-column", "toMonday-spans-past-the-month"])  # fmt: skip
+def test_source_range_predicate(example, target, start, expected):
+    project, _table, view, scheme, window = parts(example, target, start)
+    assert source_range_predicate(view, project, scheme, window) == expected
+
+
+UNDERIVABLE = """
+CREATE TABLE d.src (ts DateTime, k String, v UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE TABLE d.latest (seen Date, k String) ENGINE = ReplacingMergeTree PARTITION BY toYYYYMM(seen) ORDER BY k;
+CREATE MATERIALIZED VIEW d.latest_mv TO d.latest AS SELECT addDays(toDate(ts), 1) AS seen, k FROM d.src;
+CREATE TABLE d.const (day Date, k String) ENGINE = MergeTree PARTITION BY day ORDER BY k;
+CREATE MATERIALIZED VIEW d.const_mv TO d.const AS SELECT today() AS day, k FROM d.src;
+"""
+
+
+@pytest.mark.parametrize("target", ["d.latest", "d.const"], ids=["non-monotone-expression", "no-source-column"])
+def test_source_range_predicate_none_when_underivable(tmp_path, target):
+    loaded = load_ddl(tmp_path, UNDERIVABLE, toml=D_TOML)
+    project, _table, view, scheme, window = parts(loaded, target, D(2026, 9, 1))
+    assert scheme.grain is not None
+    assert source_range_predicate(view, project, scheme, window) is None
+
+
+def test_source_range_predicate_none_without_a_partition_column(example):
+    view = example.project.views[ref("analytics.entity_latest_mv")]
+    window = window_at(D(2026, 9, 1), "day")
+    assert source_range_predicate(view, example.project, PartitionScheme(grain=None), window) is None
+
+
+def test_view_select_filters_the_trigger_to_the_window_and_the_output_to_the_partition(example):
+    project, table, view, scheme, window = parts(example, "analytics.error_events", D(2026, 9, 1))
+    assert view_select(view, project, table, scheme, window) == (
+        "SELECT `timestamp`, `level`, `payload` FROM (SELECT timestamp, level, payload FROM "
+        "(SELECT * FROM `analytics`.`all_events` WHERE (`timestamp` >= toDateTime('2026-09-01 00:00:00') AND "
+        "`timestamp` < toDateTime('2026-09-02 00:00:00'))) AS `all_events` WHERE level = 'error') "
+        "WHERE (toYYYYMMDD(timestamp)) = (toYYYYMMDD((toDateTime('2026-09-01 00:00:00'))))"
+    )
+
+
+def test_view_select_with_trigger_where_and_window(example):
+    project, table, view, scheme, window = parts(example, "analytics.error_events", D(2026, 9, 1))
+    sql = view_select(view, project, table, scheme, window, trigger_where="`timestamp` > toDateTime('2026-09-01 12:00:00')")
+    assert ("FROM (SELECT * FROM `analytics`.`all_events` WHERE (`timestamp` > toDateTime('2026-09-01 12:00:00')) AND "
+            "(`timestamp` >= toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-09-02 00:00:00'))) "
+            "AS `all_events` WHERE level = 'error'") in sql  # fmt: skip
+
+
+def test_view_select_of_a_whole_unpartitioned_target_is_the_select_itself(example):
+    project, table = example.project, example.project.table(ref("analytics.entity_latest"))
+    view = project.views[ref("analytics.entity_latest_mv")]
+    scheme = PartitionScheme(grain=None)
+    assert view_select(view, project, table, scheme, None) == (
+        f"SELECT `entity_id`, `payload`, `updated_at` FROM ({view.select_sql})"
+    )
+
+
+def test_view_select_reads_the_trigger_relation_instead_of_the_table(example):
+    project, table, view, scheme, window = parts(example, "analytics.events_agg", D(2026, 9, 1))
+    sql = view_select(view, project, table, scheme, window, trigger_relation="file('/staging/p=1/*.parquet', Parquet)")
+    assert ("FROM (SELECT * FROM file('/staging/p=1/*.parquet', Parquet) WHERE (`timestamp` >= "
+            "toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-10-01 00:00:00') + INTERVAL 1 DAY)) "
+            "AS `raw_events`\nGROUP BY") in sql  # fmt: skip
+    assert "analytics.raw_events" not in sql and "`analytics`.`raw_events`" not in sql
+    assert sql.endswith("WHERE (toYYYYMM(event_date)) = (toYYYYMM((CAST('2026-09-01' AS Date))))")
+
+
+def test_view_select_trigger_relation_without_window_or_filter(example):
+    project = example.project
+    view = project.views[ref("analytics.entity_latest_mv")]
+    sql = view_select(view, project, project.table(ref("analytics.entity_latest")), PartitionScheme(grain=None), None,
+                      trigger_relation="(SELECT * FROM staged)")  # fmt: skip
+    assert sql == ("SELECT `entity_id`, `payload`, `updated_at` FROM (SELECT entity_id, payload, updated_at\n"
+                   "FROM (SELECT * FROM (SELECT * FROM staged)) AS `raw_webhooks`)")  # fmt: skip
+
+
+def test_source_relation(example):
+    project, source = example.project, ref("analytics.all_events")
+    assert source_relation(project, source) == "(SELECT * FROM `analytics`.`all_events`)"
+    assert source_relation(project, source, where="level = 'x'") == (
+        "(SELECT * FROM `analytics`.`all_events` WHERE level = 'x')"
+    )
+    assert source_relation(project, source, relation="file('f', Parquet)", where="1") == (
+        "(SELECT * FROM file('f', Parquet) WHERE 1)"
+    )
+
+
+def test_insert_sql(example):
+    view = example.project.views[ref("analytics.errors_mv")]
+    shadow = ObjectRef(database="analytics", name="shadow")
+    assert insert_sql(shadow, view, "SELECT 1") == (
+        "INSERT INTO `analytics`.`shadow` (`timestamp`, `level`, `payload`) SELECT 1"
+    )
+
+
+def test_shadow_ref_is_deterministic_and_distinct_per_partition():
+    target = ref("analytics.events_daily")
+    keys = [None, "2026-09-01", "2026-09-02", "2026-10-01", "2026-09-01-13:00", "2026-09-01-14:00"]
+    shadows = [shadow_ref(target, key) for key in keys]
+    assert shadows == [shadow_ref(target, key) for key in keys]
+    assert len(set(shadows)) == len(keys)
+    assert all(s.database == "analytics" and s.name != target.name for s in shadows)
+    assert shadow_ref(ref("analytics.events_agg"), "2026-09-01") not in shadows
+
+
+# --- shadows of replicated tables ----------------------------------------------------------------------------------
+
+SHADOW_DDL = """
+CREATE TABLE d.src (ts DateTime, k String, ver UInt64, sign Int8, v UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE TABLE d.plain (ts DateTime, k String) ENGINE = MergeTree PARTITION BY toDate(ts) ORDER BY k;
+CREATE TABLE d.paths (ts DateTime, k String, ver UInt64)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/d/paths', '{replica}', ver)
+PARTITION BY toYYYYMMDD(ts) ORDER BY (k, ts) PRIMARY KEY k SETTINGS index_granularity = 1024;
+CREATE TABLE d.bare (ts DateTime, k String) ENGINE = ReplicatedMergeTree ORDER BY k;
+CREATE TABLE d.defaults (ts DateTime, k String, ver UInt64) ENGINE = ReplicatedReplacingMergeTree(ver) ORDER BY k;
+CREATE TABLE d.collapsing (ts DateTime, k String, sign Int8)
+ENGINE = ReplicatedCollapsingMergeTree(sign) PARTITION BY toDate(ts) ORDER BY k;
+CREATE TABLE d.summing (ts DateTime, k String, v UInt64)
+ENGINE = ReplicatedSummingMergeTree('/p/{shard}', '{replica}', (v)) ORDER BY k;
+"""
+
+
+@pytest.mark.parametrize(("table", "expected"), [
+    ("plain", ""),
+    ("paths", " ENGINE = ReplacingMergeTree(ver) PARTITION BY toYYYYMMDD(ts) ORDER BY (k, ts) PRIMARY KEY k"),
+    ("bare", " ENGINE = MergeTree() ORDER BY k"),
+    ("defaults", " ENGINE = ReplacingMergeTree(ver) ORDER BY k"),
+    ("collapsing", " ENGINE = CollapsingMergeTree(sign) PARTITION BY toDate(ts) ORDER BY k"),
+    ("summing", " ENGINE = SummingMergeTree((v)) ORDER BY k"),
+], ids=["not-replicated", "replica-path-dropped", "no-arguments", "default-paths-keep-version",
+        "default-paths-keep-sign", "columns-to-sum"])  # fmt: skip
+def test_create_shadow_sql(tmp_path, table, expected):
+    project = load_ddl(tmp_path, SHADOW_DDL, toml=D_TOML).project
+    live = ref(f"d.{table}")
+    shadow = ObjectRef(database="d", name="shadow")
+    sql = create_shadow_sql(shadow, live, project.table(live))
+    assert sql == f"CREATE TABLE `d`.`shadow` AS `d`.`{table}`{expected}"
+    assert "{replica}" not in sql and "/clickhouse" not in sql
+
+
+# --- staged rows ---------------------------------------------------------------------------------------------------
+
+
+def test_staged_relation_without_cutoff_is_the_lake_alone():
+    sql = staged_relation(ref("analytics.api_requests"), "file('/s/*.parquet', Parquet)", ["timestamp", "endpoint"],
+                          "timestamp", None)  # fmt: skip
+    assert sql == "(SELECT `timestamp`, `endpoint` FROM file('/s/*.parquet', Parquet))"
+
+
+def test_staged_relation_with_cutoff_unites_lake_and_newer_source_rows():
+    sql = staged_relation(ref("analytics.api_requests"), "file('/s/*.parquet', Parquet)", ["timestamp", "endpoint"],
+                          "timestamp", D(2026, 9, 1, 12, 30, 5, 250))  # fmt: skip
+    assert sql == (
+        "(SELECT `timestamp`, `endpoint` FROM file('/s/*.parquet', Parquet) UNION ALL "
+        "SELECT `timestamp`, `endpoint` FROM `analytics`.`api_requests` "
+        "WHERE `timestamp` > toDateTime64('2026-09-01 12:30:05.000250', 6, 'UTC'))"
+    )
+
+
+# --- names that need quoting are never spliced raw -----------------------------------------------------------------
+
+ODD_DDL = """
+CREATE TABLE `my-db`.`raw events` (`event time` DateTime, `user``id` UInt64, "kind" String,
+    day Date MATERIALIZED toDate(`event time`), note String ALIAS concat(kind, '!'))
+ENGINE = MergeTree PARTITION BY toYYYYMM(`event time`) ORDER BY `event time`;
+CREATE TABLE `my-db`.`it's "q"` (`hour slot` DateTime, `user``id` UInt64, n UInt64)
+ENGINE = SummingMergeTree PARTITION BY toStartOfDay(`hour slot`) ORDER BY (`user``id`, `hour slot`);
+CREATE MATERIALIZED VIEW `my-db`.`mv; drop` TO `my-db`.`it's "q"` AS
+SELECT toStartOfHour(`event time`) AS `hour slot`, `user``id`, count() AS n
+FROM `my-db`.`raw events` GROUP BY `hour slot`, `user``id`;
+"""
+SOURCE, TARGET = ObjectRef(database="my-db", name="raw events"), ObjectRef(database="my-db", name="it's \"q\"")
+
+
+@pytest.fixture(scope="module")
+def odd(tmp_path_factory):
+    return load_ddl(tmp_path_factory.mktemp("odd"), ODD_DDL, toml=D_TOML)
+
+
+def test_odd_names_source_relation_lists_materialized_and_alias_columns(odd):
+    assert source_relation(odd.project, SOURCE) == "(SELECT *, `day`, `note` FROM `my-db`.`raw events`)"
+
+
+def test_odd_names_view_select(odd):
+    project = odd.project
+    table, view = project.table(TARGET), project.views_into(TARGET)[0]
+    scheme = partition_scheme(table, (view,))
+    assert scheme == PartitionScheme(grain="day", column="hour slot")
+    window = window_at(D(2026, 9, 1), "day")
+    predicate = ("`event time` >= toDateTime('2026-09-01 00:00:00') AND "
+                 "`event time` < toDateTime('2026-09-02 00:00:00') + INTERVAL 1 HOUR")  # fmt: skip
+    assert source_range_predicate(view, project, scheme, window) == predicate
+    assert view_select(view, project, table, scheme, window) == (
+        r"SELECT `hour slot`, `user\`id`, `n` FROM (SELECT toStartOfHour(`event time`) AS `hour slot`, `user``id`, "
+        f"count() AS n\nFROM (SELECT *, `day`, `note` FROM `my-db`.`raw events` WHERE ({predicate})) AS `raw events` "
+        "GROUP BY `hour slot`, `user``id`) "
+        "WHERE (toStartOfDay(`hour slot`)) = (toStartOfDay((toDateTime('2026-09-01 00:00:00'))))"
+    )
+
+
+def test_odd_names_shadow_insert_and_staging(odd):
+    view = odd.project.views_into(TARGET)[0]
+    shadow = shadow_ref(TARGET, "2026-09-01")
+    assert shadow.database == "my-db"
+    shadow_sql = f"`my-db`.`{shadow.name}`"
+    assert insert_sql(shadow, view, "SELECT 1") == rf"INSERT INTO {shadow_sql} (`hour slot`, `user\`id`, `n`) SELECT 1"
+    assert create_shadow_sql(shadow, TARGET, odd.project.table(TARGET)) == (
+        rf"CREATE TABLE {shadow_sql} AS `my-db`.`it\'s " + '"q"`'
+    )
+    assert staged_relation(SOURCE, "file('x', Parquet)", ["event time", "user`id"], "event time", D(2026, 9, 1)) == (
+        r"(SELECT `event time`, `user\`id` FROM file('x', Parquet) UNION ALL SELECT `event time`, `user\`id` "
+        r"FROM `my-db`.`raw events` WHERE `event time` > toDateTime64('2026-09-01 00:00:00.000000', 6, 'UTC'))"
+    )
+
+
+def test_odd_names_shadows_are_plain_identifiers_distinct_per_partition(odd):
+    shadows = {shadow_ref(TARGET, key) for key in (None, "2026-09-01", "2026-09-02")}
+    assert len(shadows) == 3
+    assert all("'" not in s.name and '"' not in s.name and " " not in s.name for s in shadows)
