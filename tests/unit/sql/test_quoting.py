@@ -83,5 +83,5 @@ def test_interval(grain, expected):
 
 
 def test_interval_of_an_unknown_grain_raises():
-    with pytest.raises(KeyError):
+    with pytest.raises(ValueError, match="not a valid Grain"):
         interval("fortnight")
