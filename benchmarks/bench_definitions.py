@@ -3,12 +3,15 @@
 Run: ``.venv/bin/python benchmarks/bench_definitions.py [--profile N]``. Each size gets a synthetic DDL
 directory: a third of the MVs form chains of three (source -> daily AggregatingMergeTree -> monthly
 rollup -> unpartitioned summary), the rest are single MVs into daily or monthly targets, one in ten
-with a JOIN. Timed: parse (``load``), ``build_definitions`` and resolving the repository.
+with a JOIN. Timed: parse (``load``), ``build_definitions`` and resolving the repository, twice: cold
+(the first load of the directory parses it) and warm (every later load, e.g. each run process of
+``dagster dev``, reads the parse cache).
 """
 
 from __future__ import annotations
 
 import cProfile
+import os
 import pstats
 import sys
 import tempfile
@@ -90,24 +93,30 @@ def main() -> None:
     import chmv_assets.definitions  # noqa: F401  (import cost is not part of the measurement)
 
     profile_size = int(sys.argv[sys.argv.index("--profile") + 1]) if "--profile" in sys.argv else None
-    totals = {}
+    totals: dict[int, float] = {}
+    warm: dict[int, float] = {}
     print(f"{'views':>6} {'parse':>8} {'build':>8} {'resolve':>8} {'total':>8} {'assets':>7}")
     for size in SIZES if profile_size is None else (profile_size,):
         with tempfile.TemporaryDirectory() as tmp:
-            root = Path(tmp)
+            os.environ["CHMV_STATE_DIR"] = str(Path(tmp) / "state")  # the parse cache of this run only
+            root = Path(tmp) / "ddl"
+            root.mkdir()
             generate(root, size)
             if profile_size is not None:
                 profiler = cProfile.Profile()
                 profiler.enable()
             parse, build_s, resolve, assets = build(root)
+            warm_parse, warm_build, warm_resolve, _ = build(root)
             if profile_size is not None:
                 profiler.disable()
                 pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
         totals[size] = parse + build_s + resolve
-        print(f"{size:>6} {parse:>7.2f}s {build_s:>7.2f}s {resolve:>7.2f}s {totals[size]:>7.2f}s {assets:>7}")
+        warm[size] = warm_parse + warm_build + warm_resolve
+        print(f"{size:>6} {parse:>7.2f}s {build_s:>7.2f}s {resolve:>7.2f}s {totals[size]:>7.2f}s {assets:>7}   "
+              f"warm: parse {warm_parse:.2f}s, total {warm[size]:.2f}s")  # fmt: skip
     if 1000 in totals and 2000 in totals:
         print(f"ratio 2000/1000: {totals[2000] / totals[1000]:.2f} (linear = 2.00); "
-              f"1000 MVs in {totals[1000]:.2f}s (goal < 2 s)")  # fmt: skip
+              f"1000 MVs in {totals[1000]:.2f}s cold, {warm[1000]:.2f}s warm (goal < 2 s)")  # fmt: skip
 
 
 if __name__ == "__main__":
