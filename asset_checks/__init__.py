@@ -4,6 +4,9 @@
 - ``chmv_part_count`` (WARN / ERROR near the throw limit): asset_checks.parts
 - ``chmv_schema_drift`` (blocking if ``parity.blocking``): asset_checks.drift
 - ``chmv_lint`` (WARN, model only): asset_checks.lint
+
+Parity and drift gate downstream assets, so they are declared on the target ops themselves and
+evaluated right after each target's materialization (asset_checks.inline); the others have one op each.
 """
 
 from __future__ import annotations
@@ -11,9 +14,7 @@ from __future__ import annotations
 from dagster import AssetChecksDefinition
 
 from asset_checks._common import DRIFT, LINT, PARITY, PARTS, check_key
-from asset_checks.drift import build_drift_checks
 from asset_checks.lint import build_lint_checks
-from asset_checks.parity import build_parity_checks
 from asset_checks.parts import build_part_checks
 from chmv_assets.loader import LoadedProject
 from chmv_assets.translator import ChmvTranslator
@@ -22,9 +23,7 @@ __all__ = ["DRIFT", "LINT", "PARITY", "PARTS", "build_asset_checks", "check_key"
 
 
 def build_asset_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetChecksDefinition]:
-    """Every check of the project's targets: a parity check per target, and one op each for drift, parts, lint."""
-    checks: list[AssetChecksDefinition] = build_parity_checks(loaded, translator)
-    checks += build_drift_checks(loaded, translator)
-    checks += build_part_checks(loaded, translator)
+    """The checks with an op of their own: part counts and lint (parity and drift live on the target ops)."""
+    checks: list[AssetChecksDefinition] = build_part_checks(loaded, translator)
     checks += build_lint_checks(loaded, translator)
     return checks

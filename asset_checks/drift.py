@@ -10,23 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from clickhouse_connect.driver.client import Client
-from dagster import (
-    AssetCheckExecutionContext,
-    AssetCheckResult,
-    AssetChecksDefinition,
-    AssetCheckSeverity,
-    AssetCheckSpec,
-    MetadataValue,
-    multi_asset_check,
-)
 
-from asset_checks._common import DRIFT, targets_by_key
-from chmv_assets.alerts import Alert, sink_for
-from chmv_assets.assets import CLICKHOUSE_POOL
-from chmv_assets.loader import LoadedProject
 from chmv_assets.models import Column, ObjectRef, Project
-from chmv_assets.translator import ChmvTranslator
-from resources.clickhouse import ClickHouseResource
 
 _TYPE_ALIASES = {"int": "Int32", "integer": "Int32", "bigint": "Int64", "smallint": "Int16", "tinyint": "Int8",
                  "text": "String", "varchar": "String", "char": "String", "float": "Float32", "real": "Float32",
@@ -175,36 +160,4 @@ def drift_markdown(items: list[DriftItem]) -> str:
     return "\n".join(lines)
 
 
-def build_drift_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetChecksDefinition]:
-    """One drift check per target, evaluated together (three queries in all)."""
-    targets = targets_by_key(loaded, translator)
-    if not targets:
-        return []
-    specs = [AssetCheckSpec(DRIFT, asset=key, blocking=loaded.config.parity.blocking,
-                            description="The live target, its MVs and their sources match the DDL directory.")
-             for key in targets]  # fmt: skip
-
-    @multi_asset_check(specs=specs, name="chmv_drift_checks", can_subset=True, pool=CLICKHOUSE_POOL)
-    def _drift(context: AssetCheckExecutionContext, clickhouse: ClickHouseResource):
-        selected = sorted(context.selected_asset_check_keys, key=str)
-        with clickhouse.get_client() as client:
-            report = drift_report(client, loaded.project, [targets[k.asset_key] for k in selected])
-        sink = sink_for(loaded.config.alert_webhook)
-        for check_key in selected:
-            target = targets[check_key.asset_key]
-            items = report[target]
-            if items:
-                message = f"{len(items)} difference(s) from the DDL: " + "; ".join(str(i) for i in items[:5])
-                context.log.error(f"{target.fqn}: {message}")
-                sink.send(Alert("drift", "error", target.fqn, message, {"check": DRIFT, "items": [str(i) for i in items]}))
-            yield AssetCheckResult(
-                asset_key=check_key.asset_key, check_name=DRIFT, passed=not items, severity=AssetCheckSeverity.ERROR,
-                metadata={"differences": len(items), "chmv/diff": MetadataValue.md(drift_markdown(items)),
-                          "chmv/kinds": MetadataValue.json(sorted({i.kind for i in items}))},
-                description="; ".join(str(i) for i in items)[:2000] or None,
-            )  # fmt: skip
-
-    return [_drift]
-
-
-__all__ = ["DriftItem", "build_drift_checks", "drift_markdown", "drift_report", "involved_objects_of", "normalize_type"]
+__all__ = ["DriftItem", "drift_markdown", "drift_report", "involved_objects_of", "normalize_type"]

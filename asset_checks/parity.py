@@ -14,42 +14,24 @@ target through its PARTITION BY, the source through backfill_sql's pruning range
 """
 
 import re
-import warnings
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
-from dagster import (
-    AssetCheckExecutionContext,
-    AssetCheckKey,
-    AssetCheckResult,
-    AssetChecksDefinition,
-    AssetCheckSeverity,
-    AssetCheckSpec,
-    AssetKey,
-    MetadataValue,
-    PreviewWarning,
-    multi_asset_check,
-)
 
 from asset_checks._common import (
-    PARITY,
     SELF_DEDUP_ENGINES,
     existing_objects,
     involved_objects,
     missing_message,
 )
-from chmv_assets.alerts import Alert, sink_for
-from chmv_assets.assets import CLICKHOUSE_POOL
-from chmv_assets.backfill_sql import PartitionWindow, partition_expression, view_select, window_for_key
+from chmv_assets.backfill_sql import PartitionWindow, partition_expression, view_select
 from chmv_assets.errors import ChmvError
 from chmv_assets.loader import LoadedProject
 from chmv_assets.models import ObjectRef, Table, qualified, quote
 from chmv_assets.partitions import partition_scheme
 from chmv_assets.rebuild import live_table
-from chmv_assets.translator import ChmvTranslator
-from resources.clickhouse import ClickHouseResource
 
 _AGG_FUNCTION = re.compile(r"^\s*(Simple)?AggregateFunction\(\s*(\w+)\s*[,()]")
 _NUMERIC = re.compile(r"^(Nullable\()?(U?Int\d+|Float\d+|Decimal)")
@@ -226,88 +208,3 @@ def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: Obje
     expected = rows.get("expected") or (0.0,) * len(names)
     measures = tuple(Measure(n, float(e or 0), float(a or 0)) for n, e, a in zip(names, expected, actual, strict=True))
     return ParityResult(target_ref.fqn, partition, measures, config.tolerance, in_grace, sql=sql)
-
-
-def parity_check_result(results: list[ParityResult], loaded: LoadedProject,
-                        asset_key: AssetKey | None = None) -> AssetCheckResult:  # fmt: skip
-    """Fold the partitions one evaluation covered into one check result (numbers as metadata)."""
-    failed = [r for r in results if not r.passed]
-    expected = sum(r.expected for r in results)
-    actual = sum(r.actual for r in results)
-    rows = "\n".join(f"| {r.partition or '(all)'} | {'ok' if r.passed else 'FAIL'} | "
-                     + "; ".join(f"{m.name}: {m.expected:g} / {m.actual:g}" for m in r.measures)
-                     + (f" {r.error or ''}{'missing: ' + ', '.join(r.missing) if r.missing else ''}") + " |"
-                     for r in results)  # fmt: skip
-    metadata = {
-        "expected": expected,
-        "actual": actual,
-        "delta": actual - expected,
-        "relative_delta": (actual - expected) / max(abs(expected), 1.0),
-        "partitions_checked": len(results),
-        "partitions_failed": len(failed),
-        "chmv/partitions": MetadataValue.json({r.partition or "": r.passed for r in results}),
-        "chmv/failed_partitions": MetadataValue.json([r.partition for r in failed]),
-        "chmv/result": MetadataValue.md("| partition | verdict | expected / actual |\n|---|---|---|\n" + rows),
-    }
-    if results and results[-1].sql:
-        metadata["chmv/sql"] = MetadataValue.md(f"```sql\n{results[-1].sql}\n```")
-    description = "; ".join(r.describe() for r in (failed or results)[:5])
-    if failed:
-        sink = sink_for(loaded.config.alert_webhook)
-        for r in failed:
-            sink.send(Alert("check_failed", "error", r.target, r.describe(),
-                            {"check": PARITY, "partition": r.partition, "expected": r.expected,
-                             "actual": r.actual, "delta": r.delta, "missing": list(r.missing), "error": r.error}))  # fmt: skip
-    return AssetCheckResult(passed=not failed, severity=AssetCheckSeverity.ERROR, metadata=metadata,
-                            asset_key=asset_key, check_name=PARITY if asset_key is not None else None,
-                            description=description[:2000])  # fmt: skip
-
-
-def build_parity_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetChecksDefinition]:
-    """The parity check of every target, partitioned like its target (one evaluation per partition run).
-
-    Targets sharing a partitions definition share one subsettable op, so a project with thousands of
-    targets loads fast; each check is still its own check of its own asset.
-    """
-    groups: dict[object, list[ObjectRef]] = {}
-    for ref in loaded.project.targets:
-        groups.setdefault(translator.get_partitions_def(loaded, ref), []).append(ref)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PreviewWarning)  # partitioned asset checks are "preview" in Dagster 1.13
-        return [_parity_checks(loaded, translator, refs, partitions_def, index)
-                for index, (partitions_def, refs) in enumerate(groups.items())]  # fmt: skip
-
-
-def _parity_checks(loaded: LoadedProject, translator: ChmvTranslator, refs: list[ObjectRef], partitions_def,
-                   index: int) -> AssetChecksDefinition:  # fmt: skip
-    by_key = {translator.get_asset_key(ref): ref for ref in refs}
-    specs = [
-        AssetCheckSpec(
-            PARITY,
-            asset=key,
-            partitions_def=partitions_def,
-            blocking=loaded.config.parity.blocking,
-            description=f"{ref.fqn} holds what its MVs' own SELECT yields over the source rows of the same partition.",
-        )
-        for key, ref in by_key.items()
-    ]
-
-    @multi_asset_check(specs=specs, name=f"chmv_parity_{index}", can_subset=True, pool=CLICKHOUSE_POOL)
-    def _parity(context: AssetCheckExecutionContext, clickhouse: ClickHouseResource):
-        op = context.op_execution_context
-        if partitions_def is None:
-            keys: list[str | None] = [None]
-        elif op.has_partition_key or op.has_partition_key_range:
-            keys = list(op.partition_keys)
-        else:
-            keys = [partitions_def.get_last_partition_key()]
-        windows = [window_for_key(partitions_def, k) for k in keys]
-        selected = [key for key in by_key if AssetCheckKey(key, PARITY) in context.selected_asset_check_keys]
-        with clickhouse.get_client() as client:
-            for key in selected:
-                results = [parity_for_partition(client, loaded, by_key[key], w) for w in windows]
-                for r in results:
-                    context.log.info(r.describe())
-                yield parity_check_result(results, loaded, asset_key=key)
-
-    return _parity
