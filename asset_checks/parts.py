@@ -49,6 +49,7 @@ class PartCount:
     total: int
     max_in_partition: int
     partition: str | None
+    by_partition: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,13 +83,14 @@ def part_counts(client: Client, tables: Iterable[ObjectRef]) -> dict[ObjectRef, 
     if not tables:
         return {}
     rows = client.query(
-        "SELECT database, table, sum(c), max(c), argMax(partition_id, c) FROM ("
+        "SELECT database, table, sum(c), max(c), argMax(partition_id, c), arraySort(groupArray((partition_id, c))) FROM ("
         " SELECT database, table, partition_id, count() AS c FROM system.parts"
         " WHERE active AND database IN {dbs:Array(String)} AND table IN {names:Array(String)}"
         " GROUP BY database, table, partition_id) GROUP BY database, table",
         parameters={"dbs": sorted({t.database for t in tables}), "names": sorted({t.name for t in tables})},
     ).result_rows
-    found = {ObjectRef(database=d, name=t): PartCount(f"{d}.{t}", int(s), int(m), p) for d, t, s, m, p in rows}
+    found = {ObjectRef(database=d, name=t): PartCount(f"{d}.{t}", int(s), int(m), p, tuple((str(k), int(c)) for k, c in per))
+             for d, t, s, m, p, per in rows}  # fmt: skip
     return {t: found.get(t, PartCount(t.fqn, 0, 0, None)) for t in tables}
 
 
@@ -162,6 +164,10 @@ def build_part_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list
                 severity=AssetCheckSeverity.ERROR if verdict.severity == "error" else AssetCheckSeverity.WARN,
                 description=verdict.message,
                 metadata={"active_parts": count.total, "max_parts_in_partition": count.max_in_partition,
+                          "partitions": len(count.by_partition),
+                          "chmv/parts_by_partition": MetadataValue.md(
+                              "| partition | active parts |\n|---|---|\n"
+                              + "\n".join(f"| {k} | {c} |" for k, c in count.by_partition)),
                           "busiest_partition": count.partition or "", "parts_to_delay_insert":
                           thresholds.get("parts_to_delay_insert", 0), "parts_to_throw_insert":
                           thresholds.get("parts_to_throw_insert", 0),
