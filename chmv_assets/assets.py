@@ -237,19 +237,20 @@ def build_chmv_assets(loaded: LoadedProject, translator: ChmvTranslator | None =
         translator: Hooks for keys, groups, partitions and metadata.
     """
     translator = translator or ChmvTranslator()
-    project = loaded.project
-    targets = project.targets
     assets: list[AssetsDefinition | AssetSpec] = list(build_target_assets(loaded, translator))
-    upstream = dict.fromkeys(ref for target in targets for ref in translator.get_upstream(loaded, target))
+    assets += [translator.get_asset_spec(loaded, ref) for ref in external_upstream(loaded, translator)]
+    return assets
+
+
+def external_upstream(loaded: LoadedProject, translator: ChmvTranslator) -> list[ObjectRef]:
+    """Sources and dictionaries of the targets that are external asset specs (not targets, not ingested)."""
+    from spark.landing import ingested_sources
+
+    project = loaded.project
+    upstream = dict.fromkeys(ref for target in project.targets for ref in translator.get_upstream(loaded, target))
     for ref in list(upstream):
         if ref in project.dictionaries:
             for dep in translator.get_upstream(loaded, ref):
                 upstream.setdefault(dep)
-    from spark.landing import ingested_sources
-
-    ingested = set(ingested_sources(loaded))  # materialized by the Spark ingestion assets instead
-    target_set = set(targets)
-    for ref in upstream:
-        if ref not in target_set and ref not in ingested:
-            assets.append(translator.get_asset_spec(loaded, ref))
-    return assets
+    skip = set(project.targets) | set(ingested_sources(loaded))  # ingested: materialized by the Spark ingestion assets
+    return [ref for ref in upstream if ref not in skip]

@@ -358,9 +358,12 @@ def build_drift_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> Sen
 
 
 def build_sensors(loaded: LoadedProject, translator: ChmvTranslator) -> list[SensorDefinition]:
-    """Every sensor of the code location: staleness, recovery and drift."""
+    """Every sensor of the code location: staleness, recovery, drift and live state (chmv_assets.live_state)."""
+    from chmv_assets.live_state import build_live_state_sensor
+
     return [
         build_staleness_sensor(loaded, translator),
         build_recovery_sensor(loaded, translator),
         build_drift_sensor(loaded, translator),
+        build_live_state_sensor(loaded, translator),
     ]
