@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dagster import Definitions, EnvVar
+from dagster import Definitions, EnvVar, in_process_executor
 
 from chmv_assets.assets import build_chmv_assets
 from chmv_assets.jobs import build_jobs
@@ -53,6 +53,9 @@ def _assemble(loaded: LoadedProject, clickhouse: ClickHouseResource, translator:
             sensors=build_sensors(loaded, translator),
             jobs=build_jobs(loaded),
             resources={"clickhouse": clickhouse},
+            # The embedded engine serves one process at a time: steps in subprocesses would only queue for
+            # it, each paying ~5 s of start-up (code location load); a run's steps execute in its process.
+            executor=in_process_executor if clickhouse.is_embedded else None,
         ),
         spark,
     )

@@ -7,7 +7,7 @@ would show there (a check evaluated twice, another not at all).
 
 from __future__ import annotations
 
-from dagster import AssetKey, AssetSelection, Definitions, JobDefinition, define_asset_job
+from dagster import AssetKey, AssetSelection, Definitions, JobDefinition, define_asset_job, multiprocess_executor
 
 from chmv_assets.definitions import build_definitions
 from chmv_assets.loader import load
@@ -22,6 +22,7 @@ def chain_split_job(ddl_dir: str, dsn: str) -> JobDefinition:
     loaded = load(ddl_dir)
     defs = Definitions.merge(
         build_definitions(loaded, clickhouse=ClickHouseResource(dsn=dsn)),
-        Definitions(jobs=[define_asset_job(JOB, selection=AssetSelection.assets(*KEYS))]),
+        # each step in its own process (the code location runs steps in-process on the embedded engine)
+        Definitions(jobs=[define_asset_job(JOB, selection=AssetSelection.assets(*KEYS), executor_def=multiprocess_executor)]),
     )
     return defs.resolve_job_def(JOB)
