@@ -1,0 +1,164 @@
+"""Support of the UI tests: the demo under a running `dagster dev`, its GraphQL API, the system Chromium.
+
+One `dagster dev` serves a whole test module (starting it and loading the demo costs ~30 s). It runs in
+its own session (a non-interactive `dagster dev` ignores SIGINT otherwise) on a free port, with a private
+DAGSTER_HOME initialized once by one process before it starts, and a copy of examples/dagster.yaml.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from test_dagster_dev import _free_port, _stop
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+#: Flags for the system Chromium in a container (no sandbox, no GPU, nothing phoning home).
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+TERMINAL_BACKFILL = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED", "FAILING"}
+LAUNCH_BACKFILL = """
+mutation LaunchPartitionBackfill($backfillParams: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $backfillParams) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message stack }
+    ... on PartitionKeysNotFoundError { message }
+    ... on PartitionSetNotFoundError { message }
+    ... on InvalidSubsetError { message }
+    ... on UnauthorizedError { message }
+  }
+}
+"""
+BACKFILL = """
+query Backfill($id: String!) {
+  partitionBackfillOrError(backfillId: $id) {
+    __typename
+    ... on PartitionBackfill { id status numPartitions error { message } runs(limit: 100) { runId status } }
+    ... on PythonError { message }
+  }
+}
+"""
+
+
+@dataclass
+class DagsterDev:
+    """A running `dagster dev` over the demo: where it listens and keeps its state."""
+
+    port: int
+    home: Path
+    state: Path
+    log: Path
+    process: subprocess.Popen
+    up_at: float  # time.monotonic() when GraphQL first served the assets
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def graphql(self, query: str, variables: dict | None = None, timeout: float = 60) -> dict:
+        """POST a query; raises on GraphQL errors."""
+        request = urllib.request.Request(
+            f"{self.url}/graphql", data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            data = json.loads(response.read())
+        if data.get("errors"):
+            raise AssertionError(f"GraphQL errors: {data['errors']}")
+        return data["data"]
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-chars:]
+
+    def launch_backfill(self, params: dict) -> dict:
+        """The UI's own mutation; returns its result (``__typename``, ``backfillId`` or an error message)."""
+        return self.graphql(LAUNCH_BACKFILL, {"backfillParams": params})["launchPartitionBackfill"]
+
+    def backfill(self, backfill_id: str) -> dict:
+        return self.graphql(BACKFILL, {"id": backfill_id})["partitionBackfillOrError"]
+
+
+def wait_for(condition: Callable[[], Any], deadline_seconds: float, what: str, interval: float = 2.0) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail with ``what`` at the deadline."""
+    deadline = time.monotonic() + deadline_seconds
+    last = None
+    while time.monotonic() < deadline:
+        last = condition()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {deadline_seconds:.0f}s waiting for {what}; last: {str(last)[:2000]}")
+
+
+def start_demo(workdir: Path, rows: int = 100_000) -> DagsterDev:
+    """Load the demo (`chmv load-demo`) into a private state directory and start `dagster dev` on it.
+
+    The landing zone exists but is empty, as after `make demo` minus its files: the sources are the
+    daily Spark ingestion assets, and the targets rebuild from the source tables (which hold every window).
+    """
+    state, home = workdir / "state", workdir / "dagster_home"
+    (state / "landing").mkdir(parents=True)
+    home.mkdir()
+    shutil.copy(ROOT / "examples" / "dagster.yaml", home / "dagster.yaml")
+    env = {**os.environ, "DAGSTER_HOME": str(home), "CHMV_STATE_DIR": str(state), "DAGSTER_DISABLE_TELEMETRY": "1"}
+    for name in ("CHMV_DDL_DIR", "CHMV_LANDING_DIR", "CHMV_CLICKHOUSE_DSN"):
+        env.pop(name, None)
+    bin_dir = Path(sys.executable).parent
+    subprocess.run([str(bin_dir / "chmv"), "load-demo", "--ddl-dir", str(ROOT / "examples" / "ddl"), "--rows", str(rows)],
+                   env=env, check=True, capture_output=True, timeout=300)  # fmt: skip
+    # one process initializes the instance's SQLite storage before dagster dev's processes open it
+    subprocess.run([str(bin_dir / "dagster"), "instance", "migrate"], env=env, check=True, capture_output=True, timeout=120)
+    port = _free_port()
+    log = workdir / "dagster_dev.log"
+    process = subprocess.Popen(
+        [str(bin_dir / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+        cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    dev = DagsterDev(port, home, state, log, process, 0.0)
+
+    def serving() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"dagster dev exited:\n{dev.log_tail()}")
+        try:
+            return bool(dev.graphql("{ assetNodes { id } }", timeout=10)["assetNodes"])
+        except (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError, AssertionError):
+            return False
+
+    try:
+        wait_for(serving, 120, "dagster dev to serve the assets", interval=0.5)
+    except BaseException:
+        stop(dev)
+        raise
+    dev.up_at = time.monotonic()
+    return dev
+
+
+def stop(dev: DagsterDev) -> None:
+    """Stop `dagster dev` through its process group (see tests/test_dagster_dev.py)."""
+    _stop(dev.process)
+
+
+def chromium_or_reason() -> str | None:
+    """None when the system Chromium is there (installed now if missing and running as root), else why not."""
+    if os.access(CHROMIUM, os.X_OK):
+        return None
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return f"{CHROMIUM} is missing and cannot be installed here (needs root and apt-get): apt-get install chromium"
+    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900,
+                              env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})  # fmt: skip
+        if done.returncode != 0:
+            return f"installing chromium failed ({' '.join(command)}): {done.stderr[-500:]}"
+    return None if os.access(CHROMIUM, os.X_OK) else f"{CHROMIUM} still missing after apt-get install chromium"
