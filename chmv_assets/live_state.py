@@ -455,7 +455,8 @@ def evaluate_live_state(client: Client, loaded: LoadedProject, translator: ChmvT
     done = _materialized_after(instance, candidates)
     report.already_materialized = len(done)
     budget = MAX_EVENTS_PER_TICK
-    for key in sorted(changed, key=lambda k: k.to_user_string()):
+    order = {"target": 0, "source": 1, "dictionary": 1, "ingested": 2}  # the targets' state shows first in the UI
+    for key in sorted(changed, key=lambda k: (order[by_key[k].kind], k.to_user_string())):
         name = key.to_user_string()
         item = by_key[key]
         for partition in sorted(changed[key]):
