@@ -25,9 +25,11 @@ newer truth, and a second one would make its check results stale in the UI.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -52,11 +54,13 @@ from dagster import (
 
 from chmv_assets.loader import LoadedProject
 from chmv_assets.models import ObjectRef, qualified, quote
+from chmv_assets.staleness import BIG_QUERY_SETTINGS
 from chmv_assets.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
 
-#: Most events one tick reports; the rest follow at the next tick (a cold start of thousands of tables).
-MAX_EVENTS_PER_TICK = 5000
+#: Most events one tick reports; the rest follow at the next ticks (a cold start of thousands of partitions).
+#: Dagster records a runless event in ~10-30 ms on SQLite, so a tick's events take the daemon under a minute.
+MAX_EVENTS_PER_TICK = 2000
 #: Cursor format version: a cursor of another version is ignored (everything is reported once more).
 CURSOR_VERSION = 1
 OBSERVER = "chmv_live_state (system.parts)"
@@ -173,7 +177,7 @@ class _Counted:
 
     def query(self, sql: str, parameters: dict) -> list[tuple]:
         self.queries += 1
-        return self.client.query(sql, parameters=parameters).result_rows
+        return self.client.query(sql, parameters=parameters, settings=BIG_QUERY_SETTINGS).result_rows
 
 
 def read_state(client: _Counted, loaded: LoadedProject, tracked: list[Tracked]) -> dict[ObjectRef, list[PartState]]:
@@ -220,17 +224,17 @@ def read_state(client: _Counted, loaded: LoadedProject, tracked: list[Tracked]) 
         if kind == "m":
             inner_names[(database, f".inner_id.{uuid}")] = name
             inner_names[(database, f".inner.{name}")] = name
-    wanted = {t.ref for t in tracked}
-    state: dict[ObjectRef, list[PartState]] = {}
+    wanted = {(t.ref.database, t.ref.name): t.ref for t in tracked}  # no model built or hashed per row
+    by_name: dict[tuple[str, str], list[PartState]] = {}
     for kind, database, name, pid, value, n_rows, parts, size, newest, block, min_time, min_date, max_time, max_date in rows:
         if kind == "m":
             continue
-        ref = ObjectRef(database=database, name=inner_names.get((database, name), name))
-        if ref not in wanted:
+        table = (database, inner_names.get((database, name), name))
+        if table not in wanted:
             continue
-        state.setdefault(ref, []).append(PartState(str(pid), str(value), int(n_rows), int(parts), int(size), int(newest),
+        by_name.setdefault(table, []).append(PartState(str(pid), str(value), int(n_rows), int(parts), int(size), int(newest),
                                                    int(block), int(min_time), str(min_date), int(max_time), str(max_date)))  # fmt: skip
-    return state
+    return {wanted[table]: parts for table, parts in by_name.items()}
 
 
 def partition_start(value: str, min_time: int = 0, min_date: str = "") -> datetime | None:
@@ -256,15 +260,19 @@ def partition_start(value: str, min_time: int = 0, min_date: str = "") -> dateti
 
 
 class _Keys:
-    """Partition keys of time partitions definitions, for instants, cached for one tick."""
+    """Partition keys of time partitions definitions, for instants, cached for one tick.
+
+    Equal definitions (every monthly target of a project) share the cache: Dagster's cron arithmetic is
+    the expensive part of a tick.
+    """
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[int, datetime], str | None] = {}
-        self._bounds: dict[int, tuple[float, float] | None] = {}
+        self._cache: dict[tuple[TimeWindowPartitionsDefinition, datetime], str | None] = {}
+        self._bounds: dict[TimeWindowPartitionsDefinition, tuple[float, float] | None] = {}
 
     def key(self, partitions_def: TimeWindowPartitionsDefinition, start: datetime) -> str | None:
         """The key of the partition holding ``start`` (naive, in the definition's time zone), None outside it."""
-        cached = (id(partitions_def), start)
+        cached = (partitions_def, start)
         if cached not in self._cache:
             stamp = start.replace(tzinfo=ZoneInfo(partitions_def.timezone)).timestamp()
             bounds = self._bounds_of(partitions_def)
@@ -273,10 +281,10 @@ class _Keys:
         return self._cache[cached]
 
     def _bounds_of(self, partitions_def: TimeWindowPartitionsDefinition) -> tuple[float, float] | None:
-        if id(partitions_def) not in self._bounds:
+        if partitions_def not in self._bounds:
             first, last = partitions_def.get_first_partition_window(), partitions_def.get_last_partition_window()
-            self._bounds[id(partitions_def)] = (first.start.timestamp(), last.end.timestamp()) if first and last else None
-        return self._bounds[id(partitions_def)]
+            self._bounds[partitions_def] = (first.start.timestamp(), last.end.timestamp()) if first and last else None
+        return self._bounds[partitions_def]
 
 
 @dataclass
@@ -472,8 +480,7 @@ def evaluate_live_state(client: Client, loaded: LoadedProject, translator: ChmvT
             budget -= 1
             report.events.append(_event(item, partition or None, unit))
             new_assets[name][partition] = fingerprint
-    report.cursor = json.dumps({"v": CURSOR_VERSION, "a": new_assets, "s": new_sources}, separators=(",", ":"),
-                               sort_keys=True)  # fmt: skip
+    report.cursor = _write_cursor({"v": CURSOR_VERSION, "a": new_assets, "s": new_sources})
     report.queries = counted.queries
     report.seconds = time.perf_counter() - began
     return report
@@ -544,12 +551,19 @@ def build_live_state_sensor(loaded: LoadedProject, translator: ChmvTranslator) -
     return _live_state
 
 
+def _write_cursor(data: dict) -> str:
+    """JSON, deflated and base64-encoded: the fingerprints of tens of thousands of partitions repeat a lot."""
+    text = json.dumps(data, separators=(",", ":"), sort_keys=True)
+    return "z:" + base64.b64encode(zlib.compress(text.encode(), 6)).decode()
+
+
 def _read_cursor(cursor: str | None) -> dict:
     if not cursor:
         return {}
     try:
-        data = json.loads(cursor)
-    except json.JSONDecodeError:
+        text = zlib.decompress(base64.b64decode(cursor[2:])).decode() if cursor.startswith("z:") else cursor
+        data = json.loads(text)
+    except (ValueError, zlib.error):
         return {}
     return data if isinstance(data, dict) and data.get("v") == CURSOR_VERSION else {}
 

@@ -15,7 +15,7 @@ from conftest import make_engine
 from dagster import AssetCheckKey, AssetKey, AssetSelection, DagsterInstance, materialize
 
 from asset_checks import PARITY
-from chmv_assets import demo_data
+from chmv_assets import demo_data, live_state
 from chmv_assets.assets import build_chmv_assets
 from chmv_assets.live_state import evaluate_live_state, partition_start, tracked_assets
 from chmv_assets.loader import load
@@ -109,6 +109,25 @@ def test_only_changed_partitions_are_reported_in_at_most_two_queries(demo, examp
     got = {(e.asset_key.path[-1], e.partition) for e in changed.events}
     # the routing MVs wrote the error (daily) and audit (monthly) targets; the source's day changed
     assert got == {("all_events", "2026-08-03"), ("error_events", "2026-08-03"), ("audit_log", "2026-08-01")}
+
+
+def test_a_cold_start_is_spread_over_ticks_and_an_unreadable_cursor_starts_over(demo, example, monkeypatch) -> None:
+    with demo.get_client() as client:
+        everything = evaluate_live_state(client, example, TRANSLATOR, "not a cursor")
+        monkeypatch.setattr(live_state, "MAX_EVENTS_PER_TICK", 10)
+        cursor, reported, ticks = None, [], 0
+        while True:
+            report = evaluate_live_state(client, example, TRANSLATOR, cursor)
+            if not report.events:
+                break
+            assert len(report.events) <= 10 and report.queries <= 2
+            cursor, reported, ticks = report.cursor, reported + report.events, ticks + 1
+    key = lambda e: (e.asset_key.to_user_string(), e.partition or "")  # noqa: E731
+    assert sorted(map(key, reported)) == sorted(map(key, everything.events))  # each partition once, none lost
+    assert ticks == -(-len(everything.events) // 10)
+    targets = {TRANSLATOR.get_asset_key(t) for t in example.project.targets}
+    first = sum(e.asset_key in targets for e in everything.events)
+    assert all(e.asset_key in targets for e in reported[:first])  # the targets' state first
 
 
 def test_a_partition_a_run_materialized_is_not_reported_again(demo, example, tmp_path: Path) -> None:

@@ -19,14 +19,14 @@ from ui_support import (
     TERMINAL_BACKFILL,
     DagsterDev,
     chromium_or_reason,
+    expected_partitions,
+    partitioned_targets,
     start_demo,
     stop,
     wait_for,
 )
 
 from asset_checks import PARITY
-from chmv_assets.loader import LoadedProject
-from resources.clickhouse import ClickHouseResource
 
 pytestmark = pytest.mark.slow
 
@@ -91,39 +91,12 @@ def dev(tmp_path_factory: pytest.TempPathFactory):
     stop(dagster_dev)
 
 
-def _path(key) -> list[str]:
-    return list(TRANSLATOR.get_asset_key(key).path)
-
-
-def _partitioned_targets(example: LoadedProject) -> list:
-    return [t for t in example.project.targets if TRANSLATOR.get_partitions_def(example, t) is not None]
-
-
-def _engine(dev: DagsterDev) -> ClickHouseResource:
-    """The demo's engine, through the resource: it waits for the lock dagster dev's processes take in turn."""
-    return ClickHouseResource(dsn=f"chdb://{dev.state / 'chdb'}")
-
-
-def _expected_partitions(dev: DagsterDev, example: LoadedProject) -> dict[str, int]:
-    """Per asset, how many of its Dagster partitions hold rows, counted on the tables' own time columns."""
-    start = example.config.partition_start
-    grains = {"hour": "toStartOfHour", "day": "toDate", "month": "toStartOfMonth"}
-    expected, queries = {}, []
-    for target in _partitioned_targets(example):
-        scheme = TRANSLATOR.get_partition_scheme(example, target)
-        queries.append(("/".join(_path(target)), f"SELECT count(DISTINCT {grains[scheme.grain]}(`{scheme.column}`)) "
-                        f"FROM {target.fqn} WHERE `{scheme.column}` >= toDate('{start}')"))  # fmt: skip
-    for fqn, column in example.config.ingestion.time_columns.items():
-        queries.append((fqn.replace(".", "/"), f"SELECT count(DISTINCT toDate(`{column}`)) FROM {fqn} "
-                                               f"WHERE `{column}` >= toDate('{start}')"))  # fmt: skip
-    with _engine(dev).get_client() as client:
-        for asset, sql in queries:
-            expected[asset] = int(client.command(sql))
-    return expected
+def _path(ref) -> list[str]:
+    return list(TRANSLATOR.get_asset_key(ref).path)
 
 
 def test_the_demo_shows_its_partitions_as_materialized_without_a_run(dev: DagsterDev, example) -> None:
-    expected = _expected_partitions(dev, example)
+    expected = expected_partitions(dev, example, TRANSLATOR)
     assert len(expected) == 9 + 6 and all(n > 0 for n in expected.values()), expected
 
     def materialized() -> dict | None:
@@ -141,7 +114,7 @@ def test_the_demo_shows_its_partitions_as_materialized_without_a_run(dev: Dagste
 
 def test_every_partitioned_target_backfills_through_the_ui_mutation(dev: DagsterDev, example) -> None:
     """The newest three partitions of each target (the current period included), then "All" of every target at once."""
-    targets = _partitioned_targets(example)
+    targets = partitioned_targets(example, TRANSLATOR)
     keys = dev.graphql(PARTITION_KEYS, {"keys": [{"path": _path(t)} for t in targets]})["assetNodes"]
     newest = {tuple(n["assetKey"]["path"]): n["partitionKeysByDimension"][0]["partitionKeys"][-3:] for n in keys}
     launches = [(f"{t.fqn} (newest 3)", {"assetSelection": [{"path": _path(t)}], "partitionNames": newest[tuple(_path(t))]})
@@ -186,7 +159,7 @@ def test_a_failed_partition_shows_as_failed(dev: DagsterDev) -> None:
     stopped = dev.graphql(STOP_SENSOR, {"id": sensor["id"]})["stopSensor"]
     assert stopped["__typename"] == "StopSensorMutationResult", stopped
     before = _latest_materialization(dev, asset, FAILING_DAY)
-    with _engine(dev).get_client() as client:
+    with dev.engine().get_client() as client:
         client.command(f"INSERT INTO analytics.error_events VALUES ('{FAILING_DAY} 01:00:00', 'error', 'ghost')")
     # the live-state sensor reports the changed partition first (else its event would make the check stale)
     wait_for(lambda: _latest_materialization(dev, asset, FAILING_DAY) != before, 180, "the live state of the write")

@@ -22,6 +22,11 @@ from typing import Any
 
 from test_dagster_dev import _free_port, _stop
 
+from chmv_assets.loader import LoadedProject
+from chmv_assets.models import ObjectRef, qualified, quote
+from chmv_assets.translator import ChmvTranslator
+from resources.clickhouse import ClickHouseResource
+
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 #: Flags for the system Chromium in a container (no sandbox, no GPU, nothing phoning home).
@@ -78,6 +83,10 @@ class DagsterDev:
         if data.get("errors"):
             raise AssertionError(f"GraphQL errors: {data['errors']}")
         return data["data"]
+
+    def engine(self) -> ClickHouseResource:
+        """The demo's engine, through the resource: it waits for the lock dagster dev's processes take in turn."""
+        return ClickHouseResource(dsn=f"chdb://{self.state / 'chdb'}")
 
     def log_tail(self, chars: int = 4000) -> str:
         return self.log.read_text(errors="replace")[-chars:]
@@ -148,6 +157,35 @@ def start_demo(workdir: Path, rows: int = 100_000) -> DagsterDev:
 def stop(dev: DagsterDev) -> None:
     """Stop `dagster dev` through its process group (see tests/test_dagster_dev.py)."""
     _stop(dev.process)
+
+
+def partitioned_targets(loaded: LoadedProject, translator: ChmvTranslator) -> list[ObjectRef]:
+    """The targets with time partitions."""
+    return [t for t in loaded.project.targets if translator.get_partitions_def(loaded, t) is not None]
+
+
+def expected_partitions(dev: DagsterDev, loaded: LoadedProject, translator: ChmvTranslator) -> dict[str, int]:
+    """Per asset (``db/table``), how many of its Dagster partitions hold rows, counted on the tables' time columns.
+
+    Independent of chmv_assets.live_state: a count of distinct truncated values of each target's partition
+    column and each ingested source's event-time column, from ``partition_start`` on.
+    """
+    start = loaded.config.partition_start
+    grains = {"hour": "toStartOfHour", "day": "toDate", "month": "toStartOfMonth"}
+    queries = []
+    for target in partitioned_targets(loaded, translator):
+        scheme = translator.get_partition_scheme(loaded, target)
+        column = quote(scheme.column or "")
+        queries.append(("/".join(translator.get_asset_key(target).path),
+                        f"SELECT count(DISTINCT {grains[scheme.grain]}({column})) FROM {qualified(target)} "
+                        f"WHERE {column} >= toDate('{start}')"))  # fmt: skip
+    for fqn, name in loaded.config.ingestion.time_columns.items():
+        database, _, table = fqn.partition(".")
+        column = quote(name)
+        queries.append((f"{database}/{table}", f"SELECT count(DISTINCT toDate({column})) FROM "
+                        f"{qualified(ObjectRef(database=database, name=table))} WHERE {column} >= toDate('{start}')"))  # fmt: skip
+    with dev.engine().get_client() as client:
+        return {asset: int(client.command(sql)) for asset, sql in queries}
 
 
 def chromium_or_reason() -> str | None:
