@@ -30,7 +30,6 @@ import json
 import re
 import time
 import zlib
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
@@ -397,93 +396,109 @@ def evaluate_live_state(client: Client, loaded: LoadedProject, translator: ChmvT
     began = time.perf_counter()
     counted = _Counted(client)
     tracked = tracked if tracked is not None else tracked_assets(loaded, translator)
-    report = TickReport(tracked=len(tracked))
-    previous = _read_cursor(cursor)
-    seen_assets: dict[str, dict[str, str]] = previous.get("a", {})
-    seen_sources: dict[str, dict[str, str]] = previous.get("s", {})
+    scan = _Scan(_read_cursor(cursor), TickReport(tracked=len(tracked)))
     state = read_state(counted, loaded, tracked)
-    keys = _Keys()
+    day_requests = scan.tables(tracked, state)
+    scan.days(day_requests, _day_counts(counted, day_requests), state)
+    scan.emit(tracked, instance)
+    scan.report.queries = counted.queries
+    scan.report.seconds = time.perf_counter() - began
+    return scan.report
 
-    # changed units per asset: key -> {partition: (unit, fingerprint)}
-    changed: dict[AssetKey, dict[str, tuple[_Unit, str]]] = {}
-    new_assets: dict[str, dict[str, str]] = {}
-    new_sources: dict[str, dict[str, str]] = {}
-    day_requests: list[_DayRequest] = []
-    for item in tracked:
-        name = item.key.to_user_string()
-        parts = state.get(item.ref, [])
-        if item.kind == "ingested":
-            before = seen_sources.get(item.ref.fqn, {})
-            new_sources[item.ref.fqn] = {p.partition_id: str(p.max_block) for p in parts}
-            moved = [p for p in parts if before.get(p.partition_id) != str(p.max_block)]
-            dropped = set(before) - {p.partition_id for p in parts}
-            new_assets[name] = dict(seen_assets.get(name, {}))
-            if moved or dropped:
-                bounds = [p.time_bounds() for p in moved]
-                whole = dropped or None in bounds  # no min/max index, or rows gone: count every day again
-                day_requests.append(_DayRequest(item, None if whole else (min(b[0] for b in bounds),
-                                                                          max(b[1] for b in bounds))))  # fmt: skip
-            continue
-        units, outside = _units(item, parts, keys)
-        report.outside += outside
-        before = seen_assets.get(name, {})
-        new_assets[name] = {}
-        for partition, unit in units.items():
-            if before.get(partition) == unit.fingerprint:
-                new_assets[name][partition] = unit.fingerprint
-            else:
-                changed.setdefault(item.key, {})[partition] = (unit, unit.fingerprint)
 
-    days = _day_counts(counted, day_requests)
-    by_key = {t.key: t for t in tracked}
-    for request in day_requests:
-        item = request.tracked
-        name = item.key.to_user_string()
-        counted_days = set()
-        for day, n_rows in days.get(item.ref, {}).items():
-            partition = keys.key(item.partitions_def, datetime.fromisoformat(day)) if item.partitions_def else None
-            if partition is None:
-                report.outside += 1
-                continue
-            counted_days.add(partition)
-            if new_assets[name].get(partition) != str(n_rows):
-                unit = _Unit()
-                for part in _covering(state.get(item.ref, []), day):
-                    unit.add(part)
-                unit.rows = n_rows  # the day's rows; parts, bytes and newest write: of the partitions holding it
-                changed.setdefault(item.key, {})[partition] = (unit, str(n_rows))
-                new_assets[name].pop(partition, None)
-        # days inside the re-read range that hold no rows any more are forgotten (reported again if rows come back)
-        first, last = _day_range(request.bounds)
-        for partition in [p for p in new_assets[name] if first <= p <= last and p not in counted_days]:
-            new_assets[name].pop(partition)
+class _Scan:
+    """One tick's comparison of the live state with the cursor: what changed, and the next cursor."""
 
-    report.changed = sum(len(v) for v in changed.values())
-    candidates = {key: {p: u.newest_write for p, (u, _fp) in units.items()} for key, units in changed.items()}
-    done = _materialized_after(instance, candidates)
-    report.already_materialized = len(done)
-    budget = MAX_EVENTS_PER_TICK
-    order = {"target": 0, "source": 1, "dictionary": 1, "ingested": 2}  # the targets' state shows first in the UI
-    for key in sorted(changed, key=lambda k: (order[by_key[k].kind], k.to_user_string())):
-        name = key.to_user_string()
-        item = by_key[key]
-        for partition in sorted(changed[key]):
-            unit, fingerprint = changed[key][partition]
-            if (key, partition) in done:
-                new_assets[name][partition] = fingerprint
+    def __init__(self, previous: dict, report: TickReport):
+        self.seen_assets: dict[str, dict[str, str]] = previous.get("a", {})
+        self.seen_sources: dict[str, dict[str, str]] = previous.get("s", {})
+        self.new_assets: dict[str, dict[str, str]] = {}
+        self.new_sources: dict[str, dict[str, str]] = {}
+        self.changed: dict[AssetKey, dict[str, tuple[_Unit, str]]] = {}  # asset -> partition -> (unit, fingerprint)
+        self.report = report
+        self.keys = _Keys()
+
+    def tables(self, tracked: list[Tracked], state: dict[ObjectRef, list[PartState]]) -> list[_DayRequest]:
+        """Compare every table's partitions with the cursor; returns the day counts the ingested sources need."""
+        day_requests = []
+        for item in tracked:
+            name = item.key.to_user_string()
+            parts = state.get(item.ref, [])
+            if item.kind == "ingested":
+                before = self.seen_sources.get(item.ref.fqn, {})
+                self.new_sources[item.ref.fqn] = {p.partition_id: str(p.max_block) for p in parts}
+                moved = [p for p in parts if before.get(p.partition_id) != str(p.max_block)]
+                dropped = set(before) - {p.partition_id for p in parts}
+                self.new_assets[name] = dict(self.seen_assets.get(name, {}))
+                if moved or dropped:
+                    bounds = [p.time_bounds() for p in moved]
+                    whole = dropped or None in bounds  # no min/max index, or rows gone: count every day again
+                    day_requests.append(_DayRequest(item, None if whole else (min(b[0] for b in bounds),
+                                                                              max(b[1] for b in bounds))))  # fmt: skip
                 continue
-            if budget <= 0:
-                report.deferred += 1
-                if item.kind == "ingested":  # re-read its days next tick
-                    new_sources[item.ref.fqn] = seen_sources.get(item.ref.fqn, {})
-                continue
-            budget -= 1
-            report.events.append(_event(item, partition or None, unit))
-            new_assets[name][partition] = fingerprint
-    report.cursor = _write_cursor({"v": CURSOR_VERSION, "a": new_assets, "s": new_sources})
-    report.queries = counted.queries
-    report.seconds = time.perf_counter() - began
-    return report
+            units, outside = _units(item, parts, self.keys)
+            self.report.outside += outside
+            before = self.seen_assets.get(name, {})
+            self.new_assets[name] = {}
+            for partition, unit in units.items():
+                if before.get(partition) == unit.fingerprint:
+                    self.new_assets[name][partition] = unit.fingerprint
+                else:
+                    self.changed.setdefault(item.key, {})[partition] = (unit, unit.fingerprint)
+        return day_requests
+
+    def days(self, requests: list[_DayRequest], days: dict[ObjectRef, dict[str, int]],
+             state: dict[ObjectRef, list[PartState]]) -> None:  # fmt: skip
+        """Compare the day counts of the re-read ingested sources with the cursor."""
+        for request in requests:
+            item = request.tracked
+            name = item.key.to_user_string()
+            seen = self.new_assets[name]
+            counted_days = set()
+            for day, n_rows in days.get(item.ref, {}).items():
+                partition = self.keys.key(item.partitions_def, datetime.fromisoformat(day)) if item.partitions_def else None
+                if partition is None:
+                    self.report.outside += 1
+                    continue
+                counted_days.add(partition)
+                if seen.get(partition) != str(n_rows):
+                    unit = _Unit()
+                    for part in _covering(state.get(item.ref, []), day):
+                        unit.add(part)
+                    unit.rows = n_rows  # the day's rows; parts, bytes and newest write: of the partitions holding it
+                    self.changed.setdefault(item.key, {})[partition] = (unit, str(n_rows))
+                    seen.pop(partition, None)
+            # days of the re-read range that hold no rows any more are forgotten (reported again if rows come back)
+            first, last = _day_range(request.bounds)
+            for partition in [p for p in seen if first <= p <= last and p not in counted_days]:
+                seen.pop(partition)
+
+    def emit(self, tracked: list[Tracked], instance: DagsterInstance | None) -> None:
+        """The events of the changed partitions (targets first), at most ``MAX_EVENTS_PER_TICK``; the new cursor."""
+        report = self.report
+        report.changed = sum(len(v) for v in self.changed.values())
+        candidates = {key: {p: u.newest_write for p, (u, _fp) in units.items()} for key, units in self.changed.items()}
+        done = _materialized_after(instance, candidates)
+        report.already_materialized = len(done)
+        by_key = {t.key: t for t in tracked}
+        budget = MAX_EVENTS_PER_TICK
+        order = {"target": 0, "source": 1, "dictionary": 1, "ingested": 2}
+        for key in sorted(self.changed, key=lambda k: (order[by_key[k].kind], k.to_user_string())):
+            name, item = key.to_user_string(), by_key[key]
+            for partition in sorted(self.changed[key]):
+                unit, fingerprint = self.changed[key][partition]
+                if (key, partition) in done:
+                    self.new_assets[name][partition] = fingerprint
+                    continue
+                if budget <= 0:
+                    report.deferred += 1
+                    if item.kind == "ingested":  # re-read its days next tick
+                        self.new_sources[item.ref.fqn] = self.seen_sources.get(item.ref.fqn, {})
+                    continue
+                budget -= 1
+                report.events.append(_event(item, partition or None, unit))
+                self.new_assets[name][partition] = fingerprint
+        report.cursor = _write_cursor({"v": CURSOR_VERSION, "a": self.new_assets, "s": self.new_sources})
 
 
 def _covering(parts: list[PartState], day: str) -> list[PartState]:
@@ -566,14 +581,6 @@ def _read_cursor(cursor: str | None) -> dict:
     except (ValueError, zlib.error):
         return {}
     return data if isinstance(data, dict) and data.get("v") == CURSOR_VERSION else {}
-
-
-def partitions_of(events: Iterable[AssetMaterialization]) -> dict[AssetKey, set[str | None]]:
-    """``asset -> partitions`` of a list of events (for logs and tests)."""
-    out: dict[AssetKey, set[str | None]] = {}
-    for event in events:
-        out.setdefault(event.asset_key, set()).add(event.partition)
-    return out
 
 
 __all__ = ["TickReport", "Tracked", "build_live_state_sensor", "evaluate_live_state", "partition_start", "tracked_assets"]
