@@ -532,8 +532,8 @@ def _event(item: Tracked, partition: str | None, unit: _Unit) -> AssetMaterializ
                     "chmv/observed_by": "chmv_live_state (system.dictionaries)"}  # fmt: skip
     description = (f"Live state of {item.ref.fqn}" + (f" partition {partition}" if partition else "")
                    + ": written by the live MVs / ingestion, observed without a run.")  # fmt: skip
-    return AssetMaterialization(asset_key=item.key, partition=partition, metadata=metadata, description=description,
-                                tags={"chmv/live_state": "true"})  # fmt: skip
+    # no tags: Dagster indexes event tags in a table of their own, one more write per event
+    return AssetMaterialization(asset_key=item.key, partition=partition, metadata=metadata, description=description)
 
 
 def build_live_state_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> SensorDefinition:
