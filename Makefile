@@ -11,7 +11,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 export SPARK_LOCAL_IP := 127.0.0.1
 export DAGSTER_DISABLE_TELEMETRY := 1
 
-.PHONY: demo test install lint bench clean
+.PHONY: demo test install lint bench clean chromium
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,10 +27,16 @@ demo: install
 	$(BIN)/chmv load-demo --ddl-dir examples/ddl --landing-dir $(CHMV_STATE_DIR)/landing
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
-test: install
+test: install chromium
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/pytest
+
+# The browser tests drive the system Chromium (Playwright cannot download browsers here): install it when
+# missing and running as root; otherwise tests/test_ui.py skips its browser test and says why.
+chromium:
+	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; fi
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -31,6 +31,7 @@ class PartCount:
     total: int
     max_in_partition: int
     partition: str | None
+    by_partition: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,13 +65,14 @@ def part_counts(client: Client, tables: Iterable[ObjectRef]) -> dict[ObjectRef, 
     if not tables:
         return {}
     rows = client.query(
-        "SELECT database, table, sum(c), max(c), argMax(partition_id, c) FROM ("
+        "SELECT database, table, sum(c), max(c), argMax(partition_id, c), arraySort(groupArray((partition_id, c))) FROM ("
         " SELECT database, table, partition_id, count() AS c FROM system.parts"
         " WHERE active AND database IN {dbs:Array(String)} AND table IN {names:Array(String)}"
         " GROUP BY database, table, partition_id) GROUP BY database, table",
         parameters={"dbs": sorted({t.database for t in tables}), "names": sorted({t.name for t in tables})},
     ).result_rows
-    found = {ObjectRef(database=d, name=t): PartCount(f"{d}.{t}", int(s), int(m), p) for d, t, s, m, p in rows}
+    found = {ObjectRef(database=d, name=t): PartCount(f"{d}.{t}", int(s), int(m), p, tuple((str(k), int(c)) for k, c in per))
+             for d, t, s, m, p, per in rows}  # fmt: skip
     return {t: found.get(t, PartCount(t.fqn, 0, 0, None)) for t in tables}
 
 

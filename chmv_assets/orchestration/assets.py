@@ -17,6 +17,7 @@ from dagster import (
 )
 from pydantic import Field
 
+from asset_checks.inline import evaluate_inline_checks, inline_check_specs
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionWindow
@@ -58,14 +59,22 @@ def target_groups(loaded: LoadedProject, translator: ChmvTranslator) -> list[tup
 
     One op per group instead of one per target keeps the code location fast to load with thousands
     of MVs (Dagster builds an op per multi-asset); each target stays its own asset, selectable alone.
+    A chain that leaves a group and comes back (A in G -> B in H -> C in G) puts C in another op than
+    A (a "generation" that grows at every change of group), so the op graph never has a cycle: Dagster
+    would otherwise split the op into subsets whose names depend on each process's hash seed.
     """
     root = landing_dir(loaded)
     order = {fqn: i for i, layer in enumerate(loaded.graph.layers) for fqn in layer}
+    targets = set(loaded.project.targets)
+    kind: dict[ObjectRef, tuple] = {}
+    generation: dict[ObjectRef, int] = {}
     groups: dict[tuple, list[ObjectRef]] = {}
-    for ref in sorted(loaded.project.targets, key=lambda r: (order.get(r.fqn, 0), r.fqn)):
-        partitions_def = translator.get_asset_spec(loaded, ref).partitions_def
-        groups.setdefault((partitions_def, spark_capable(loaded, ref, root)), []).append(ref)
-    return [(with_spark, refs) for (_, with_spark), refs in groups.items()]
+    for ref in sorted(targets, key=lambda r: (order.get(r.fqn, 0), r.fqn)):
+        kind[ref] = (translator.get_asset_spec(loaded, ref).partitions_def, spark_capable(loaded, ref, root))
+        generation[ref] = max((generation[u] + (kind[u] != kind[ref]) for u in translator.get_upstream(loaded, ref)
+                               if u in targets and u in generation), default=0)  # fmt: skip
+        groups.setdefault((*kind[ref], generation[ref]), []).append(ref)
+    return [(with_spark, refs) for (_, with_spark, _), refs in groups.items()]
 
 
 def _group_name(specs: list[AssetSpec], index: int, with_spark: bool) -> str:
@@ -100,28 +109,48 @@ def build_target_assets(loaded: LoadedProject, translator: ChmvTranslator) -> li
 def _group_asset(loaded: LoadedProject, group: list[ObjectRef], specs: list[AssetSpec], name: str, root,
                  with_spark: bool) -> AssetsDefinition:  # fmt: skip
     by_key = dict(zip((s.key for s in specs), group, strict=True))
+    partitions_def = specs[0].partitions_def
+    check_specs = [c for spec in specs for c in inline_check_specs(loaded, spec.key, by_key[spec.key], partitions_def)]
     # Measured (benchmarks/bench_spark_backfill.py): one run over a range beats one run per partition.
-    backfill_policy = BackfillPolicy.single_run() if specs[0].partitions_def is not None else None
+    backfill_policy = BackfillPolicy.single_run() if partitions_def is not None else None
 
     def run(context: AssetExecutionContext, config: RebuildConfig, clickhouse: ClickHouseResource):
         windows = partition_windows(context)
-        selected = [key for key in by_key if key in context.selected_asset_keys]
         stager = SparkStager(lambda: session_of(context.resources.pyspark)) if with_spark else None
-        failures = []
-        for key in selected:
-            ref = by_key[key]
-            try:
-                plan = plan_for(clickhouse, loaded, ref, windows, engine=config.engine, root=root)
-                results = execute(plan, loaded, clickhouse, stager=stager, log=context.log.info)
-                yield MaterializeResult(asset_key=key, metadata=rebuild_metadata(plan, results))
-            except Exception as err:  # noqa: BLE001 - reported per target, re-raised together below
-                context.log.error(f"{ref.fqn}: rebuild failed: {err}")
-                failures.append(f"{ref.fqn}: {err}")
+        selected_checks = context.selected_asset_check_keys
+        failures: list[str] = []
+        stopped: set = set()  # targets whose rebuild or blocking check failed in this run
+        for key, ref in by_key.items():  # lineage order: upstream targets first
+            if key in context.selected_asset_keys:
+                blockers = [by_key[k].fqn for k in _upstream_in_op(loaded, by_key, ref) if k in stopped]
+                if blockers:
+                    message = f"{ref.fqn}: not rebuilt, its upstream {', '.join(blockers)} failed in this run"
+                    context.log.error(message)
+                    failures.append(message)
+                    stopped.add(key)
+                    continue
+                try:
+                    plan = plan_for(clickhouse, loaded, ref, windows, engine=config.engine, root=root)
+                    results = execute(plan, loaded, clickhouse, stager=stager, log=context.log.info)
+                    yield MaterializeResult(asset_key=key, metadata=rebuild_metadata(plan, results))
+                except Exception as err:  # noqa: BLE001 - reported per target, re-raised together below
+                    context.log.error(f"{ref.fqn}: rebuild failed: {err}")
+                    failures.append(f"{ref.fqn}: {err}")
+                    stopped.add(key)
+                    continue
+            checks = [c for c in selected_checks if c.asset_key == key]
+            if checks:
+                with clickhouse.get_client() as client:
+                    outcome = evaluate_inline_checks(context, client, loaded, ref, key, partitions_def, checks)
+                yield from outcome.events
+                if outcome.blocking_failed:
+                    stopped.add(key)
+                    context.log.error(f"{ref.fqn}: blocking check failed: {'; '.join(outcome.blocking_failed)}")
         if failures:
             raise ChmvError("rebuild failed for " + "; ".join(failures))
 
-    kwargs = {"specs": specs, "name": name, "backfill_policy": backfill_policy, "pool": CLICKHOUSE_POOL,
-              "can_subset": True}  # fmt: skip
+    kwargs = {"specs": specs, "check_specs": check_specs, "name": name, "backfill_policy": backfill_policy,
+              "pool": CLICKHOUSE_POOL, "can_subset": True}  # fmt: skip
     if with_spark:
 
         @multi_asset(**kwargs, required_resource_keys={"clickhouse", "pyspark"})
@@ -135,6 +164,12 @@ def _group_asset(loaded: LoadedProject, group: list[ObjectRef], specs: list[Asse
         yield from run(context, config, clickhouse)
 
     return _rebuild_in_clickhouse
+
+
+def _upstream_in_op(loaded: LoadedProject, by_key: dict, ref: ObjectRef) -> list:
+    """Keys of the targets of this op that ``ref``'s MVs read directly."""
+    sources = {s for view in loaded.project.views_into(ref) for s in view.source_refs}
+    return [k for k, r in by_key.items() if r in sources and r != ref]
 
 
 def rebuild_metadata(plan: RebuildPlan, results: list[StepResult]) -> dict:
@@ -168,17 +203,18 @@ def build_chmv_assets(loaded: LoadedProject, translator: ChmvTranslator | None =
     """
     translator = translator or ChmvTranslator()
     check_distinct_keys(loaded, translator)  # a DDLError naming both objects, not Dagster's conflicting specs
-    project = loaded.project
-    targets = project.targets
     assets: list[AssetsDefinition | AssetSpec] = list(build_target_assets(loaded, translator))
-    upstream = dict.fromkeys(ref for target in targets for ref in translator.get_upstream(loaded, target))
+    assets += [translator.get_asset_spec(loaded, ref) for ref in external_upstream(loaded, translator)]
+    return assets
+
+
+def external_upstream(loaded: LoadedProject, translator: ChmvTranslator) -> list[ObjectRef]:
+    """Sources and dictionaries of the targets that are external asset specs (not targets, not ingested)."""
+    project = loaded.project
+    upstream = dict.fromkeys(ref for target in project.targets for ref in translator.get_upstream(loaded, target))
     for ref in list(upstream):
         if ref in project.dictionaries:
             for dep in translator.get_upstream(loaded, ref):
                 upstream.setdefault(dep)
-    ingested = set(ingested_sources(loaded))  # materialized by the Spark ingestion assets instead
-    target_set = set(targets)
-    for ref in upstream:
-        if ref not in target_set and ref not in ingested:
-            assets.append(translator.get_asset_spec(loaded, ref))
-    return assets
+    skip = set(project.targets) | set(ingested_sources(loaded))  # ingested: materialized by the Spark ingestion assets
+    return [ref for ref in upstream if ref not in skip]

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 
-from dagster import Definitions, EnvVar
+from dagster import Definitions, EnvVar, in_process_executor
 
 from asset_checks.definitions import build_asset_checks
 from chmv_assets.ddl.loader import LoadedProject, gc_paused
 from chmv_assets.orchestration.assets import build_chmv_assets
 from chmv_assets.orchestration.jobs import build_jobs
+from chmv_assets.orchestration.live_state import build_live_state_sensor
 from chmv_assets.orchestration.sensors import build_sensors, rebuild_jobs
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
@@ -44,12 +45,15 @@ def _assemble(loaded: LoadedProject, clickhouse: ClickHouseResource, translator:
         Definitions(
             assets=build_chmv_assets(loaded, translator),
             asset_checks=build_asset_checks(loaded, translator),
-            sensors=build_sensors(loaded, translator),
+            sensors=[*build_sensors(loaded, translator), build_live_state_sensor(loaded, translator)],
             # The sensors' rebuild jobs are listed too: Definitions.with_definition_metadata_update (what a
             # dg project applies to a component's defs) copies a job that only sensors name once per sensor,
             # and two sensors naming one job then fail as "Duplicate definition found for unresolved job".
             jobs=[*build_jobs(loaded), *{id(j): j for j in rebuild_jobs(loaded, translator).values()}.values()],
             resources={"clickhouse": clickhouse},
+            # The embedded engine serves one process at a time: steps in subprocesses would only queue for
+            # it, each paying ~5 s of start-up (code location load); a run's steps execute in its process.
+            executor=in_process_executor if clickhouse.is_embedded else None,
         ),
         spark,
     )

@@ -15,14 +15,11 @@ the tick with the reason (the cursor is kept, so the next tick catches up). Anyt
 import hashlib
 import json
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from clickhouse_connect.driver.exceptions import OperationalError
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckKey,
@@ -46,35 +43,17 @@ from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.drift import drift_report
 from chmv_assets.engine.recovery import entry_key, plan, split_key, tier1_repair
 from chmv_assets.engine.staleness import TargetLag, measure_staleness
-from chmv_assets.errors import DDLError, EngineBusyError
+from chmv_assets.errors import DDLError
+from chmv_assets.orchestration.sensor_client import SensorSkip, sensor_client
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
 
 #: What ``define_asset_job`` returns: its class (AssetJob) is not public API.
 AssetJob = Any
-#: How long a sensor waits for the embedded engine before skipping the tick.
-SENSOR_LOCK_SECONDS = 2.0
 #: Most catch-up or recovery runs one target gets per tick.
 MAX_RUNS_PER_TARGET = 24
 #: Ticks a staleness must persist before recovery acts on it.
 STALE_TICKS = 2
-
-
-class _Skip(Exception):
-    """The engine is busy or unreachable: skip the tick with this reason."""
-
-
-@contextmanager
-def _client(clickhouse: ClickHouseResource, context: SensorEvaluationContext) -> Iterator:
-    try:
-        with clickhouse.get_client(lock_timeout_seconds=SENSOR_LOCK_SECONDS) as client:
-            yield client
-    except EngineBusyError as err:
-        context.log.info(f"skipping the tick, the embedded engine is busy: {err}")
-        raise _Skip(f"embedded engine busy (a run holds it), catching up next tick: {err}") from err
-    except OperationalError as err:
-        context.log.error(f"ClickHouse unreachable: {err}")
-        raise _Skip(f"ClickHouse unreachable, retrying next tick: {err}") from err
 
 
 def _cursor(context: SensorEvaluationContext) -> dict:
@@ -150,9 +129,9 @@ def build_staleness_sensor(loaded: LoadedProject, translator: ChmvTranslator) ->
     def _staleness(context: SensorEvaluationContext, clickhouse: ClickHouseResource):
         cursor = _cursor(context)
         try:
-            with _client(clickhouse, context) as client:
+            with sensor_client(clickhouse, context) as client:
                 lags = measure_staleness(client, loaded)
-        except _Skip as skip:
+        except SensorSkip as skip:
             return SkipReason(str(skip))
         stale_state: dict = cursor.get("stale", {})
         missing_state: dict = cursor.get("missing", {})
@@ -252,7 +231,7 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> 
         ledger: dict = cursor.get("ledger", {})
         requests: list[RunRequest] = []
         try:
-            with _client(clickhouse, context) as client:
+            with sensor_client(clickhouse, context) as client:
                 lags = measure_staleness(client, loaded)
                 for lag in lags:
                     fqn = lag.target.fqn
@@ -307,7 +286,7 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> 
                         tags={"chmv/reason": decision.reason, "chmv/attempt": str(decision.attempt),
                               "chmv/target": target.fqn, "chmv/tier1": "; ".join(actions)[:250] or "none"},
                     ))  # fmt: skip
-        except _Skip as skip:
+        except SensorSkip as skip:
             return SkipReason(str(skip))
         new_cursor = json.dumps({"event_id": last_event, "ledger": ledger, "stale_ticks": stale_ticks}, sort_keys=True)
         if not requests:
@@ -338,9 +317,9 @@ def build_drift_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> Sen
             return SensorResult(skip_reason=SkipReason("DDL directory does not parse"),
                                 cursor=json.dumps({"hash": digest}))  # fmt: skip
         try:
-            with _client(clickhouse, context) as client:
+            with sensor_client(clickhouse, context) as client:
                 report = drift_report(client, current.project, current.project.targets)
-        except _Skip as skip:
+        except SensorSkip as skip:
             return SkipReason(str(skip))
         drifted = {t: items for t, items in report.items() if items}
         for target, items in drifted.items():
@@ -359,7 +338,7 @@ def build_drift_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> Sen
 
 
 def build_sensors(loaded: LoadedProject, translator: ChmvTranslator) -> list[SensorDefinition]:
-    """Every sensor of the code location: staleness, recovery and drift."""
+    """The sensors of this module: staleness, recovery and drift (the live-state sensor is in live_state)."""
     return [
         build_staleness_sensor(loaded, translator),
         build_recovery_sensor(loaded, translator),

@@ -18,6 +18,7 @@ from dagster import (
     TableColumnLineage,
     TableSchema,
     TimeWindowPartitionMapping,
+    TimeWindowPartitionsDefinition,
 )
 
 from chmv_assets.ddl.loader import LoadedProject
@@ -128,16 +129,25 @@ class ChmvTranslator:
         return list(ups)
 
     def get_partition_mapping(self, loaded: LoadedProject, ref: ObjectRef, upstream: ObjectRef) -> PartitionMapping | None:
-        """How a target's partitions map onto a partitioned upstream target (a chain hop).
+        """How a time-partitioned target's partitions map onto a time-partitioned upstream.
 
-        Time windows overlap by default; upstream partitions that do not exist yet (the current
-        month of a daily upstream) are allowed, since a rollup's window may reach past today.
+        Upstreams with time partitions are chained targets and the daily Spark ingestion assets of
+        sources with an event-time column. Time windows overlap; upstream partitions that do not
+        exist yet are allowed: the current month of a monthly target covers future days of a daily
+        upstream, and a rollup's window may reach past today. Without that, Dagster refuses every
+        backfill selection that includes the current period ("depends on non-existent partitions").
         """
-        if loaded.project.views_into(upstream) and self.get_partitions_def(loaded, upstream) is not None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", BetaWarning)
-                return TimeWindowPartitionMapping(allow_nonexistent_upstream_partitions=True)
-        return None
+        if not loaded.project.views_into(ref) or self.get_partitions_def(loaded, ref) is None:
+            return None
+        if loaded.project.views_into(upstream):
+            time_partitioned = isinstance(self.get_partitions_def(loaded, upstream), TimeWindowPartitionsDefinition)
+        else:  # with a landing zone, a source with an event-time column is a daily ingestion asset (spark.assets)
+            time_partitioned = upstream.fqn in loaded.config.ingestion.time_columns
+        if not time_partitioned:
+            return None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", BetaWarning)
+            return TimeWindowPartitionMapping(allow_nonexistent_upstream_partitions=True)
 
     def get_asset_spec(self, loaded: LoadedProject, ref: ObjectRef) -> AssetSpec:
         """The spec assembled from the hooks above (memoized per project and object)."""

@@ -48,6 +48,8 @@ def test_flood_of_tiny_inserts_warns(tmp_path: Path, example) -> None:
         (evaluation,) = evaluations(run_checks(example, engine, [key], instance), PARTS)
         results.append(evaluation)
     assert [e.metadata["active_parts"].value for e in results] == [15, 30, 45]
+    assert [e.metadata["partitions"].value for e in results] == [15, 30, 45]  # one part in each daily partition
+    assert "| 20270102 | 1 |" in results[0].metadata["chmv/parts_by_partition"].value
     assert results[0].passed and results[1].passed
     assert not results[2].passed and results[2].severity == AssetCheckSeverity.WARN
     assert "climbed" in results[2].description

@@ -1,0 +1,212 @@
+"""The blocking checks (parity, drift), declared on the target ops and evaluated right after each materialization.
+
+Why not separate ``multi_asset_check`` ops: a blocking check gates the assets downstream of its target.
+With the checks of a chain ``A -> B`` in one check op and ``A``, ``B`` in two target ops, the job graph
+has a cycle (B waits for A's check, the check op waits for B), which Dagster breaks by splitting the
+check op in two subsets (``chmv_parity_0``, ``chmv_parity_0_2``). Which subset gets which check depends
+on set iteration order, i.e. on the hash seed of each process, so in a multi-process run a step could
+evaluate the wrong check twice and skip the other. Declared on the target op (``check_specs``), a check
+lives in the node of its own asset: no cycle, no split, and the op evaluates it right after that
+asset's ``MaterializeResult`` (or alone, when only the check is selected).
+
+Parity is evaluated per partition: every partition of the run gets its own evaluation (expected,
+actual, delta as numbers the UI plots per partition), tied to that partition's latest materialization,
+so a failed partition shows as failed in the check's partitions view, in single-partition and range
+runs alike.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from clickhouse_connect.driver.client import Client
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckKey,
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetKey,
+    AssetRecordsFilter,
+    DagsterInstance,
+    MetadataValue,
+    Output,
+    PartitionsDefinition,
+    PreviewWarning,
+    deserialize_value,
+)
+
+from asset_checks.common import DRIFT, PARITY
+from asset_checks.drift import drift_markdown, drift_report
+from asset_checks.parity import ParityResult, parity_for_partition
+from chmv_assets.alerts import Alert, sink_for
+from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.orchestration.partitions import window_for_key
+
+#: Checks declared on the target ops (blocking ones: they gate downstream assets).
+INLINE_CHECKS = (PARITY, DRIFT)
+
+
+def inline_check_specs(loaded: LoadedProject, key: AssetKey, ref: ObjectRef,
+                       partitions_def: PartitionsDefinition | None) -> list[AssetCheckSpec]:  # fmt: skip
+    """The parity check (partitioned like the target) and the drift check of one target."""
+    blocking = loaded.config.parity.blocking
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PreviewWarning)  # partitioned asset checks are "preview" in Dagster 1.13
+        parity = AssetCheckSpec(PARITY, asset=key, partitions_def=partitions_def, blocking=blocking,
+                                description=f"{ref.fqn} holds what its MVs' own SELECT yields over the source "
+                                            "rows of the same partition.")  # fmt: skip
+    return [
+        parity,
+        AssetCheckSpec(DRIFT, asset=key, blocking=blocking,
+                       description="The live target, its MVs and their sources match the DDL directory."),  # fmt: skip
+    ]
+
+
+def check_partition_keys(context: AssetExecutionContext, partitions_def: PartitionsDefinition | None) -> list[str | None]:
+    """The partitions a run checks: the run's own, else the newest one; ``[None]`` when unpartitioned."""
+    if partitions_def is None:
+        return [None]
+    if context.has_partition_key or context.has_partition_key_range:
+        return list(context.partition_keys)
+    last = partitions_def.get_last_partition_key()
+    return [last] if last is not None else []
+
+
+def target_materialization(record: Any) -> Any:
+    """Dagster's ``AssetCheckEvaluationTargetMaterializationData`` for a materialization record.
+
+    The class is not exported by ``dagster``; it is built through the public serdes API from its
+    storage form (the event log's persisted format, kept stable across Dagster versions). Without it a
+    per-partition evaluation is not "current" for the partition and the partitions view hides it.
+    """
+    payload = {"__class__": "AssetCheckEvaluationTargetMaterializationData", "run_id": record.run_id,
+               "storage_id": record.storage_id, "timestamp": record.timestamp}  # fmt: skip
+    return deserialize_value(json.dumps(payload))
+
+
+def latest_materializations(instance: DagsterInstance, key: AssetKey, partitions: Sequence[str | None]) -> dict:
+    """``partition -> materialization record`` (latest one) for the partitions of one asset."""
+    named = [p for p in partitions if p is not None]
+    found: dict[str | None, Any] = {}
+    if None in partitions:
+        records = instance.fetch_materializations(AssetRecordsFilter(asset_key=key), limit=1).records
+        if records:
+            found[None] = records[0]
+    if named:
+        records = instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=named),
+                                                  limit=2 * len(named)).records  # fmt: skip
+        for record in records:  # newest first
+            found.setdefault(record.partition_key, record)
+        for partition in named:
+            if partition not in found:
+                more = instance.fetch_materializations(
+                    AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
+                ).records
+                if more:
+                    found[partition] = more[0]
+    return found
+
+
+@dataclass
+class CheckOutcome:
+    """The events of the checks evaluated for one target, and whether a blocking one failed."""
+
+    events: list = field(default_factory=list)
+    blocking_failed: list[str] = field(default_factory=list)
+
+
+def parity_metadata(result: ParityResult) -> dict:
+    """Numbers the UI plots over time (expected, actual, delta, per measure), and the query."""
+    metadata: dict = {
+        "expected": result.expected,
+        "actual": result.actual,
+        "delta": result.delta,
+        "relative_delta": result.delta / max(abs(result.expected), 1.0),
+        "chmv/partition": result.partition or "",
+        "chmv/within_tolerance": result.within_tolerance,
+        "chmv/in_grace": result.in_grace,
+        "chmv/measures": MetadataValue.md("| measure | expected | actual | delta |\n|---|---|---|---|\n" + "\n".join(
+            f"| {m.name} | {m.expected:g} | {m.actual:g} | {m.delta:g} |" for m in result.measures)),
+    }  # fmt: skip
+    for measure in result.measures[1:]:
+        metadata[f"delta {measure.name}"] = measure.delta
+    if result.missing:
+        metadata["chmv/missing"] = MetadataValue.json(list(result.missing))
+    if result.error:
+        metadata["chmv/error"] = result.error
+    if result.sql:
+        metadata["chmv/sql"] = MetadataValue.md(f"```sql\n{result.sql}\n```")
+    return metadata
+
+
+def evaluate_inline_checks(context: AssetExecutionContext, client: Client, loaded: LoadedProject, ref: ObjectRef,
+                           key: AssetKey, partitions_def: PartitionsDefinition | None,
+                           checks: Iterable[AssetCheckKey]) -> CheckOutcome:  # fmt: skip
+    """Evaluate the selected inline checks of one target: one evaluation per check (per partition for parity).
+
+    Args:
+        context: The target op's context (selection, partitions, instance).
+        client: An open client.
+        loaded: The parsed project.
+        ref: The target.
+        key: Its asset key.
+        partitions_def: The target's partitions definition.
+        checks: The selected check keys of this target.
+
+    Returns:
+        The events to yield (each check's output, then its evaluations) and the failed blocking checks.
+    """
+    outcome = CheckOutcome()
+    names = {c.name for c in checks if c.asset_key == key}
+    blocking = loaded.config.parity.blocking
+    sink = sink_for(loaded.config.alert_webhook)
+    if PARITY in names:
+        partitions = check_partition_keys(context, partitions_def)
+        results = [parity_for_partition(client, loaded, ref, window_for_key(partitions_def, p)) for p in partitions]
+        targets = latest_materializations(context.instance, key, partitions)
+        outcome.events.append(Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(
+            AssetCheckKey(key, PARITY))))  # fmt: skip
+        for partition, result in zip(partitions, results, strict=True):
+            context.log.info(result.describe())
+            record = targets.get(partition)
+            outcome.events.append(AssetCheckEvaluation(
+                asset_key=key, check_name=PARITY, passed=result.passed, metadata=parity_metadata(result),
+                target_materialization_data=target_materialization(record) if record is not None else None,
+                severity=AssetCheckSeverity.ERROR, description=result.describe()[:2000], blocking=blocking,
+                partition=partition,
+            ))  # fmt: skip
+            if not result.passed:
+                sink.send(Alert("check_failed", "error", result.target, result.describe(),
+                                {"check": PARITY, "partition": result.partition, "expected": result.expected,
+                                 "actual": result.actual, "delta": result.delta, "missing": list(result.missing),
+                                 "error": result.error}), context.log)  # fmt: skip
+        failed = [r.partition or "(all)" for r in results if not r.passed]
+        if failed and blocking:
+            outcome.blocking_failed.append(f"{PARITY} ({', '.join(failed)})")
+    if DRIFT in names:
+        items = drift_report(client, loaded.project, [ref])[ref]
+        kinds: dict[str, int] = {}
+        for item in items:
+            kinds[item.kind] = kinds.get(item.kind, 0) + 1
+        if items:
+            message = f"{len(items)} difference(s) from the DDL: " + "; ".join(str(i) for i in items[:5])
+            context.log.error(f"{ref.fqn}: {message}")
+            sink.send(Alert("drift", "error", ref.fqn, message, {"check": DRIFT, "items": [str(i) for i in items]}),
+                      context.log)  # fmt: skip
+            if blocking:
+                outcome.blocking_failed.append(DRIFT)
+        outcome.events.append(AssetCheckResult(
+            asset_key=key, check_name=DRIFT, passed=not items, severity=AssetCheckSeverity.ERROR,
+            metadata={"differences": len(items), **{f"differences {k}": n for k, n in sorted(kinds.items())},
+                      "chmv/diff": MetadataValue.md(drift_markdown(items)),
+                      "chmv/kinds": MetadataValue.json(sorted(kinds))},
+            description="; ".join(str(i) for i in items)[:2000] or None,
+        ))  # fmt: skip
+    return outcome

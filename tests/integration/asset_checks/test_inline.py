@@ -1,0 +1,108 @@
+"""Blocking checks live on the target ops: each selected check is evaluated exactly once, right after its asset.
+
+The chain ``chain.src -> t1 -> t2`` puts t1 (its trigger has a landing zone: Spark-capable) and t2 (reads
+t1: ClickHouse only) in two ops. Before, the parity checks sat in one multi-check op that Dagster split
+in two subsets for such a chain; which subset evaluated which check depended on each process's hash
+seed, so a multi-process run could evaluate t2's check twice and t1's not at all.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from chain_split_job import KEYS
+from conftest import make_engine
+from dagster import AssetCheckKey, DagsterEventType, DagsterInstance, build_reconstructable_job, execute_job
+
+from asset_checks import DRIFT, LINT, PARITY, PARTS
+from chmv_assets.ddl.loader import load
+from chmv_assets.orchestration.assets import target_groups
+from chmv_assets.orchestration.translator import ChmvTranslator
+
+CHAIN_DDL = """
+CREATE DATABASE IF NOT EXISTS chain ENGINE = Atomic;
+CREATE TABLE chain.src (ts DateTime, k UInt32, v UInt32) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY (k, ts);
+CREATE TABLE chain.t1 (day Date, k UInt32, n UInt64) ENGINE = SummingMergeTree PARTITION BY toYYYYMMDD(day) ORDER BY (k, day);
+CREATE MATERIALIZED VIEW chain.t1_mv TO chain.t1 AS SELECT toDate(ts) AS day, k, count() AS n FROM chain.src GROUP BY day, k;
+CREATE TABLE chain.t2 (day Date, n UInt64) ENGINE = SummingMergeTree PARTITION BY toYYYYMMDD(day) ORDER BY day;
+CREATE MATERIALIZED VIEW chain.t2_mv TO chain.t2 AS SELECT day, sum(n) AS n FROM chain.t1 GROUP BY day;
+"""
+CHAIN_TOML = """
+default_database = "chain"
+partition_start = "2026-08-01"
+[ingestion]
+landing_dir = "landing"
+[ingestion.time_columns]
+"chain.src" = "ts"
+"""
+DAYS = ["2026-08-01", "2026-08-02", "2026-08-03"]
+
+
+@pytest.fixture
+def chain(tmp_path: Path):
+    ddl = tmp_path / "ddl"
+    (ddl / "landing").mkdir(parents=True)
+    (ddl / "chain.sql").write_text(CHAIN_DDL)
+    (ddl / "chmv.toml").write_text(CHAIN_TOML)
+    loaded = load(ddl)
+    engine = make_engine(tmp_path / "chdb", loaded)
+    with engine.get_client() as client:
+        client.command("INSERT INTO chain.src SELECT toDateTime('2026-08-01 00:00:00') + number * 97, number % 7, 1 "
+                       "FROM numbers(3000)")  # fmt: skip
+    return ddl, loaded, engine
+
+
+def test_the_chain_targets_sit_in_two_ops_without_a_cycle(chain) -> None:
+    _ddl, loaded, _engine = chain
+    groups = target_groups(loaded, ChmvTranslator())
+    by_target = {ref.name: (spark, i) for i, (spark, refs) in enumerate(groups) for ref in refs}
+    assert by_target["t1"][0] and not by_target["t2"][0]
+    assert by_target["t1"][1] != by_target["t2"][1]
+
+
+@pytest.mark.slow
+def test_a_range_run_evaluates_each_check_once_in_a_multi_process_run(chain, tmp_path: Path, monkeypatch) -> None:
+    ddl, _loaded, engine = chain
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)  # each step process hashes with its own seed
+    (tmp_path / "dagster_home").mkdir()
+    instance = DagsterInstance.local_temp(str(tmp_path / "dagster_home"))
+    job = build_reconstructable_job("chain_split_job", "chain_split_job",
+                                    reconstructable_args=(str(ddl), engine.resolved_dsn),
+                                    reconstructor_working_directory=str(Path(__file__).resolve().parents[2]))  # fmt: skip
+    tags = {"dagster/asset_partition_range_start": DAYS[0], "dagster/asset_partition_range_end": DAYS[-1]}
+    with execute_job(job, instance=instance, tags=tags, raise_on_error=False) as result:
+        assert result.success, [e.message for e in result.all_events if e.is_failure]
+        run_id = result.run_id
+        steps = {e.step_key for e in result.all_events if e.step_key}
+    # two target ops, the part-count and lint ops; no op split in subsets (``…_2``)
+    assert steps == {"rebuild_daily_targets", "rebuild_daily_targets_spark", "chmv_part_checks", "chmv_lint_checks"}
+
+    evaluations = [e.dagster_event.event_specific_data
+                   for e in instance.all_logs(run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)]  # fmt: skip
+    counted = Counter((e.asset_key, e.check_name, e.partition) for e in evaluations)
+    expected = {(key, PARITY, day) for key in KEYS for day in DAYS}
+    expected |= {(key, name, None) for key in KEYS for name in (DRIFT, PARTS, LINT)}
+    assert set(counted) == expected and set(counted.values()) == {1}, counted
+    assert all(e.passed for e in evaluations if e.check_name in (PARITY, DRIFT))
+
+    # each blocking check right after its own asset: t1's parity and drift before t2 is materialized
+    order = []
+    for entry in instance.all_logs(run_id):
+        event = entry.dagster_event
+        if event is not None and event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
+            order.append((event.asset_key, None))
+        elif event is not None and event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
+            order.append((event.event_specific_data.asset_key, event.event_specific_data.check_name))
+    t1_checks = [i for i, (key, name) in enumerate(order) if key == KEYS[0] and name in (PARITY, DRIFT)]
+    t1_materialized = [i for i, (key, name) in enumerate(order) if key == KEYS[0] and name is None]
+    t2_materialized = [i for i, (key, name) in enumerate(order) if key == KEYS[1] and name is None]
+    assert max(t1_materialized) < min(t1_checks) and max(t1_checks) < min(t2_materialized), order
+
+    # the asset-check execution index agrees: one finished record per (check, partition), none left planned
+    for key in KEYS:
+        records = instance.event_log_storage.get_asset_check_execution_history(AssetCheckKey(key, PARITY), limit=50)
+        mine = [r for r in records if r.run_id == run_id]
+        assert sorted(r.partition for r in mine) == DAYS
+        assert {r.status.value for r in mine} == {"SUCCEEDED"}
