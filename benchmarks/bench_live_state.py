@@ -24,12 +24,12 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "integration" / "orchestration")]
 warnings.filterwarnings("ignore")
 
-from chmv_assets.live_state import LIVE_STATE_INTERVAL_SECONDS, MAX_EVENTS_PER_TICK, evaluate_live_state  # noqa: E402
-from chmv_assets.loader import load  # noqa: E402
-from chmv_assets.translator import ChmvTranslator  # noqa: E402
+from chmv_assets.ddl.loader import load  # noqa: E402
+from chmv_assets.orchestration.live_state import LIVE_STATE_INTERVAL_SECONDS, MAX_EVENTS_PER_TICK, evaluate_live_state  # noqa: E402
+from chmv_assets.orchestration.translator import ChmvTranslator  # noqa: E402
 
 TRANSLATOR = ChmvTranslator()
 QUERY_COUNTER = "SELECT value FROM system.events WHERE event = 'Query'"
@@ -68,8 +68,7 @@ def generated_project(root: Path, views: int) -> Path:
 
 
 def bench_tick(workdir: Path, tables: int) -> None:
-    from chmv_assets.apply import apply
-
+    from chmv_assets.engine.apply import apply
     from resources.clickhouse import ClickHouseResource
 
     views = tables // 2

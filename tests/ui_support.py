@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,13 +22,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from test_dagster_dev import _free_port, _stop
-
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.orchestration.translator import ChmvTranslator
 from chmv_assets.sql.quoting import qualified, quote
 from resources.clickhouse import ClickHouseResource
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGINT to the whole process group, a bounded wait, then SIGKILL."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"

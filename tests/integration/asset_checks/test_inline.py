@@ -16,7 +16,7 @@ from chain_split_job import KEYS
 from conftest import make_engine
 from dagster import AssetCheckKey, DagsterEventType, DagsterInstance, build_reconstructable_job, execute_job
 
-from asset_checks import DRIFT, LINT, PARITY, PARTS
+from asset_checks.common import DRIFT, LINT, PARITY, PARTS
 from chmv_assets.ddl.loader import load
 from chmv_assets.orchestration.assets import target_groups
 from chmv_assets.orchestration.translator import ChmvTranslator

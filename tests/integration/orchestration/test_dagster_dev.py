@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from ui_support import _free_port, _stop
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -30,12 +29,6 @@ QUERY = """
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _graphql(port: int, query: str) -> dict:
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query}).encode(),
@@ -43,18 +36,6 @@ def _graphql(port: int, query: str) -> dict:
     )  # fmt: skip
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """SIGINT to the whole process group, a bounded wait, then SIGKILL."""
-    if process.poll() is not None:
-        return
-    os.killpg(process.pid, signal.SIGINT)
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
 
 
 @pytest.mark.slow

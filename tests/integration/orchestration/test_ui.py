@@ -26,7 +26,7 @@ from ui_support import (
     wait_for,
 )
 
-from asset_checks import PARITY
+from asset_checks.common import PARITY
 
 pytestmark = pytest.mark.slow
 
