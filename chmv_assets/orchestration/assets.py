@@ -49,6 +49,11 @@ class RebuildConfig(Config):
         "(read, cleaned and staged by Spark); auto: spark for partitions the source table no longer holds "
         "(its oldest row is after the partition start), when a landing zone is configured.",
     )
+    force: bool = Field(
+        default=False,
+        description="Rebuild partitions whose rows neither the source table nor the landing zone holds from what "
+        "the source holds, and swap even where the rebuild leaves fewer rows than the live partition.",
+    )
 
 
 def target_groups(loaded: LoadedProject, translator: ChmvTranslator) -> list[tuple[bool, list[ObjectRef]]]:
@@ -111,7 +116,7 @@ def _group_asset(loaded: LoadedProject, group: list[ObjectRef], specs: list[Asse
         for key in selected:
             ref = by_key[key]
             try:
-                plan = plan_for(clickhouse, loaded, ref, windows, engine=config.engine, root=root)
+                plan = plan_for(clickhouse, loaded, ref, windows, engine=config.engine, root=root, force=config.force)
                 results = execute(plan, loaded, clickhouse, stager=stager, log=context.log.info)
                 yield MaterializeResult(asset_key=key, metadata=rebuild_metadata(plan, results))
             except Exception as err:  # noqa: BLE001 - reported per target, re-raised together below
