@@ -1,0 +1,47 @@
+"""Through Dagster (`materialize`): a backfill of a month the source lost fails with the refusal; force overrides."""
+
+from __future__ import annotations
+
+from conftest import make_engine
+from dagster import AssetKey, DagsterEventType, DagsterInstance, materialize
+from retention_testing import EVENTS_AGG as TABLE
+from retention_testing import RETENTION, count
+
+from chmv_assets.orchestration.assets import build_chmv_assets
+
+EVENTS_AGG = AssetKey(["analytics", "events_agg"])
+AUG = "toYYYYMM(event_date) = 202608"
+
+
+def test_a_backfill_of_a_month_the_source_lost_fails_clearly_and_keeps_the_rows(tmp_path, example):
+    engine = make_engine(tmp_path / "chdb", example, rows=50_000)
+    with engine.get_client() as client:
+        client.command(RETENTION["drop_partition"])
+        live = count(client, TABLE, AUG)
+    asset = next(a for a in build_chmv_assets(example) if hasattr(a, "keys") and EVENTS_AGG in a.keys)
+    instance = DagsterInstance.ephemeral()
+    result = materialize([asset], selection=[EVENTS_AGG], partition_key="2026-08-01", instance=instance,
+                         resources={"clickhouse": engine}, raise_on_error=False)  # fmt: skip
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE]
+    error = failure.step_failure_data.error.cause  # Dagster wraps the op's own error
+    assert error.cls_name == "ChmvError"
+    assert error.message.startswith("chmv_assets.errors.ChmvError: rebuild failed for analytics.events_agg: "
+                                    "analytics.events_agg: rebuild refused for 1 partition; nothing was changed")  # fmt: skip
+    assert "analytics.raw_events (it holds data from 2026-09-01" in error.message
+    assert f"The target partition holds {live:,} rows" in error.message and "force: true" in error.message
+    logs = [entry.user_message for entry in instance.all_logs(result.run_id)]
+    assert any("**Coverage**" in m and "| 2026-08-01 | refused |" in m for m in logs)  # the plan, logged
+    assert not result.asset_materializations_for_node(asset.node_def.name)
+    with engine.get_client() as client:
+        assert count(client, TABLE, AUG) == live
+
+    forced = materialize([asset], selection=[EVENTS_AGG], partition_key="2026-08-01", instance=instance,
+                         resources={"clickhouse": engine},
+                         run_config={"ops": {asset.node_def.name: {"config": {"force": True}}}})  # fmt: skip
+    assert forced.success
+    meta = forced.asset_materializations_for_node(asset.node_def.name)[0].metadata
+    assert meta["chmv/method"].value == "drop" and "| 2026-08-01 | clickhouse |" in meta["chmv/plan"].value
+    assert "forced: analytics.raw_events holds no rows of the window" in meta["chmv/plan"].value
+    with engine.get_client() as client:
+        assert count(client, TABLE, AUG) == 0
