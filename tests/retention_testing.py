@@ -25,9 +25,10 @@ RETENTION = {
 }
 
 
-def days_back_to(moment: datetime) -> int:
-    """Whole days from ``moment`` to now: ``TTL ts + INTERVAL n DAY`` deletes rows before about ``moment``."""
-    return (datetime.now(UTC).replace(tzinfo=None) - moment).days
+def ttl_back_to(column: str, moment: datetime) -> str:
+    """``TTL column + INTERVAL n MINUTE`` that deletes rows before ``moment`` (to the minute) when applied now."""
+    minutes = int((datetime.now(UTC).replace(tzinfo=None) - moment).total_seconds() // 60)
+    return f"TTL {column} + INTERVAL {minutes} MINUTE"
 
 
 def ddl_with_ttl(tmp_path: Path, source_file: str, order_by: str, ttl: str) -> Path:
@@ -43,7 +44,7 @@ def ddl_with_ttl(tmp_path: Path, source_file: str, order_by: str, ttl: str) -> P
 
 def raw_events_ttl_project(tmp_path: Path, ttl: str | None = None) -> LoadedProject:
     """The example project with a TTL on analytics.raw_events (default: deleting rows before about 2026-08-10)."""
-    ttl = ttl or f"TTL timestamp + INTERVAL {days_back_to(datetime(2026, 8, 10))} DAY"
+    ttl = ttl or ttl_back_to("timestamp", datetime(2026, 8, 10))
     return load(ddl_with_ttl(tmp_path, "60_raw_events.sql", "ORDER BY (event_type, timestamp);", ttl))
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 
@@ -31,8 +31,16 @@ from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme
 from chmv_assets.engine import landing
+from chmv_assets.engine.gates import ingestion_source_id
 from chmv_assets.engine.timeline import floor, ttl_horizon
-from chmv_assets.sql.coverage_sql import TimeMapping, table_branch, time_mapping, union, windows_branches
+from chmv_assets.sql.coverage_sql import (
+    TimeMapping,
+    table_branch,
+    time_mapping,
+    union,
+    watermark_branch,
+    windows_branches,
+)
 
 
 class Holding(StrEnum):
@@ -64,6 +72,8 @@ class Facts:
         target_windows: Per window start (None for an unpartitioned target): the target's rows of it and the
             oldest/newest value of its partition column.
         mapped: The triggers whose rows the probe could place in windows.
+        watermarks: Per trigger read from the landing zone, its ingestion watermark (newest event time loaded;
+            None: none yet). A Spark rebuild reads the source itself after ``watermark - late tolerance``.
         sql: The statement run.
         seconds: Its wall time.
     """
@@ -73,6 +83,7 @@ class Facts:
     source_windows: tuple[tuple[ObjectRef, datetime, Stats], ...] = ()
     target_windows: tuple[tuple[datetime | None, Stats], ...] = ()
     mapped: tuple[ObjectRef, ...] = ()
+    watermarks: tuple[tuple[ObjectRef, datetime | None], ...] = ()
     sql: str = field(default="", compare=False)
     seconds: float = field(default=0.0, compare=False)
 
@@ -209,12 +220,13 @@ def _time_column(loaded: LoadedProject, source: ObjectRef, mapping: TimeMapping 
 
 
 def probe(client: Client, loaded: LoadedProject, target: ObjectRef, live: ObjectRef,
-          windows: Sequence[PartitionWindow | None]) -> Facts:  # fmt: skip
+          windows: Sequence[PartitionWindow | None], root: Path | None = None) -> Facts:  # fmt: skip
     """Read every fact coverage needs for ``windows`` of ``target``, in ONE statement.
 
     Per trigger: the whole table's rows and oldest/newest time (part metadata answers it when the time
     column is the partition key) and its rows per window (pruned to the windows' ranges); the target's
-    (physical table ``live``) rows per window.
+    (physical table ``live``) rows per window; with a landing zone ``root``, the ingestion watermark of
+    each trigger it holds files of.
     """
     scheme = _scheme(loaded, target)
     maps = mappings(loaded, target)
@@ -228,6 +240,10 @@ def probe(client: Client, loaded: LoadedProject, target: ObjectRef, live: Object
             ranges = [(w.start, *mapping.source_range(w)) for w in timed]
             branches += windows_branches("w", index, source, mapping.column, mapping.column_type, scheme.grain,
                                          ranges, bucketed=mapping.exact)  # fmt: skip
+    ingestible = set(landing.ingestible_sources(loaded)) if root is not None else set()
+    for index, source in enumerate(sources):
+        if source in ingestible:
+            branches.append(watermark_branch("m", index, ingestion_source_id(source), source.fqn))
     table = loaded.project.table(target)
     column = table.column(scheme.column) if table is not None and scheme.column else None
     if timed and column is not None:
@@ -240,10 +256,12 @@ def probe(client: Client, loaded: LoadedProject, target: ObjectRef, live: Object
     rows = client.query(sql).result_rows
     seconds = time.monotonic() - started
     now = rows[0][6] if rows else datetime.now()
-    tables, source_windows, target_windows = [], [], []
+    tables, source_windows, target_windows, marks = [], [], [], []
     for side, index, key, count, oldest, newest, _now in rows:
         stats = Stats(int(count), oldest if count else None, newest if count else None)
-        if side == "s":
+        if side == "m":
+            marks.append((sources[index], _naive(oldest) if count and oldest and oldest.year > 1970 else None))
+        elif side == "s":
             tables.append((sources[index], stats))
         elif side == "w" and count:
             source_windows.append((sources[index], key, stats))
@@ -254,11 +272,12 @@ def probe(client: Client, loaded: LoadedProject, target: ObjectRef, live: Object
         target_windows += [(w.start, Stats()) for w in timed if w.start not in seen]
     return Facts(now=_naive(now), tables=tuple(tables), source_windows=tuple(source_windows),
                  target_windows=tuple(target_windows), mapped=tuple(s for s in sources if s in maps),
-                 sql=sql, seconds=seconds)  # fmt: skip
+                 watermarks=tuple(marks), sql=sql, seconds=seconds)  # fmt: skip
 
 
 def _naive(value: datetime) -> datetime:
-    return value.replace(tzinfo=None) if value.tzinfo is not None else value
+    """Naive UTC, as every time chmv computes with."""
+    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo is not None else value
 
 
 def assess(loaded: LoadedProject, target: ObjectRef, windows: Sequence[PartitionWindow | None], facts: Facts,
@@ -269,7 +288,7 @@ def assess(loaded: LoadedProject, target: ObjectRef, windows: Sequence[Partition
     if scheme.grain is None:
         windows = [None]
     maps = mappings(loaded, target)
-    lake = _Lake(loaded, root)
+    lake = _Lake(loaded, root, dict(facts.watermarks))
     out = []
     for window in dict.fromkeys(windows):
         target_stats = facts.target_window(window.start if window else None)
@@ -292,7 +311,7 @@ def assess(loaded: LoadedProject, target: ObjectRef, windows: Sequence[Partition
 def observe_coverage(client: Client, loaded: LoadedProject, target: ObjectRef, live: ObjectRef,
                      windows: Sequence[PartitionWindow | None], root: Path | None) -> Coverage:  # fmt: skip
     """:func:`probe` then :func:`assess`: the coverage of ``windows`` of ``target`` now."""
-    return assess(loaded, target, windows, probe(client, loaded, target, live, windows), root)
+    return assess(loaded, target, windows, probe(client, loaded, target, live, windows, root), root)
 
 
 def _when(value: datetime | None) -> str:
@@ -375,8 +394,9 @@ def _table_verdict(loaded: LoadedProject, source: ObjectRef, window: PartitionWi
 class _Lake:
     """The landing zone's answers, listing each source's files once."""
 
-    def __init__(self, loaded: LoadedProject, root: Path | None):
-        self.loaded, self.root = loaded, root
+    def __init__(self, loaded: LoadedProject, root: Path | None, watermarks: dict[ObjectRef, datetime | None]):
+        self.loaded, self.root, self.watermarks = loaded, root, watermarks
+        self.tolerance = timedelta(minutes=loaded.config.ingestion.late_tolerance_minutes)
         self.ingestible = set(landing.ingestible_sources(loaded))
         self.lateness = timedelta(minutes=loaded.config.ingestion.max_lateness_minutes)
         self._files: dict[ObjectRef, list[landing.LandingFile]] = {}
@@ -417,6 +437,12 @@ class _Lake:
             if target is not None and target.rows and target.oldest is not None and target.oldest < start:
                 return Verdict(Holding.PARTLY, f"the landing zone starts at {_when(first)}, the target partition "
                                                f"has rows from {_when(target.oldest)}")  # fmt: skip
+        mark = self.watermarks.get(source)
+        cutoff = mark - self.tolerance if mark is not None else None
+        if cutoff is not None and hi > cutoff and (table is None or table.oldest is None or table.oldest > cutoff):
+            held = f"holds nothing before {_when(table.oldest)}" if table and table.oldest else "is empty"
+            return Verdict(Holding.PARTLY, f"the window's rows after the cutoff {_when(cutoff)} (ingestion watermark "
+                                           f"- late tolerance) are read from {source.fqn}, which {held}")  # fmt: skip
         return Verdict(Holding.ENTIRELY, f"{len(inside)} landing files arrived in the window's range (the landing "
                                          f"zone starts at {_when(first)})")  # fmt: skip
 

@@ -48,7 +48,7 @@ def check_shrink(client: Client, table: Table, plan: RebuildPlan, step: Partitio
         where_text = f"partition {step.key}" if step.key else "whole table"
         raise ShrinkRefused(
             f"{plan.target.fqn} {where_text}: the rebuild would leave {new:,} rows where the live partition holds "
-            f"{old:,}: {old - new:,} rows would go. The source may not hold this partition entirely ({step.guard}). "
+            f"{old:,}: {old - new:,} rows would go. Coverage does not vouch for every row of it ({step.guard}). "
             "Nothing was swapped; the live partition is unchanged. To proceed: restore the rows where the rebuild "
             "reads them (the source table, or the landing zone with engine=auto) and rebuild, or rebuild with force "
             "(run config force: true, chmv rebuild --force) to accept the loss."

@@ -2,7 +2,8 @@
 
 One planner serves every caller (the target assets, the sensors' runs, the CLI, the repair of an
 interrupted load). It takes a target, its partitions and options, plus the few facts it needs from
-the server (:func:`observe`: the physical table, each trigger's oldest row), and decides per partition:
+the server (:func:`observe`: the physical table and the coverage facts, one statement), and decides per
+partition, from where its truth lives (:mod:`chmv_assets.engine.coverage`):
 
 - the engine: ``clickhouse`` (the MVs' own SELECT over the source table), ``spark`` (over landing-zone
   rows that Spark stages, united with the source rows after the ingestion cutoff), or ``refresh``
@@ -10,7 +11,9 @@ the server (:func:`observe`: the physical table, each trigger's oldest row), and
 - the relation that stands in for each trigger source in the MV's SELECT;
 - the shadow table and the swap (``REPLACE PARTITION`` — ``DROP PARTITION`` if the shadow is empty —,
   ``EXCHANGE TABLES`` for an unpartitioned target, ``SYSTEM REFRESH VIEW``);
-- the write gates to hold, and the targets further down a chain that read this one.
+- the write gates to hold, and the targets further down a chain that read this one;
+- a refusal, where neither the source table nor the landing zone holds a partition whose target rows a
+  rebuild would lose (unless forced), and the shrink guard the executor applies before a swap.
 
 :mod:`chmv_assets.engine.executor` runs a plan; Spark is only a provider of staged rows there.
 """
@@ -239,7 +242,7 @@ def observe(client: Client, loaded: LoadedProject, target: ObjectRef, *, engine:
     """
     live = live_table(client, loaded.project, target)
     if windows is not None and not any(v.refreshable for v in loaded.project.views_into(target)):
-        facts = probe(client, loaded, target, live, windows)
+        facts = probe(client, loaded, target, live, windows, root)
         oldest = tuple((source, stats.oldest) for source, stats in facts.tables)
         return Observations(live=live, oldest=oldest, coverage=facts)
     if engine != "auto" or not spark_capable(loaded, target, root):
@@ -312,7 +315,8 @@ def _decide(loaded: LoadedProject, target: ObjectRef, covered: WindowCoverage, e
     guard = None if source_ok else table
     if engine == "spark":
         if lake_ok or not at_stake or force:
-            return Engine.SPARK, f"engine=spark asked for; landing zone: {lake}", lake if not force else None
+            return Engine.SPARK, f"engine=spark asked for; landing zone: {lake}", \
+                (f"rebuilt from the landing zone: {lake}" if not force else None)
         return Engine.REFUSED, _refusal(covered, root, asked="engine=spark", lake_only=True), None
     if source_ok:
         asked = "engine=clickhouse asked for; " if engine == "clickhouse" else ""

@@ -46,8 +46,8 @@ class RebuildConfig(Config):
     engine: Literal["auto", "clickhouse", "spark"] = Field(
         default="auto",
         description="clickhouse: the MVs' SELECT over the source table; spark: over the landing zone's rows "
-        "(read, cleaned and staged by Spark); auto: spark for partitions the source table no longer holds "
-        "(its oldest row is after the partition start), when a landing zone is configured.",
+        "(read, cleaned and staged by Spark); auto: per partition, where coverage says its rows live (the source "
+        "table, else the landing zone; neither: the rebuild is refused, see force).",
     )
     force: bool = Field(
         default=False,

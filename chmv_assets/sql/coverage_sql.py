@@ -17,9 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from clickhouse_connect.driver.binding import format_query_value
+
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
+from chmv_assets.sql.meta import WATERMARKS
 from chmv_assets.sql.quoting import qualified, quote, time_literal
 
 #: ClickHouse function flooring a time to the start of its partition window, per partition grain.
@@ -106,6 +109,15 @@ def windows_branches(side: str, index: int, table: ObjectRef, column: str, colum
         return [_branch(side, index, table, key=key, column=column, where=where, grouped=True)]
     return [_branch(side, index, table, key=f"CAST(toDateTime('{start:%Y-%m-%d %H:%M:%S}') AS Nullable(DateTime))",
                     column=column, where=bounds(lo, hi)) for start, lo, hi in ranges]  # fmt: skip
+
+
+def watermark_branch(side: str, index: int, source_id: str, target_table: str) -> str:
+    """The newest ingestion watermark of a source (``_chmv_lo``; NULL-free epoch when there is none)."""
+    newest = "CAST(toDateTime(argMax(last_processed_ts, version), 'UTC') AS Nullable(DateTime))"
+    return (f"SELECT '{side}' AS _chmv_side, toUInt32({index}) AS _chmv_i, {_NULL_TIME} AS _chmv_k, "
+            f"count() AS _chmv_n, {newest} AS _chmv_lo, {_NULL_TIME} AS _chmv_hi, now() AS _chmv_now "
+            f"FROM {qualified(WATERMARKS)} WHERE source_id = {format_query_value(source_id)} "
+            f"AND target_table = {format_query_value(target_table)}")  # fmt: skip
 
 
 def union(branches: Sequence[str]) -> str:

@@ -130,7 +130,7 @@ def test_the_shrink_guard_stops_an_unpartitioned_swap_that_would_lose_rows(fresh
         rebuild_partitions(fresh_engine, example, latest, [None])
     assert str(stopped.value).startswith(
         f"analytics.entity_latest whole table: the rebuild would leave {rebuilt:,} rows where the live partition "
-        f"holds {live:,}: {live - rebuilt:,} rows would go. The source may not hold this partition entirely "
+        f"holds {live:,}: {live - rebuilt:,} rows would go. Coverage does not vouch for every row of it "
         "(an unpartitioned target: whether the table still holds every row it ever received is not observable")
     assert "Nothing was swapped; the live partition is unchanged. To proceed:" in str(stopped.value)
     with fresh_engine.get_client() as client:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-from coverage_testing import DAYS, DDL, HOURLY, LATEST, NOW, facts, one, project, whole, write_files
+from coverage_testing import DAYS, DDL, HOURLY, LATEST, NOW, SRC, facts, one, project, whole, write_files
 from ddl_testing import load_ddl
 
 from chmv_assets.ddl.grains import Grain
@@ -189,3 +189,27 @@ def test_describe_and_lookup(tmp_path):
     assert text.splitlines()[0] == "| partition | source | source table | landing zone | target rows |"
     assert "| 2026-09-01 | d.src | none: d.src holds no rows of the window" in text
     assert text.splitlines()[-1].endswith("| unknown: no landing zone is configured | ? |")  # 09-02 not observed
+
+
+def test_rows_after_the_ingestion_cutoff_must_be_in_the_source(tmp_path):
+    """A Spark rebuild reads the source after watermark - tolerance: a source that lost those rows fails the lake."""
+    root = tmp_path / "landing"
+    write_files(root, [D(2026, 9, 1, h) for h in range(24)] + [D(2026, 9, 2, h) for h in range(24)])
+    loaded = project(tmp_path, landing=root)  # late tolerance: 15 minutes
+    target = {w.start: Stats(24, w.start, w.start) for w in DAYS[:2]}
+
+    def lake(table: Stats, mark: datetime | None) -> list[Holding]:
+        f = Facts(now=NOW, tables=((SRC, table),), target_windows=tuple(target.items()), mapped=(SRC,),
+                  watermarks=((SRC, mark),))  # fmt: skip
+        return [w.sources[0].lake.holding for w in assess(loaded, HOURLY, DAYS[:2], f, root).windows]
+
+    mark = D(2026, 9, 2, 23, 59)  # cutoff 23:44 inside 09-02
+    assert lake(Stats(), mark) == [Holding.ENTIRELY, Holding.PARTLY]  # the source is empty
+    assert lake(whole(D(2026, 9, 2, 23, 50)), mark) == [Holding.ENTIRELY, Holding.PARTLY]
+    assert lake(whole(D(2026, 9, 2, 12)), mark) == [Holding.ENTIRELY, Holding.ENTIRELY]  # holds it from before
+    assert lake(Stats(), None) == [Holding.ENTIRELY, Holding.ENTIRELY]  # no watermark: the lake alone
+    f = Facts(now=NOW, tables=((SRC, Stats()),), target_windows=tuple(target.items()), mapped=(SRC,),
+              watermarks=((SRC, mark),))  # fmt: skip
+    reason = assess(loaded, HOURLY, DAYS[:2], f, root).windows[1].sources[0].lake.reason
+    assert reason == ("the window's rows after the cutoff 2026-09-02 23:44:00 (ingestion watermark - late tolerance) "
+                      "are read from d.src, which is empty")  # fmt: skip
