@@ -27,9 +27,11 @@ warnings.filterwarnings("ignore")
 from bench_checks import CountingClient  # noqa: E402
 from conftest import EXAMPLE_DDL, make_engine  # noqa: E402
 
+from asset_checks.parity import parity_for_partition  # noqa: E402
 from chmv_assets.ddl.loader import load  # noqa: E402
 from chmv_assets.ddl.models import ObjectRef  # noqa: E402
 from chmv_assets.ddl.partitioning import window_at  # noqa: E402
+from chmv_assets.engine.coverage import observe_coverage  # noqa: E402
 from chmv_assets.engine.executor import execute  # noqa: E402
 from chmv_assets.engine.planner import observe, plan_rebuild  # noqa: E402
 
@@ -103,6 +105,14 @@ def main() -> None:
         with engine.get_client() as raw:
             for name, windows in CASES:
                 bench_case(raw, loaded, name, windows)
+            print("\nparity per partition: the coverage probe inside it (ms, best of 3)")
+            for name, windows in CASES:
+                target = ObjectRef(database="analytics", name=name)
+                window = windows[0]
+                total = min(timed(parity_for_partition, raw, loaded, target, window)[1] for _ in range(3))
+                probe = min(timed(observe_coverage, raw, loaded, target, target, [window], None)[1] for _ in range(3))
+                print(f"  {name:22} parity {total * 1e3:7.1f}  of which coverage {probe * 1e3:6.1f} "
+                      f"({probe / total:.0%})")  # fmt: skip
 
 
 if __name__ == "__main__":

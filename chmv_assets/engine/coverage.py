@@ -255,10 +255,11 @@ def probe(client: Client, loaded: LoadedProject, target: ObjectRef, live: Object
     started = time.monotonic()
     rows = client.query(sql).result_rows
     seconds = time.monotonic() - started
-    now = rows[0][6] if rows else datetime.now()
+    now = rows[0][6] if rows else datetime.now(UTC)
     tables, source_windows, target_windows, marks = [], [], [], []
-    for side, index, key, count, oldest, newest, _now in rows:
-        stats = Stats(int(count), oldest if count else None, newest if count else None)
+    for side, index, raw_key, count, oldest, newest, _now in rows:
+        key = _naive(raw_key) if raw_key is not None else None
+        stats = Stats(int(count), _naive(oldest) if count else None, _naive(newest) if count else None)
         if side == "m":
             marks.append((sources[index], _naive(oldest) if count and oldest and oldest.year > 1970 else None))
         elif side == "s":
@@ -275,9 +276,9 @@ def probe(client: Client, loaded: LoadedProject, target: ObjectRef, live: Object
                  watermarks=tuple(marks), sql=sql, seconds=seconds)  # fmt: skip
 
 
-def _naive(value: datetime) -> datetime:
+def _naive(value: datetime | None) -> datetime | None:
     """Naive UTC, as every time chmv computes with."""
-    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo is not None else value
+    return value.astimezone(UTC).replace(tzinfo=None) if value is not None and value.tzinfo is not None else value
 
 
 def assess(loaded: LoadedProject, target: ObjectRef, windows: Sequence[PartitionWindow | None], facts: Facts,
