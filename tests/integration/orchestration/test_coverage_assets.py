@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import make_engine
 from dagster import AssetKey, DagsterEventType, DagsterInstance, materialize
 from retention_testing import EVENTS_AGG as TABLE
-from retention_testing import RETENTION, count
+from retention_testing import RETENTION, count, raw_events_ttl_project
 
 from chmv_assets.orchestration.assets import build_chmv_assets
 
 EVENTS_AGG = AssetKey(["analytics", "events_agg"])
 AUG = "toYYYYMM(event_date) = 202608"
+KINDS = ["ttl", "drop_partition", "delete"]
 
 
-def test_a_backfill_of_a_month_the_source_lost_fails_clearly_and_keeps_the_rows(tmp_path, example):
-    engine = make_engine(tmp_path / "chdb", example, rows=50_000)
+@pytest.mark.parametrize("kind", KINDS, ids=KINDS)
+def test_a_backfill_of_a_month_the_source_lost_fails_clearly_and_keeps_the_rows(tmp_path, example, kind):
+    loaded = raw_events_ttl_project(tmp_path) if kind == "ttl" else example
+    engine = make_engine(tmp_path / "chdb", loaded, rows=30_000)
     with engine.get_client() as client:
-        client.command(RETENTION["drop_partition"])
+        client.command(RETENTION[kind], settings={"mutations_sync": 2})
         live = count(client, TABLE, AUG)
-    asset = next(a for a in build_chmv_assets(example) if hasattr(a, "keys") and EVENTS_AGG in a.keys)
+    asset = next(a for a in build_chmv_assets(loaded) if hasattr(a, "keys") and EVENTS_AGG in a.keys)
     instance = DagsterInstance.ephemeral()
     result = materialize([asset], selection=[EVENTS_AGG], partition_key="2026-08-01", instance=instance,
                          resources={"clickhouse": engine}, raise_on_error=False)  # fmt: skip
@@ -28,7 +32,8 @@ def test_a_backfill_of_a_month_the_source_lost_fails_clearly_and_keeps_the_rows(
     assert error.cls_name == "ChmvError"
     assert error.message.startswith("chmv_assets.errors.ChmvError: rebuild failed for analytics.events_agg: "
                                     "analytics.events_agg: rebuild refused for 1 partition; nothing was changed")  # fmt: skip
-    assert "analytics.raw_events (it holds data from 2026-09-01" in error.message
+    since = "2026-09-01" if kind == "drop_partition" else "2026-08-10"
+    assert f"analytics.raw_events (it holds data from {since}" in error.message
     assert f"The target partition holds {live:,} rows" in error.message and "force: true" in error.message
     logs = [entry.user_message for entry in instance.all_logs(result.run_id)]
     assert any("**Coverage**" in m and "| 2026-08-01 | refused |" in m for m in logs)  # the plan, logged
@@ -41,7 +46,8 @@ def test_a_backfill_of_a_month_the_source_lost_fails_clearly_and_keeps_the_rows(
                          run_config={"ops": {asset.node_def.name: {"config": {"force": True}}}})  # fmt: skip
     assert forced.success
     meta = forced.asset_materializations_for_node(asset.node_def.name)[0].metadata
-    assert meta["chmv/method"].value == "drop" and "| 2026-08-01 | clickhouse |" in meta["chmv/plan"].value
-    assert "forced: analytics.raw_events holds no rows of the window" in meta["chmv/plan"].value
+    assert meta["chmv/method"].value == ("drop" if kind == "drop_partition" else "replace")
+    assert "| 2026-08-01 | clickhouse |" in meta["chmv/plan"].value and "forced: " in meta["chmv/plan"].value
     with engine.get_client() as client:
-        assert count(client, TABLE, AUG) == 0
+        kept = count(client, TABLE, AUG)
+    assert kept < live and (kept == 0) == (kind == "drop_partition")
