@@ -137,6 +137,9 @@ def parity_metadata(result: ParityResult) -> dict:
     }  # fmt: skip
     for measure in result.measures[1:]:
         metadata[f"delta {measure.name}"] = measure.delta
+    metadata["chmv/truth"] = result.truth
+    if result.unverifiable:
+        metadata["chmv/not_verifiable"] = result.unverifiable
     if result.missing:
         metadata["chmv/missing"] = MetadataValue.json(list(result.missing))
     if result.error:

@@ -11,10 +11,18 @@ What is compared depends on the target's engine, derived from the parsed model:
 A trigger source that deduplicates itself (ReplacingMergeTree) is read ``FINAL`` for the recompute,
 so duplicates the MV counted twice show up as an overcount. Both sides read only the partition: the
 target through its PARTITION BY, the source through backfill_sql's pruning range.
+
+The recompute reads the same truth a rebuild would (:mod:`chmv_assets.engine.coverage`): where a
+trigger no longer holds the partition (a TTL, a dropped partition, a DELETE) and the landing zone does,
+the MV's SELECT runs over the landing rows up to the ingestion cutoff and the table's rows after it;
+where neither holds it, the partition is reported "not verifiable" with the reason — never failed
+because the source was truncated.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
@@ -23,7 +31,11 @@ from asset_checks.common import SELF_DEDUP_ENGINES, involved_objects, missing_me
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef, Table
 from chmv_assets.ddl.partitioning import PartitionWindow, partition_scheme
+from chmv_assets.engine import landing
 from chmv_assets.engine.catalog import existing_objects, live_table
+from chmv_assets.engine.coverage import mappings, observe_coverage
+from chmv_assets.engine.lake_read import lake_relation
+from chmv_assets.engine.planner import spark_capable
 from chmv_assets.errors import ChmvError
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rebuild_sql import partition_expression, view_select
@@ -58,6 +70,10 @@ class ParityResult:
         missing: Objects that do not exist on the server (the check fails with that message).
         error: A query error (an MV whose SELECT throws on the source rows, say).
         sql: The query that was run.
+        truth: What the recompute read: ``source`` (the trigger tables) or ``landing zone`` (the lake up
+            to the ingestion cutoff, the tables after it), as a rebuild would.
+        unverifiable: Why the partition cannot be checked (its rows live neither in the source nor in the
+            landing zone); such a partition is reported, not failed.
     """
 
     target: str
@@ -69,16 +85,20 @@ class ParityResult:
     error: str | None = None
     sql: str = ""
     notes: tuple[str, ...] = field(default=())
+    truth: str = "source"
+    unverifiable: str | None = None
 
     @property
     def within_tolerance(self) -> bool:
-        if self.missing or self.error:
+        if self.missing or self.error or self.unverifiable:
             return False
         return all(abs(m.delta) <= self.tolerance * max(abs(m.expected), 1.0) for m in self.measures)
 
     @property
     def passed(self) -> bool:
-        return self.within_tolerance or (self.in_grace and not self.missing and not self.error)
+        if self.missing or self.error:
+            return False
+        return self.within_tolerance or self.in_grace or self.unverifiable is not None
 
     @property
     def expected(self) -> float:
@@ -98,9 +118,12 @@ class ParityResult:
             return f"{where}: {missing_message(ObjectRef(database=m.split('.')[0], name=m.split('.', 1)[1]) for m in self.missing)}"
         if self.error:
             return f"{where}: the parity query failed: {self.error}"
+        if self.unverifiable:
+            return f"{where}: not verifiable: {self.unverifiable}"
         figures = "; ".join(f"{m.name}: expected {m.expected:g}, actual {m.actual:g}" for m in self.measures)
         verdict = "ok" if self.within_tolerance else ("mismatch inside the grace period" if self.in_grace else "MISMATCH")
-        return f"{where}: {verdict} ({figures})"
+        against = "" if self.truth == "source" else f", against the {self.truth}"
+        return f"{where}: {verdict} ({figures}{against})"
 
 
 def measures_for(table: Table) -> list[tuple[str, str, str]]:
@@ -135,8 +158,13 @@ def measures_for(table: Table) -> list[tuple[str, str, str]]:
 
 
 def parity_sql(loaded: LoadedProject, target: ObjectRef, window: PartitionWindow | None,
-               live: ObjectRef | None = None) -> str:  # fmt: skip
-    """One query returning two rows, ``('actual', m0, m1, …)`` and ``('expected', m0, m1, …)``."""
+               live: ObjectRef | None = None, *,
+               trigger_relations: Mapping[ObjectRef, str] | None = None) -> str:  # fmt: skip
+    """One query returning two rows, ``('actual', m0, m1, …)`` and ``('expected', m0, m1, …)``.
+
+    Args:
+        trigger_relations: Per trigger, a relation to recompute from instead of the table (the landing zone's).
+    """
     project = loaded.project
     table = project.table(target)
     if table is None:
@@ -158,6 +186,8 @@ def parity_sql(loaded: LoadedProject, target: ObjectRef, window: PartitionWindow
         source = project.table(view.trigger) if view.trigger else None
         if source is not None and source.engine is not None and source.engine.family in SELF_DEDUP_ENGINES:
             relation = f"{qualified(view.trigger)} FINAL"
+        if trigger_relations and view.trigger in trigger_relations:
+            relation = trigger_relations[view.trigger]
         recomputes.append(view_select(view, project, table, scheme, window, trigger_relation=relation))
     union = " UNION ALL ".join(f"({sql})" for sql in recomputes)
     return (f"SELECT 'actual' AS side, {actual_cols} FROM {qualified(live or target)}{final}{target_where} "
@@ -165,8 +195,12 @@ def parity_sql(loaded: LoadedProject, target: ObjectRef, window: PartitionWindow
 
 
 def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: ObjectRef,
-                         window: PartitionWindow | None, *, now: datetime | None = None) -> ParityResult:  # fmt: skip
+                         window: PartitionWindow | None, *, now: datetime | None = None,
+                         root: Path | None = None) -> ParityResult:  # fmt: skip
     """Compare one target partition with what its MVs' own SELECT yields over the same source window.
+
+    Where the source no longer holds the partition, the recompute reads the landing zone as a rebuild
+    would, or the partition is reported not verifiable (see the module docstring).
 
     Args:
         client: An open client.
@@ -174,6 +208,7 @@ def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: Obje
         target_ref: The MV target.
         window: The partition (None: the whole table).
         now: The current time (naive UTC) for the grace period; default: the clock.
+        root: The landing zone; default: the configured one (``landing.landing_dir``).
 
     Returns:
         The figures; a missing object or a failing query is reported in the result, never raised.
@@ -192,7 +227,12 @@ def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: Obje
     sql = ""
     try:
         live = live_table(client, loaded.project, target_ref)
-        sql = parity_sql(loaded, target_ref, window, live)
+        truth = _truth(client, loaded, target_ref, window, live, root if root is not None else landing.landing_dir(loaded))
+        if isinstance(truth, str):
+            return ParityResult(target_ref.fqn, partition, tolerance=config.tolerance, in_grace=in_grace,
+                                unverifiable=truth)  # fmt: skip
+        relations, label, notes = truth
+        sql = parity_sql(loaded, target_ref, window, live, trigger_relations=relations)
         rows = {row[0]: row[1:] for row in client.query(sql).result_rows}
     except (ClickHouseError, ChmvError) as err:  # a failing recompute is a parity failure with its reason
         message = str(err).strip().splitlines()[0][:500] if str(err).strip() else type(err).__name__
@@ -201,6 +241,43 @@ def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: Obje
     actual = rows.get("actual") or (0.0,) * len(names)
     expected = rows.get("expected") or (0.0,) * len(names)
     measures = tuple(Measure(n, float(e or 0), float(a or 0)) for n, e, a in zip(names, expected, actual, strict=True))
-    return ParityResult(target_ref.fqn, partition, measures, config.tolerance, in_grace, sql=sql)
+    return ParityResult(target_ref.fqn, partition, measures, config.tolerance, in_grace, sql=sql, notes=notes,
+                        truth=label)  # fmt: skip
+
+
+#: Far enough back and ahead to hold every row of a whole (unpartitioned) target (DateTime's range ends in 2106).
+_EVER = (datetime(1970, 1, 1), datetime(2106, 1, 1))
+
+
+def _truth(client: Client, loaded: LoadedProject, target: ObjectRef, window: PartitionWindow | None, live: ObjectRef,
+           root: Path | None) -> tuple[dict[ObjectRef, str], str, tuple[str, ...]] | str:  # fmt: skip
+    """What to recompute the partition from, per coverage: ``(relations, label, notes)``, or why it cannot be.
+
+    The source tables (no relations) wherever they hold the partition or coverage cannot tell; the landing
+    zone where a trigger demonstrably lost it and the lake holds it; otherwise the reason it is not verifiable.
+    """
+    if any(v.refreshable for v in loaded.project.views_into(target)):
+        return {}, "source", ()
+    try:
+        coverage = observe_coverage(client, loaded, target, live, [window], root)
+    except (ClickHouseError, ChmvError) as err:  # coverage is an aid here: without it, check as before
+        return {}, "source", (f"coverage not observed ({str(err).strip().splitlines()[0][:200]})",)
+    covered = coverage.at(window) or (coverage.windows[0] if coverage.windows else None)
+    if covered is None or not covered.loss_observed:
+        return {}, "source", ()
+    if root is None or not spark_capable(loaded, target, root) or not covered.lake_holds_entirely:
+        return (f"the source no longer holds it ({covered.table_reasons()}) and the landing zone does not either "
+                f"({covered.lake_reasons()}); the rebuild would refuse it too")  # fmt: skip
+    maps = mappings(loaded, target)
+    relations, notes = {}, []
+    for source in covered.sources:
+        mapping = maps.get(source.source)
+        lo, hi = mapping.source_range(window) if mapping is not None and window is not None else _EVER
+        relation = lake_relation(client, loaded, source.source, lo, hi, root)
+        if relation is None:
+            return f"the landing zone has no file of {source.source.fqn} for it; {covered.table_reasons()}"
+        relations[source.source] = relation.sql
+        notes.append(relation.describe(source.source))
+    return relations, "landing zone", (f"the source no longer holds it ({covered.table_reasons()})", *notes)
 
 

@@ -35,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
                               "none: the whole table")  # fmt: skip
     rebuild.add_argument("--engine", choices=("auto", "clickhouse", "spark"), default="auto")
     rebuild.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    rebuild.add_argument("--force", action="store_true",
+                         help="rebuild partitions whose rows neither the source table nor the landing zone holds "
+                              "from what the source holds, and swap even where that shrinks them")  # fmt: skip
 
     demo = sub.add_parser("load-demo", help="deploy the example DDL and load generated data")
     ddl_args(demo)
@@ -121,9 +124,12 @@ def _rebuild(args: argparse.Namespace, loaded, resource) -> int:
         raise ChmvError(f"--partition: {err}; {target.fqn} is partitioned by {grain}") from err
     windows = windows or [None]
     root = landing_dir(loaded)
-    plan = plan_for(resource, loaded, target, windows, engine=args.engine, root=root)
+    plan = plan_for(resource, loaded, target, windows, engine=args.engine, root=root, force=args.force)
     if args.dry_run:
         print(plan.describe())
+        if plan.refused:  # what the run would say; exit 1 as the run would
+            print(f"chmv: {plan.refusal()}", file=sys.stderr)
+            return 1
         return 0
     stager = None
     if any(step.engine == "spark" for step in plan.steps):

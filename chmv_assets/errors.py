@@ -53,3 +53,11 @@ class PartitionError(ChmvError):
 
 class LandingZoneError(ChmvError):
     """A landing-zone file that cannot be loaded (wrong schema, corrupt Parquet)."""
+
+
+class RebuildRefused(ChmvError):
+    """A rebuild refused before it changed anything: the truth of a partition lives nowhere chmv can read."""
+
+
+class ShrinkRefused(ChmvError):
+    """A swap refused: the rebuilt partition would hold fewer rows than the live one, beyond what parity explains."""

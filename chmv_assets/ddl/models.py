@@ -168,6 +168,47 @@ class PartitionCall(_Frozen):
     column: str
 
 
+class TtlAction(StrEnum):
+    """What a table TTL rule does to the rows whose time has come."""
+
+    DELETE = "delete"
+    """The rows are deleted (the default action)."""
+    GROUP_BY = "group_by"
+    """The rows are rolled up (``GROUP BY … SET …``): the originals are gone."""
+    MOVE = "move"
+    """The rows move to another disk or volume: still there."""
+    RECOMPRESS = "recompress"
+    """The rows are recompressed: still there."""
+
+    @property
+    def removes_rows(self) -> bool:
+        return self in (TtlAction.DELETE, TtlAction.GROUP_BY)
+
+
+class TtlRule(_Frozen):
+    """One rule of a table's TTL clause, parsed at load time (column TTLs only reset values: not rules here).
+
+    A row's time has come when ``f(column) + interval <= now()``.
+
+    Attributes:
+        expression: The rule's time expression as sqlglot renders it, for display only (never executed).
+        column: The one column the time expression reads, when it is ``column``, ``column + interval`` or
+            ``f(column) + interval`` with ``f`` a monotone truncation (``toDate``, ``toStartOfHour``…); else None.
+        truncation: The grain of ``f`` (``toDate`` → day), None for the bare column.
+        interval: ``(count, unit)`` of a constant interval (``(90, "DAY")``; a bare number added to a
+            DateTime counts seconds, to a Date days), None when the expression is not of that form.
+        action: What happens to the rows.
+        condition: The ``WHERE`` of a conditional rule (sqlglot rendering): only matching rows are affected.
+    """
+
+    expression: str
+    column: str | None = None
+    truncation: Grain | None = None
+    interval: tuple[int, str] | None = None
+    action: TtlAction = TtlAction.DELETE
+    condition: str | None = None
+
+
 class Table(_Frozen):
     """A ``CREATE TABLE`` statement (or the implicit inner table of an MV without ``TO``).
 
@@ -178,6 +219,8 @@ class Table(_Frozen):
         partition_call: The PARTITION BY as a function of one column, None for any other expression.
         order_by_columns: The columns the ORDER BY (sorting key) reads, in written order.
         settings_map: The table's ``SETTINGS name = value`` pairs, values unquoted.
+        ttl: The table TTL clause, verbatim (for display and metadata).
+        ttl_rules: The table TTL clause, parsed: one rule per comma-separated expression.
     """
 
     ref: ObjectRef
@@ -189,6 +232,7 @@ class Table(_Frozen):
     order_by_columns: tuple[str, ...] = ()
     primary_key: str | None = None
     ttl: str | None = None
+    ttl_rules: tuple[TtlRule, ...] = ()
     settings: str | None = None
     settings_map: tuple[tuple[str, str], ...] = ()
     on_cluster: str | None = None
@@ -203,6 +247,11 @@ class Table(_Frozen):
     def setting(self, name: str) -> str | None:
         """The value of the table setting ``name`` from its SETTINGS clause, or None."""
         return next((value for key, value in self.settings_map if key == name), None)
+
+    @property
+    def row_retention(self) -> tuple[TtlRule, ...]:
+        """The TTL rules that remove rows (delete or roll up), in written order."""
+        return tuple(rule for rule in self.ttl_rules if rule.action.removes_rows)
 
 
 class Dictionary(_Frozen):

@@ -45,6 +45,7 @@ from chmv_assets.ddl.sql_text import (
     to_sql,
     tokenize,
 )
+from chmv_assets.ddl.ttl import parse_ttl
 from chmv_assets.ddl.types import SPELLING
 from chmv_assets.errors import DDLError, DDLProblem
 
@@ -402,6 +403,7 @@ def _table_properties(node: exp.Create, located: _Located, ref: ObjectRef, colum
         order_by_columns=_column_names([props.get(exp.Order)]),
         primary_key=verbatim("PRIMARY KEY"),
         ttl=verbatim("TTL"),
+        ttl_rules=parse_ttl(props.get(exp.MergeTreeTTL), columns),
         settings=verbatim("SETTINGS"),
         settings_map=_settings(props.get(exp.SettingsProperty)),
         on_cluster=cluster.this.name if cluster is not None else None,

@@ -24,6 +24,8 @@ _CLAUSE_STOPS = {
     "ORDER", "PRIMARY", "SAMPLE", "TTL", "SETTINGS", "COMMENT", "PARTITION", "AS", "POPULATE",
     "TO", "EMPTY", "REFRESH", "ENGINE", "DEFINER", "SQL", "SOURCE", "LAYOUT", "LIFETIME",
 }  # fmt: skip
+# ``TTL … TO DISK 'd'`` / ``TO VOLUME 'v'``: a TO that belongs to the TTL clause, not an MV's ``TO target``.
+_TTL_TARGETS = {"DISK", "VOLUME"}
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,8 @@ def clauses(tokens: list[Token]) -> dict[str, tuple[int, int]]:
             depth -= 1
         elif depth == 0:
             word = _word(token).split(" ")[0]
-            if word in _CLAUSE_STOPS:
+            ttl_move = open_phrase == "TTL" and word == "TO" and i + 1 < n and _word(tokens[i + 1]) in _TTL_TARGETS
+            if word in _CLAUSE_STOPS and not ttl_move:
                 as_select = kind == TokenType.ALIAS and i + 1 < n and tokens[i + 1].token_type in _STARTERS
                 if open_phrase is not None and i > body_start:
                     found.setdefault(open_phrase, (tokens[body_start].start, last_end))

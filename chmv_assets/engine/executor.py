@@ -52,7 +52,7 @@ from chmv_assets.engine.planner import (
 )
 from chmv_assets.engine.rebuild import run_step
 from chmv_assets.engine.watermarks import COMMITTED, read_watermark, write_watermark
-from chmv_assets.errors import ChmvError, LandingZoneError
+from chmv_assets.errors import ChmvError, LandingZoneError, RebuildRefused
 from chmv_assets.sql.rebuild_sql import staged_relation
 
 
@@ -95,7 +95,8 @@ class _Staged:
 def rebuild_partitions(clickhouse: ClientFactory, loaded: LoadedProject, target: ObjectRef,
                        windows: Sequence[PartitionWindow | None], *, engine: EngineOption = "auto",
                        root: Path | None = None, stager: Stager | None = None,
-                       log: Callable[[str], None] | None = None) -> tuple[RebuildPlan, list[StepResult]]:  # fmt: skip
+                       log: Callable[[str], None] | None = None,
+                       force: bool = False) -> tuple[RebuildPlan, list[StepResult]]:  # fmt: skip
     """Plan and run the rebuild of ``windows`` of ``target``, exact while ingestion keeps loading its sources.
 
     Args:
@@ -104,19 +105,27 @@ def rebuild_partitions(clickhouse: ClientFactory, loaded: LoadedProject, target:
         engine: ``auto``, ``clickhouse`` or ``spark`` (see :func:`chmv_assets.engine.planner.plan_rebuild`).
         root: Landing zone root; default from the configuration.
         stager: Provider of staged landing rows; needed only if a step uses Spark.
+        force: Rebuild partitions coverage refuses from the source, and swap even where it shrinks them.
+
+    Raises:
+        RebuildRefused: A partition's rows live neither in the source table nor in the landing zone.
+        ShrinkRefused: A rebuilt partition would hold fewer rows than the live one (earlier ones stay swapped).
     """
     root = root or landing.landing_dir(loaded)
-    plan = plan_for(clickhouse, loaded, target, windows, engine=engine, root=root)
+    plan = plan_for(clickhouse, loaded, target, windows, engine=engine, root=root, force=force)
     return plan, execute(plan, loaded, clickhouse, stager=stager, log=log)
 
 
 def plan_for(clickhouse: ClientFactory, loaded: LoadedProject, target: ObjectRef,
              windows: Sequence[PartitionWindow | None], *, engine: EngineOption = "auto",
-             root: Path | None = None) -> RebuildPlan:  # fmt: skip
-    """Observe the server (under the trigger gates) and plan; nothing is changed."""
+             root: Path | None = None, force: bool = False) -> RebuildPlan:  # fmt: skip
+    """Observe the server (under the trigger gates, coverage included) and plan; nothing is changed.
+
+    A plan may refuse partitions (``plan.refused``); :func:`execute` then raises before changing anything.
+    """
     with source_gate(triggers_of(loaded.project, target)), clickhouse.get_client() as client:
-        observations = observe(client, loaded, target, engine=engine, root=root)
-    return plan_rebuild(loaded, target, windows, observations, engine=engine, root=root)
+        observations = observe(client, loaded, target, engine=engine, root=root, windows=windows)
+    return plan_rebuild(loaded, target, windows, observations, engine=engine, root=root, force=force)
 
 
 def execute(plan: RebuildPlan, loaded: LoadedProject, clickhouse: ClientFactory | None = None, *,
@@ -133,11 +142,17 @@ def execute(plan: RebuildPlan, loaded: LoadedProject, clickhouse: ClientFactory 
         stager: Provider of staged rows for Spark steps.
         cutoffs: Fixed cutoffs per trigger for Spark steps, instead of reading the watermarks.
         log: Progress sink.
+
+    Raises:
+        RebuildRefused: The plan refuses partitions (nothing is run).
+        ShrinkRefused: A step's swap would shrink its partition (see :mod:`chmv_assets.engine.guard`).
     """
     say = log or (lambda _msg: None)
     if client is None and clickhouse is None:
         raise ValueError("execute needs a client factory or an open client")
     say(plan.describe())
+    if plan.refused:
+        raise RebuildRefused(plan.refusal())
     results: list[StepResult] = []
     direct = [s for s in plan.steps if s.engine != Engine.SPARK]
     if direct:

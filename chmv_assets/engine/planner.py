@@ -2,7 +2,8 @@
 
 One planner serves every caller (the target assets, the sensors' runs, the CLI, the repair of an
 interrupted load). It takes a target, its partitions and options, plus the few facts it needs from
-the server (:func:`observe`: the physical table, each trigger's oldest row), and decides per partition:
+the server (:func:`observe`: the physical table and the coverage facts, one statement), and decides per
+partition, from where its truth lives (:mod:`chmv_assets.engine.coverage`):
 
 - the engine: ``clickhouse`` (the MVs' own SELECT over the source table), ``spark`` (over landing-zone
   rows that Spark stages, united with the source rows after the ingestion cutoff), or ``refresh``
@@ -10,7 +11,9 @@ the server (:func:`observe`: the physical table, each trigger's oldest row), and
 - the relation that stands in for each trigger source in the MV's SELECT;
 - the shadow table and the swap (``REPLACE PARTITION`` — ``DROP PARTITION`` if the shadow is empty —,
   ``EXCHANGE TABLES`` for an unpartitioned target, ``SYSTEM REFRESH VIEW``);
-- the write gates to hold, and the targets further down a chain that read this one.
+- the write gates to hold, and the targets further down a chain that read this one;
+- a refusal, where neither the source table nor the landing zone holds a partition whose target rows a
+  rebuild would lose (unless forced), and the shrink guard the executor applies before a swap.
 
 :mod:`chmv_assets.engine.executor` runs a plan; Spark is only a provider of staged rows there.
 """
@@ -31,6 +34,7 @@ from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme, windows_between
 from chmv_assets.engine import landing
 from chmv_assets.engine.catalog import live_table
+from chmv_assets.engine.coverage import Coverage, Facts, Holding, WindowCoverage, assess, probe
 from chmv_assets.engine.gates import source_min_time
 from chmv_assets.errors import ChmvError
 from chmv_assets.sql.rebuild_sql import shadow_ref, source_range_predicate
@@ -47,6 +51,8 @@ class Engine(StrEnum):
     """The MVs' own SELECT over landing-zone rows staged by Spark (<= cutoff) and source rows (> cutoff)."""
     REFRESH = "refresh"
     """A refreshable MV: ``SYSTEM REFRESH VIEW`` + ``SYSTEM WAIT VIEW``."""
+    REFUSED = "refused"
+    """Nothing: neither the source table nor the landing zone holds the partition's rows (see the reason)."""
 
 
 class Swap(StrEnum):
@@ -58,6 +64,8 @@ class Swap(StrEnum):
     """``EXCHANGE TABLES live AND shadow`` (an unpartitioned target)."""
     REFRESH = "refresh"
     """The server refreshes the MV itself; no shadow."""
+    NONE = "none"
+    """A refused step: the live partition is left as it is."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +96,13 @@ class TriggerRelation:
 
 @dataclass(frozen=True)
 class PartitionStep:
-    """The rebuild of one partition (or of a whole unpartitioned target)."""
+    """The rebuild of one partition (or of a whole unpartitioned target).
+
+    Attributes:
+        guard: Why the source table may not hold the partition entirely (set when coverage was observed and
+            does not say it does): the executor then refuses a swap that would leave fewer rows than the live
+            partition holds, unless the plan is forced. None: no such check.
+    """
 
     window: PartitionWindow | None
     engine: Engine
@@ -96,6 +110,7 @@ class PartitionStep:
     shadow: ObjectRef | None
     relations: tuple[TriggerRelation, ...]
     reason: str
+    guard: str | None = None
 
     @property
     def key(self) -> str | None:
@@ -116,6 +131,8 @@ class RebuildPlan:
             that follow the chain; a Dagster run selects them itself).
         landing_root: The landing zone Spark steps read.
         cutoff_rule: How Spark steps split lake rows from source rows (fixed when they run, under the gate).
+        coverage: Where the truth of each partition lives (None: not observed, as for a repair's plan).
+        force: Refusals became rebuilds from the source and the executor's shrink guard is off.
     """
 
     target: ObjectRef
@@ -127,9 +144,23 @@ class RebuildPlan:
     landing_root: Path | None = None
     cutoff_rule: str = ""
     notes: tuple[str, ...] = field(default=())
+    coverage: Coverage | None = None
+    force: bool = False
 
     def steps_by(self, engine: Engine) -> tuple[PartitionStep, ...]:
         return tuple(s for s in self.steps if s.engine == engine)
+
+    @property
+    def refused(self) -> tuple[PartitionStep, ...]:
+        """The partitions the plan refuses to rebuild (nothing of the plan runs while there are any)."""
+        return self.steps_by(Engine.REFUSED)
+
+    def refusal(self) -> str:
+        """The message of a refused plan: every refused partition with the reason and what to do."""
+        count = len(self.refused)
+        head = (f"{self.target.fqn}: rebuild refused for {count} partition{'s' if count != 1 else ''}; "
+                "nothing was changed")  # fmt: skip
+        return "\n".join([head, *(f"- {s.key or '(whole table)'}: {s.reason}" for s in self.refused)])
 
     def describe(self) -> str:
         """A markdown rendering for run metadata, logs and ``chmv rebuild --dry-run``."""
@@ -142,11 +173,22 @@ class RebuildPlan:
         if self.downstream:
             lines.append("- downstream targets reading it: " + ", ".join(f"`{d.fqn}`" for d in self.downstream))
         lines += [f"- note: {n}" for n in self.notes]
+        if self.force:
+            lines.append("- force: refusals rebuild from the source table; a shrinking swap is not stopped")
+        elif any(s.guard for s in self.steps):
+            lines.append("- shrink guard: a partition whose source may not hold it entirely is not swapped if "
+                         "the rebuild would leave fewer rows than it holds (force overrides)")  # fmt: skip
         lines += ["", "| partition | engine | reads | shadow | swap | why |", "|---|---|---|---|---|---|"]
         for step in self.steps:
             reads = "; ".join(r.describe() for r in step.relations).replace("|", "/") or "-"
             shadow = f"`{step.shadow.fqn}`" if step.shadow else "-"
-            lines.append(f"| {step.key or '(all)'} | {step.engine} | {reads} | {shadow} | {step.swap} | {step.reason} |")
+            reason = step.reason.replace("|", "/")
+            lines.append(f"| {step.key or '(all)'} | {step.engine} | {reads} | {shadow} | {step.swap} | {reason} |")
+        if self.coverage is not None:
+            lines += ["", f"**Coverage** (where the truth of each partition lives, at {self.coverage.now})", "",
+                      self.coverage.describe()]  # fmt: skip
+        if self.refused:
+            lines += ["", "**Refused**", "", self.refusal()]
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -160,10 +202,13 @@ class Observations:
     Attributes:
         live: The physical table of the target.
         oldest: Per trigger with an event-time column, its oldest row (None: the table is empty).
+        coverage: The facts coverage is decided from (:func:`chmv_assets.engine.coverage.probe`); None: not
+            observed, and the planner decides as it did before coverage (a repair's plan, hand-made plans).
     """
 
     live: ObjectRef
     oldest: tuple[tuple[ObjectRef, datetime | None], ...] = ()
+    coverage: Facts | None = None
 
     def oldest_of(self, source: ObjectRef) -> datetime | None:
         return dict(self.oldest).get(source)
@@ -190,9 +235,16 @@ def downstream_targets(loaded: LoadedProject, target: ObjectRef) -> tuple[Object
 
 
 def observe(client: Client, loaded: LoadedProject, target: ObjectRef, *, engine: EngineOption = "auto",
-            root: Path | None = None) -> Observations:  # fmt: skip
-    """Read what the planner needs: the physical table, and each trigger's oldest row when ``auto`` may pick Spark."""
+            root: Path | None = None, windows: Sequence[PartitionWindow | None] | None = None) -> Observations:  # fmt: skip
+    """Read what the planner needs: the physical table and, for ``windows``, the coverage facts (one statement).
+
+    Without ``windows`` only each trigger's oldest row is read, when ``auto`` may pick Spark (no coverage).
+    """
     live = live_table(client, loaded.project, target)
+    if windows is not None and not any(v.refreshable for v in loaded.project.views_into(target)):
+        facts = probe(client, loaded, target, live, windows, root)
+        oldest = tuple((source, stats.oldest) for source, stats in facts.tables)
+        return Observations(live=live, oldest=oldest, coverage=facts)
     if engine != "auto" or not spark_capable(loaded, target, root):
         return Observations(live=live)
     oldest = tuple(
@@ -203,18 +255,23 @@ def observe(client: Client, loaded: LoadedProject, target: ObjectRef, *, engine:
 
 
 def plan_rebuild(loaded: LoadedProject, target: ObjectRef, windows: Sequence[PartitionWindow | None],
-                 observations: Observations, *, engine: EngineOption = "auto",
-                 root: Path | None = None) -> RebuildPlan:  # fmt: skip
+                 observations: Observations, *, engine: EngineOption = "auto", root: Path | None = None,
+                 force: bool = False) -> RebuildPlan:  # fmt: skip
     """Decide the rebuild of ``windows`` of ``target``.
+
+    With coverage observed, per partition: the source table holds it entirely → ClickHouse; else the
+    landing zone holds it entirely → Spark; else, if the target partition holds rows the rebuild could
+    lose → refused (the step says why and what to do), unless ``force``; else ClickHouse with the shrink
+    guard. ``engine=clickhouse``/``spark`` pin the engine but are refused alike where they would lose rows.
 
     Args:
         loaded: The parsed project.
         target: An MV target.
         windows: The partitions; ``[None]`` (or any window of an unpartitioned target) rebuilds the whole table.
         observations: From :func:`observe`.
-        engine: ``auto`` (Spark for a partition the source table no longer holds, when a landing zone is
-            configured), ``clickhouse`` or ``spark``.
+        engine: ``auto``, ``clickhouse`` or ``spark``.
         root: The landing zone (``chmv_assets.engine.landing.landing_dir``).
+        force: Rebuild refused partitions from the source table and let shrinking swaps through.
 
     Raises:
         ChmvError: The target is not written by an MV of the DDL, or ``spark`` was asked for a target
@@ -224,12 +281,22 @@ def plan_rebuild(loaded: LoadedProject, target: ObjectRef, windows: Sequence[Par
         triggers = ", ".join(t.fqn for t in triggers_of(loaded.project, target))
         raise ChmvError(f"{target.fqn}: the spark engine needs a landing zone and [ingestion.time_columns] for "
                         f"{triggers}; configure them or use engine=clickhouse")  # fmt: skip
+    coverage = None
+    if observations.coverage is not None:
+        coverage = assess(loaded, target, windows, observations.coverage, root)
+
+    def choose(window: PartitionWindow | None) -> tuple[Engine, str, str | None]:
+        covered = coverage.at(window) if coverage is not None else None
+        if covered is None:
+            return (*_engine_for(loaded, target, window, observations, engine, root), None)
+        return _decide(loaded, target, covered, engine, root, force)
+
     plan = _assemble(
-        loaded.project, target, windows, observations.live,
-        choose=lambda window: _engine_for(loaded, target, window, observations, engine, root),
+        loaded.project, target, windows, observations.live, choose=choose,
         per_window=lambda source, ws: staged_per_window(loaded, target, source, ws),
         downstream=downstream_targets(loaded, target), root=root,
     )  # fmt: skip
+    plan = replace(plan, coverage=coverage, force=force)
     if plan.steps_by(Engine.SPARK):
         tolerance = loaded.config.ingestion.late_tolerance_minutes
         rule = f"per trigger, its ingestion watermark - {tolerance} min, read under its gate when the Spark steps start"
@@ -237,15 +304,74 @@ def plan_rebuild(loaded: LoadedProject, target: ObjectRef, windows: Sequence[Par
     return plan
 
 
+def _decide(loaded: LoadedProject, target: ObjectRef, covered: WindowCoverage, engine: EngineOption,
+            root: Path | None, force: bool) -> tuple[Engine, str, str | None]:  # fmt: skip
+    """Engine, reason and shrink guard of one partition from its coverage (see :func:`plan_rebuild`)."""
+    source_ok = covered.source_holds_entirely
+    lake_ok = spark_capable(loaded, target, root) and covered.lake_holds_entirely
+    rows = covered.target_rows
+    at_stake = rows is None or rows > 0
+    table, lake = covered.table_reasons(), covered.lake_reasons()
+    guard = None if source_ok else table
+    if engine == "spark":
+        if lake_ok or not at_stake or force:
+            return Engine.SPARK, f"engine=spark asked for; landing zone: {lake}", \
+                (f"rebuilt from the landing zone: {lake}" if not force else None)
+        return Engine.REFUSED, _refusal(covered, root, asked="engine=spark", lake_only=True), None
+    if source_ok:
+        asked = "engine=clickhouse asked for; " if engine == "clickhouse" else ""
+        return Engine.CLICKHOUSE, asked + table, None
+    if engine == "auto" and lake_ok:
+        return Engine.SPARK, f"{table}; the landing zone holds it: {lake}", guard if not force else None
+    if not at_stake:
+        return Engine.CLICKHOUSE, f"the target partition is empty, nothing to lose; {table}", guard
+    if force:
+        return Engine.CLICKHOUSE, f"forced: {table}", None
+    if covered.loss_observed:
+        asked = "engine=clickhouse" if engine == "clickhouse" else ""
+        return Engine.REFUSED, _refusal(covered, root, asked=asked), None
+    return Engine.CLICKHOUSE, f"coverage unknown: {table}; landing zone: {lake}", guard
+
+
+def _refusal(covered: WindowCoverage, root: Path | None, *, asked: str = "", lake_only: bool = False) -> str:
+    """Why a partition is refused and what to do, naming each source and how far back it holds data.
+
+    Args:
+        asked: The engine the caller pinned (``engine=spark``), if any.
+        lake_only: The rebuild would read the landing zone only (a pinned Spark engine).
+    """
+    rows = "an unknown number of" if covered.target_rows is None else f"{covered.target_rows:,}"
+    lacking = [s for s in covered.sources if (s.lake if lake_only else s.table).holding != Holding.ENTIRELY]
+    parts = [f"{asked} asked for, but" if asked else "neither the source table nor the landing zone holds it:"]
+    for s in lacking:
+        since = f"it holds data from {s.held_from:%Y-%m-%d %H:%M:%S} on" if s.held_from else "it holds no data"
+        parts.append(f"{s.source.fqn} ({since}): source table: {s.table.holding}: {s.table.reason}; landing zone: "
+                     f"{s.lake.holding}: {s.lake.reason}.")  # fmt: skip
+    where = ", ".join(str((root or Path("<landing_dir>")) / s.source.fqn) for s in lacking)
+    window = covered.window
+    span = f" for [{window.start:%Y-%m-%d %H:%M}, {window.end:%Y-%m-%d %H:%M})" if window else ""
+    reads = "from the landing zone" if lake_only else "from the source"
+    steps = [f"deliver the source's files{span} to the landing zone ({where}; with [ingestion] landing_dir and "
+             "time_columns configured) and rebuild with engine=auto"]  # fmt: skip
+    if lake_only and covered.source_holds_entirely:
+        steps.insert(0, "rebuild with engine=auto or engine=clickhouse (the source table holds it)")
+    steps += ["leave the partition as it is (it may hold the only copy)",
+              f"rebuild with force (run config force: true, chmv rebuild --force) to replace it with what is read {reads}"]  # fmt: skip
+    parts.append(f"The target partition holds {rows} rows, which a rebuild {reads} would lose. To proceed: "
+                 + "; or ".join(steps) + ".")  # fmt: skip
+    return " ".join(parts)
+
+
 def plan_from_source(project: Project, target: ObjectRef, windows: Sequence[PartitionWindow | None],
                      live: ObjectRef) -> RebuildPlan:  # fmt: skip
     """A plan that rebuilds every partition from the source table (the ClickHouse engine)."""
-    return _assemble(project, target, windows, live, choose=lambda _w: (Engine.CLICKHOUSE, "from the source table"),
+    return _assemble(project, target, windows, live,
+                     choose=lambda _w: (Engine.CLICKHOUSE, "from the source table", None),
                      per_window=lambda _s, _ws: False)  # fmt: skip
 
 
 def _assemble(project: Project, target: ObjectRef, windows: Sequence[PartitionWindow | None], live: ObjectRef, *,
-              choose: Callable[[PartitionWindow | None], tuple[Engine, str]],
+              choose: Callable[[PartitionWindow | None], tuple[Engine, str, str | None]],
               per_window: Callable[[ObjectRef, Sequence[PartitionWindow | None]], bool],
               downstream: tuple[ObjectRef, ...] = (), root: Path | None = None) -> RebuildPlan:  # fmt: skip
     views = project.views_into(target)
@@ -264,7 +390,10 @@ def _assemble(project: Project, target: ObjectRef, windows: Sequence[PartitionWi
     triggers = tuple(triggers_of(project, target))
     steps = []
     for window in windows:
-        chosen, reason = choose(window)
+        chosen, reason, guard = choose(window)
+        if chosen == Engine.REFUSED:
+            steps.append(PartitionStep(window, chosen, Swap.NONE, None, (), reason))
+            continue
         if chosen == Engine.SPARK:
             relations = tuple(TriggerRelation(s, "lake_then_source", staged_per_window=per_window(s, windows))
                               for s in triggers)  # fmt: skip
@@ -272,7 +401,7 @@ def _assemble(project: Project, target: ObjectRef, windows: Sequence[PartitionWi
             relations = tuple(_source_relation(project, target, s, scheme, window) for s in triggers)
         swap = Swap.REPLACE_PARTITION if window is not None else Swap.EXCHANGE
         shadow = shadow_ref(live, window.key if window else None)
-        steps.append(PartitionStep(window, chosen, swap, shadow, relations, reason))
+        steps.append(PartitionStep(window, chosen, swap, shadow, relations, reason, guard))
     return RebuildPlan(target, live, scheme, tuple(steps), triggers, downstream, root)
 
 

@@ -11,6 +11,7 @@ from clickhouse_connect.driver.client import Client
 from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine.catalog import live_table
+from chmv_assets.engine.guard import check_shrink
 from chmv_assets.engine.planner import PartitionStep, RebuildPlan, Swap, plan_from_source
 from chmv_assets.sql.quoting import qualified
 from chmv_assets.sql.rebuild_sql import create_shadow_sql, insert_sql, partition_expression, view_select
@@ -59,6 +60,10 @@ def run_step(client: Client, project: Project, plan: RebuildPlan, step: Partitio
         step: The partition to rebuild.
         trigger_relation: Per trigger table, a relation to read instead (staged lake rows and the cutoff union).
         log: Progress sink.
+
+    Raises:
+        ShrinkRefused: The step is guarded, the plan not forced, and the shadow holds fewer rows than the
+            live partition (the shadow is dropped; nothing is swapped).
     """
     say = log or (lambda _msg: None)
     started = time.monotonic()
@@ -89,6 +94,9 @@ def run_step(client: Client, project: Project, plan: RebuildPlan, step: Partitio
             say(f"{view.ref.fqn}: running the MV's own SELECT into {shadow.fqn}")
             run(insert_sql(shadow, view, select), SHADOW_INSERT_SETTINGS)
         rows = int(client.command(f"SELECT count() FROM {qualified(shadow)}"))
+        if step.guard and not plan.force:  # the last line of defence, before anything is swapped
+            new, old = check_shrink(client, table, plan, step)
+            say(f"{target.fqn} {step.key or '(whole table)'}: shrink guard passed ({new:,} rows rebuilt, {old:,} live)")
         if window is None:
             run(f"EXCHANGE TABLES {qualified(live)} AND {qualified(shadow)}")
             method = "exchange"

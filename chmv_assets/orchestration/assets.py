@@ -47,8 +47,13 @@ class RebuildConfig(Config):
     engine: Literal["auto", "clickhouse", "spark"] = Field(
         default="auto",
         description="clickhouse: the MVs' SELECT over the source table; spark: over the landing zone's rows "
-        "(read, cleaned and staged by Spark); auto: spark for partitions the source table no longer holds "
-        "(its oldest row is after the partition start), when a landing zone is configured.",
+        "(read, cleaned and staged by Spark); auto: per partition, where coverage says its rows live (the source "
+        "table, else the landing zone; neither: the rebuild is refused, see force).",
+    )
+    force: bool = Field(
+        default=False,
+        description="Rebuild partitions whose rows neither the source table nor the landing zone holds from what "
+        "the source holds, and swap even where the rebuild leaves fewer rows than the live partition.",
     )
 
 
@@ -130,7 +135,7 @@ def _group_asset(loaded: LoadedProject, group: list[ObjectRef], specs: list[Asse
                     stopped.add(key)
                     continue
                 try:
-                    plan = plan_for(clickhouse, loaded, ref, windows, engine=config.engine, root=root)
+                    plan = plan_for(clickhouse, loaded, ref, windows, engine=config.engine, root=root, force=config.force)
                     results = execute(plan, loaded, clickhouse, stager=stager, log=context.log.info)
                     yield MaterializeResult(asset_key=key, metadata=rebuild_metadata(plan, results))
                 except Exception as err:  # noqa: BLE001 - reported per target, re-raised together below

@@ -91,9 +91,13 @@ def test_auto_engine_uses_spark_only_where_the_source_lost_the_window(spark, loa
                        settings={"mutations_sync": 2})  # fmt: skip
         from pathlib import Path
 
-        plan = plan_rebuild(loaded, t, [DAY2, DAY3], observe(client, loaded, t, root=Path(root)), root=Path(root))
+        observed = observe(client, loaded, t, root=Path(root), windows=[DAY2, DAY3])
+        plan = plan_rebuild(loaded, t, [DAY2, DAY3], observed, root=Path(root))
         assert [(s.key, s.engine) for s in plan.steps] == [("2026-08-02", "spark"), ("2026-08-03", "clickhouse")]
-        assert "api_requests holds rows from 2026-08-03" in plan.describe()
+        assert plan.steps[0].reason.startswith("analytics.api_requests holds no rows of the window while the target "
+                                               "partition holds")  # fmt: skip
+        assert "the landing zone holds it" in plan.steps[0].reason
+        assert " rows from 2026-08-03 " in plan.steps[0].reason  # how far back the source holds data
     results = backfill(spark, engine, loaded, t, [DAY2, DAY3])
     assert [(r.partition, r.engine) for r in results] == [("2026-08-02", "spark"), ("2026-08-03", "clickhouse")]
     with engine.get_client() as client:

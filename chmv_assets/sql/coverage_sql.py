@@ -1,0 +1,125 @@
+"""SQL of the coverage probe: how many rows, from when to when, a table holds per partition window.
+
+One statement answers for every trigger of a target and the target itself (``UNION ALL`` of branches),
+each branch reading one table pruned to the windows' ranges. Every branch yields the same columns::
+
+    _chmv_side String, _chmv_i UInt32, _chmv_k Nullable(DateTime), _chmv_n UInt64,
+    _chmv_lo Nullable(DateTime), _chmv_hi Nullable(DateTime), _chmv_now DateTime
+
+``side`` says what the row is (a whole table, a window of a source, a window of the target), ``i`` which
+source, ``k`` the window start (None for a whole table), ``n`` the rows, ``lo``/``hi`` the oldest and
+newest time. Names only through :mod:`chmv_assets.sql.quoting`; times only as typed literals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from clickhouse_connect.driver.binding import format_query_value
+
+from chmv_assets.ddl.grains import Grain
+from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project
+from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
+from chmv_assets.sql.meta import WATERMARKS
+from chmv_assets.sql.quoting import qualified, quote, time_literal
+
+#: ClickHouse function flooring a time to the start of its partition window, per partition grain.
+FLOOR_FUNCTIONS = {Grain.HOUR: "toStartOfHour", Grain.DAY: "toStartOfDay", Grain.MONTH: "toStartOfMonth"}
+_NULL_TIME = "CAST(NULL AS Nullable(DateTime))"
+
+
+@dataclass(frozen=True)
+class TimeMapping:
+    """How a trigger's rows map onto the target's partition windows (derived from the MV's SELECT).
+
+    Attributes:
+        column: The trigger's time column the target's partition column is computed from.
+        column_type: Its ClickHouse type.
+        grain: The truncation the MV applies (``toStartOfHour(ts)`` → hour), None for the bare column.
+        exact: Every row lands in the window holding its own time (the truncation lies within the
+            partition grain); otherwise a window's rows span ``[start, end + grain)``.
+    """
+
+    column: str
+    column_type: str
+    grain: Grain | None
+    exact: bool
+
+    def source_range(self, window: PartitionWindow) -> tuple[datetime, datetime]:
+        """``[lo, hi)`` of the trigger's time column holding every row that maps into ``window``."""
+        if self.exact or self.grain is None:
+            return window.start, window.end
+        return window.start, window.end + timedelta(seconds=self.grain.seconds)
+
+
+def time_mapping(view: MaterializedView, project: Project, scheme: PartitionScheme) -> TimeMapping | None:
+    """The mapping of ``view``'s trigger rows onto windows, when its partition column is a truncation of one."""
+    if scheme.column is None or scheme.grain is None or view.trigger is None:
+        return None
+    out = view.output(scheme.column)
+    source = project.table(view.trigger)
+    if out is None or out.truncation is None or source is None:
+        return None
+    column_name, grain = out.truncation
+    column = source.column(column_name)
+    if column is None or not column.data_type.is_time:
+        return None
+    exact = grain is None or grain.within(scheme.grain)
+    return TimeMapping(column.name, column.type, grain, exact)
+
+
+def _branch(side: str, index: int, table: ObjectRef, *, key: str, column: str | None, where: str | None = None,
+            grouped: bool = False) -> str:  # fmt: skip
+    # Aliases carry a prefix no column has, so a column called ``n`` or ``k`` is never shadowed by one.
+    lo = f"CAST(toDateTime(min({quote(column)})) AS Nullable(DateTime))" if column else _NULL_TIME
+    hi = f"CAST(toDateTime(max({quote(column)})) AS Nullable(DateTime))" if column else _NULL_TIME
+    sql = (f"SELECT '{side}' AS _chmv_side, toUInt32({index}) AS _chmv_i, {key} AS _chmv_k, count() AS _chmv_n, "
+           f"{lo} AS _chmv_lo, {hi} AS _chmv_hi, now() AS _chmv_now FROM {qualified(table)}")  # fmt: skip
+    if where:
+        sql += f" WHERE {where}"
+    if grouped:
+        sql += f" GROUP BY {key}"
+    return sql
+
+
+def table_branch(side: str, index: int, table: ObjectRef, column: str | None) -> str:
+    """Rows, oldest and newest time of a whole table (answered from part metadata when it can be)."""
+    return _branch(side, index, table, key=_NULL_TIME, column=column)
+
+
+def windows_branches(side: str, index: int, table: ObjectRef, column: str, column_type: str, grain: Grain,
+                     ranges: Sequence[tuple[datetime, datetime, datetime]], *, bucketed: bool) -> list[str]:  # fmt: skip
+    """Per-window rows, oldest and newest time of ``column`` in ``table``.
+
+    Args:
+        grain: The partition grain; with ``bucketed`` each row is counted in the window its own time
+            floors to (one grouped branch), else one branch per window.
+        ranges: ``(window start, lo, hi)`` per window: the rows with ``lo <= column < hi`` are the window's.
+    """
+    name = quote(column)
+
+    def bounds(lo: datetime, hi: datetime) -> str:
+        return f"({name} >= {time_literal(lo, column_type)} AND {name} < {time_literal(hi, column_type)})"
+
+    if bucketed:
+        where = " OR ".join(bounds(lo, hi) for _start, lo, hi in ranges)
+        key = f"CAST(toDateTime({FLOOR_FUNCTIONS[grain]}({name})) AS Nullable(DateTime))"
+        return [_branch(side, index, table, key=key, column=column, where=where, grouped=True)]
+    return [_branch(side, index, table, key=f"CAST(toDateTime('{start:%Y-%m-%d %H:%M:%S}') AS Nullable(DateTime))",
+                    column=column, where=bounds(lo, hi)) for start, lo, hi in ranges]  # fmt: skip
+
+
+def watermark_branch(side: str, index: int, source_id: str, target_table: str) -> str:
+    """The newest ingestion watermark of a source (``_chmv_lo``; NULL-free epoch when there is none)."""
+    newest = "CAST(toDateTime(argMax(last_processed_ts, version), 'UTC') AS Nullable(DateTime))"
+    return (f"SELECT '{side}' AS _chmv_side, toUInt32({index}) AS _chmv_i, {_NULL_TIME} AS _chmv_k, "
+            f"count() AS _chmv_n, {newest} AS _chmv_lo, {_NULL_TIME} AS _chmv_hi, now() AS _chmv_now "
+            f"FROM {qualified(WATERMARKS)} WHERE source_id = {format_query_value(source_id)} "
+            f"AND target_table = {format_query_value(target_table)}")  # fmt: skip
+
+
+def union(branches: Sequence[str]) -> str:
+    """The probe statement: every branch, ``UNION ALL``."""
+    return " UNION ALL ".join(f"({b})" for b in branches)
