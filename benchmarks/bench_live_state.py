@@ -131,8 +131,7 @@ def bench_recording(events) -> None:
 
 
 def bench_ui(workdir: Path, rows: int) -> None:
-    from test_ui import ASSETS
-    from ui_support import expected_partitions, start_demo, stop, wait_for
+    from ui_support import ASSETS, expected_partitions, start_demo, stop, wait_for
 
     print(f"\ntime from the UI up to a true asset graph (demo, {rows} rows; sensor interval {LIVE_STATE_INTERVAL_SECONDS}s)")
     t0 = time.monotonic()

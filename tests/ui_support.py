@@ -53,6 +53,16 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
 TERMINAL_BACKFILL = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED", "FAILING"}
+#: Every asset with its materialized partitions and its latest materialization (a run's, or runless).
+ASSETS = """
+{
+  assetNodes {
+    assetKey { path }
+    partitionStats { numMaterialized numPartitions }
+    assetMaterializations(limit: 1) { runId partition }
+  }
+}
+"""
 LAUNCH_BACKFILL = """
 mutation LaunchPartitionBackfill($backfillParams: LaunchBackfillParams!) {
   launchPartitionBackfill(backfillParams: $backfillParams) {

@@ -14,11 +14,19 @@ from pathlib import Path
 import pytest
 from chain_split_job import KEYS
 from conftest import make_engine
-from dagster import AssetCheckKey, DagsterEventType, DagsterInstance, build_reconstructable_job, execute_job
+from dagster import (
+    AssetCheckKey,
+    AssetSelection,
+    DagsterEventType,
+    DagsterInstance,
+    build_reconstructable_job,
+    execute_job,
+    materialize,
+)
 
 from asset_checks.common import DRIFT, LINT, PARITY, PARTS
 from chmv_assets.ddl.loader import load
-from chmv_assets.orchestration.assets import target_groups
+from chmv_assets.orchestration.assets import build_chmv_assets, target_groups
 from chmv_assets.orchestration.translator import ChmvTranslator
 
 CHAIN_DDL = """
@@ -106,3 +114,25 @@ def test_a_range_run_evaluates_each_check_once_in_a_multi_process_run(chain, tmp
         mine = [r for r in records if r.run_id == run_id]
         assert sorted(r.partition for r in mine) == DAYS
         assert {r.status.value for r in mine} == {"SUCCEEDED"}
+
+
+def test_a_failed_blocking_check_stops_the_downstream_target_of_the_same_op(tmp_path: Path) -> None:
+    ddl = tmp_path / "ddl"
+    ddl.mkdir()
+    (ddl / "chain.sql").write_text(CHAIN_DDL)
+    (ddl / "chmv.toml").write_text('default_database = "chain"\npartition_start = "2026-08-01"\n')  # no landing zone
+    loaded = load(ddl)
+    (group,) = {i for i, (_spark, refs) in enumerate(target_groups(loaded, ChmvTranslator())) for r in refs}  # one op
+    engine = make_engine(tmp_path / "chdb", loaded)
+    with engine.get_client() as client:
+        client.command("INSERT INTO chain.src SELECT toDateTime('2026-08-01 00:00:00') + number * 97, number % 7, 1 "
+                       "FROM numbers(3000)")  # fmt: skip
+        client.command("ALTER TABLE chain.t1 ADD COLUMN extra UInt8 DEFAULT 0")  # drift: a column the DDL lacks
+    result = materialize(build_chmv_assets(loaded), selection=AssetSelection.assets(*KEYS), partition_key=DAYS[0],
+                         resources={"clickhouse": engine}, raise_on_error=False)  # fmt: skip
+    assert not result.success
+    assert [m.asset_key for m in result.get_asset_materialization_events()] == [KEYS[0]]  # t2 was not rebuilt
+    verdicts = {(e.asset_key, e.check_name): e.passed for e in result.get_asset_check_evaluations()}
+    assert verdicts == {(KEYS[0], PARITY): True, (KEYS[0], DRIFT): False}
+    failure = next(e for e in result.all_events if e.is_step_failure).event_specific_data.error.to_string()
+    assert "chain.t2: not rebuilt, its upstream chain.t1 failed in this run" in failure

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from chmv_check_helpers import TRANSLATOR
 from ui_support import (
+    ASSETS,
     CHROMIUM,
     CHROMIUM_ARGS,
     TERMINAL_BACKFILL,
@@ -30,15 +31,6 @@ from asset_checks.common import PARITY
 
 pytestmark = pytest.mark.slow
 
-ASSETS = """
-{
-  assetNodes {
-    assetKey { path }
-    partitionStats { numMaterialized numPartitions }
-    assetMaterializations(limit: 1) { runId partition }
-  }
-}
-"""
 PARTITION_KEYS = """
 query Keys($keys: [AssetKeyInput!]) {
   assetNodes(assetKeys: $keys) { assetKey { path } partitionKeysByDimension { partitionKeys } }
