@@ -10,7 +10,7 @@ from __future__ import annotations
 from dagster import AssetKey, AssetSelection, Definitions, JobDefinition, define_asset_job, multiprocess_executor
 
 from chmv_assets.ddl.loader import load
-from chmv_assets.definitions import build_definitions
+from chmv_assets.orchestration.definitions import build_definitions
 from resources.clickhouse import ClickHouseResource
 
 JOB = "chain_split"

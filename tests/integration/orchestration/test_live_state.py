@@ -195,7 +195,7 @@ def test_busy_engine_skips_the_tick_with_the_reason(tmp_path: Path, example) -> 
 
 
 def test_the_sensor_runs_by_default(example) -> None:
-    from chmv_assets.definitions import build_definitions
+    from chmv_assets.orchestration.definitions import build_definitions
     from resources.clickhouse import ClickHouseResource
 
     repository = build_definitions(example, clickhouse=ClickHouseResource(dsn="chdb:///nonexistent")).get_repository_def()
