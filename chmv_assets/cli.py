@@ -1,12 +1,20 @@
-"""The ``chmv`` command: lineage, apply, and loading the example data."""
+"""The ``chmv`` command: lineage, plan, apply, rebuild, and loading the example data."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 
 from chmv_assets.errors import ChmvError, DDLError
+
+PLAN_EXIT_CODES = """exit codes (for CI):
+  0  no changes: the server matches the DDL directory
+  3  changes pending (printed in order; `chmv apply` makes them)
+  2  invalid DDL: a parse error, a refused statement (POPULATE, OR REPLACE MV), or the server's
+     preflight refused a statement; nothing was changed
+  1  any other error (the server unreachable, the embedded engine busy)"""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -21,6 +29,15 @@ def _parser() -> argparse.ArgumentParser:
     ddl_args(lineage)
     lineage.add_argument("--format", choices=("json", "mermaid", "dot"), default="json")
     lineage.add_argument("--impact", metavar="DB.TABLE", help="print only what is downstream of this object")
+
+    plan = sub.add_parser("plan", help="diff the DDL directory against the server and print the ordered plan; "
+                                       "nothing is changed", epilog=PLAN_EXIT_CODES,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ddl_args(plan)
+    plan.add_argument("--dsn", help="http(s)://… or chdb:///path (default: the embedded engine)")
+    plan.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    plan.add_argument("--allow-drop", action="store_true",
+                      help="plan drops of objects and columns the DDL no longer has (else they are notes)")
 
     apply = sub.add_parser("apply", help="create what is missing, in dependency order")
     ddl_args(apply)
@@ -46,14 +63,24 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (2 for invalid DDL, 1 for other failures)."""
+    from clickhouse_connect.driver.exceptions import ClickHouseError
+
     args = _parser().parse_args(argv)
     try:
         return _run(args)
     except DDLError as err:
         print(str(err), file=sys.stderr)
+        if getattr(args, "format", None) == "json" and args.command == "plan":
+            problems = [{"file": p.file, "line": p.line, "column": p.column, "message": p.message, "fix": p.hint}
+                        for p in err.problems]  # fmt: skip
+            print(json.dumps({"status": "invalid", "exit_code": 2, "problems": problems}, indent=2))
         return 2
     except ChmvError as err:
         print(f"chmv: {err}", file=sys.stderr)
+        return 1
+    except ClickHouseError as err:
+        print(f"chmv: the server failed: {str(err).strip().splitlines()[0] if str(err).strip() else err}",
+              file=sys.stderr)  # fmt: skip
         return 1
 
 
@@ -79,6 +106,8 @@ def _run(args: argparse.Namespace) -> int:
     resource = ClickHouseResource(dsn=args.dsn)
     if args.command == "rebuild":
         return _rebuild(args, loaded, resource)
+    if args.command == "plan":
+        return _plan(args, loaded, resource)
     with resource.get_client() as client:
         result = apply(client, loaded.project, log=print)
         print(f"apply: {len(result.created)} created, {len(result.existing)} already there")
@@ -96,6 +125,20 @@ def _run(args: argparse.Namespace) -> int:
                 files = demo_data.write_landing_zone(args.landing_dir, tables)
                 print(f"load-demo: {len(files)} Parquet files in {args.landing_dir}")
     return 0
+
+
+def _plan(args: argparse.Namespace, loaded, resource) -> int:
+    """``chmv plan``: the lifecycle plan, printed; the exit code says whether changes are pending."""
+    from chmv_assets.engine.landing import landing_dir
+    from chmv_assets.engine.lifecycle_planner import plan_lifecycle
+
+    with resource.get_client() as client:
+        plan = plan_lifecycle(client, loaded, allow_drop=args.allow_drop, root=landing_dir(loaded))
+    if args.format == "json":
+        print(plan.to_json())
+    else:
+        print(plan.describe(markdown=args.format == "markdown"))
+    return plan.exit_code
 
 
 def _rebuild(args: argparse.Namespace, loaded, resource) -> int:

@@ -135,3 +135,33 @@ def test_rebuild_bad_input_names_what_to_do(tmp_path):
     bad_key = chmv("rebuild", "--ddl-dir", str(EXAMPLE_DDL), "--target", "analytics.events_agg", "--partition",
                    "2026-08-03", *dsn)  # fmt: skip
     assert bad_key.returncode == 1 and "is not the start of a month partition" in bad_key.stderr
+
+
+def test_plan_prints_the_ordered_plan_with_an_exit_code_ci_can_branch_on(tmp_path):
+    from lifecycle_testing import CHANGED_FILTER, copy_ddl, edit
+
+    dsn = ["--dsn", f"chdb://{tmp_path / 'chdb'}"]
+    fresh = chmv("plan", "--ddl-dir", str(EXAMPLE_DDL), *dsn, "--format", "json")
+    assert fresh.returncode == 3, fresh.stderr  # everything is to be created
+    data = json.loads(fresh.stdout)
+    assert data["status"] == "changes" and data["exit_code"] == 3
+    assert [c["action"] for c in data["changes"][:2]] == ["create_database", "create"]
+    assert chmv("apply", "--ddl-dir", str(EXAMPLE_DDL), *dsn).returncode == 0
+    again = chmv("plan", "--ddl-dir", str(EXAMPLE_DDL), *dsn)
+    assert again.returncode == 0, again.stderr
+    assert "no changes: the server matches the DDL directory" in again.stdout
+
+    ddl = copy_ddl(tmp_path / "repo")
+    edit(ddl, *CHANGED_FILTER)
+    changed = chmv("plan", "--ddl-dir", str(ddl), *dsn)
+    assert changed.returncode == 3, changed.stderr
+    assert "~ analytics.errors_mv: MODIFY QUERY" in changed.stdout
+    assert "ALTER TABLE `analytics`.`errors_mv` MODIFY QUERY SELECT timestamp, level, payload" in changed.stdout
+    markdown = chmv("plan", "--ddl-dir", str(ddl), *dsn, "--format", "markdown")
+    assert markdown.returncode == 3 and markdown.stdout.startswith("**chmv plan** of ")
+
+    (ddl / "bad.sql").write_text("CREATE TABLE analytics.broken (x UInt64 ENGINE = MergeTree ORDER BY x;\n")
+    invalid = chmv("plan", "--ddl-dir", str(ddl), *dsn, "--format", "json")
+    assert invalid.returncode == 2 and "syntax error" in invalid.stderr
+    assert json.loads(invalid.stdout)["status"] == "invalid"
+    assert "exit codes (for CI)" in chmv("plan", "--help").stdout
