@@ -109,6 +109,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "plan":
         return _plan(args, loaded, resource)
     with resource.get_client() as client:
+        if args.command == "apply":
+            from chmv_assets.engine.lifecycle_planner import plan_lifecycle
+            from chmv_assets.engine.preflight import preflight
+
+            preflight(client, loaded, plan_lifecycle(client, loaded), log=print)  # before anything is touched
         result = apply(client, loaded.project, log=print)
         print(f"apply: {len(result.created)} created, {len(result.existing)} already there")
         if args.command == "load-demo":
@@ -131,9 +136,11 @@ def _plan(args: argparse.Namespace, loaded, resource) -> int:
     """``chmv plan``: the lifecycle plan, printed; the exit code says whether changes are pending."""
     from chmv_assets.engine.landing import landing_dir
     from chmv_assets.engine.lifecycle_planner import plan_lifecycle
+    from chmv_assets.engine.preflight import preflight
 
     with resource.get_client() as client:
         plan = plan_lifecycle(client, loaded, allow_drop=args.allow_drop, root=landing_dir(loaded))
+        preflight(client, loaded, plan)
     if args.format == "json":
         print(plan.to_json())
     else:

@@ -49,3 +49,14 @@ TOP_OF_CHAIN_SELECT = ("60_raw_events.sql", "    sum(duration_ms) AS sum_duratio
                        "    sum(duration_ms * 2) AS sum_duration_ms\nFROM analytics.raw_events")  # fmt: skip
 SELECT_CHANGE = ("10_api_requests.sql", "uniqState(user_id) AS unique_users",
                  "uniqState(user_id + 0) AS unique_users")  # fmt: skip
+
+# Valid DDL (lineage passes) whose MV reads a column its source lacks: the preflight's case of issue 10.
+SHOP = """\
+CREATE DATABASE IF NOT EXISTS shop ENGINE = Atomic;
+CREATE TABLE shop.orders (ts DateTime, amount UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE TABLE shop.daily (day Date, total UInt64) ENGINE = SummingMergeTree ORDER BY day;
+CREATE TABLE shop.by_customer (customer UInt64, total UInt64) ENGINE = SummingMergeTree ORDER BY customer;
+-- Revenue per customer: reads a column orders does not have.
+CREATE MATERIALIZED VIEW shop.by_customer_mv TO shop.by_customer AS
+SELECT customer_id AS customer, sum(amount) AS total FROM shop.orders GROUP BY customer;
+"""

@@ -133,6 +133,7 @@ class Change:
         next_ref: For a new version: the table built beside the target, swapped in with EXCHANGE TABLES.
         blocked: Why chmv will not do this change (needs ``--allow-drop``, a manual migration); None if it will.
         diff: A unified diff of a changed SELECT (live → repo).
+        clauses: For ``alter`` and a column ``drop``: the ALTER clauses (the preflight runs them on a copy).
     """
 
     action: Action
@@ -147,6 +148,7 @@ class Change:
     next_ref: ObjectRef | None = None
     blocked: str | None = None
     diff: str = ""
+    clauses: tuple[str, ...] = ()
 
     def headline(self) -> str:
         what = {Action.CREATE_DATABASE: "create database", Action.CREATE: f"create {self.kind}",

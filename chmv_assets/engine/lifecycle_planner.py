@@ -255,12 +255,13 @@ class _Planner:
             clauses = ", ".join(c for c, _ in diff.in_place)
             self.changes.append(Change(Action.ALTER, ref, "table", self._layer(ref),
                                        reasons=tuple(r for _, r in diff.in_place),
-                                       statements=(f"ALTER TABLE {qualified(ref)} {clauses}",), location=location))
+                                       statements=(f"ALTER TABLE {qualified(ref)} {clauses}",), location=location,
+                                       clauses=tuple(c for c, _ in diff.in_place)))  # fmt: skip
         for clause, reason in diff.drops:
             if self.allow_drop:
                 self.changes.append(Change(Action.DROP, ref, "column", self._layer(ref), reasons=(reason,),
                                            statements=(f"ALTER TABLE {qualified(ref)} {clause}",),
-                                           location=location))  # fmt: skip
+                                           location=location, clauses=(clause,)))  # fmt: skip
             else:
                 self.notes.append(f"{ref.fqn}: {reason}; kept (--allow-drop drops it)")
 

@@ -48,3 +48,45 @@ def renamed_statement(obj: Table | MaterializedView | Dictionary, names: Mapping
                 text = qualified(names[use.ref]) if aliased else f"{qualified(names[use.ref])} AS {quote(use.ref.name)}"
                 edits.append((offset + span.start, offset + span.end, text))
     return splice(obj.statement, edits)
+
+
+def renamed_select(view: MaterializedView, names: Mapping[ObjectRef, ObjectRef]) -> str:
+    """The MV's ``select_sql`` reading the tables renamed in ``names`` (aliases added as in :func:`renamed_statement`)."""
+    edits = []
+    for use in view.sources:
+        if use.ref not in names:
+            continue
+        for span, aliased in zip(use.spans, use.has_alias or (False,) * len(use.spans), strict=True):
+            text = qualified(names[use.ref]) if aliased else f"{qualified(names[use.ref])} AS {quote(use.ref.name)}"
+            edits.append((span.start, span.end, text))
+    return splice(view.select_sql, edits)
+
+
+def local_table_sql(table: Table, ref: ObjectRef) -> str:
+    """A CREATE of ``table``'s structure named ``ref`` that shares nothing with it: no replica path, no cluster.
+
+    A plain engine keeps the repo statement with only the name changed; a ``Replicated*`` engine (whose
+    replica path would be the live table's) or an ``ON CLUSTER`` statement is rebuilt from the model's
+    verbatim parts: each column's definition, the engine family with its own arguments (the path and the
+    replica name dropped when they are string literals), and the PARTITION BY, ORDER BY, PRIMARY KEY, TTL
+    and SETTINGS clauses as written.
+    """
+    engine = table.engine
+    replicated = engine is not None and engine.name.startswith("Replicated")
+    if not replicated and not table.on_cluster:
+        return renamed_statement(table, {table.ref: ref})
+    if any(c.definition is None for c in table.columns):
+        raise ChmvError(f"{table.ref.fqn}: a column definition could not be read verbatim")
+    columns = ", ".join(c.definition or "" for c in table.columns)
+    clauses = []
+    if engine is not None:
+        args = list(engine.arguments)
+        if replicated and len(args) >= 2 and all(a.strip().startswith("'") for a in args[:2]):
+            args = args[2:]
+        clauses.append(f"ENGINE = {engine.family if replicated else engine.name}({', '.join(args)})")
+    for keyword, text in (("PARTITION BY", table.partition_by.sql if table.partition_by else None),
+                          ("ORDER BY", table.order_by), ("PRIMARY KEY", table.primary_key), ("TTL", table.ttl),
+                          ("SETTINGS", table.settings)):  # fmt: skip
+        if text:
+            clauses.append(f"{keyword} {text}")
+    return f"CREATE TABLE {qualified(ref)} ({columns}) " + " ".join(clauses)

@@ -165,3 +165,29 @@ def test_plan_prints_the_ordered_plan_with_an_exit_code_ci_can_branch_on(tmp_pat
     assert invalid.returncode == 2 and "syntax error" in invalid.stderr
     assert json.loads(invalid.stdout)["status"] == "invalid"
     assert "exit codes (for CI)" in chmv("plan", "--help").stdout
+
+
+def test_apply_runs_the_preflight_first_an_mv_reading_a_missing_column_deploys_nothing(tmp_path):
+    # The case of issue 10: valid DDL (lineage passes) whose MV reads a column its source lacks. apply used to
+    # print a traceback and leave three tables created and no MV.
+    from lifecycle_testing import SHOP
+
+    ddl = tmp_path / "ddl"
+    ddl.mkdir()
+    (ddl / "shop.sql").write_text(SHOP)
+    assert chmv("lineage", "--ddl-dir", str(ddl)).returncode == 0
+    dsn = f"chdb://{tmp_path / 'chdb'}"
+    applied = chmv("apply", "--ddl-dir", str(ddl), "--dsn", dsn)
+    assert applied.returncode == 2, applied.stderr
+    assert "Traceback" not in applied.stderr and applied.stdout == ""
+    assert applied.stderr.startswith("1 problem found by the server's preflight (in a scratch database); nothing was changed")
+    assert f"{ddl / 'shop.sql'}:7:8: shop.by_customer_mv: the server refused it: Unknown expression identifier `customer_id`" in applied.stderr
+    assert "fix: the SELECT reads a column its source does not have" in applied.stderr
+    planned = chmv("plan", "--ddl-dir", str(ddl), "--dsn", dsn)
+    assert planned.returncode == 2 and "customer_id" in planned.stderr
+
+    from resources.clickhouse import ClickHouseResource
+
+    with ClickHouseResource(dsn=dsn).get_client() as client:
+        databases = {r[0] for r in client.query("SELECT name FROM system.databases").result_rows}
+    assert databases == {"default", "system", "information_schema", "INFORMATION_SCHEMA"}  # nothing was created
