@@ -191,3 +191,29 @@ def test_apply_runs_the_preflight_first_an_mv_reading_a_missing_column_deploys_n
     with ClickHouseResource(dsn=dsn).get_client() as client:
         databases = {r[0] for r in client.query("SELECT name FROM system.databases").result_rows}
     assert databases == {"default", "system", "information_schema", "INFORMATION_SCHEMA"}  # nothing was created
+
+
+def test_populate_and_or_replace_are_refused_with_the_reason_and_the_alternative(tmp_path):
+    ddl = tmp_path / "ddl"
+    ddl.mkdir()
+    (ddl / "a.sql").write_text(
+        "CREATE DATABASE IF NOT EXISTS g ENGINE = Atomic;\n"
+        "CREATE TABLE g.src (x UInt64) ENGINE = MergeTree ORDER BY x;\n"
+        "CREATE TABLE g.t (x UInt64) ENGINE = MergeTree ORDER BY x;\n"
+        "CREATE MATERIALIZED VIEW g.p ENGINE = MergeTree ORDER BY x POPULATE AS SELECT x FROM g.src;\n"
+        "CREATE OR REPLACE MATERIALIZED VIEW g.r TO g.t AS SELECT x FROM g.src;\n"
+    )
+    dsn = ["--dsn", f"chdb://{tmp_path / 'chdb'}"]
+    for command in ("plan", "apply"):
+        result = chmv(command, "--ddl-dir", str(ddl), *dsn)
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr
+        assert f"{ddl / 'a.sql'}:4:1: g.p: POPULATE is refused: " in result.stderr
+        assert "fix: remove POPULATE (and give the MV a TO table): chmv fills the target's history itself" in result.stderr
+        assert f"{ddl / 'a.sql'}:5:1: g.r: CREATE OR REPLACE MATERIALIZED VIEW is refused: " in result.stderr
+        assert "ClickHouse #108726" in result.stderr and "MODIFY QUERY" in result.stderr
+
+    from resources.clickhouse import ClickHouseResource
+
+    with ClickHouseResource(dsn=dsn[1]).get_client() as client:
+        assert not client.query("SELECT name FROM system.databases WHERE name = 'g'").result_rows
