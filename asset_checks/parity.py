@@ -165,7 +165,8 @@ def parity_sql(loaded: LoadedProject, target: ObjectRef, window: PartitionWindow
 
 
 def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: ObjectRef,
-                         window: PartitionWindow | None, *, now: datetime | None = None) -> ParityResult:  # fmt: skip
+                         window: PartitionWindow | None, *, now: datetime | None = None,
+                         live: ObjectRef | None = None) -> ParityResult:  # fmt: skip
     """Compare one target partition with what its MVs' own SELECT yields over the same source window.
 
     Args:
@@ -174,6 +175,7 @@ def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: Obje
         target_ref: The MV target.
         window: The partition (None: the whole table).
         now: The current time (naive UTC) for the grace period; default: the clock.
+        live: The table to compare instead of the target's own (a new version built beside it).
 
     Returns:
         The figures; a missing object or a failing query is reported in the result, never raised.
@@ -191,7 +193,7 @@ def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: Obje
     assert table is not None
     sql = ""
     try:
-        live = live_table(client, loaded.project, target_ref)
+        live = live or live_table(client, loaded.project, target_ref)
         sql = parity_sql(loaded, target_ref, window, live)
         rows = {row[0]: row[1:] for row in client.query(sql).result_rows}
     except (ClickHouseError, ChmvError) as err:  # a failing recompute is a parity failure with its reason

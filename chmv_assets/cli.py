@@ -39,9 +39,12 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--allow-drop", action="store_true",
                       help="plan drops of objects and columns the DDL no longer has (else they are notes)")
 
-    apply = sub.add_parser("apply", help="create what is missing, in dependency order")
+    apply = sub.add_parser("apply", help="make the plan's changes with zero gap: creations, ALTERs, MODIFY QUERY, "
+                                         "new versions swapped in, history re-derived", epilog=PLAN_EXIT_CODES,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     ddl_args(apply)
     apply.add_argument("--dsn", help="http(s)://… or chdb:///path (default: the embedded engine)")
+    apply.add_argument("--allow-drop", action="store_true", help="drop objects and columns the DDL no longer has")
 
     rebuild = sub.add_parser("rebuild", help="rebuild partitions of a target through the planner (or --dry-run it)")
     ddl_args(rebuild)
@@ -108,12 +111,9 @@ def _run(args: argparse.Namespace) -> int:
         return _rebuild(args, loaded, resource)
     if args.command == "plan":
         return _plan(args, loaded, resource)
+    if args.command == "apply":
+        return _apply(args, loaded, resource)
     with resource.get_client() as client:
-        if args.command == "apply":
-            from chmv_assets.engine.lifecycle_planner import plan_lifecycle
-            from chmv_assets.engine.preflight import preflight
-
-            preflight(client, loaded, plan_lifecycle(client, loaded), log=print)  # before anything is touched
         result = apply(client, loaded.project, log=print)
         print(f"apply: {len(result.created)} created, {len(result.existing)} already there")
         if args.command == "load-demo":
@@ -146,6 +146,39 @@ def _plan(args: argparse.Namespace, loaded, resource) -> int:
     else:
         print(plan.describe(markdown=args.format == "markdown"))
     return plan.exit_code
+
+
+def _apply(args: argparse.Namespace, loaded, resource) -> int:
+    """``chmv apply``: plan, preflight (nothing is touched if the server refuses a statement), then the changes."""
+    from asset_checks.parity import parity_for_partition
+    from chmv_assets.engine.landing import landing_dir
+    from chmv_assets.engine.lifecycle import Action
+    from chmv_assets.engine.lifecycle_apply import apply_plan
+    from chmv_assets.engine.lifecycle_planner import plan_lifecycle
+    from chmv_assets.engine.preflight import preflight
+
+    root = landing_dir(loaded)
+    with resource.get_client() as client:
+        plan = plan_lifecycle(client, loaded, allow_drop=args.allow_drop, root=root)
+        preflight(client, loaded, plan, log=print)
+    if plan.has_changes:
+        print(plan.describe())
+
+    def parity(client, target, live, window):
+        return parity_for_partition(client, loaded, target, window, live=live)
+
+    def stage(*args, **kwargs) -> None:  # Spark starts only if a partition is read from the landing zone
+        from spark.session import get_spark_session
+        from spark.staging import SparkStager
+
+        SparkStager(get_spark_session)(*args, **kwargs)
+
+    apply_plan(resource, loaded, plan, parity=parity, stager=stage, root=root, log=print)
+    project = loaded.project
+    objects = len(project.databases) + len(project.tables) + len(project.dictionaries) + len(project.views)
+    created = sum(c.action in (Action.CREATE, Action.CREATE_DATABASE) for c in plan.changes)
+    print(f"apply: {created} created, {objects - created} already there")
+    return 0
 
 
 def _rebuild(args: argparse.Namespace, loaded, resource) -> int:

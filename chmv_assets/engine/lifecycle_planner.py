@@ -539,3 +539,35 @@ def _as_datetime(value) -> datetime | None:
     if isinstance(value, datetime):
         return value.replace(tzinfo=None)
     return datetime(value.year, value.month, value.day)
+
+
+def root_sources(loaded: LoadedProject, target: ObjectRef) -> set[ObjectRef]:
+    """Every table whose inserts reach ``target`` through MVs: its triggers, and theirs up a chain.
+
+    Holding these tables' write gates stops every insert that could change ``target`` (an upstream target is
+    written only by MVs fired from inserts into its own sources).
+    """
+    project, found, queue = loaded.project, set(), [target]
+    targets = set(project.targets)
+    while queue:
+        for source in triggers_of(project, queue.pop()):
+            if source not in found:
+                found.add(source)
+                if source in targets:
+                    queue.append(source)
+    return found
+
+
+def rederive_now(client: Client, loaded: LoadedProject, target: ObjectRef, *, writes: ObjectRef | None = None,
+                 new_version: bool = False, allow_drop: bool = False, root: Path | None = None) -> Rederive | None:  # fmt: skip
+    """The re-derivation of ``target`` planned from the server as it is now (``chmv apply`` re-plans each one when
+    it starts it, after the new SELECT receives the new rows, so partitions that appeared since ``chmv plan`` count).
+
+    Args:
+        writes: The table the rebuilt partitions go to (a new version beside the target); default the target.
+        new_version: Partitions the sources cannot re-derive are lost by the swap (else they are kept).
+    """
+    databases = project_databases(loaded)
+    live = read_live(client, {target.database})
+    state = ServerState(frozenset(databases), live, parts=read_parts(client, databases))
+    return _Planner(client, loaded, state, allow_drop, root)._rederive(target, writes, new_version=new_version)
