@@ -196,7 +196,7 @@ def parity_sql(loaded: LoadedProject, target: ObjectRef, window: PartitionWindow
 
 def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: ObjectRef,
                          window: PartitionWindow | None, *, now: datetime | None = None,
-                         root: Path | None = None) -> ParityResult:  # fmt: skip
+                         root: Path | None = None, live: ObjectRef | None = None) -> ParityResult:  # fmt: skip
     """Compare one target partition with what its MVs' own SELECT yields over the same source window.
 
     Where the source no longer holds the partition, the recompute reads the landing zone as a rebuild
@@ -209,6 +209,7 @@ def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: Obje
         window: The partition (None: the whole table).
         now: The current time (naive UTC) for the grace period; default: the clock.
         root: The landing zone; default: the configured one (``landing.landing_dir``).
+        live: The table to compare instead of the target's own (a new version built beside it).
 
     Returns:
         The figures; a missing object or a failing query is reported in the result, never raised.
@@ -226,7 +227,7 @@ def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: Obje
     assert table is not None
     sql = ""
     try:
-        live = live_table(client, loaded.project, target_ref)
+        live = live or live_table(client, loaded.project, target_ref)
         truth = _truth(client, loaded, target_ref, window, live, root if root is not None else landing.landing_dir(loaded))
         if isinstance(truth, str):
             return ParityResult(target_ref.fqn, partition, tolerance=config.tolerance, in_grace=in_grace,

@@ -1,12 +1,20 @@
-"""The ``chmv`` command: lineage, apply, and loading the example data."""
+"""The ``chmv`` command: lineage, plan, apply, rebuild, and loading the example data."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 
 from chmv_assets.errors import ChmvError, DDLError
+
+PLAN_EXIT_CODES = """exit codes (for CI):
+  0  no changes: the server matches the DDL directory
+  3  changes pending (printed in order; `chmv apply` makes them)
+  2  invalid DDL: a parse error, a refused statement (POPULATE, OR REPLACE MV), or the server's
+     preflight refused a statement; nothing was changed
+  1  any other error (the server unreachable, the embedded engine busy)"""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,9 +30,21 @@ def _parser() -> argparse.ArgumentParser:
     lineage.add_argument("--format", choices=("json", "mermaid", "dot"), default="json")
     lineage.add_argument("--impact", metavar="DB.TABLE", help="print only what is downstream of this object")
 
-    apply = sub.add_parser("apply", help="create what is missing, in dependency order")
+    plan = sub.add_parser("plan", help="diff the DDL directory against the server and print the ordered plan; "
+                                       "nothing is changed", epilog=PLAN_EXIT_CODES,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ddl_args(plan)
+    plan.add_argument("--dsn", help="http(s)://… or chdb:///path (default: the embedded engine)")
+    plan.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    plan.add_argument("--allow-drop", action="store_true",
+                      help="plan drops of objects and columns the DDL no longer has (else they are notes)")
+
+    apply = sub.add_parser("apply", help="make the plan's changes with zero gap: creations, ALTERs, MODIFY QUERY, "
+                                         "new versions swapped in, history re-derived", epilog=PLAN_EXIT_CODES,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     ddl_args(apply)
     apply.add_argument("--dsn", help="http(s)://… or chdb:///path (default: the embedded engine)")
+    apply.add_argument("--allow-drop", action="store_true", help="drop objects and columns the DDL no longer has")
 
     rebuild = sub.add_parser("rebuild", help="rebuild partitions of a target through the planner (or --dry-run it)")
     ddl_args(rebuild)
@@ -49,14 +69,24 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (2 for invalid DDL, 1 for other failures)."""
+    from clickhouse_connect.driver.exceptions import ClickHouseError
+
     args = _parser().parse_args(argv)
     try:
         return _run(args)
     except DDLError as err:
         print(str(err), file=sys.stderr)
+        if getattr(args, "format", None) == "json" and args.command == "plan":
+            problems = [{"file": p.file, "line": p.line, "column": p.column, "message": p.message, "fix": p.hint}
+                        for p in err.problems]  # fmt: skip
+            print(json.dumps({"status": "invalid", "exit_code": 2, "problems": problems}, indent=2))
         return 2
     except ChmvError as err:
         print(f"chmv: {err}", file=sys.stderr)
+        return 1
+    except ClickHouseError as err:
+        print(f"chmv: the server failed: {str(err).strip().splitlines()[0] if str(err).strip() else err}",
+              file=sys.stderr)  # fmt: skip
         return 1
 
 
@@ -82,6 +112,10 @@ def _run(args: argparse.Namespace) -> int:
     resource = ClickHouseResource(dsn=args.dsn)
     if args.command == "rebuild":
         return _rebuild(args, loaded, resource)
+    if args.command == "plan":
+        return _plan(args, loaded, resource)
+    if args.command == "apply":
+        return _apply(args, loaded, resource)
     with resource.get_client() as client:
         result = apply(client, loaded.project, log=print)
         print(f"apply: {len(result.created)} created, {len(result.existing)} already there")
@@ -98,6 +132,55 @@ def _run(args: argparse.Namespace) -> int:
             if args.landing_dir:
                 files = demo_data.write_landing_zone(args.landing_dir, tables)
                 print(f"load-demo: {len(files)} Parquet files in {args.landing_dir}")
+    return 0
+
+
+def _plan(args: argparse.Namespace, loaded, resource) -> int:
+    """``chmv plan``: the lifecycle plan, printed; the exit code says whether changes are pending."""
+    from chmv_assets.engine.landing import landing_dir
+    from chmv_assets.engine.lifecycle_planner import plan_lifecycle
+    from chmv_assets.engine.preflight import preflight
+
+    with resource.get_client() as client:
+        plan = plan_lifecycle(client, loaded, allow_drop=args.allow_drop, root=landing_dir(loaded))
+        preflight(client, loaded, plan)
+    if args.format == "json":
+        print(plan.to_json())
+    else:
+        print(plan.describe(markdown=args.format == "markdown"))
+    return plan.exit_code
+
+
+def _apply(args: argparse.Namespace, loaded, resource) -> int:
+    """``chmv apply``: plan, preflight (nothing is touched if the server refuses a statement), then the changes."""
+    from asset_checks.parity import parity_for_partition
+    from chmv_assets.engine.landing import landing_dir
+    from chmv_assets.engine.lifecycle import Action
+    from chmv_assets.engine.lifecycle_apply import apply_plan
+    from chmv_assets.engine.lifecycle_planner import plan_lifecycle
+    from chmv_assets.engine.preflight import preflight
+
+    root = landing_dir(loaded)
+    with resource.get_client() as client:
+        plan = plan_lifecycle(client, loaded, allow_drop=args.allow_drop, root=root)
+        preflight(client, loaded, plan, log=print)
+    if plan.has_changes:
+        print(plan.describe())
+
+    def parity(client, target, live, window):
+        return parity_for_partition(client, loaded, target, window, live=live)
+
+    def stage(*args, **kwargs) -> None:  # Spark starts only if a partition is read from the landing zone
+        from spark.session import get_spark_session
+        from spark.staging import SparkStager
+
+        SparkStager(get_spark_session)(*args, **kwargs)
+
+    apply_plan(resource, loaded, plan, parity=parity, stager=stage, root=root, log=print)
+    project = loaded.project
+    objects = len(project.databases) + len(project.tables) + len(project.dictionaries) + len(project.views)
+    created = sum(c.action in (Action.CREATE, Action.CREATE_DATABASE) for c in plan.changes)
+    print(f"apply: {created} created, {objects - created} already there")
     return 0
 
 

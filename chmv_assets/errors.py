@@ -36,11 +36,18 @@ class DDLProblem:
 class DDLError(ChmvError):
     """The DDL directory is invalid; carries every problem found, not only the first."""
 
-    def __init__(self, problems: Iterable[DDLProblem]):
+    def __init__(self, problems: Iterable[DDLProblem], where: str = "in the DDL directory; nothing was deployed"):
         self.problems: tuple[DDLProblem, ...] = tuple(problems)
         count = len(self.problems)
-        header = f"{count} problem{'s' if count != 1 else ''} in the DDL directory; nothing was deployed"
+        header = f"{count} problem{'s' if count != 1 else ''} {where}"
         super().__init__("\n".join([header, *(str(p) for p in self.problems)]))
+
+
+class PreflightError(DDLError):
+    """The server refused statements of the DDL in the preflight (a scratch database); nothing live was changed."""
+
+    def __init__(self, problems: Iterable[DDLProblem]):
+        super().__init__(problems, "found by the server's preflight (in a scratch database); nothing was changed")
 
 
 class EngineBusyError(ChmvError):

@@ -115,6 +115,8 @@ class Column(_Frozen):
     default_kind: str | None = None
     default_expression: str | None = None
     comment: str | None = None
+    definition: str | None = None
+    """The column definition exactly as written (``a UInt32 DEFAULT 0 COMMENT 'x'``): what ``ADD COLUMN`` runs."""
 
     @property
     def data_type(self) -> ClickHouseType:
@@ -239,6 +241,7 @@ class Table(_Frozen):
     description: str | None = None
     statement: str
     location: SourceLocation
+    name_span: Span | None = Field(default=None, description="Span of the table's name in ``statement``.")
 
     def column(self, name: str) -> Column | None:
         """The column called ``name``, or None."""
@@ -264,6 +267,7 @@ class Dictionary(_Frozen):
     description: str | None = None
     statement: str
     location: SourceLocation
+    name_span: Span | None = Field(default=None, description="Span of the dictionary's name in ``statement``.")
 
 
 class SourceRole(StrEnum):
@@ -356,6 +360,14 @@ class MaterializedView(_Frozen):
     description: str | None = None
     statement: str
     location: SourceLocation
+    or_replace: bool = False
+    name_span: Span | None = Field(default=None, description="Span of the MV's name in ``statement``.")
+    target_span: Span | None = Field(default=None, description="Span of the TO target's name in ``statement``.")
+
+    @property
+    def select_offset(self) -> int:
+        """Where ``select_sql`` starts in ``statement`` (source spans are relative to ``select_sql``)."""
+        return len(self.statement) - len(self.select_sql)
 
     @property
     def writes_to(self) -> ObjectRef:

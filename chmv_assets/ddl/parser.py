@@ -39,6 +39,7 @@ from chmv_assets.ddl.sql_text import (
     _DIALECT,
     Statement,
     clauses,
+    item_end,
     line_col,
     select_start,
     split_statements,
@@ -247,6 +248,16 @@ def _table_ref(table: exp.Table, default_database: str) -> ObjectRef:
     return ObjectRef(database=table.db or default_database, name=table.name)
 
 
+def _name_span(table: exp.Expression | None) -> Span | None:
+    """Span of a (possibly qualified) table name as written, ``db.name`` or ``name``, quotes included."""
+    if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
+        return None
+    first = table.args["db"] if table.args.get("db") is not None else table.this
+    if "start" not in first.meta or "end" not in table.this.meta:
+        return None
+    return Span(start=first.meta["start"], end=table.this.meta["end"] + 1)
+
+
 def _parse_statement(located: _Located, ctx: _Context) -> Table | Dictionary | MaterializedView | Database | None:
     stmt = located.statement
     text, populate = stmt.text, False
@@ -300,13 +311,18 @@ def _parse_statement(located: _Located, ctx: _Context) -> Table | Dictionary | M
     return None
 
 
-def _columns(schema: exp.Expression | None) -> tuple[Column, ...]:
+def _columns(schema: exp.Expression | None, text: str = "", tokens=None) -> tuple[Column, ...]:
+    """The column definitions of a schema; with the statement's ``text`` and ``tokens``, each one verbatim too."""
     if not isinstance(schema, exp.Schema):
         return ()
     columns = []
     for col in schema.expressions:
         if not isinstance(col, exp.ColumnDef):
             continue
+        definition = None
+        start = col.this.meta.get("start") if isinstance(col.this, exp.Identifier) else None
+        if tokens is not None and start is not None:
+            definition = text[start : item_end(tokens, start)]
         default_kind = default_expr = comment = None
         for constraint in col.args.get("constraints") or []:
             kind = constraint.args.get("kind")
@@ -319,8 +335,8 @@ def _columns(schema: exp.Expression | None) -> tuple[Column, ...]:
                 comment = kind.this.name
         col_type = col.args.get("kind")
         type_sql = to_sql(col_type) if col_type else ""
-        columns.append(Column(name=col.name, type=SPELLING.get(type_sql, type_sql),
-                              default_kind=default_kind, default_expression=default_expr, comment=comment))  # fmt: skip
+        columns.append(Column(name=col.name, type=SPELLING.get(type_sql, type_sql), default_kind=default_kind,
+                              default_expression=default_expr, comment=comment, definition=definition))  # fmt: skip
     return tuple(columns)
 
 
@@ -378,7 +394,8 @@ def _settings(prop: exp.SettingsProperty | None) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def _table_properties(node: exp.Create, located: _Located, ref: ObjectRef, columns, description, tokens) -> Table:
+def _table_properties(node: exp.Create, located: _Located, ref: ObjectRef, columns, description, tokens,
+                      name_span: Span | None = None) -> Table:  # fmt: skip
     text = located.statement.text
     spans = clauses(tokens)
 
@@ -410,6 +427,7 @@ def _table_properties(node: exp.Create, located: _Located, ref: ObjectRef, colum
         description=(comment.this.name if comment is not None else None) or description,
         statement=text,
         location=located.location(),
+        name_span=name_span,
     )
 
 
@@ -417,7 +435,8 @@ def _parse_table(node: exp.Create, located: _Located, ctx: _Context, description
     schema = node.this
     target = schema.this if isinstance(schema, exp.Schema) else schema
     ref = _table_ref(target, ctx.default_database)
-    return _table_properties(node, located, ref, _columns(schema), description, tokens)
+    columns = _columns(schema, located.statement.text, tokens)
+    return _table_properties(node, located, ref, columns, description, tokens, _name_span(target))
 
 
 def _text(value: exp.Expression | str | None) -> str:
@@ -440,7 +459,8 @@ def _parse_dictionary(node: exp.Create, located: _Located, ctx: _Context, descri
     key = node.find(exp.PrimaryKey)
     return Dictionary(ref=ref, columns=_columns(schema), source_table=source_table,
                       primary_key=", ".join(to_sql(e) for e in key.expressions) if key else None,
-                      description=description, statement=located.statement.text, location=located.location())  # fmt: skip
+                      description=description, statement=located.statement.text, location=located.location(),
+                      name_span=_name_span(schema.this))  # fmt: skip
 
 
 def _parse_view(node: exp.Create, located: _Located, ctx: _Context, description: str | None,
@@ -462,7 +482,7 @@ def _parse_view(node: exp.Create, located: _Located, ctx: _Context, description:
     analysis = _analyze_select(query, ctx.default_database, start)
     inner_table = None
     if target is None:
-        inner_columns = _columns(schema) or tuple(Column(name=c.name, type="") for c in analysis.outputs)
+        inner_columns = _columns(schema, stmt.text, tokens) or tuple(Column(name=c.name, type="") for c in analysis.outputs)
         inner_table = _table_properties(node, located, ref, inner_columns, description, tokens)
     select_sql = stmt.text[start:]
     return MaterializedView(
@@ -487,6 +507,9 @@ def _parse_view(node: exp.Create, located: _Located, ctx: _Context, description:
         description=description,
         statement=stmt.text,
         location=located.location(),
+        or_replace=bool(node.args.get("replace")),
+        name_span=_name_span(view_table),
+        target_span=_name_span(to.this) if to is not None else None,
     )
 
 

@@ -182,3 +182,25 @@ def select_start(tokens: list[Token]) -> int | None:
             if nxt.token_type in (TokenType.SELECT, TokenType.WITH, TokenType.L_PAREN):
                 return nxt.start
     return None
+
+
+def item_end(tokens: list[Token], start: int) -> int:
+    """End offset ``[start, end)`` of the list item starting at character ``start``: up to its depth-0 comma or ``)``.
+
+    For the items of a parenthesized list (a column definition inside ``CREATE TABLE t (…)``), verbatim.
+    """
+    depth, end = 0, start
+    for token in tokens:
+        if token.start < start:
+            continue
+        kind = token.token_type
+        if kind in _OPEN:
+            depth += 1
+        elif kind in _CLOSE:
+            if depth == 0:
+                break
+            depth -= 1
+        elif kind == TokenType.COMMA and depth == 0:
+            break
+        end = token.end + 1
+    return end

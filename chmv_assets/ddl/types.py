@@ -192,3 +192,61 @@ def _opaque(text: str) -> ClickHouseType:
         base += char
     return ClickHouseType(sql=text, canonical="".join(text.split()), base=base, nullable=nullable,
                           low_cardinality=low_cardinality, known=False)  # fmt: skip
+
+
+def _int_bits(t: ClickHouseType) -> tuple[bool, int] | None:
+    """``(unsigned, bits)`` of an integer type, None otherwise."""
+    if not t.is_integer:
+        return None
+    unsigned = t.base.startswith("U")
+    return unsigned, int(t.base.removeprefix("U")[3:])
+
+
+def converts_in_place(old_sql: str, new_sql: str) -> bool:
+    """Whether ``ALTER TABLE … MODIFY COLUMN`` from ``old_sql`` to ``new_sql`` keeps every value exactly.
+
+    True for the same type, a wider integer that holds every old value (``UInt32`` → ``UInt64``/``Int64``),
+    ``Float32`` → ``Float64``, ``FixedString(N)`` → ``String``, ``Date`` → ``Date32``, ``DateTime`` →
+    ``DateTime64``, adding ``Nullable``, and adding or removing ``LowCardinality``. Anything else (a narrower
+    or a different type, a changed aggregate state) is rebuilt as a new version of the table instead.
+    """
+    old, new = parse_type(old_sql), parse_type(new_sql)
+    if old.canonical == new.canonical:
+        return True
+    if old.aggregate is not None or new.aggregate is not None:
+        return False
+    if old.nullable and not new.nullable:
+        return False
+    if old.base == new.base:
+        # Only wrappers changed (Nullable added, LowCardinality added or removed), or parameters of one base.
+        same_params = _unwrapped(old.canonical) == _unwrapped(new.canonical)
+        return same_params or (old.base == "DateTime64" and _precision_grows(old.canonical, new.canonical))
+    old_int, new_int = _int_bits(old), _int_bits(new)
+    if old_int and new_int:
+        (old_unsigned, old_bits), (new_unsigned, new_bits) = old_int, new_int
+        if old_unsigned == new_unsigned:
+            return new_bits > old_bits
+        return old_unsigned and new_bits > old_bits  # UInt32 fits in Int64, Int32 never fits in a UInt
+    pairs = {("Float32", "Float64"), ("FixedString", "String"), ("Date", "Date32"), ("DateTime", "DateTime64")}
+    return (old.base, new.base) in pairs
+
+
+def _unwrapped(canonical: str) -> str:
+    text = canonical
+    for wrapper in ("LowCardinality(", "Nullable("):
+        while text.startswith(wrapper) and text.endswith(")"):
+            text = text[len(wrapper) : -1]
+    return text
+
+
+def _precision_grows(old: str, new: str) -> bool:
+    def precision(text: str) -> tuple[int, str]:
+        inner = _unwrapped(text).removeprefix("DateTime64(").rstrip(")")
+        digits, _, zone = inner.partition(",")
+        return int(digits.strip() or 3), zone.strip()
+
+    try:
+        (old_p, old_zone), (new_p, new_zone) = precision(old), precision(new)
+    except ValueError:
+        return False
+    return new_p >= old_p and old_zone == new_zone

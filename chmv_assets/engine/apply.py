@@ -9,6 +9,8 @@ from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.lineage import LineageGraph
 from chmv_assets.ddl.models import Project
+from chmv_assets.engine.guardrails import check_statement, refused_views
+from chmv_assets.errors import DDLError
 from chmv_assets.sql.meta import META_DDL
 
 
@@ -43,19 +45,26 @@ def apply(client: Client, project: Project, log: Callable[[str], None] | None = 
     """Create every database, table, dictionary and MV of the project that does not exist yet.
 
     Existing objects are left as they are (drift is reported by the drift check, not overwritten).
+
+    Raises:
+        DDLError: An MV to create has POPULATE or OR REPLACE (refused with the reason and the alternative);
+            nothing is created.
     """
     say = log or (lambda _msg: None)
     result = ApplyResult()
-    for sql in META_DDL:
-        client.command(sql)
     databases = {row[0] for row in client.query("SELECT name FROM system.databases").result_rows}
     objects = {f"{d}.{n}" for d, n in client.query("SELECT database, name FROM system.tables").result_rows}
+    refused = refused_views(v for r, v in project.views.items() if r.fqn not in objects)
+    if refused:
+        raise DDLError(refused)
+    for sql in META_DDL:
+        client.command(sql)
     for name, statement in deployment_order(project):
         exists = name in databases if "." not in name else name in objects
         if exists:
             result.existing.append(name)
             continue
-        client.command(statement)
+        client.command(check_statement(statement))
         say(f"created {name}")
         result.created.append(name)
         (databases if "." not in name else objects).add(name)

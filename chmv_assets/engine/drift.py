@@ -2,10 +2,12 @@
 
 Three queries for any number of targets: objects, columns, and the server's own formatting of every
 MV SELECT (``formatQuery``), so a SELECT that differs only in whitespace or keyword case is no drift.
+:func:`read_live` and :func:`format_queries` are also what the lifecycle planner
+(:mod:`chmv_assets.engine.lifecycle`) reads the server with.
 """
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from clickhouse_connect.driver.client import Client
@@ -43,6 +45,67 @@ def normalize_type(type_sql: str) -> str:
     return canonical_type(type_sql)
 
 
+@dataclass(frozen=True)
+class LiveObject:
+    """One object on the server, as ``system.tables`` and ``system.columns`` describe it.
+
+    Attributes:
+        ref: ``database.name``.
+        engine: ``MergeTree``, ``MaterializedView``, ``Dictionary`` …
+        create_query: The server's ``create_table_query`` (its own formatting, one line).
+        select: The server's formatting of an MV's SELECT (``formatQuery(as_select)``), empty otherwise.
+        columns: ``(name, type)`` in table order.
+        target: An MV's TO table (or its inner table), None otherwise.
+        comment: The table comment.
+    """
+
+    ref: ObjectRef
+    engine: str
+    create_query: str = ""
+    select: str = ""
+    columns: tuple[tuple[str, str], ...] = ()
+    target: ObjectRef | None = None
+    comment: str = ""
+
+    def column_types(self) -> dict[str, str]:
+        return dict(self.columns)
+
+
+def read_live(client: Client, databases: Iterable[str]) -> dict[ObjectRef, LiveObject]:
+    """Every object of ``databases`` on the server, in two queries (``system.tables``, ``system.columns``)."""
+    databases = sorted(set(databases))
+    if not databases:
+        return {}
+    columns: dict[ObjectRef, list[tuple[str, str]]] = {}
+    for d, t, name, type_ in client.query(
+        "SELECT database, table, name, type FROM system.columns WHERE database IN {dbs:Array(String)} "
+        "ORDER BY database, table, position",
+        parameters={"dbs": databases},
+    ).result_rows:
+        columns.setdefault(ObjectRef(database=d, name=t), []).append((name, type_))
+    live = {}
+    for d, n, engine, query, formatted, target_db, target_name, comment in client.query(
+        "SELECT database, name, engine, create_table_query, formatQueryOrNull(as_select), target_database, "
+        "target_table, comment FROM system.tables WHERE database IN {dbs:Array(String)}",
+        parameters={"dbs": databases},
+    ).result_rows:
+        ref = ObjectRef(database=d, name=n)
+        target = ObjectRef(database=target_db, name=target_name) if target_name else None
+        live[ref] = LiveObject(ref, engine, query or "", formatted or "", tuple(columns.get(ref, ())), target,
+                               comment or "")  # fmt: skip
+    return live
+
+
+def format_queries(client: Client, queries: Sequence[str], *, single_line: bool = False) -> list[str | None]:
+    """The server's own formatting of each query (None where it does not parse), in one round trip."""
+    if not queries:
+        return []
+    function = "formatQuerySingleLineOrNull" if single_line else "formatQueryOrNull"
+    return list(client.query(
+        f"SELECT arrayMap(q -> {function}(q), {{queries:Array(String)}})", parameters={"queries": list(queries)}
+    ).result_rows[0][0])  # fmt: skip
+
+
 def drift_report(client: Client, project: Project, targets: Iterable[ObjectRef]) -> dict[ObjectRef, list[DriftItem]]:
     """Per target, the drift of the target, the MVs writing it and the tables they read.
 
@@ -54,35 +117,25 @@ def drift_report(client: Client, project: Project, targets: Iterable[ObjectRef])
     targets = list(targets)
     by_target = {t: involved_objects_of(project, t) for t in targets}
     objects = {o for objs in by_target.values() for o in objs}
-    databases = sorted({o.database for o in objects})
-    if not databases:
+    live = read_live(client, {o.database for o in objects})
+    if not objects:
         return {t: [] for t in targets}
-    live_objects = {
-        ObjectRef(database=d, name=n): (engine, query or "", formatted or "")
-        for d, n, engine, query, formatted in client.query(
-            "SELECT database, name, engine, create_table_query, formatQueryOrNull(as_select) FROM system.tables "
-            "WHERE database IN {dbs:Array(String)}",
-            parameters={"dbs": databases},
-        ).result_rows
-    }
-    live_columns: dict[ObjectRef, dict[str, str]] = {}
-    for d, t, name, type_ in client.query(
-        "SELECT database, table, name, type FROM system.columns WHERE database IN {dbs:Array(String)}",
-        parameters={"dbs": databases},
-    ).result_rows:
-        live_columns.setdefault(ObjectRef(database=d, name=t), {})[name] = type_
-    views = [project.views[o] for o in sorted(objects, key=str) if o in project.views and o in live_objects]
-    repo_selects: dict[ObjectRef, str] = {}
-    if views:
-        formatted = client.query(
-            "SELECT arrayMap(q -> formatQueryOrNull(q), {selects:Array(String)})",
-            parameters={"selects": [v.select_sql for v in views]},
-        ).result_rows[0][0]
-        repo_selects = {v.ref: f or v.select_sql for v, f in zip(views, formatted, strict=True)}
-    cache: dict[ObjectRef, list[DriftItem]] = {}
-    for obj in objects:
-        cache[obj] = _object_drift(project, obj, live_objects.get(obj), live_columns.get(obj, {}), repo_selects.get(obj))
+    views = [project.views[o] for o in sorted(objects, key=str) if o in project.views and o in live]
+    formatted = format_queries(client, [v.select_sql for v in views])
+    repo_selects = {v.ref: f or v.select_sql for v, f in zip(views, formatted, strict=True)}
+    cache = {obj: _object_drift(project, obj, live.get(obj), repo_selects.get(obj)) for obj in objects}
     return {t: [item for o in by_target[t] for item in cache[o]] for t in targets}
+
+
+def select_changed(repo_select: str | None, live_select: str) -> bool:
+    """The server's formatting of the repo SELECT differs from the live one (whitespace and a ``;`` aside)."""
+    return repo_select is not None and bool(live_select) and _canon(repo_select) != _canon(live_select)
+
+
+def select_diff(repo_select: str, live_select: str) -> str:
+    """A unified diff of two formatted SELECTs, live → repo."""
+    return "\n".join(difflib.unified_diff(live_select.splitlines(), repo_select.splitlines(), "live", "repo",
+                                          lineterm=""))  # fmt: skip
 
 
 def involved_objects_of(project: Project, target: ObjectRef) -> list[ObjectRef]:
@@ -94,25 +147,24 @@ def involved_objects_of(project: Project, target: ObjectRef) -> list[ObjectRef]:
     return list(dict.fromkeys(objects))
 
 
-def _object_drift(project: Project, obj: ObjectRef, live: tuple[str, str, str] | None,
-                  columns: dict[str, str], repo_select: str | None) -> list[DriftItem]:  # fmt: skip
+def _object_drift(project: Project, obj: ObjectRef, live: LiveObject | None, repo_select: str | None) -> list[DriftItem]:
     if live is None:
         kind = "view" if obj in project.views else "dictionary" if obj in project.dictionaries else "table"
         return [DriftItem(obj.fqn, "missing_object", repo=f"{kind} defined in the DDL", live="does not exist")]
     items: list[DriftItem] = []
-    engine, create_query, live_select = live
     view = project.views.get(obj)
-    if view is not None and engine == "MaterializedView":
-        if repo_select is not None and live_select and _canon(repo_select) != _canon(live_select):
-            diff = "\n".join(difflib.unified_diff(live_select.splitlines(), repo_select.splitlines(),
-                                                  "live", "repo", lineterm=""))  # fmt: skip
+    if view is not None and live.engine == "MaterializedView":
+        if repo_select is not None and select_changed(repo_select, live.select):
             items.append(DriftItem(obj.fqn, "select_changed", repo=_one_line(repo_select),
-                                   live=_one_line(live_select), diff=diff))  # fmt: skip
-        live_view = _live_view(create_query, obj)
-        if view.target is not None and live_view is not None and live_view.target != view.target:
-            live_target = live_view.target.fqn if live_view.target is not None else "(inner table)"
-            items.append(DriftItem(obj.fqn, "target_changed", repo=view.target.fqn, live=live_target))
+                                   live=_one_line(live.select), diff=select_diff(repo_select, live.select)))  # fmt: skip
+        live_target = live.target
+        if live_target is None:
+            live_view = _live_view(live.create_query, obj)
+            live_target = live_view.target if live_view is not None else None
+        if view.target is not None and live_target is not None and live_target != view.target:
+            items.append(DriftItem(obj.fqn, "target_changed", repo=view.target.fqn, live=live_target.fqn))
         return items
+    columns = live.column_types()
     repo_columns: tuple[Column, ...] = ()
     table = project.table(obj)
     if table is not None:

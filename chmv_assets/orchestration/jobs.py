@@ -1,24 +1,50 @@
-"""Jobs of the code location: deploy the DDL (``chmv apply`` from the UI)."""
+"""Jobs of the code location: deploy the DDL (``chmv apply`` from the UI), showing the plan first."""
 
+from dagster import Failure, In, JobDefinition, MetadataValue, Nothing, OpExecutionContext, Out, Output, job, op
 
-from dagster import JobDefinition, OpExecutionContext, job, op
-
+from asset_checks.parity import parity_for_partition
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.engine.apply import apply
+from chmv_assets.engine.landing import landing_dir
+from chmv_assets.engine.lifecycle_apply import LifecycleError, apply_plan
+from chmv_assets.engine.lifecycle_planner import plan_lifecycle
+from chmv_assets.engine.preflight import preflight
+from chmv_assets.errors import DDLError
 from resources.clickhouse import ClickHouseResource
+from spark.session import get_spark_session
+from spark.staging import SparkStager
 
 
 def build_jobs(loaded: LoadedProject) -> list[JobDefinition]:
-    """``chmv_apply``: create every missing database, table, dictionary and MV in dependency order."""
+    """``chmv_apply``: the lifecycle plan as markdown metadata, then the preflight, then the apply (``chmv apply``)."""
 
-    @op(name="apply_ddl", pool="clickhouse")
-    def apply_ddl(context: OpExecutionContext, clickhouse: ClickHouseResource) -> None:
+    @op(name="plan_ddl", pool="clickhouse", out=Out(Nothing))
+    def plan_ddl(context: OpExecutionContext, clickhouse: ClickHouseResource):
         with clickhouse.get_client() as client:
-            result = apply(client, loaded.project, log=context.log.info)
-        context.log.info(f"created {len(result.created)} objects, {len(result.existing)} already existed")
+            plan = plan_lifecycle(client, loaded, root=landing_dir(loaded))
+        context.log.info(plan.describe())
+        yield Output(None, metadata={"chmv/plan": MetadataValue.md(plan.describe(markdown=True)),
+                                     "chmv/changes": len(plan.changes), "chmv/summary": plan.summary()})  # fmt: skip
 
-    @job(name="chmv_apply", description="Create what is missing of the DDL directory, in dependency order.")
+    @op(name="apply_ddl", pool="clickhouse", ins={"planned": In(Nothing)}, out=Out(Nothing))
+    def apply_ddl(context: OpExecutionContext, clickhouse: ClickHouseResource):
+        root = landing_dir(loaded)
+        try:
+            with clickhouse.get_client() as client:
+                plan = plan_lifecycle(client, loaded, root=root)
+                preflight(client, loaded, plan, log=context.log.info)  # before anything live is touched
+            report = apply_plan(clickhouse, loaded, plan, parity=parity, stager=SparkStager(get_spark_session),
+                                root=root, log=context.log.info)  # fmt: skip
+        except (DDLError, LifecycleError) as err:  # the user's to fix: say what and where, no traceback
+            raise Failure(description=str(err), allow_retries=False) from None
+        return Output(None, metadata={"chmv/report": report.describe(),
+                                      "chmv/partitions_rederived": sum(report.partitions.values())})  # fmt: skip
+
+    def parity(client, target, live, window):
+        return parity_for_partition(client, loaded, target, window, live=live)
+
+    @job(name="chmv_apply", description="Show the lifecycle plan, check it in a scratch database, then apply it with "
+                                        "zero gap (creations, ALTERs, MODIFY QUERY, new versions, history re-derived).")  # fmt: skip
     def chmv_apply() -> None:
-        apply_ddl()
+        apply_ddl(planned=plan_ddl())
 
     return [chmv_apply]

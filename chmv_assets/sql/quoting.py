@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from clickhouse_connect.driver.binding import quote_identifier
+from clickhouse_connect.driver.binding import format_str, quote_identifier
 
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.models import ObjectRef
@@ -14,6 +14,11 @@ from chmv_assets.ddl.types import parse_type
 def quote(identifier: str) -> str:
     """Quote an identifier for ClickHouse with backticks, escaping as clickhouse-connect does."""
     return quote_identifier(identifier)
+
+
+def string_literal(value: str) -> str:
+    """A quoted ClickHouse string literal (``'it\\'s'``), escaped as clickhouse-connect binds strings."""
+    return format_str(value)
 
 
 def qualified(ref: ObjectRef) -> str:

@@ -135,3 +135,85 @@ def test_rebuild_bad_input_names_what_to_do(tmp_path):
     bad_key = chmv("rebuild", "--ddl-dir", str(EXAMPLE_DDL), "--target", "analytics.events_agg", "--partition",
                    "2026-08-03", *dsn)  # fmt: skip
     assert bad_key.returncode == 1 and "is not the start of a month partition" in bad_key.stderr
+
+
+def test_plan_prints_the_ordered_plan_with_an_exit_code_ci_can_branch_on(tmp_path):
+    from lifecycle_testing import CHANGED_FILTER, copy_ddl, edit
+
+    dsn = ["--dsn", f"chdb://{tmp_path / 'chdb'}"]
+    fresh = chmv("plan", "--ddl-dir", str(EXAMPLE_DDL), *dsn, "--format", "json")
+    assert fresh.returncode == 3, fresh.stderr  # everything is to be created
+    data = json.loads(fresh.stdout)
+    assert data["status"] == "changes" and data["exit_code"] == 3
+    assert [c["action"] for c in data["changes"][:2]] == ["create_database", "create"]
+    assert chmv("apply", "--ddl-dir", str(EXAMPLE_DDL), *dsn).returncode == 0
+    again = chmv("plan", "--ddl-dir", str(EXAMPLE_DDL), *dsn)
+    assert again.returncode == 0, again.stderr
+    assert "no changes: the server matches the DDL directory" in again.stdout
+
+    ddl = copy_ddl(tmp_path / "repo")
+    edit(ddl, *CHANGED_FILTER)
+    changed = chmv("plan", "--ddl-dir", str(ddl), *dsn)
+    assert changed.returncode == 3, changed.stderr
+    assert "~ analytics.errors_mv: MODIFY QUERY" in changed.stdout
+    assert "ALTER TABLE `analytics`.`errors_mv` MODIFY QUERY SELECT timestamp, level, payload" in changed.stdout
+    markdown = chmv("plan", "--ddl-dir", str(ddl), *dsn, "--format", "markdown")
+    assert markdown.returncode == 3 and markdown.stdout.startswith("**chmv plan** of ")
+
+    (ddl / "bad.sql").write_text("CREATE TABLE analytics.broken (x UInt64 ENGINE = MergeTree ORDER BY x;\n")
+    invalid = chmv("plan", "--ddl-dir", str(ddl), *dsn, "--format", "json")
+    assert invalid.returncode == 2 and "syntax error" in invalid.stderr
+    assert json.loads(invalid.stdout)["status"] == "invalid"
+    assert "exit codes (for CI)" in chmv("plan", "--help").stdout
+
+
+def test_apply_runs_the_preflight_first_an_mv_reading_a_missing_column_deploys_nothing(tmp_path):
+    # The case of issue 10: valid DDL (lineage passes) whose MV reads a column its source lacks. apply used to
+    # print a traceback and leave three tables created and no MV.
+    from lifecycle_testing import SHOP
+
+    ddl = tmp_path / "ddl"
+    ddl.mkdir()
+    (ddl / "shop.sql").write_text(SHOP)
+    assert chmv("lineage", "--ddl-dir", str(ddl)).returncode == 0
+    dsn = f"chdb://{tmp_path / 'chdb'}"
+    applied = chmv("apply", "--ddl-dir", str(ddl), "--dsn", dsn)
+    assert applied.returncode == 2, applied.stderr
+    assert "Traceback" not in applied.stderr and applied.stdout == ""
+    assert applied.stderr.startswith("1 problem found by the server's preflight (in a scratch database); nothing was changed")
+    assert f"{ddl / 'shop.sql'}:7:8: shop.by_customer_mv: the server refused it: Unknown expression identifier `customer_id`" in applied.stderr
+    assert "fix: the SELECT reads a column its source does not have" in applied.stderr
+    planned = chmv("plan", "--ddl-dir", str(ddl), "--dsn", dsn)
+    assert planned.returncode == 2 and "customer_id" in planned.stderr
+
+    from resources.clickhouse import ClickHouseResource
+
+    with ClickHouseResource(dsn=dsn).get_client() as client:
+        databases = {r[0] for r in client.query("SELECT name FROM system.databases").result_rows}
+    assert databases == {"default", "system", "information_schema", "INFORMATION_SCHEMA"}  # nothing was created
+
+
+def test_populate_and_or_replace_are_refused_with_the_reason_and_the_alternative(tmp_path):
+    ddl = tmp_path / "ddl"
+    ddl.mkdir()
+    (ddl / "a.sql").write_text(
+        "CREATE DATABASE IF NOT EXISTS g ENGINE = Atomic;\n"
+        "CREATE TABLE g.src (x UInt64) ENGINE = MergeTree ORDER BY x;\n"
+        "CREATE TABLE g.t (x UInt64) ENGINE = MergeTree ORDER BY x;\n"
+        "CREATE MATERIALIZED VIEW g.p ENGINE = MergeTree ORDER BY x POPULATE AS SELECT x FROM g.src;\n"
+        "CREATE OR REPLACE MATERIALIZED VIEW g.r TO g.t AS SELECT x FROM g.src;\n"
+    )
+    dsn = ["--dsn", f"chdb://{tmp_path / 'chdb'}"]
+    for command in ("plan", "apply"):
+        result = chmv(command, "--ddl-dir", str(ddl), *dsn)
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr
+        assert f"{ddl / 'a.sql'}:4:1: g.p: POPULATE is refused: " in result.stderr
+        assert "fix: remove POPULATE (and give the MV a TO table): chmv fills the target's history itself" in result.stderr
+        assert f"{ddl / 'a.sql'}:5:1: g.r: CREATE OR REPLACE MATERIALIZED VIEW is refused: " in result.stderr
+        assert "ClickHouse #108726" in result.stderr and "MODIFY QUERY" in result.stderr
+
+    from resources.clickhouse import ClickHouseResource
+
+    with ClickHouseResource(dsn=dsn[1]).get_client() as client:
+        assert not client.query("SELECT name FROM system.databases WHERE name = 'g'").result_rows

@@ -118,3 +118,20 @@ def test_parse_statement_reads_a_server_statement_and_reports_problems(tmp_path:
     loaded = load_project(tmp_path, default_database="d").tables[ObjectRef(database="d", name="t")]
     single = parse_statement((tmp_path / "a.sql").read_text(), default_database="d")
     assert loaded.model_dump(exclude={"location"}) == single.model_dump(exclude={"location"})
+
+
+def test_columns_keep_their_definition_verbatim_and_objects_their_name_spans() -> None:
+    t = table("""
+        CREATE TABLE IF NOT EXISTS d.`t x` (a UInt32 DEFAULT toStartOfHour(now()) COMMENT 'hi, (there)',
+            `b` Array(Tuple(Int8, String)) CODEC(ZSTD(1)), INDEX i a TYPE minmax GRANULARITY 1)
+        ENGINE = MergeTree ORDER BY a
+    """)
+    assert [c.definition for c in t.columns] == ["a UInt32 DEFAULT toStartOfHour(now()) COMMENT 'hi, (there)'",
+                                                 "`b` Array(Tuple(Int8, String)) CODEC(ZSTD(1))"]  # fmt: skip
+    assert t.statement[t.name_span.start : t.name_span.end] == "d.`t x`"
+    view = table("CREATE MATERIALIZED VIEW mv TO d.target (`a` UInt32) AS SELECT a FROM src")
+    assert view.statement[view.name_span.start : view.name_span.end] == "mv"
+    assert view.statement[view.target_span.start : view.target_span.end] == "d.target"
+    assert view.statement[view.select_offset :] == view.select_sql == "SELECT a FROM src"
+    assert not view.or_replace
+    assert table("CREATE OR REPLACE MATERIALIZED VIEW mv TO t AS SELECT a FROM src").or_replace

@@ -129,3 +129,34 @@ def test_canonical_is_clickhouse_spelling() -> None:
     assert canonical_type("Date") == "Date"
     assert canonical_type("LowCardinality( String )") == "LowCardinality(String)"
     assert canonical_type("AggregateFunction(quantile(0.99),  UInt32)") == "AggregateFunction(quantile(0.99), UInt32)"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "in_place"),
+    [
+        ("UInt32", "UInt64", True),
+        ("UInt64", "UInt32", False),
+        ("UInt32", "Int64", True),
+        ("UInt32", "Int32", False),
+        ("Int32", "UInt64", False),
+        ("INT", "Int32", True),
+        ("String", "LowCardinality(String)", True),
+        ("LowCardinality(String)", "String", True),
+        ("String", "Nullable(String)", True),
+        ("Nullable(String)", "String", False),
+        ("Float32", "Float64", True),
+        ("Float64", "Float32", False),
+        ("FixedString(3)", "String", True),
+        ("String", "UInt64", False),
+        ("Date", "Date32", True),
+        ("Date", "DateTime", False),
+        ("DateTime", "DateTime64(3)", True),
+        ("DateTime64(3)", "DateTime64(6)", True),
+        ("DateTime64(6)", "DateTime64(3)", False),
+        ("AggregateFunction(sum, UInt64)", "AggregateFunction(sum, UInt32)", False),
+    ],
+)
+def test_converts_in_place(old: str, new: str, in_place: bool) -> None:
+    from chmv_assets.ddl.types import converts_in_place
+
+    assert converts_in_place(old, new) is in_place

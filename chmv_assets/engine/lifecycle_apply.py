@@ -1,0 +1,379 @@
+"""Run a lifecycle plan (``chmv apply``): every change with zero gap while the sources keep receiving rows.
+
+Every writer into a source holds its write gate (:func:`chmv_assets.engine.gates.source_gate`, README
+"Backfill protocol"); apply takes the gates of every table whose inserts reach a target (its sources up the
+chain) around each step that must not interleave with an insert, and never for longer than one step:
+
+- **in place** (``alter``, creations, drops): the statement, as planned.
+- **new SELECT** (``modify_query``, ``recreate_view``, a new MV on a source that holds rows): under the gates,
+  ``ALTER TABLE mv MODIFY QUERY`` (or drop + create, never ``CREATE OR REPLACE``): from this cut-in every new
+  row goes through the new SELECT. Then the target's history is re-derived partition by partition through the
+  rebuild planner and executor, each partition under the gates: the MV's new SELECT over every source row of
+  the window into a shadow, swapped in with ``REPLACE PARTITION``. A row that arrived before the partition's
+  rebuild is in the rebuild's read, a row that arrives after it goes through the new SELECT, and none can
+  arrive in between: each row is counted once (seed 002's cutoff, with the gate as the cutoff).
+- **new version**: ``_chmv_next_<target>`` is created beside the target and, under the gates, a copy of each
+  MV writing the target is created TO it (``_chmv_next_<mv>``): it receives every new row from then on. Its
+  history is re-derived per partition as above, and each partition's parity with the new SELECT over the
+  same source rows must pass (else apply stops, the old version stays live). The cut-over, under the gates:
+  ``EXCHANGE TABLES target AND _chmv_next_<target>``, then ``MODIFY QUERY`` of each MV to its new SELECT and
+  ``DROP VIEW`` of its copy; the old version is kept as ``_chmv_old_<target>_<time>``.
+
+**How MVs follow an EXCHANGE** (measured on chdb 26.9, Atomic database): an MV resolves both its TO target
+and its source **by name** at insert time, not by UUID: after ``EXCHANGE TABLES t AND t2`` an MV ``TO t``
+writes into the table now called ``t``, and an MV reading ``FROM t`` fires on inserts into the table now
+called ``t`` (``RENAME t TO t3`` makes inserts fail: "Target table 'd.t' … doesn't exist"). So the swap
+needs no MV to be re-pointed: the live MV ``TO target`` writes into the new version from the exchange on,
+which is why its ``MODIFY QUERY`` runs in the same gated step, and MVs further down a chain read the new
+version at once (their partitions are then re-derived, upstream first).
+
+Progress is journaled in ``chmv_meta`` (:mod:`chmv_assets.engine.journal`): a re-derivation is recorded before
+its cut-in and marked done after its last partition; a new version records ``building`` and ``swapped``. An
+apply killed at any step leaves the journal behind; the next apply finishes what it names (drops a half-built
+version and builds it again, completes a cut-over, re-derives a target whose SELECT changed) before the rest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+from clickhouse_connect.driver.client import Client
+
+from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.ddl.partitioning import PartitionWindow
+from chmv_assets.engine import journal
+from chmv_assets.engine.catalog import existing_objects
+from chmv_assets.engine.clients import ClientFactory
+from chmv_assets.engine.executor import Stager, execute
+from chmv_assets.engine.gates import crash_point, source_gate
+from chmv_assets.engine.guardrails import check_statement
+from chmv_assets.engine.lifecycle import Action, Change, LifecyclePlan
+from chmv_assets.engine.lifecycle_planner import (
+    next_version_ref,
+    old_version_ref,
+    rederive_now,
+    root_sources,
+)
+from chmv_assets.engine.planner import Engine, downstream_targets, triggers_of
+from chmv_assets.errors import ChmvError
+from chmv_assets.sql.meta import META_DDL
+from chmv_assets.sql.quoting import qualified
+
+#: Changes after which the target's history is re-derived with the new SELECT.
+REDERIVING = (Action.CREATE, Action.MODIFY_QUERY, Action.RECREATE_VIEW, Action.REDERIVE)
+
+
+class LifecycleError(ChmvError):
+    """Apply stopped: a blocked change, or a partition whose parity failed (the old version stays live)."""
+
+
+class ParityOutcome(Protocol):
+    """What a parity check returns (``asset_checks.parity.ParityResult``)."""
+
+    @property
+    def within_tolerance(self) -> bool: ...
+
+    def describe(self) -> str: ...
+
+
+#: ``(client, target, table holding the rows, window)`` → the parity of that partition.
+ParityCheck = Callable[[Client, ObjectRef, ObjectRef, PartitionWindow | None], ParityOutcome]
+
+
+@dataclass
+class ApplyReport:
+    """What an apply did."""
+
+    done: list[str] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
+    partitions: dict[str, int] = field(default_factory=dict)
+    parity_checked: int = 0
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        rebuilt = sum(self.partitions.values())
+        text = (f"apply: {len(self.done)} changes made, {rebuilt} partitions re-derived in {len(self.partitions)} "
+                f"targets, {self.parity_checked} parity checks passed ({self.seconds:.1f}s)")  # fmt: skip
+        if self.resumed:
+            text += "; resumed: " + ", ".join(self.resumed)
+        return text
+
+
+def plan_id(plan: LifecyclePlan) -> str:
+    """A short id of a plan: the hash of its statements."""
+    return hashlib.sha1("\n".join(plan.statements()).encode()).hexdigest()[:12]
+
+
+def apply_plan(clickhouse: ClientFactory, loaded: LoadedProject, plan: LifecyclePlan, *,
+               parity: ParityCheck | None = None, stager: Stager | None = None, root: Path | None = None,
+               log: Callable[[str], None] | None = None, pause: Callable[[str], None] | None = None,
+               batch_seconds: float = 2.0) -> ApplyReport:  # fmt: skip
+    """Make every change of ``plan`` (already checked by the preflight), finishing a killed apply's work first.
+
+    Args:
+        clickhouse: Opens clients; one per step, taken after the step's write gates.
+        loaded: The project planned from.
+        plan: From :func:`chmv_assets.engine.lifecycle_planner.plan_lifecycle`.
+        parity: Checks a rebuilt partition against the new SELECT over the same source rows; a partition of a
+            new version that fails stops the apply before the swap.
+        stager: Spark staging for partitions the rebuild planner reads from the landing zone.
+        root: The landing zone.
+        log: Progress sink.
+        pause: Called at every point where no gate is held (tests interleave inserts there).
+        batch_seconds: How long the gates are held at most for a batch of partitions (at least one partition):
+            ingestion waits that long at worst, and the engine is opened once per batch, not per partition.
+
+    Raises:
+        LifecycleError: The plan has blocked changes (nothing is done), or a parity check failed.
+    """
+    if plan.blocked:
+        raise LifecycleError("nothing was changed: " + "; ".join(f"{c.ref.fqn}: {c.blocked}" for c in plan.blocked))
+    return _Apply(clickhouse, loaded, plan, parity, stager, root, log, pause, batch_seconds).run()
+
+
+class _Apply:
+    def __init__(self, clickhouse: ClientFactory, loaded: LoadedProject, plan: LifecyclePlan,
+                 parity: ParityCheck | None, stager: Stager | None, root: Path | None,
+                 log: Callable[[str], None] | None, pause: Callable[[str], None] | None,
+                 batch_seconds: float = 2.0):  # fmt: skip
+        self.clickhouse = clickhouse
+        self.loaded = loaded
+        self.project = loaded.project
+        self.plan = plan
+        self.parity = parity
+        self.stager = stager
+        self.root = root
+        self.say = log or (lambda _m: None)
+        self.pause = pause or (lambda _p: None)
+        self.id = plan_id(plan)
+        self.report = ApplyReport()
+        self.rederived: set[ObjectRef] = set()
+        self.batch_seconds = batch_seconds
+
+    def run(self) -> ApplyReport:
+        started = time.monotonic()
+        with self.clickhouse.get_client() as client:
+            for sql in META_DDL:
+                client.command(sql)
+        self._resume()
+        for change in self.plan.changes:
+            self._change(change)
+            self.report.done.append(f"{change.action} {change.ref.fqn}")
+        self.report.seconds = time.monotonic() - started
+        self.say(self.report.describe())
+        return self.report
+
+    # -- steps ----------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _gated(self, target: ObjectRef | None, *extra: ObjectRef) -> Iterator[Client]:
+        """The write gates of everything whose inserts reach ``target``, then a client (gates first, always)."""
+        gates = set(extra)
+        if target is not None:
+            gates |= root_sources(self.loaded, target) | set(triggers_of(self.project, target))
+        with source_gate(gates), self.clickhouse.get_client() as client:
+            yield client
+
+    def _run(self, client: Client, sql: str) -> None:
+        self.say(f"  {' '.join(sql.split())[:200]}")
+        client.command(check_statement(sql))
+
+    def _change(self, change: Change) -> None:
+        self.say(change.headline())
+        action = change.action
+        if action == Action.NEW_VERSION:
+            self._new_version(change)
+            return
+        if action == Action.MANUAL:
+            raise LifecycleError(f"{change.ref.fqn}: {change.blocked}")
+        if action == Action.DROP and not self.plan.allow_drop:
+            raise LifecycleError(f"{change.ref.fqn}: a drop in a plan made without --allow-drop")
+        view = self.project.views.get(change.ref) if change.kind == "view" else None
+        target = view.writes_to if view is not None else change.ref
+        if view is None and action != Action.REDERIVE:
+            with self.clickhouse.get_client() as client:
+                for sql in change.statements:
+                    self._run(client, sql)
+            if action in (Action.CREATE, Action.CREATE_DATABASE):
+                self.say(f"created {change.ref.database if change.kind == 'database' else change.ref.fqn}")
+            return
+        # The cut-in: the new SELECT takes every row from here on; no insert can land during it, so the rows the
+        # sources hold now are exactly the history to re-derive (journaled first, for a killed apply to resume).
+        with self._gated(target) as client:
+            history = action in REDERIVING and self._has_rows(client, target)
+            if history:
+                for ref in (target, *downstream_targets(self.loaded, target)):
+                    journal.record(client, "rederive", ref, journal.PENDING, self.id)
+            for sql in change.statements:
+                self._run(client, sql)
+        if action == Action.CREATE:
+            self.say(f"created {change.ref.fqn}")
+        self._changed(target)
+        crash_point("lifecycle:cut_in")
+        self.pause(f"cut-in {change.ref.fqn}")
+        if history:
+            self._rederive(target)
+
+    def _changed(self, target: ObjectRef) -> None:
+        """``target``'s rows change from now on: it and the chain below must be re-derived (again)."""
+        self.rederived -= {target, *downstream_targets(self.loaded, target)}
+
+    def _has_rows(self, client: Client, target: ObjectRef) -> bool:
+        """Whether any table whose inserts reach ``target`` holds rows (its history is not empty)."""
+        sources = root_sources(self.loaded, target) | set(triggers_of(self.project, target))
+        if not sources:
+            return False
+        rows = client.query(
+            "SELECT sum(rows) FROM system.parts WHERE active AND (database, table) IN {refs:Array(Tuple(String, String))}",
+            parameters={"refs": [(s.database, s.name) for s in sources]},
+        ).result_rows  # fmt: skip
+        return bool(rows and rows[0][0])
+
+    def _rederive(self, target: ObjectRef, *, writes: ObjectRef | None = None) -> None:
+        """Re-derive ``target``'s history partition by partition, each under the gates and checked."""
+        if target in self.rederived and writes is None:
+            return
+        with self._gated(target) as client:
+            rederive = rederive_now(client, self.loaded, target, writes=writes, new_version=writes is not None,
+                                    allow_drop=self.plan.allow_drop, root=self.root)  # fmt: skip
+        if rederive is not None:
+            if rederive.lost_rows and not self.plan.allow_drop:
+                raise LifecycleError(f"{target.fqn}: the new version would lose {rederive.lost_rows:,} rows its sources "
+                                     "no longer hold; the old version stays live (--allow-drop accepts it)")  # fmt: skip
+            self.say(f"  re-derive {target.fqn} into {rederive.plan.live.fqn}: {rederive.summary()}")
+            steps = list(rederive.plan.steps)
+            while steps:  # batches of partitions under one hold of the gates, each batch short
+                with self._gated(target, *rederive.plan.gates) as client:
+                    started = time.monotonic()
+                    while steps and time.monotonic() - started < self.batch_seconds:
+                        step = steps.pop(0)
+                        self._partition(client, target, replace(rederive.plan, steps=(step,)), step.window)
+                        crash_point("lifecycle:partition")
+                self.pause(f"rebuilt {rederive.plan.live.fqn} up to {step.key or '(all)'}")
+            self.report.partitions[target.fqn] = len(rederive.plan.steps)
+        if writes is None:
+            self.rederived.add(target)
+            with self.clickhouse.get_client() as client:
+                journal.record(client, "rederive", target, journal.DONE, self.id)
+
+    def _partition(self, client: Client, target: ObjectRef, plan, window: PartitionWindow | None) -> None:
+        """Rebuild one partition and check it (the caller holds the gates): nothing can insert in between."""
+        execute(plan, self.loaded, client=client, stager=self.stager)
+        if self.parity is None or plan.steps[0].engine == Engine.REFRESH:
+            return
+        result = self.parity(client, target, plan.live, window)
+        if not result.within_tolerance:
+            raise LifecycleError(f"parity failed, apply stopped: {result.describe()}")
+        self.report.parity_checked += 1
+
+    # -- new versions ---------------------------------------------------------------------------------
+
+    def _new_version(self, change: Change) -> None:
+        target, beside = change.ref, change.next_ref
+        assert beside is not None
+        with self.clickhouse.get_client() as client:
+            journal.record(client, "new_version", target, journal.BUILDING, self.id)
+            for _, copy in change.views:  # a killed apply's half-built version: start again
+                self._run(client, f"DROP VIEW IF EXISTS {qualified(copy)} SYNC")
+            self._run(client, f"DROP TABLE IF EXISTS {qualified(beside)} SYNC")
+            self._run(client, change.statements[0])
+        with self._gated(target) as client:  # from here the copies feed the new version with every new row
+            for sql in change.statements[1:]:
+                self._run(client, sql)
+            if self._has_rows(client, target):  # the chain below re-derives from the new version once swapped
+                for ref in downstream_targets(self.loaded, target):
+                    journal.record(client, "rederive", ref, journal.PENDING, self.id)
+        crash_point("lifecycle:cut_in")
+        self.pause(f"cut-in {beside.fqn}")
+        self._rederive(target, writes=beside)
+        self.pause(f"built {beside.fqn}")
+        self._cut_over(change)
+        self.rederived.add(target)
+
+    def _cut_over(self, change: Change) -> None:
+        """Under the gates: exchange, each MV to its new SELECT, the copies dropped; the old version kept aside."""
+        target, beside = change.ref, change.next_ref
+        assert beside is not None
+        with self._gated(target, target) as client:
+            live_views = existing_objects(client, [v for v, _ in change.views])
+            self._run(client, f"EXCHANGE TABLES {qualified(target)} AND {qualified(beside)}")
+            crash_point("lifecycle:exchanged")
+            for view_ref, copy in change.views:
+                view = self.project.views[view_ref]
+                if view_ref in live_views:
+                    self._run(client, f"ALTER TABLE {qualified(view_ref)} MODIFY QUERY {view.select_sql}")
+                else:
+                    self._run(client, view.statement)
+                self._run(client, f"DROP VIEW IF EXISTS {qualified(copy)} SYNC")
+            journal.record(client, "new_version", target, journal.SWAPPED, self.id)
+            journal.record(client, "rederive", target, journal.DONE, self.id)
+        self._changed(target)
+        self._keep_old(beside, target)
+
+    def _keep_old(self, beside: ObjectRef, target: ObjectRef) -> None:
+        stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
+        old = ObjectRef(database=target.database, name=f"{old_version_ref(target).name}_{stamp}")
+        with self.clickhouse.get_client() as client:
+            if existing_objects(client, [beside]):
+                self._run(client, f"RENAME TABLE {qualified(beside)} TO {qualified(old)}")
+                self.say(f"  the replaced version of {target.fqn} is kept as {old.fqn} (chmv plan --allow-drop drops it)")
+            journal.record(client, "new_version", target, journal.DONE, self.id)
+
+    # -- a killed apply's work ------------------------------------------------------------------------
+
+    def _resume(self) -> None:
+        """Finish what a killed apply left in the journal; what this plan re-derives anyway waits for the plan."""
+        with self.clickhouse.get_client() as client:
+            entries = journal.unfinished(client)
+        if not entries:
+            return
+        versions = {c.ref for c in self.plan.changes if c.action == Action.NEW_VERSION}
+        todo = {e.target for e in entries if e.kind == "rederive"}
+        for entry in entries:
+            target = entry.target
+            if entry.kind != "new_version" or (entry.phase == journal.BUILDING and target in versions):
+                continue  # a version still to build is built again from scratch by the plan
+            if entry.phase == journal.SWAPPED:
+                self._keep_old(next_version_ref(target), target)
+            else:  # killed inside the cut-over: the exchange is done, the MVs may not be
+                self._finish_swap(target)
+                todo |= {target, *downstream_targets(self.loaded, target)}
+            self.report.resumed.append(f"the cut-over of {target.fqn}")
+        planned = self._planned_rederivations()
+        depth = self.loaded.graph.depth
+        for target in sorted(todo - planned, key=lambda r: (depth.get(r.fqn, 0), r.fqn)):  # upstream first
+            self.say(f"resuming the re-derivation of {target.fqn} (an earlier apply stopped)")
+            self._rederive(target)
+            self.report.resumed.append(f"the re-derivation of {target.fqn}")
+
+    def _planned_rederivations(self) -> set[ObjectRef]:
+        """Targets this plan re-derives: those whose SELECT or version changes, and the chains below them."""
+        planned = set()
+        for change in self.plan.changes:
+            if change.action in (Action.NEW_VERSION, Action.REDERIVE):
+                planned.add(change.ref)
+            elif change.kind == "view" and change.action in REDERIVING:
+                planned.add(self.project.views[change.ref].writes_to)
+        return planned | {d for t in planned for d in downstream_targets(self.loaded, t)}
+
+    def _finish_swap(self, target: ObjectRef) -> None:
+        """A killed cut-over: the copies dropped, the MVs on their new SELECT, the replaced version kept aside."""
+        views = self.project.views_into(target)
+        with self._gated(target, target) as client:
+            live = existing_objects(client, [v.ref for v in views])
+            for view in views:
+                if view.ref in live and view.target is not None:
+                    self._run(client, f"ALTER TABLE {qualified(view.ref)} MODIFY QUERY {view.select_sql}")
+                self._run(client, f"DROP VIEW IF EXISTS {qualified(next_version_ref(view.ref))} SYNC")
+            for ref in (target, *downstream_targets(self.loaded, target)):  # rows of the old SELECT since the kill
+                journal.record(client, "rederive", ref, journal.PENDING, self.id)
+        self._changed(target)
+        self._keep_old(next_version_ref(target), target)

@@ -1,0 +1,159 @@
+"""Compare a table of the DDL directory with the same table on the server, clause by clause.
+
+Both sides are the server's own formatting of a CREATE statement (``formatQuerySingleLine`` of the repo
+statement, ``create_table_query`` of the live table) read by chmv's parser, so spelling never counts as a
+change (``INTERVAL 5 YEAR`` is ``toIntervalYear(5)`` on both sides). What runs is taken verbatim from the
+repo statement: a column's definition, the TTL, the SETTINGS clause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chmv_assets.ddl.models import Column, Table
+from chmv_assets.ddl.types import canonical_type, converts_in_place
+from chmv_assets.sql.quoting import quote, string_literal
+
+#: Settings the server adds to every MergeTree table that does not set them.
+SERVER_DEFAULT_SETTINGS = {"index_granularity": "8192"}
+
+
+@dataclass(frozen=True)
+class TableDiff:
+    """How a live table differs from the repo.
+
+    Attributes:
+        in_place: ``(ALTER clause, reason)`` the server applies in place, in order.
+        structural: Reasons the table needs a new version (what cannot change in place).
+        drops: ``(ALTER clause, reason)`` that remove something the DDL no longer has (``--allow-drop``).
+    """
+
+    in_place: tuple[tuple[str, str], ...] = ()
+    structural: tuple[str, ...] = ()
+    drops: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.in_place or self.structural or self.drops)
+
+
+def same_text(repo_formatted: str | None, live_create_query: str) -> bool:
+    """The cheap test first: the two formatted statements are equal (``IF NOT EXISTS`` and server defaults aside)."""
+    if not repo_formatted:
+        return False
+    repo = " ".join(repo_formatted.split())
+    for prefix in ("CREATE TABLE IF NOT EXISTS ", "CREATE DICTIONARY IF NOT EXISTS "):
+        if repo.startswith(prefix):
+            repo = prefix.replace("IF NOT EXISTS ", "") + repo[len(prefix) :]
+    live = " ".join(live_create_query.split())
+    if "index_granularity" not in repo:
+        live = live.replace(" SETTINGS index_granularity = 8192", "")
+    return repo == live
+
+
+def _canon(text: str | None) -> str:
+    return " ".join((text or "").split())
+
+
+def diff_table(repo: Table, repo_formatted: Table, live: Table) -> TableDiff:
+    """Differences of ``live`` from the repo, as ALTER clauses or reasons for a new version.
+
+    Args:
+        repo: The table as parsed from the DDL directory (verbatim text of what runs).
+        repo_formatted: The repo statement formatted by the server, parsed.
+        live: The server's ``create_table_query``, parsed.
+    """
+    structural: list[str] = []
+    in_place: list[tuple[str, str]] = []
+    drops: list[tuple[str, str]] = []
+    a, b = repo_formatted, live
+    a_engine = (a.engine.name, a.engine.arguments) if a.engine else None
+    b_engine = (b.engine.name, b.engine.arguments) if b.engine else None
+    if a_engine != b_engine:
+        structural.append(f"engine {_engine_text(b)} → {_engine_text(a)}")
+    for clause, left, right in (("PARTITION BY", b.partition_by.sql if b.partition_by else None,
+                                 a.partition_by.sql if a.partition_by else None),
+                                ("ORDER BY", b.order_by, a.order_by),
+                                ("PRIMARY KEY", b.primary_key or b.order_by, a.primary_key or a.order_by)):  # fmt: skip
+        explicit = clause != "PRIMARY KEY" or a.primary_key or b.primary_key
+        if explicit and _canon(left) != _canon(right):
+            structural.append(f"{clause} {_canon(left) or '(none)'} → {_canon(right) or '(none)'}")
+    keys = set(a.order_by_columns) | set(b.order_by_columns)
+    for call in (a.partition_call, b.partition_call):
+        if call is not None:
+            keys.add(call.column)
+    live_columns = {c.name: c for c in b.columns}
+    repo_columns = {c.name: c for c in repo.columns}
+    previous: str | None = None
+    for column in a.columns:
+        original = repo_columns.get(column.name)
+        definition = original.definition if original is not None and original.definition else None
+        current = live_columns.get(column.name)
+        if current is None:
+            if definition is None:
+                structural.append(f"column {column.name} added (its definition could not be read verbatim)")
+            else:
+                after = f" AFTER {quote(previous)}" if previous else " FIRST"
+                in_place.append((f"ADD COLUMN {definition}{after}", f"column {column.name} added: {column.type}"))
+        else:
+            _column_change(column, current, definition, column.name in keys, in_place, structural)
+        previous = column.name
+    for name, column in live_columns.items():
+        if name not in repo_columns:
+            drops.append((f"DROP COLUMN {quote(name)}", f"column {name} {column.type} is not in the DDL"))
+    if _canon(a.ttl) != _canon(b.ttl):
+        if repo.ttl:
+            in_place.append((f"MODIFY TTL {repo.ttl}", f"TTL {_canon(b.ttl) or '(none)'} → {_canon(a.ttl)}"))
+        else:
+            in_place.append(("REMOVE TTL", f"TTL {_canon(b.ttl)} removed"))
+    live_settings = dict(b.settings_map)
+    changed = [k for k, v in a.settings_map if live_settings.get(k, SERVER_DEFAULT_SETTINGS.get(k)) != v]
+    if changed and repo.settings:
+        in_place.append((f"MODIFY SETTING {repo.settings}", "settings " + ", ".join(changed) + " changed"))
+    if (a.description or "") != (b.description or ""):
+        in_place.append((f"MODIFY COMMENT {string_literal(a.description or '')}", "table comment changed"))
+    return TableDiff(tuple(in_place), tuple(structural), tuple(drops))
+
+
+def _column_change(repo: Column, live: Column, definition: str | None, in_key: bool,
+                   in_place: list[tuple[str, str]], structural: list[str]) -> None:  # fmt: skip
+    """Append what changes one column: a MODIFY COLUMN that keeps every value, or a reason for a new version."""
+    name = quote(repo.name)
+    if repo.type != live.type and not (repo.type and live.type and _same_type(repo.type, live.type)):
+        if in_key or not converts_in_place(live.type, repo.type):
+            why = "a sorting or partition key column" if in_key and converts_in_place(live.type, repo.type) else \
+                "the values do not convert in place"  # fmt: skip
+            structural.append(f"column {repo.name} {live.type} → {repo.type} ({why})")
+            return
+        if definition is None:
+            structural.append(f"column {repo.name} {live.type} → {repo.type} (definition not readable verbatim)")
+            return
+        in_place.append((f"MODIFY COLUMN {definition}", f"column {repo.name} {live.type} → {repo.type}"))
+        return
+    default_changed = (repo.default_kind, repo.default_expression) != (live.default_kind, live.default_expression)
+    if default_changed:
+        if repo.default_kind is None:
+            in_place.append((f"MODIFY COLUMN {name} REMOVE {live.default_kind}",
+                             f"column {repo.name}: {live.default_kind} removed"))  # fmt: skip
+        elif definition is not None:
+            in_place.append((f"MODIFY COLUMN {definition}", f"column {repo.name}: {repo.default_kind} changed"))
+    comment_changed = (repo.comment or "") != (live.comment or "")
+    redefined = not default_changed and not comment_changed and _canon(repo.definition) != _canon(live.definition)
+    if redefined and definition is not None:  # a codec or a column TTL: both sides are the server's formatting
+        in_place.append((f"MODIFY COLUMN {definition}", f"column {repo.name}: definition changed"))
+    if comment_changed:
+        if repo.comment:
+            in_place.append((f"COMMENT COLUMN {name} {string_literal(repo.comment)}",
+                             f"column {repo.name}: comment changed"))  # fmt: skip
+        else:
+            in_place.append((f"MODIFY COLUMN {name} REMOVE COMMENT", f"column {repo.name}: comment removed"))
+
+
+def _same_type(a: str, b: str) -> bool:
+    return canonical_type(a) == canonical_type(b)
+
+
+def _engine_text(table: Table) -> str:
+    if table.engine is None:
+        return "(none)"
+    return f"{table.engine.name}({', '.join(table.engine.arguments)})"

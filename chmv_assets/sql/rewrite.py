@@ -1,0 +1,92 @@
+"""CREATE statements with objects renamed through the parsed model: the name, an MV's TO target, its sources.
+
+The lifecycle builds objects beside the live ones (a new version of a target, the MVs that feed it) and
+validates a plan in a scratch database: both need the repo's own statement under another name. The
+names are replaced at the spans the parser recorded (never by searching the SQL text), so a column,
+a string or a comment that happens to spell a table name is left alone, and everything else of the
+statement runs exactly as written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from chmv_assets.ddl.models import Dictionary, MaterializedView, ObjectRef, Span, Table, splice
+from chmv_assets.errors import ChmvError
+from chmv_assets.sql.quoting import qualified, quote
+
+
+def renamed_statement(obj: Table | MaterializedView | Dictionary, names: Mapping[ObjectRef, ObjectRef]) -> str:
+    """``obj.statement`` with every object in ``names`` renamed to its value.
+
+    Renamed: the object's own name; an MV's TO target; every table an MV's SELECT reads (an alias named
+    like the old table is added where the SELECT had none, so ``old.column`` references still resolve).
+    Not renamed: dictionaries named in ``dictGet`` strings and a dictionary's SOURCE (they keep pointing at
+    the live objects).
+
+    Raises:
+        ChmvError: A name to replace has no recorded span (a statement not read by chmv's parser).
+    """
+    edits: list[tuple[int, int, str]] = []
+
+    def rename(ref: ObjectRef, span: Span | None, what: str) -> None:
+        if ref not in names:
+            return
+        if span is None:
+            raise ChmvError(f"cannot rename {what} {ref.fqn} in the statement of {obj.ref.fqn}: no position recorded")
+        edits.append((span.start, span.end, qualified(names[ref])))
+
+    rename(obj.ref, obj.name_span, "the object")
+    if isinstance(obj, MaterializedView):
+        if obj.target is not None:
+            rename(obj.target, obj.target_span, "the TO target")
+        offset = obj.select_offset
+        for use in obj.sources:
+            if use.ref not in names:
+                continue
+            for span, aliased in zip(use.spans, use.has_alias or (False,) * len(use.spans), strict=True):
+                text = qualified(names[use.ref]) if aliased else f"{qualified(names[use.ref])} AS {quote(use.ref.name)}"
+                edits.append((offset + span.start, offset + span.end, text))
+    return splice(obj.statement, edits)
+
+
+def renamed_select(view: MaterializedView, names: Mapping[ObjectRef, ObjectRef]) -> str:
+    """The MV's ``select_sql`` reading the tables renamed in ``names`` (aliases added as in :func:`renamed_statement`)."""
+    edits = []
+    for use in view.sources:
+        if use.ref not in names:
+            continue
+        for span, aliased in zip(use.spans, use.has_alias or (False,) * len(use.spans), strict=True):
+            text = qualified(names[use.ref]) if aliased else f"{qualified(names[use.ref])} AS {quote(use.ref.name)}"
+            edits.append((span.start, span.end, text))
+    return splice(view.select_sql, edits)
+
+
+def local_table_sql(table: Table, ref: ObjectRef) -> str:
+    """A CREATE of ``table``'s structure named ``ref`` that shares nothing with it: no replica path, no cluster.
+
+    A plain engine keeps the repo statement with only the name changed; a ``Replicated*`` engine (whose
+    replica path would be the live table's) or an ``ON CLUSTER`` statement is rebuilt from the model's
+    verbatim parts: each column's definition, the engine family with its own arguments (the path and the
+    replica name dropped when they are string literals), and the PARTITION BY, ORDER BY, PRIMARY KEY, TTL
+    and SETTINGS clauses as written.
+    """
+    engine = table.engine
+    replicated = engine is not None and engine.name.startswith("Replicated")
+    if not replicated and not table.on_cluster:
+        return renamed_statement(table, {table.ref: ref})
+    if any(c.definition is None for c in table.columns):
+        raise ChmvError(f"{table.ref.fqn}: a column definition could not be read verbatim")
+    columns = ", ".join(c.definition or "" for c in table.columns)
+    clauses = []
+    if engine is not None:
+        args = list(engine.arguments)
+        if replicated and len(args) >= 2 and all(a.strip().startswith("'") for a in args[:2]):
+            args = args[2:]
+        clauses.append(f"ENGINE = {engine.family if replicated else engine.name}({', '.join(args)})")
+    for keyword, text in (("PARTITION BY", table.partition_by.sql if table.partition_by else None),
+                          ("ORDER BY", table.order_by), ("PRIMARY KEY", table.primary_key), ("TTL", table.ttl),
+                          ("SETTINGS", table.settings)):  # fmt: skip
+        if text:
+            clauses.append(f"{keyword} {text}")
+    return f"CREATE TABLE {qualified(ref)} ({columns}) " + " ".join(clauses)

@@ -1,0 +1,129 @@
+"""chmv apply on the embedded engine while a writer inserts into the source throughout: one test per change kind.
+
+Afterwards every target equals its MVs' new SELECT over all source rows (nothing lost, nothing counted twice),
+and a second plan says no changes. The writer inserts under the source's write gate, as every writer into a
+source must (README "Backfill protocol"), and at every point where apply holds no gate the apply waits for
+another batch, so inserts interleave with every step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from lifecycle_testing import (
+    CHANGED_FILTER,
+    NEW_SORT_KEY,
+    SELECT_CHANGE,
+    TOP_OF_CHAIN_SELECT,
+    Writer,
+    assert_exact,
+    copy_ddl,
+    edit,
+    small_engine,
+)
+
+from asset_checks.parity import parity_for_partition
+from chmv_assets.ddl.loader import load
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine.lifecycle import Action
+from chmv_assets.engine.lifecycle_apply import apply_plan
+from chmv_assets.engine.lifecycle_planner import plan_lifecycle
+from chmv_assets.engine.preflight import preflight
+
+
+def ref(name: str) -> ObjectRef:
+    return ObjectRef(database="analytics", name=name)
+
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def engine(tmp_path: Path, example):
+    return small_engine(tmp_path / "chdb", example)
+
+
+def apply_with_writer(engine, ddl: Path, source: str, *, batch_seconds: float = 1.0):
+    """Plan, preflight and apply ``ddl`` while a writer inserts into ``source``; return the plan and the writer."""
+    loaded = load(ddl)
+    with engine.get_client() as client:
+        plan = plan_lifecycle(client, loaded)
+        preflight(client, loaded, plan)
+
+    def parity(client, target, live, window):
+        return parity_for_partition(client, loaded, target, window, live=live)
+
+    with Writer(engine, source) as writer:
+        report = apply_plan(engine, loaded, plan, parity=parity, pause=writer.pause, batch_seconds=batch_seconds)
+    assert writer.batches >= len(writer.paused_at) >= 3  # inserts went on between the apply's steps
+    with engine.get_client() as client:
+        again = plan_lifecycle(client, loaded)
+    assert not again.has_changes, again.describe()  # the plan is idempotent: applied, nothing is left
+    return loaded, plan, report, writer
+
+
+def test_select_change_modify_query_and_history_re_derived(engine, tmp_path: Path) -> None:
+    ddl = copy_ddl(tmp_path)
+    edit(ddl, *SELECT_CHANGE)
+    loaded, plan, report, writer = apply_with_writer(engine, ddl, "api_requests")
+    assert [c.action for c in plan.changes] == [Action.MODIFY_QUERY]
+    # Every day of history, and the days the writer's rows opened past it while the apply ran.
+    assert report.partitions["analytics.hourly_endpoint_stats"] >= 12 and report.parity_checked >= 12
+    with engine.get_client() as client:
+        assert assert_exact(client, loaded, ref("hourly_endpoint_stats")) > 500
+
+
+def test_added_column_filled_for_history(engine, tmp_path: Path) -> None:
+    ddl = copy_ddl(tmp_path)
+    edit(ddl, "40_all_events.sql", "CREATE TABLE IF NOT EXISTS analytics.audit_log (timestamp DateTime, payload String)",
+         "CREATE TABLE IF NOT EXISTS analytics.audit_log (timestamp DateTime, payload String, level String DEFAULT '')")
+    edit(ddl, "40_all_events.sql", "SELECT timestamp, payload FROM analytics.all_events WHERE is_audit = 1;",
+         "SELECT timestamp, payload, level FROM analytics.all_events WHERE is_audit = 1;")
+    loaded, plan, _report, _writer = apply_with_writer(engine, ddl, "all_events")
+    assert [c.action for c in plan.changes] == [Action.ALTER, Action.MODIFY_QUERY]
+    with engine.get_client() as client:
+        assert assert_exact(client, loaded, ref("audit_log")) > 100
+        assert client.query("SELECT countIf(level = '') FROM analytics.audit_log").result_rows[0][0] == 0
+
+
+def test_changed_filter(engine, tmp_path: Path) -> None:
+    ddl = copy_ddl(tmp_path)
+    edit(ddl, *CHANGED_FILTER)
+    loaded, _plan, _report, _writer = apply_with_writer(engine, ddl, "all_events")
+    with engine.get_client() as client:
+        assert assert_exact(client, loaded, ref("error_events")) > 100
+        levels = {r[0] for r in client.query("SELECT DISTINCT level FROM analytics.error_events").result_rows}
+    assert levels == {"error", "warn"}
+    # The siblings on the same source were not touched and still match their SELECT.
+    with engine.get_client() as client:
+        assert_exact(client, loaded, ref("metric_events"))
+        assert_exact(client, loaded, ref("audit_log"))
+
+
+def test_new_sort_key_new_version_swapped_in_and_the_chain_below_re_derived(engine, tmp_path: Path) -> None:
+    ddl = copy_ddl(tmp_path)
+    edit(ddl, *NEW_SORT_KEY)
+    loaded, plan, report, writer = apply_with_writer(engine, ddl, "raw_events")
+    assert [c.action for c in plan.changes] == [Action.NEW_VERSION, Action.REDERIVE, Action.REDERIVE]
+    assert "cut-in analytics._chmv_next_events_agg" in writer.paused_at  # rows arrived while it was built
+    with engine.get_client() as client:
+        (sorting_key,) = client.query("SELECT sorting_key FROM system.tables WHERE database = 'analytics' "
+                                      "AND name = 'events_agg'").result_rows[0]  # fmt: skip
+        assert sorting_key == "event_type, event_date, event_hour, user_id"
+        for name in ("events_agg", "events_daily", "events_weekly"):
+            assert assert_exact(client, loaded, ref(name)) > 0
+        leftovers = client.query("SELECT name FROM system.tables WHERE database = 'analytics' AND "
+                                 "name LIKE '\\_chmv\\_%'").result_rows  # fmt: skip
+    assert [n for (n,) in leftovers if not n.startswith("_chmv_old_events_agg_")] == []
+
+
+def test_change_at_the_top_of_a_chain(engine, tmp_path: Path) -> None:
+    ddl = copy_ddl(tmp_path)
+    edit(ddl, *TOP_OF_CHAIN_SELECT)
+    loaded, plan, report, _writer = apply_with_writer(engine, ddl, "raw_events")
+    assert [c.action for c in plan.changes] == [Action.MODIFY_QUERY, Action.REDERIVE, Action.REDERIVE]
+    assert set(report.partitions) == {"analytics.events_agg", "analytics.events_daily", "analytics.events_weekly"}
+    with engine.get_client() as client:
+        for name in ("events_agg", "events_daily", "events_weekly"):
+            assert assert_exact(client, loaded, ref(name)) > 0
