@@ -25,6 +25,7 @@ from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import Column, Dictionary, MaterializedView, ObjectRef, Table
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import PartitionScheme, partition_scheme
+from chmv_assets.engine.landing import ingested_sources
 from chmv_assets.errors import DDLError, DDLProblem
 from chmv_assets.orchestration.partitions import partitions_definition
 from chmv_assets.sql.quoting import qualified
@@ -142,7 +143,7 @@ class ChmvTranslator:
         if loaded.project.views_into(upstream):
             time_partitioned = isinstance(self.get_partitions_def(loaded, upstream), TimeWindowPartitionsDefinition)
         else:  # with a landing zone, a source with an event-time column is a daily ingestion asset (spark.assets)
-            time_partitioned = upstream.fqn in loaded.config.ingestion.time_columns
+            time_partitioned = upstream in ingested_sources(loaded)
         if not time_partitioned:
             return None
         with warnings.catch_warnings():

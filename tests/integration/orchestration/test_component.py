@@ -116,10 +116,9 @@ def test_dg_project_scaffolds_loads_and_materializes_one_partition(tmp_path, mon
         assert client.query(STATS).result_rows == []
     assert expected, "the demo rows cover the partition"
 
-    # One run, steps in process (one engine user at a time, and quick).
-    in_process = '{"execution": {"config": {"in_process": {}}}}'
-    launched = _run([str(BIN / "dg"), "launch", "--assets", TARGET.to_user_string(), "--partition", PARTITION,
-                     "--config-json", in_process], cwd=project, env=env)  # fmt: skip
+    # One run; on the embedded engine the code location runs its steps in process (one engine user at a time).
+    launched = _run([str(BIN / "dg"), "launch", "--assets", TARGET.to_user_string(), "--partition", PARTITION],
+                    cwd=project, env=env)  # fmt: skip
     log = launched.stdout + launched.stderr
     assert "RUN_SUCCESS" in log
     assert f"Asset check 'chmv_parity' on '{TARGET.to_user_string()}' passed" in log
