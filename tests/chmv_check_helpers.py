@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from dagster import (
     AssetCheckKey,
@@ -80,3 +85,18 @@ def execute(loaded: LoadedProject, resource, instance: DagsterInstance, request:
 
 def evaluations(result, name: str | None = None) -> list:
     return [e for e in result.get_asset_check_evaluations() if name is None or e.check_name == name]
+
+
+@contextmanager
+def engine_held_by_another_process(resource) -> Iterator[subprocess.Popen]:
+    """Another OS process holds the embedded engine's lock (as a run would) until the block ends."""
+    lock = os.path.realpath(resource.embedded_path) + ".lock"
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl,sys,time; f=open(sys.argv[1],'a'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(30)", lock],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()

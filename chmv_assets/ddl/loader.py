@@ -79,10 +79,12 @@ def load(ddl_dir: str | Path, **overrides: object) -> LoadedProject:
 
 
 def _cache_key(config: ChmvConfig) -> str | None:
-    """A digest of the DDL files (names and bytes), the parse options and the ddl package's code."""
+    """A digest of the DDL directory (its path, file names and bytes), the parse options and the ddl package's code."""
     if os.environ.get(CACHE_ENV, "1") == "0":
         return None
-    digest = hashlib.sha256(f"{sys.version_info[:2]}|{config.default_database}|{sorted(config.external)}".encode())
+    # The directory's own path too: the model records each statement's file (errors and metadata name it).
+    options = f"{sys.version_info[:2]}|{config.ddl_dir}|{config.default_database}|{sorted(config.external)}"
+    digest = hashlib.sha256(options.encode())
     for folder, pattern in ((_CODE, "*.py"), (Path(config.ddl_dir), "*.sql")):
         for path in sorted(folder.rglob(pattern)):
             if path.is_file():

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from chmv_check_helpers import TRANSLATOR, ref, tick
+from chmv_check_helpers import TRANSLATOR, engine_held_by_another_process, ref, tick
 from conftest import make_engine
 from dagster import AssetCheckKey, AssetKey, AssetSelection, DagsterInstance, materialize
 
@@ -180,18 +177,11 @@ def test_hourly_fan_in_dictionary_inner_mv_and_external_sources(tmp_path: Path) 
 
 def test_busy_engine_skips_the_tick_with_the_reason(tmp_path: Path, example) -> None:
     engine = make_engine(tmp_path / "chdb", example, rows=0)
-    lock = os.path.realpath(engine.embedded_path) + ".lock"
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl,sys,time; f=open(sys.argv[1],'a'); "
-                               "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(30)", lock],
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with engine_held_by_another_process(engine) as holder:
         data = tick(example, "chmv_live_state", engine, DagsterInstance.ephemeral(), None)
         assert "embedded engine busy" in data.skip_message and not data.asset_events
+        assert holder.poll() is None, "the tick skipped while the engine was still held"
         assert data.cursor is None  # nothing consumed: the next tick reports it
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_the_sensor_runs_by_default(example) -> None:

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
-import subprocess
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-from chmv_check_helpers import TRANSLATOR, ref, tick
+from chmv_check_helpers import TRANSLATOR, engine_held_by_another_process, ref, tick
 from conftest import EXAMPLE_DDL, make_engine
 from dagster import DagsterInstance
 
@@ -76,19 +73,11 @@ def test_staleness_alerts_the_webhook_and_requests_catch_up_once(tmp_path: Path)
 
 def test_busy_engine_skips_the_tick_with_the_reason(tmp_path: Path, example) -> None:
     engine = make_engine(tmp_path / "chdb", example, rows=0)
-    lock = os.path.realpath(engine.embedded_path) + ".lock"
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl,sys,time; f=open(sys.argv[1],'a'); "
-                               "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(30)", lock],
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with engine_held_by_another_process(engine) as holder:
         data = tick(example, "chmv_recovery", engine, DagsterInstance.ephemeral(), None)
         assert "embedded engine busy" in data.skip_message
         assert holder.poll() is None, "the tick skipped while the engine was still held, without waiting for it"
         assert data.cursor is None  # nothing consumed: the next tick catches up
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_unreachable_server_skips_with_the_reason(example) -> None:

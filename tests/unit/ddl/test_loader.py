@@ -55,3 +55,13 @@ def test_the_cache_can_be_turned_off(ddl: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv(loader.CACHE_ENV, "0")
     loader.load(ddl)
     assert _cache_files(ddl) == []
+
+
+def test_the_same_files_in_another_directory_name_their_own_paths(ddl: Path) -> None:
+    """Errors and metadata name each statement's file: a copy elsewhere is not served the first one's model."""
+    first = loader.load(ddl)
+    copy = Path(shutil.copytree(ddl, ddl.parent / "copy"))
+    second = loader.load(copy)
+    ref = ObjectRef(database="analytics", name="counter")
+    assert first.project.tables[ref].location.file.startswith(str(ddl))
+    assert second.project.tables[ref].location.file.startswith(str(copy))
