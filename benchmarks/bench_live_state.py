@@ -1,4 +1,4 @@
-"""Benchmark of the live-state sensor (chmv_assets.live_state). Prints, never asserts.
+"""Benchmark of the live-state sensor (chmv_assets.orchestration.live_state). Prints, never asserts.
 
 1. Cost per tick over generated tables (default 250 MVs: 250 sources + 250 targets = 500 tables):
    ClickHouse queries (goal <= 2), counted by a client proxy and by chdb's own ``Query`` counter in
