@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "integration" / "orchestration")]
 warnings.filterwarnings("ignore")
 
+from bench_checks import generated_project as checks_project  # noqa: E402
+
 from chmv_assets.ddl.loader import load  # noqa: E402
 from chmv_assets.orchestration.live_state import LIVE_STATE_INTERVAL_SECONDS, MAX_EVENTS_PER_TICK, evaluate_live_state  # noqa: E402
 from chmv_assets.orchestration.translator import ChmvTranslator  # noqa: E402
@@ -47,18 +49,8 @@ class CountingClient:
 
 
 def generated_project(root: Path, views: int) -> Path:
-    """``views`` monthly-partitioned sources, each with an MV into a monthly target."""
-    ddl = root / "ddl"
-    ddl.mkdir(parents=True)
-    lines = ["CREATE DATABASE IF NOT EXISTS gen ENGINE = Atomic;"]
-    for i in range(views):
-        lines.append(f"CREATE TABLE gen.src_{i} (ts DateTime, k UInt32, v UInt64) ENGINE = MergeTree "
-                     f"PARTITION BY toYYYYMM(ts) ORDER BY (k, ts);")  # fmt: skip
-        lines.append(f"CREATE TABLE gen.tgt_{i} (hour DateTime, k UInt32, v UInt64) ENGINE = SummingMergeTree "
-                     f"PARTITION BY toYYYYMM(hour) ORDER BY (k, hour);")  # fmt: skip
-        lines.append(f"CREATE MATERIALIZED VIEW gen.mv_{i} TO gen.tgt_{i} AS SELECT toStartOfHour(ts) AS hour, k, "
-                     f"sum(v) AS v FROM gen.src_{i} GROUP BY hour, k;")  # fmt: skip
-    (ddl / "gen.sql").write_text("\n".join(lines))
+    """``views`` monthly-partitioned sources, each with an MV into a monthly target (bench_checks' project)."""
+    ddl = checks_project(root, views)
     # the sources are daily ingestion assets (a landing zone is configured): their days are counted too
     (ddl / "landing").mkdir()
     (ddl / "chmv.toml").write_text('default_database = "gen"\npartition_start = "2026-01-01"\n[ingestion]\n'
