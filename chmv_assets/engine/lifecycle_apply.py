@@ -115,35 +115,37 @@ def plan_id(plan: LifecyclePlan) -> str:
 def apply_plan(clickhouse: ClientFactory, loaded: LoadedProject, plan: LifecyclePlan, *,
                parity: ParityCheck | None = None, stager: Stager | None = None, root: Path | None = None,
                log: Callable[[str], None] | None = None, pause: Callable[[str], None] | None = None,
-               batch_seconds: float = 2.0) -> ApplyReport:  # fmt: skip
+               batch_seconds: float = 2.0, check_in_place: bool = False) -> ApplyReport:  # fmt: skip
     """Make every change of ``plan`` (already checked by the preflight), finishing a killed apply's work first.
 
     Args:
         clickhouse: Opens clients; one per step, taken after the step's write gates.
         loaded: The project planned from.
         plan: From :func:`chmv_assets.engine.lifecycle_planner.plan_lifecycle`.
-        parity: Checks a rebuilt partition against the new SELECT over the same source rows; a partition of a
-            new version that fails stops the apply before the swap.
+        parity: Checks a rebuilt partition of a new version against the new SELECT over the same source rows
+            (under the same hold of the gates); a failure stops the apply before the swap.
         stager: Spark staging for partitions the rebuild planner reads from the landing zone.
         root: The landing zone.
         log: Progress sink.
         pause: Called at every point where no gate is held (tests interleave inserts there).
         batch_seconds: How long the gates are held at most for a batch of partitions (at least one partition):
             ingestion waits that long at worst, and the engine is opened once per batch, not per partition.
+        check_in_place: Check the partitions re-derived in place too (they are not gating a swap; the target
+            asset's own parity check covers them; the check recomputes the SELECT, doubling the work).
 
     Raises:
         LifecycleError: The plan has blocked changes (nothing is done), or a parity check failed.
     """
     if plan.blocked:
         raise LifecycleError("nothing was changed: " + "; ".join(f"{c.ref.fqn}: {c.blocked}" for c in plan.blocked))
-    return _Apply(clickhouse, loaded, plan, parity, stager, root, log, pause, batch_seconds).run()
+    return _Apply(clickhouse, loaded, plan, parity, stager, root, log, pause, batch_seconds, check_in_place).run()
 
 
 class _Apply:
     def __init__(self, clickhouse: ClientFactory, loaded: LoadedProject, plan: LifecyclePlan,
                  parity: ParityCheck | None, stager: Stager | None, root: Path | None,
                  log: Callable[[str], None] | None, pause: Callable[[str], None] | None,
-                 batch_seconds: float = 2.0):  # fmt: skip
+                 batch_seconds: float = 2.0, check_in_place: bool = False):  # fmt: skip
         self.clickhouse = clickhouse
         self.loaded = loaded
         self.project = loaded.project
@@ -157,6 +159,7 @@ class _Apply:
         self.report = ApplyReport()
         self.rederived: set[ObjectRef] = set()
         self.batch_seconds = batch_seconds
+        self.check_in_place = check_in_place
 
     def run(self) -> ApplyReport:
         started = time.monotonic()
@@ -265,9 +268,11 @@ class _Apply:
                 journal.record(client, "rederive", target, journal.DONE, self.id)
 
     def _partition(self, client: Client, target: ObjectRef, plan, window: PartitionWindow | None) -> None:
-        """Rebuild one partition and check it (the caller holds the gates): nothing can insert in between."""
+        """Rebuild one partition (the caller holds the gates: nothing can insert in between); a partition of a new
+        version is checked before the cut-over (in place, the target's own parity check runs as usual)."""
         execute(plan, self.loaded, client=client, stager=self.stager)
-        if self.parity is None or plan.steps[0].engine == Engine.REFRESH:
+        checked = self.check_in_place or plan.live != target
+        if self.parity is None or not checked or plan.steps[0].engine == Engine.REFRESH:
             return
         result = self.parity(client, target, plan.live, window)
         if not result.within_tolerance:

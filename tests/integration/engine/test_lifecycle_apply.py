@@ -55,7 +55,8 @@ def apply_with_writer(engine, ddl: Path, source: str, *, batch_seconds: float = 
         return parity_for_partition(client, loaded, target, window, live=live)
 
     with Writer(engine, source) as writer:
-        report = apply_plan(engine, loaded, plan, parity=parity, pause=writer.pause, batch_seconds=batch_seconds)
+        report = apply_plan(engine, loaded, plan, parity=parity, pause=writer.pause, batch_seconds=batch_seconds,
+                            check_in_place=True)  # fmt: skip
     assert writer.batches >= len(writer.paused_at) >= 3  # inserts went on between the apply's steps
     with engine.get_client() as client:
         again = plan_lifecycle(client, loaded)
