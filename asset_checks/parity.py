@@ -19,7 +19,7 @@ where neither holds it, the partition is reported "not verifiable" with the reas
 because the source was truncated.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -121,7 +121,9 @@ class ParityResult:
         if self.unverifiable:
             return f"{where}: not verifiable: {self.unverifiable}"
         figures = "; ".join(f"{m.name}: expected {m.expected:g}, actual {m.actual:g}" for m in self.measures)
-        verdict = "ok" if self.within_tolerance else ("mismatch inside the grace period" if self.in_grace else "MISMATCH")
+        verdict = (
+            "ok" if self.within_tolerance else ("mismatch inside the grace period" if self.in_grace else "MISMATCH")
+        )
         against = "" if self.truth == "source" else f", against the {self.truth}"
         return f"{where}: {verdict} ({figures}{against})"
 
@@ -214,21 +216,67 @@ def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: Obje
     Returns:
         The figures; a missing object or a failing query is reported in the result, never raised.
     """
+    return parity_for_partitions(client, loaded, target_ref, [window], now=now, root=root, live=live)[0]
+
+
+def parity_for_partitions(client: Client, loaded: LoadedProject, target_ref: ObjectRef,
+                          windows: Sequence[PartitionWindow | None], *, now: datetime | None = None,
+                          root: Path | None = None, live: ObjectRef | None = None,
+                          coverage_first: bool = True) -> list[ParityResult]:  # fmt: skip
+    """:func:`parity_for_partition` for several partitions of one target, the catalog read once.
+
+    Args:
+        coverage_first: Observe coverage before each recompute (as a rebuild would). False (the parity
+            sweep): recompute from the source first and observe coverage only for a partition where the
+            target holds MORE than the source yields, the one case a truncated source can explain; a
+            match or a shortfall of the target is a verdict without it, so a sweep reads each changed
+            partition once.
+
+    Returns:
+        One result per window, in order.
+    """
     config = loaded.config.parity
-    partition = window.key if window else None
-    missing = set(involved_objects(loaded, target_ref)) - existing_objects(client, involved_objects(loaded, target_ref))
+    involved = involved_objects(loaded, target_ref)
+    missing = set(involved) - existing_objects(client, involved)
     missing -= set(loaded.project.dictionaries)  # dictionaries are checked by drift, parity does not read them
     if missing:
-        return ParityResult(target_ref.fqn, partition, tolerance=config.tolerance,
-                            missing=tuple(sorted(m.fqn for m in missing)))  # fmt: skip
+        return [ParityResult(target_ref.fqn, w.key if w else None, tolerance=config.tolerance,
+                             missing=tuple(sorted(m.fqn for m in missing))) for w in windows]  # fmt: skip
     now = now or datetime.now(UTC).replace(tzinfo=None)
-    in_grace = window is not None and window.end > now - timedelta(minutes=config.grace_minutes)
+    root = root if root is not None else landing.landing_dir(loaded)
+    try:
+        live = live or live_table(client, loaded.project, target_ref)
+    except (ClickHouseError, ChmvError) as err:
+        return [ParityResult(target_ref.fqn, w.key if w else None, tolerance=config.tolerance, error=_first_line(err))
+                for w in windows]  # fmt: skip
+    results = []
+    for window in windows:
+        in_grace = window is not None and window.end > now - timedelta(minutes=config.grace_minutes)
+        if coverage_first:
+            result = _parity(client, loaded, target_ref, window, live, root, in_grace)
+        else:
+            result = _parity(client, loaded, target_ref, window, live, root, in_grace, truth=({}, "source", ()))
+            if any(m.delta > config.tolerance * max(abs(m.expected), 1.0) for m in result.measures):
+                result = _parity(client, loaded, target_ref, window, live, root, in_grace)
+        results.append(result)
+    return results
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0][:500] if str(err).strip() else type(err).__name__
+
+
+def _parity(client: Client, loaded: LoadedProject, target_ref: ObjectRef, window: PartitionWindow | None,
+            live: ObjectRef, root: Path | None, in_grace: bool,
+            truth: tuple[dict[ObjectRef, str], str, tuple[str, ...]] | str | None = None) -> ParityResult:  # fmt: skip
+    """One partition's parity against ``truth`` (default: what coverage says, as a rebuild would)."""
+    config = loaded.config.parity
+    partition = window.key if window else None
     table = loaded.project.table(target_ref)
     assert table is not None
     sql = ""
     try:
-        live = live or live_table(client, loaded.project, target_ref)
-        truth = _truth(client, loaded, target_ref, window, live, root if root is not None else landing.landing_dir(loaded))
+        truth = truth if truth is not None else _truth(client, loaded, target_ref, window, live, root)
         if isinstance(truth, str):
             return ParityResult(target_ref.fqn, partition, tolerance=config.tolerance, in_grace=in_grace,
                                 unverifiable=truth)  # fmt: skip
@@ -236,8 +284,7 @@ def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: Obje
         sql = parity_sql(loaded, target_ref, window, live, trigger_relations=relations)
         rows = {row[0]: row[1:] for row in client.query(sql).result_rows}
     except (ClickHouseError, ChmvError) as err:  # a failing recompute is a parity failure with its reason
-        message = str(err).strip().splitlines()[0][:500] if str(err).strip() else type(err).__name__
-        return ParityResult(target_ref.fqn, partition, tolerance=config.tolerance, error=message, sql=sql)
+        return ParityResult(target_ref.fqn, partition, tolerance=config.tolerance, error=_first_line(err), sql=sql)
     names = [name for name, _a, _e in measures_for(table)]
     actual = rows.get("actual") or (0.0,) * len(names)
     expected = rows.get("expected") or (0.0,) * len(names)
@@ -280,5 +327,3 @@ def _truth(client: Client, loaded: LoadedProject, target: ObjectRef, window: Par
         relations[source.source] = relation.sql
         notes.append(relation.describe(source.source))
     return relations, "landing zone", (f"the source no longer holds it ({covered.table_reasons()})", *notes)
-
-

@@ -83,6 +83,14 @@ def execute(loaded: LoadedProject, resource, instance: DagsterInstance, request:
                            raise_on_error=False)  # fmt: skip
 
 
+def requested(request: RunRequest) -> str:
+    """The partition of a run request, or ``first..last`` for a range run."""
+    if request.partition_key:
+        return request.partition_key
+    tags = request.tags
+    return f"{tags['dagster/asset_partition_range_start']}..{tags['dagster/asset_partition_range_end']}"
+
+
 def evaluations(result, name: str | None = None) -> list:
     return [e for e in result.get_asset_check_evaluations() if name is None or e.check_name == name]
 

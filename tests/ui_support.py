@@ -141,8 +141,10 @@ def wait_for(condition: Callable[[], Any], deadline_seconds: float, what: str, i
     raise AssertionError(f"timed out after {deadline_seconds:.0f}s waiting for {what}; last: {str(last)[:2000]}")
 
 
-def start_demo(workdir: Path, rows: int = 100_000) -> DagsterDev:
+def start_demo(workdir: Path, rows: int = 100_000, ddl_dir: Path | None = None) -> DagsterDev:
     """Load the demo (`chmv load-demo`) into a private state directory and start `dagster dev` on it.
+
+    ``ddl_dir``: a copy of examples/ddl to serve instead (another chmv.toml, say), through ``CHMV_DDL_DIR``.
 
     The landing zone exists but is empty, as after `make demo` minus its files: the sources are the
     daily Spark ingestion assets, and the targets rebuild from the source tables (which hold every window).
@@ -154,8 +156,10 @@ def start_demo(workdir: Path, rows: int = 100_000) -> DagsterDev:
     env = {**os.environ, "DAGSTER_HOME": str(home), "CHMV_STATE_DIR": str(state), "DAGSTER_DISABLE_TELEMETRY": "1"}
     for name in ("CHMV_DDL_DIR", "CHMV_LANDING_DIR", "CHMV_CLICKHOUSE_DSN"):
         env.pop(name, None)
+    if ddl_dir is not None:
+        env["CHMV_DDL_DIR"] = str(ddl_dir)
     bin_dir = Path(sys.executable).parent
-    subprocess.run([str(bin_dir / "chmv"), "load-demo", "--ddl-dir", str(ROOT / "examples" / "ddl"), "--rows", str(rows)],
+    subprocess.run([str(bin_dir / "chmv"), "load-demo", "--ddl-dir", str(ddl_dir or ROOT / "examples" / "ddl"), "--rows", str(rows)],
                    env=env, check=True, capture_output=True, timeout=300)  # fmt: skip
     # one process initializes the instance's SQLite storage before dagster dev's processes open it
     subprocess.run([str(bin_dir / "dagster"), "instance", "migrate"], env=env, check=True, capture_output=True, timeout=120)

@@ -39,6 +39,19 @@ class IngestionConfig(BaseModel):
                                       "event time; bounds the files a partition backfill reads.")
 
 
+class SweepConfig(BaseModel):
+    """The parity sweep (``chmv_parity_sweep``) and the recovery loop's cadence."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = Field(default=True, description="Run the parity sweep sensor.")
+    interval_seconds: int = Field(default=60, ge=5, description="Seconds between two sweep ticks.")
+    max_partitions: int = Field(default=100, ge=1, description="Most target partitions one tick evaluates.")
+    max_rows: int = Field(default=200_000_000, ge=1, description="Most rows (source + target, estimated from "
+                          "system.parts) one tick's evaluations read; one partition always fits.")
+    recovery_interval_seconds: int = Field(default=60, ge=5, description="Seconds between two recovery ticks.")
+
+
 class ChmvConfig(BaseModel):
     """Everything chmv reads besides the DDL itself.
 
@@ -50,6 +63,9 @@ class ChmvConfig(BaseModel):
         timezone: Timezone of partition windows.
         sla_minutes: How far a target may lag its source before the staleness sensor alerts.
         alert_webhook: URL the alert sink POSTs JSON to (besides the Dagster log).
+        recovery_max_attempts: Rebuilds of one partition before recovery gives up and alerts.
+        recovery_cooldown_minutes: Least time between two rebuilds of one partition.
+        sweep: The parity sweep's cadence and per-tick budget.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -66,6 +82,7 @@ class ChmvConfig(BaseModel):
     lint: LintConfig = LintConfig()
     parity: ParityConfig = ParityConfig()
     ingestion: IngestionConfig = IngestionConfig()
+    sweep: SweepConfig = SweepConfig()
 
 
 def load_config(ddl_dir: str | Path, **overrides: object) -> ChmvConfig:

@@ -15,6 +15,7 @@ from chmv_assets.orchestration.assets import build_chmv_assets
 from chmv_assets.orchestration.jobs import build_jobs
 from chmv_assets.orchestration.live_state import build_live_state_sensor
 from chmv_assets.orchestration.sensors import build_sensors, rebuild_jobs
+from chmv_assets.orchestration.sweep import build_sweep
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
 from spark.assets import build_spark_definitions
@@ -41,15 +42,16 @@ def build_definitions(
 
 def _assemble(loaded: LoadedProject, clickhouse: ClickHouseResource, translator: ChmvTranslator) -> Definitions:
     spark = build_spark_definitions(loaded, translator)
+    sweep_sensor, sweep_job = build_sweep(loaded, translator)
     return Definitions.merge(
         Definitions(
             assets=build_chmv_assets(loaded, translator),
             asset_checks=build_asset_checks(loaded, translator),
-            sensors=[*build_sensors(loaded, translator), build_live_state_sensor(loaded, translator)],
+            sensors=[*build_sensors(loaded, translator), build_live_state_sensor(loaded, translator), sweep_sensor],
             # The sensors' rebuild jobs are listed too: Definitions.with_definition_metadata_update (what a
             # dg project applies to a component's defs) copies a job that only sensors name once per sensor,
             # and two sensors naming one job then fail as "Duplicate definition found for unresolved job".
-            jobs=[*build_jobs(loaded), *{id(j): j for j in rebuild_jobs(loaded, translator).values()}.values()],
+            jobs=[*build_jobs(loaded), sweep_job, *{id(j): j for j in rebuild_jobs(loaded, translator).values()}.values()],
             resources={"clickhouse": clickhouse},
             # The embedded engine serves one process at a time: steps in subprocesses would only queue for
             # it, each paying ~5 s of start-up (code location load); a run's steps execute in its process.

@@ -2,9 +2,11 @@
 
 - ``chmv_staleness``: one batched measurement per tick (chmv_assets.engine.staleness); a target past the SLA
   raises an alert (once per episode) and requests catch-up runs of the lagging partitions.
-- ``chmv_recovery``: partitions whose parity check failed (read from the instance's check evaluations)
-  or whose staleness persisted across ticks get the tiered repair of chmv_assets.engine.recovery: the
-  cheapest fix on the MV first, then a rebuild run per partition; cooldown and retry limit in the cursor.
+- ``chmv_recovery``: partitions whose parity check failed (read from the instance's check evaluations:
+  the parity sweep's, runs', manual ones) or whose staleness persisted across ticks get the tiered repair
+  of chmv_assets.engine.recovery: the cheapest fix on the MV first, then a rebuild run per range of
+  consecutive partitions, never one the planner would refuse; once a rebuilt partition passes, the
+  partitions of the targets reading it follow. Cooldown and retry limit in the cursor.
 - ``chmv_drift``: when the files of the DDL directory change, re-parses them, reports drift against the
   server and requests a run of the drift checks.
 
@@ -15,13 +17,13 @@ the tick with the reason (the cursor is kept, so the next tick catches up). Anyt
 import hashlib
 import json
 import time
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from dagster import (
-    AssetCheckEvaluation,
     AssetCheckKey,
     AssetKey,
     AssetSelection,
@@ -40,10 +42,14 @@ from asset_checks.definitions import DRIFT, PARITY, check_key, targets_by_key
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine.coverage import mappings
 from chmv_assets.engine.drift import drift_report
-from chmv_assets.engine.recovery import entry_key, plan, split_key, tier1_repair
+from chmv_assets.engine.landing import landing_dir
+from chmv_assets.engine.planner import RebuildPlan, observe, plan_rebuild, windows_covering
+from chmv_assets.engine.recovery import Decision, entry_key, plan, split_key, tier1_repair
 from chmv_assets.engine.staleness import TargetLag, measure_staleness
 from chmv_assets.errors import DDLError
+from chmv_assets.orchestration.partitions import window_for_key
 from chmv_assets.orchestration.sensor_client import SensorSkip, sensor_client
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
@@ -182,35 +188,111 @@ def build_staleness_sensor(loaded: LoadedProject, translator: ChmvTranslator) ->
 
 def parity_outcomes(context: SensorEvaluationContext, keys_to_targets: dict[AssetKey, ObjectRef],
                     after: int) -> tuple[dict[str, bool], int]:  # fmt: skip
-    """``entry key → passed`` from the parity evaluations recorded after execution id ``after`` (latest wins).
+    """``entry key → passed`` of the parity verdicts stored after event storage id ``after``; the new watermark.
 
-    Reads the instance's asset-check execution index (one small query per target), which every event
-    log storage keeps in one place; a cross-run event query would need a run-sharded cursor on the
-    default SQLite storage of ``dagster dev``.
+    One call for every target: the instance's per-partition index of check executions, which gives the
+    latest execution of each partition and the storage id of its evaluation event (runs, the sweep's
+    runs and manual check runs alike). A run's evaluation is stored after everything this tick saw, so
+    a verdict still pending now is read at a later tick.
     """
-    outcomes: dict[str, bool] = {}
-    last, pending = after, []
     storage = context.instance.event_log_storage
-    for asset_key, target in keys_to_targets.items():
-        history = storage.get_asset_check_execution_history(AssetCheckKey(asset_key, PARITY), limit=500)
-        for record in sorted(history, key=lambda r: r.id):
-            if record.id <= after:
-                continue
-            event = record.event.dagster_event if record.event is not None else None
-            evaluation = event.event_specific_data if event is not None else None
-            if not isinstance(evaluation, AssetCheckEvaluation):
-                pending.append(record.id)  # planned, still running: read it once it has a result
-                continue
-            last = max(last, record.id)
-            per_partition = evaluation.metadata.get("chmv/partitions")
-            if per_partition is not None and isinstance(per_partition.value, dict):
-                for partition, passed in per_partition.value.items():
-                    outcomes[entry_key(target, partition or None)] = bool(passed)
-            else:
-                outcomes[entry_key(target, evaluation.partition)] = bool(evaluation.passed)
-    if pending:
-        last = min(last, min(pending) - 1)
+    check_keys = {AssetCheckKey(key, PARITY): target for key, target in keys_to_targets.items()}
+    outcomes: dict[str, bool] = {}
+    last = after
+    for info in storage.get_asset_check_partition_info(list(check_keys), after_storage_id=after or None):
+        stored = info.latest_check_event_storage_id or 0
+        status = info.latest_execution_status.value  # the enum is not exported by dagster: its values are stable
+        if stored <= after or status not in _VERDICTS:
+            continue  # an older verdict (listed for a newer materialization) or one still running
+        outcomes[entry_key(check_keys[info.check_key], info.partition_key)] = _VERDICTS[status]
+        last = max(last, stored)
     return outcomes, last
+
+
+#: Check execution statuses that are a verdict (storage values of Dagster's AssetCheckExecutionRecordStatus).
+_VERDICTS = {"SUCCEEDED": True, "FAILED": False}
+
+
+def downstream_entries(loaded: LoadedProject, translator: ChmvTranslator, target: ObjectRef,
+                       partition: str | None) -> list[str]:  # fmt: skip
+    """Ledger keys of the partitions of the targets that read ``target`` directly, for one of its partitions.
+
+    A child's rows of a parent window land in the child's windows the MV's time mapping says: a weekly
+    rollup of a day lands in the week starting up to 6 days before it (the window's start moves back by
+    the truncation's length). Grandchildren follow once the children pass (their own repair).
+    """
+    window = window_for_key(translator.get_partitions_def(loaded, target), partition) if partition else None
+    children = dict.fromkeys(v.writes_to for v in loaded.project.views_from(target) if v.trigger == target)
+    keys = []
+    for child in children:
+        if window is None:
+            windows = windows_covering(loaded, child, datetime(1970, 1, 2), datetime(2106, 1, 1))
+            if windows != [None]:
+                continue  # a whole-table parent: the child's history is too wide to guess; the sweep checks it
+        else:
+            mapping = mappings(loaded, child).get(target)
+            back = timedelta(seconds=mapping.grain.seconds) if mapping and not mapping.exact and mapping.grain else timedelta(0)
+            windows = windows_covering(loaded, child, window.start - back, window.end - timedelta(microseconds=1))
+        keys += [entry_key(child, w.key if w else None) for w in windows]
+    return keys
+
+
+def planned_rebuild(client, loaded: LoadedProject, translator: ChmvTranslator, target: ObjectRef,
+                    partition: str | None) -> RebuildPlan:  # fmt: skip
+    """What a rebuild of the partition would do now: the same planner (and coverage) the run will use."""
+    window = window_for_key(translator.get_partitions_def(loaded, target), partition) if partition else None
+    root = landing_dir(loaded)
+    observations = observe(client, loaded, target, root=root, windows=[window])
+    return plan_rebuild(loaded, target, [window], observations, root=root)
+
+
+@dataclass(frozen=True)
+class _Due:
+    """A partition recovery rebuilds at this tick."""
+
+    decision: Decision
+    partition: str | None
+    engines: str
+    tier1: tuple[str, ...]
+
+
+def recovery_requests(loaded: LoadedProject, translator: ChmvTranslator, job_name: str, target: ObjectRef,
+                      due: list[_Due]) -> list[RunRequest]:  # fmt: skip
+    """The runs that rebuild ``due`` partitions of one target: one run per range of consecutive partitions.
+
+    A range run plans and swaps every partition of it in one go (one read of the source per range, the
+    targets' single-run backfill policy) and evaluates parity per partition, so each ledger entry gets
+    its own verdict.
+    """
+    partitions_def = translator.get_partitions_def(loaded, target)
+    order = {k: i for i, k in enumerate(partitions_def.get_partition_keys())} if partitions_def is not None else {}
+    items = sorted(due, key=lambda d: order.get(d.partition or "", -1))
+    ranges: list[list[_Due]] = []
+    for item in items:
+        previous = ranges[-1][-1] if ranges else None
+        if (previous is not None and item.partition is not None and previous.partition is not None
+                and order.get(item.partition) == order.get(previous.partition, -2) + 1
+                and item.decision.reason == previous.decision.reason):  # fmt: skip
+            ranges[-1].append(item)
+        else:
+            ranges.append([item])
+    requests = []
+    for group in ranges:
+        first, last = group[0], group[-1]
+        tags = {"chmv/reason": first.decision.reason[:200], "chmv/attempt": str(max(d.decision.attempt for d in group)),
+                "chmv/target": target.fqn, "chmv/engine": ", ".join(sorted({d.engines for d in group})),
+                "chmv/tier1": "; ".join(dict.fromkeys(a for d in group for a in d.tier1))[:250] or "none"}  # fmt: skip
+        partition_key = first.partition
+        if len(group) > 1:
+            tags |= {"dagster/asset_partition_range_start": first.partition, "dagster/asset_partition_range_end": last.partition}
+            partition_key = None
+        attempts = ".".join(str(d.decision.attempt) for d in group)
+        requests.append(RunRequest(
+            run_key=f"chmv-recover:{target.fqn}|{first.partition or ''}..{last.partition or ''}:{attempts}:{int(time.time())}",
+            job_name=job_name, asset_selection=[translator.get_asset_key(target)],
+            asset_check_keys=[check_key(translator, target, PARITY)], partition_key=partition_key, tags=tags,
+        ))  # fmt: skip
+    return requests
 
 
 def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> SensorDefinition:
@@ -220,16 +302,27 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> 
     keys_to_targets = targets_by_key(loaded, translator)
     jobs = rebuild_jobs(loaded, translator)
 
-    @sensor(name="chmv_recovery", minimum_interval_seconds=120, jobs=_jobs(loaded, translator), default_status=DefaultSensorStatus.RUNNING,
-            description="Tiered repair of failed parity / persistent staleness: fix the MV, then rebuild partitions.")  # fmt: skip
+    @sensor(name="chmv_recovery", minimum_interval_seconds=config.sweep.recovery_interval_seconds,
+            jobs=_jobs(loaded, translator), default_status=DefaultSensorStatus.RUNNING,
+            description="Tiered repair of failed parity / persistent staleness: fix the MV, rebuild the partitions "
+                        "through the planner, then the partitions of the targets further down the chain.")  # fmt: skip
     def _recovery(context: SensorEvaluationContext, clickhouse: ClickHouseResource):
         cursor = _cursor(context)
-        outcomes, last_event = parity_outcomes(context, keys_to_targets, int(cursor.get("event_id", 0)))
+        outcomes, last_event = parity_outcomes(context, keys_to_targets, int(cursor.get("verdicts_after", 0)))
         failing = {k: "parity_failed" for k, passed in outcomes.items() if not passed}
         resolved = {k for k, passed in outcomes.items() if passed}
         stale_ticks: dict = cursor.get("stale_ticks", {})
         ledger: dict = cursor.get("ledger", {})
+        # a partition this loop rebuilt now passes: the targets reading it re-derive the same rows next
+        for key in sorted(resolved - set(failing)):
+            entry = ledger.get(key)
+            if entry is not None and int(entry.get("attempts", 0)) > 0:
+                target, partition = split_key(key)
+                for child_key in downstream_entries(loaded, translator, target, partition):
+                    failing.setdefault(child_key, f"upstream_repaired:{target.fqn}")
+                    context.log.info(f"{key} repaired: {child_key} reads it and is rebuilt next")
         requests: list[RunRequest] = []
+        due: dict[ObjectRef, list[_Due]] = {}
         try:
             with sensor_client(clickhouse, context) as client:
                 lags = measure_staleness(client, loaded)
@@ -262,6 +355,17 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> 
                                         {"partition": partition, "attempts": decision.attempt,
                                          "reason": decision.reason}), context.log)  # fmt: skip
                         continue
+                    entry = ledger[decision.key]
+                    rebuild = planned_rebuild(client, loaded, translator, target, partition)
+                    if rebuild.refused:  # never request what the planner would refuse: the run would only fail
+                        entry["attempts"] = decision.attempt - 1
+                        if entry.get("refused") != rebuild.refusal():
+                            entry["refused"] = rebuild.refusal()
+                            context.log.error(f"{where}: not rebuilt, the planner refuses it:\n{rebuild.refusal()}")
+                            sink.send(Alert("recovery_refused", "error", target.fqn, rebuild.refusal(),
+                                            {"partition": partition, "reason": decision.reason}), context.log)  # fmt: skip
+                        continue
+                    entry.pop("refused", None)
                     if target not in repaired:
                         repair = tier1_repair(client, loaded.project, target, log=context.log.info)
                         repaired[target] = repair.actions
@@ -272,23 +376,20 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> 
                     if target in blocked:
                         continue  # the attempt is counted: the limit ends the loop if nobody deploys the object
                     actions = repaired[target]
+                    engines = ", ".join(sorted({str(step.engine) for step in rebuild.steps}))
                     context.log.info(f"{where}: {decision.reason} → rebuild attempt {decision.attempt}/"
-                                     f"{config.recovery_max_attempts}"
+                                     f"{config.recovery_max_attempts} ({engines})"
                                      + (f" after tier 1: {'; '.join(actions)}" if actions else ""))  # fmt: skip
                     sink.send(Alert("recovery", "info", target.fqn, f"{where}: {decision.reason}, rebuild attempt "
-                                    f"{decision.attempt}", {"partition": partition, "tier1": list(actions)}), context.log)  # fmt: skip
-                    requests.append(RunRequest(
-                        run_key=f"chmv-recover:{decision.key}:{decision.attempt}:{int(ledger[decision.key]['last'])}",
-                        job_name=jobs[target].name,
-                        asset_selection=[translator.get_asset_key(target)],
-                        asset_check_keys=[check_key(translator, target, PARITY)],
-                        partition_key=partition,
-                        tags={"chmv/reason": decision.reason, "chmv/attempt": str(decision.attempt),
-                              "chmv/target": target.fqn, "chmv/tier1": "; ".join(actions)[:250] or "none"},
-                    ))  # fmt: skip
+                                    f"{decision.attempt}", {"partition": partition, "tier1": list(actions),
+                                                            "engine": engines}), context.log)  # fmt: skip
+                    due.setdefault(target, []).append(_Due(decision, partition, engines, actions))
+                requests = [request for target, items in due.items()
+                            for request in recovery_requests(loaded, translator, jobs[target].name, target, items)]  # fmt: skip
         except SensorSkip as skip:
             return SkipReason(str(skip))
-        new_cursor = json.dumps({"event_id": last_event, "ledger": ledger, "stale_ticks": stale_ticks}, sort_keys=True)
+        new_cursor = json.dumps({"verdicts_after": last_event, "ledger": ledger, "stale_ticks": stale_ticks},
+                                sort_keys=True)  # fmt: skip
         if not requests:
             return SensorResult(skip_reason=SkipReason(f"{len(ledger)} partition(s) in the recovery ledger, no run due"),
                                 cursor=new_cursor)  # fmt: skip

@@ -23,7 +23,7 @@ from resources.clickhouse import ClickHouseResource
 
 def test_definitions_load_with_checks_and_sensors(example) -> None:
     repository = build_definitions(example, translator=TRANSLATOR).get_repository_def()
-    assert {s.name for s in repository.sensor_defs} == {"chmv_staleness", "chmv_recovery", "chmv_drift", "chmv_live_state"}
+    assert {s.name for s in repository.sensor_defs} == {"chmv_staleness", "chmv_recovery", "chmv_drift", "chmv_live_state", "chmv_parity_sweep"}
     check_keys = repository.asset_graph.asset_check_keys
     for target in example.project.targets:
         key = TRANSLATOR.get_asset_key(target)

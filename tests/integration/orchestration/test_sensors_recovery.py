@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from chmv_check_helpers import TRANSLATOR, evaluations, execute, ref, run_parity, tick
+from chmv_check_helpers import TRANSLATOR, evaluations, execute, ref, requested, run_parity, tick
 from conftest import EXAMPLE_DDL, make_engine
 from dagster import DagsterInstance
 
@@ -54,8 +54,8 @@ def test_throwing_mv_is_detected_per_partition_and_repaired(tmp_path: Path, load
     assert sum(e.metadata["delta"].value for e in by_partition.values()) == -14.0  # 7 error rows lost per failing day
 
     data = tick(loaded_fast, "chmv_recovery", engine, instance, None)
-    requests = sorted(data.run_requests, key=lambda r: r.partition_key)
-    assert [r.partition_key for r in requests] == ["2026-08-03", "2026-08-04"]
+    requests = data.run_requests
+    assert [requested(r) for r in requests] == ["2026-08-03..2026-08-04"]  # consecutive partitions: one range run
     assert all(r.tags["chmv/reason"] == "parity_failed" and r.tags["chmv/attempt"] == "1" for r in requests)
     assert "MODIFY QUERY on analytics.errors_mv" in requests[0].tags["chmv/tier1"]
     ledger = json.loads(data.cursor)["ledger"]
@@ -111,9 +111,9 @@ def test_detached_mv_is_reattached_after_persistent_staleness(tmp_path: Path, lo
     first = tick(loaded_fast, "chmv_recovery", engine, instance, None)
     assert not first.run_requests  # staleness seen once: not yet persistent
     second = tick(loaded_fast, "chmv_recovery", engine, instance, first.cursor)
-    requests = sorted(second.run_requests, key=lambda r: r.partition_key)
+    requests = second.run_requests
     # from the partition holding the target's newest row (it may be incomplete) to the source's newest
-    assert [r.partition_key for r in requests] == ["2026-10-01", "2026-11-01"]
+    assert [requested(r) for r in requests] == ["2026-10-01..2026-11-01"]
     assert all(r.tags["chmv/reason"] == "stale" for r in requests)
     assert "re-attached detached MV analytics.enriched_requests_mv" in requests[0].tags["chmv/tier1"]
     for request in requests:

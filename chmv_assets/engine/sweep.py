@@ -1,0 +1,371 @@
+"""The parity sweep's decision: which target partitions changed since their last verdict (no Dagster).
+
+Parity only says something when it runs. The sweep makes it run on its own, incrementally: each tick
+reads the active parts of every target and of every trigger source in ONE query (``system.parts``), and
+compares them with what the previous tick saw:
+
+- a part with a block number above the partition's previous maximum is new rows (an insert, a rebuild's
+  REPLACE PARTITION, a merge that took new rows in): the time range of those parts is dirty;
+- a mutation (a DELETE, an UPDATE: the part's data version passes its block range) or a new or dropped
+  ClickHouse partition makes the partition's whole time range dirty;
+- a part that is not indexed by time (a partition key without a date) makes the whole table dirty.
+
+A dirty range of a target marks its own windows; a dirty range of a trigger source marks the target
+windows its rows map into (the MV's time mapping, ``coverage_sql.TimeMapping``), or every window the
+target holds when the mapping cannot tell. Marked windows wait in the cursor until a tick's budget
+(partitions, rows estimated from the parts) takes them; a window still inside the parity grace period
+waits until the grace ends, so the partition the live MVs are writing is checked once, when it is complete.
+
+A merge keeps the block range of the parts it merges, so merges alone mark nothing; a cold start (no
+cursor) marks everything once: the first sweep checks every partition, spread over ticks by the budget.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from clickhouse_connect.driver.client import Client
+
+from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.ddl.partitioning import PartitionWindow, partition_scheme, window_for_partition_key
+from chmv_assets.engine.coverage import mappings, triggers
+from chmv_assets.engine.planner import windows_covering
+from chmv_assets.engine.staleness import BIG_QUERY_SETTINGS
+
+#: Cursor format version: a cursor of another version is ignored (everything is swept once more).
+CURSOR_VERSION = 1
+#: A dirty range that is the whole table (parts without a time index, or a mapping that cannot tell).
+WHOLE = None
+
+Range = tuple[int, int] | None  # [first, last] unix seconds of rows; None: the whole table
+
+
+@dataclass(frozen=True)
+class Part:
+    """One active part of a tracked table, as ``system.parts`` describes it."""
+
+    partition_id: str
+    rows: int
+    min_block: int
+    max_block: int
+    data_version: int
+    first: int  # unix seconds of the part's oldest row by its partition key's time column; 0: not indexed
+    last: int
+
+    @property
+    def span(self) -> Range:
+        return (self.first, self.last) if self.first > 0 else WHOLE
+
+    @property
+    def mutated(self) -> int:
+        """The version of the last mutation applied to the part (0: none since its rows were inserted)."""
+        return self.data_version if self.data_version > self.max_block else 0
+
+
+@dataclass(frozen=True)
+class PartitionSeen:
+    """What a tick saw of one ClickHouse partition: the cursor's unit of comparison."""
+
+    max_block: int
+    mutated: int
+    span: Range
+    rows: int
+
+    def to_json(self) -> list:
+        return [self.max_block, self.mutated, list(self.span) if self.span else None, self.rows]
+
+    @classmethod
+    def from_json(cls, data: list) -> PartitionSeen:
+        return cls(int(data[0]), int(data[1]), tuple(data[2]) if data[2] else WHOLE, int(data[3]))  # type: ignore[arg-type]
+
+
+@dataclass
+class SweepState:
+    """The sweep's memory between ticks (the sensor cursor).
+
+    Attributes:
+        tables: Per table fqn, per ClickHouse partition id, what the last tick saw.
+        pending: Per target fqn, per Dagster partition key (``""``: unpartitioned), ``(turn, marked)``: the
+            unix time from which it may be evaluated (the end of its grace period) and when it was last
+            marked (the most recently changed partitions are evaluated first).
+    """
+
+    tables: dict[str, dict[str, PartitionSeen]] = field(default_factory=dict)
+    pending: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
+
+    def dumps(self) -> str:
+        """JSON, deflated and base64-encoded: thousands of partitions repeat a lot."""
+        data = {"v": CURSOR_VERSION, "t": {t: {p: s.to_json() for p, s in ps.items()} for t, ps in self.tables.items()},
+                "p": self.pending}  # fmt: skip
+        return "z:" + base64.b64encode(zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 6)).decode()
+
+    @classmethod
+    def loads(cls, cursor: str | None) -> SweepState:
+        """The state of a cursor; an empty state for none, an unreadable one or another version."""
+        if not cursor:
+            return cls()
+        try:
+            text = zlib.decompress(base64.b64decode(cursor[2:])).decode() if cursor.startswith("z:") else cursor
+            data = json.loads(text)
+            if not isinstance(data, dict) or data.get("v") != CURSOR_VERSION:
+                return cls()
+            tables = {t: {p: PartitionSeen.from_json(s) for p, s in ps.items()} for t, ps in data["t"].items()}
+            pending = {t: {k: (float(v[0]), float(v[1])) for k, v in ps.items()} for t, ps in data["p"].items()}
+            return cls(tables, pending)
+        except (ValueError, KeyError, TypeError, IndexError, zlib.error):
+            return cls()
+
+
+@dataclass(frozen=True)
+class SweepItem:
+    """One target partition a tick evaluates."""
+
+    target: ObjectRef
+    window: PartitionWindow | None
+    rows: int  # estimated rows the evaluation reads (target partition + source rows of its range)
+
+    @property
+    def key(self) -> str | None:
+        return self.window.key if self.window else None
+
+
+@dataclass(frozen=True)
+class SweepDecision:
+    """What one tick decided, and what it cost.
+
+    Attributes:
+        items: The partitions to evaluate now, in order.
+        state: The cursor to keep (the chosen partitions are no longer pending).
+        queries: ClickHouse queries the decision ran.
+        tables: Tables whose parts were read.
+        marked: Target partitions marked dirty by this tick.
+        pending: Partitions left waiting (budget or grace) after this tick's choice.
+        waiting_for_grace: Of those, how many wait for their grace period to end.
+    """
+
+    items: tuple[SweepItem, ...]
+    state: SweepState
+    queries: int
+    tables: int
+    marked: int
+    pending: int
+    waiting_for_grace: int
+
+    def summary(self) -> str:
+        rows = sum(i.rows for i in self.items)
+        return (f"{len(self.items)} partition(s) to check (~{rows:,} rows), {self.marked} marked dirty this tick, "
+                f"{self.pending} pending ({self.waiting_for_grace} inside the grace period); {self.tables} tables, "
+                f"{self.queries} ClickHouse query")  # fmt: skip
+
+
+def tracked_tables(loaded: LoadedProject, targets: Iterable[ObjectRef]) -> list[ObjectRef]:
+    """The targets and their trigger sources, each once."""
+    out: dict[ObjectRef, None] = {}
+    for target in targets:
+        out[target] = None
+        for source in triggers(loaded, target):
+            out[source] = None
+    return list(out)
+
+
+def read_parts(client: Client, loaded: LoadedProject, tables: list[ObjectRef]) -> dict[ObjectRef, list[Part]]:
+    """The active parts of ``tables`` in one query (an MV without TO is read through its inner table)."""
+    if not tables:
+        return {}
+    inner = [t for t in tables if t in loaded.project.views and loaded.project.views[t].target is None]
+    sql = (
+        "SELECT 'p' AS kind, database, table, partition_id, rows, toInt64(min_block_number), "
+        "toInt64(max_block_number), toInt64(data_version), toInt64(toUnixTimestamp(min_time)), "
+        "toInt64(toUnixTimestamp(max_time)), toString(min_date), toString(max_date) FROM system.parts "
+        "WHERE active AND database IN {dbs:Array(String)} AND (table IN {names:Array(String)} "
+        "OR startsWith(table, '.inner'))"
+    )  # fmt: skip
+    params: dict = {"dbs": sorted({t.database for t in tables}), "names": sorted({t.name for t in tables})}
+    if inner:
+        sql += (" UNION ALL SELECT 'm', database, name, toString(uuid), toUInt64(0), toInt64(0), toInt64(0), "
+                "toInt64(0), toInt64(0), toInt64(0), '', '' FROM system.tables WHERE engine = 'MaterializedView' "
+                "AND database IN {mv_dbs:Array(String)} AND name IN {mv_names:Array(String)}")  # fmt: skip
+        params |= {"mv_dbs": sorted({t.database for t in inner}), "mv_names": sorted({t.name for t in inner})}
+    rows = client.query(sql, parameters=params, settings=BIG_QUERY_SETTINGS).result_rows
+    inner_names = {}
+    for kind, database, name, uuid, *_ in rows:
+        if kind == "m":
+            inner_names[(database, f".inner_id.{uuid}")] = name
+            inner_names[(database, f".inner.{name}")] = name
+    wanted = {(t.database, t.name): t for t in tables}
+    out: dict[ObjectRef, list[Part]] = {t: [] for t in tables}
+    for kind, database, name, pid, n_rows, lo_block, hi_block, version, min_time, max_time, min_date, max_date in rows:
+        table = wanted.get((database, inner_names.get((database, name), name)))
+        if kind != "p" or table is None:
+            continue
+        first, last = int(min_time), int(max_time)
+        if first <= 0 and min_date and min_date != "1970-01-01":
+            first = int(datetime.fromisoformat(min_date).replace(tzinfo=UTC).timestamp())
+            last = int(datetime.fromisoformat(max_date).replace(tzinfo=UTC).timestamp()) + 86399
+        out[table].append(Part(str(pid), int(n_rows), int(lo_block), int(hi_block), int(version), max(first, 0), last))
+    return out
+
+
+def seen_partitions(parts: list[Part]) -> dict[str, PartitionSeen]:
+    """Fold a table's parts into what the cursor keeps per ClickHouse partition."""
+    out: dict[str, PartitionSeen] = {}
+    for part in parts:
+        before = out.get(part.partition_id)
+        if before is None:
+            out[part.partition_id] = PartitionSeen(part.max_block, part.mutated, part.span, part.rows)
+            continue
+        span = WHOLE if before.span is WHOLE or part.span is WHOLE else (min(before.span[0], part.span[0]),
+                                                                         max(before.span[1], part.span[1]))  # fmt: skip
+        out[part.partition_id] = PartitionSeen(max(before.max_block, part.max_block), max(before.mutated, part.mutated),
+                                               span, before.rows + part.rows)  # fmt: skip
+    return out
+
+
+def dirty_ranges(parts: list[Part], before: dict[str, PartitionSeen] | None) -> list[Range]:
+    """The time ranges of a table whose rows changed since ``before`` (None: never seen, so all of it)."""
+    now = seen_partitions(parts)
+    if before is None:
+        return [p.span for p in now.values()]
+    ranges: list[Range] = []
+    for pid, seen in now.items():
+        old = before.get(pid)
+        if old is None or seen.mutated != old.mutated or seen.max_block < old.max_block:
+            ranges.append(seen.span)
+            if old is not None and seen.span != old.span:
+                ranges.append(old.span)
+            continue
+        ranges += [p.span for p in parts if p.partition_id == pid and p.max_block > old.max_block]
+    ranges += [old.span for pid, old in before.items() if pid not in now]  # dropped partitions
+    return ranges
+
+
+def _when(seconds: int) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
+
+
+class _Marker:
+    """Maps the dirty ranges of targets and sources onto target windows."""
+
+    def __init__(self, loaded: LoadedProject):
+        self.loaded = loaded
+
+    def target_windows(self, target: ObjectRef, ranges: list[Range], held: list[Part]) -> set[PartitionWindow | None]:
+        """The target's windows that its own dirty ranges touch."""
+        return self._covering(target, ranges, held, margin=timedelta(0))
+
+    def source_windows(self, target: ObjectRef, source: ObjectRef, ranges: list[Range],
+                       held: list[Part]) -> set[PartitionWindow | None]:  # fmt: skip
+        """The target's windows that rows of the source's dirty ranges map into."""
+        if not ranges:
+            return set()
+        mapping = mappings(self.loaded, target).get(source)
+        table = self.loaded.project.table(source)
+        column = partition_scheme(table).column if table is not None and table.partition_by is not None else None
+        if mapping is None or column is None or column != mapping.column:
+            return self._covering(target, [WHOLE], held, margin=timedelta(0))  # cannot map: every held window
+        margin = timedelta(0) if mapping.exact or mapping.grain is None else timedelta(seconds=mapping.grain.seconds)
+        return self._covering(target, ranges, held, margin=margin)
+
+    def _covering(self, target: ObjectRef, ranges: list[Range], held: list[Part],
+                  margin: timedelta) -> set[PartitionWindow | None]:  # fmt: skip
+        if not ranges:
+            return set()
+        if _grain(self.loaded, target) is None:
+            return {None}
+        if any(r is WHOLE for r in ranges):  # every window the target holds
+            ranges = [r for r in ranges if r is not WHOLE] + [p.span for p in held if p.span is not WHOLE]
+        out: set[PartitionWindow | None] = set()
+        for first, last in ranges:  # type: ignore[misc]
+            out.update(windows_covering(self.loaded, target, _when(first) - margin, _when(last)))
+        return out
+
+
+def _grain(loaded: LoadedProject, target: ObjectRef) -> str | None:
+    table = loaded.project.table(target)
+    return partition_scheme(table, loaded.project.views_into(target)).grain if table is not None else None
+
+
+def _overlapping(parts: list[Part], lo: int, hi: int) -> int:
+    """Rows of the parts whose time span meets ``[lo, hi)`` (a part without a time index always does)."""
+    return sum(p.rows for p in parts if p.span is WHOLE or (p.first < hi and p.last >= lo))
+
+
+def estimate_rows(loaded: LoadedProject, target: ObjectRef, window: PartitionWindow | None,
+                  parts: dict[ObjectRef, list[Part]]) -> int:  # fmt: skip
+    """Rows an evaluation of the partition reads: the target's and its sources' parts over the window."""
+    if window is None:
+        return sum(p.rows for t in (target, *triggers(loaded, target)) for p in parts.get(t, []))
+    lo, hi = int(window.start.replace(tzinfo=UTC).timestamp()), int(window.end.replace(tzinfo=UTC).timestamp())
+    maps = mappings(loaded, target)
+    total = _overlapping(parts.get(target, []), lo, hi)
+    for source in triggers(loaded, target):
+        mapping = maps.get(source)
+        extra = mapping.grain.seconds if mapping is not None and not mapping.exact and mapping.grain else 0
+        total += _overlapping(parts.get(source, []), lo, hi + extra)
+    return total
+
+
+def decide(client: Client, loaded: LoadedProject, targets: list[ObjectRef], state: SweepState, *, now: float,
+           max_partitions: int, max_rows: int) -> SweepDecision:  # fmt: skip
+    """Read the parts (one query), mark what changed since ``state`` and choose this tick's partitions.
+
+    Args:
+        client: An open client.
+        loaded: The parsed project.
+        targets: The targets to sweep.
+        state: The previous tick's state (empty: everything is marked once).
+        now: Unix seconds (the grace period and the pending partitions' turn are measured against it).
+        max_partitions: Most partitions to choose (0: only mark, e.g. while the previous tick's run is busy).
+        max_rows: Most rows (estimated) the chosen evaluations read; the first one always fits.
+
+    Returns:
+        The partitions to evaluate now, the state to keep, and what it cost.
+    """
+    tables = tracked_tables(loaded, targets)
+    parts = read_parts(client, loaded, tables)
+    marker = _Marker(loaded)
+    grace = loaded.config.parity.grace_minutes * 60
+    dirty = {ref: dirty_ranges(parts[ref], state.tables.get(ref.fqn)) for ref in tables}
+    known = {t.fqn for t in targets}
+    pending = {fqn: dict(keys) for fqn, keys in state.pending.items() if fqn in known}
+    fresh: set[tuple[str, str]] = set()
+    for target in targets:
+        windows = marker.target_windows(target, dirty[target], parts[target])
+        for source in triggers(loaded, target):
+            windows |= marker.source_windows(target, source, dirty[source], parts[target])
+        entries = pending.setdefault(target.fqn, {})
+        for window in windows:
+            fresh.add((target.fqn, window.key if window is not None else ""))
+            if window is None:  # the whole table: checked once its writes pause for the grace period
+                entries[""] = (now + grace, now)
+            else:
+                entries[window.key] = (window.end.replace(tzinfo=UTC).timestamp() + grace, now)
+    by_fqn = {t.fqn: t for t in targets}
+    # the most recently changed go first: a fresh gap is not queued behind a cold start's backlog
+    ready = sorted((-marked, fqn, key) for fqn, keys in pending.items() for key, (turn, marked) in keys.items()
+                   if turn <= now)  # fmt: skip
+    items: list[SweepItem] = []
+    rows_budget = max_rows
+    for _marked, fqn, key in ready:
+        if len(items) >= max_partitions:
+            break
+        target = by_fqn[fqn]
+        grain = _grain(loaded, target)
+        window = window_for_partition_key(grain, key) if key and grain else None
+        rows = estimate_rows(loaded, target, window, parts)
+        if items and rows > rows_budget:
+            continue
+        rows_budget -= rows
+        items.append(SweepItem(target, window, rows))
+        del pending[fqn][key]
+    new_state = SweepState({ref.fqn: seen_partitions(parts[ref]) for ref in tables},
+                           {fqn: keys for fqn, keys in pending.items() if keys})  # fmt: skip
+    left = sum(len(keys) for keys in new_state.pending.values())
+    waiting = sum(1 for keys in new_state.pending.values() for turn, _marked in keys.values() if turn > now)
+    return SweepDecision(tuple(items), new_state, 1, len(tables), len(fresh), left, waiting)
