@@ -129,7 +129,9 @@ def test_an_unpartitioned_replicated_target_is_swapped_by_its_partition_not_exch
         for sql in (local_copy_sql(shadow, target, table), insert_sql(shadow, view, view_select(view, project, table, scheme, None)),
                     replace, drop_shadow_sql(shadow)):  # fmt: skip
             client.command(sql)
-        rebuilt = client.query(f"SELECT customer, sum(revenue) FROM {qualified(target)} GROUP BY customer ORDER BY customer").result_rows
+        rebuilt = client.query(
+            f"SELECT customer, sum(revenue) FROM {qualified(target)} GROUP BY customer ORDER BY customer"
+        ).result_rows
         client.command(local_copy_sql(shadow, target, table))
         client.command(swap_sql(target, shadow, table, None, empty=True))
         emptied = client.command(f"SELECT count() FROM {qualified(target)}")

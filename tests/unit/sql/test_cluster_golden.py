@@ -16,6 +16,7 @@ from datetime import datetime
 import pytest
 from cluster_testing import (
     CLUSTER_DDL,
+    LIVE_SQL,
     assert_golden,
     copy_cluster_ddl,
     live_state,
@@ -26,6 +27,7 @@ from cluster_testing import (
 from ddl_testing import ref
 from lifecycle_testing import edit
 
+from chmv_assets.ddl.parser import parse_statement
 from chmv_assets.ddl.partitioning import window_at
 from chmv_assets.engine.lifecycle import Action
 from chmv_assets.engine.lifecycle_planner import next_version_ref, old_version_ref, plan_from_state
@@ -102,17 +104,27 @@ def test_rebuild_of_a_partition_keeps_the_swap_on_this_server_and_gives_shadows_
     daily = rebuild_statements(loaded, ref("shop.customer_daily"), AUGUST)
     assert "ENGINE = AggregatingMergeTree() PARTITION BY toYYYYMM(day) ORDER BY (customer, day) TTL" in daily[1]
     totals = rebuild_statements(loaded, ref("shop.customer_totals"), None)
-    assert totals[-2] == "ALTER TABLE `shop`.`customer_totals` REPLACE PARTITION tuple() FROM `shop`.`_chmv_shadow_customer_totals_all`"
+    assert (
+        totals[-2]
+        == "ALTER TABLE `shop`.`customer_totals` REPLACE PARTITION tuple() FROM `shop`.`_chmv_shadow_customer_totals_all`"
+    )
     assert plan_from_source(loaded.project, ref("shop.customer_totals"), [None], ref("shop.customer_totals")).steps[0].swap \
         == Swap.REPLACE_PARTITION  # fmt: skip
 
 
-SELECT_CHANGE = ("SELECT customer, ts, amount\nFROM shop.orders;", "SELECT customer, ts, amount\nFROM shop.orders\nWHERE amount > 0;")
-NEW_COLUMN = ("    amount UInt64\n)\nENGINE = ReplicatedReplacingMergeTree",
-              "    amount UInt64,\n    channel LowCardinality(String) DEFAULT 'web'\n)\nENGINE = ReplicatedReplacingMergeTree")
+SELECT_CHANGE = (
+    "SELECT customer, ts, amount\nFROM shop.orders;",
+    "SELECT customer, ts, amount\nFROM shop.orders\nWHERE amount > 0;",
+)
+NEW_COLUMN = (
+    "    amount UInt64\n)\nENGINE = ReplicatedReplacingMergeTree",
+    "    amount UInt64,\n    channel LowCardinality(String) DEFAULT 'web'\n)\nENGINE = ReplicatedReplacingMergeTree",
+)
 TTL_CHANGE = ("TTL day + INTERVAL 5 YEAR", "TTL day + INTERVAL 6 YEAR")
-NEW_SORT_KEYS = (("ORDER BY (customer, day)", "ORDER BY (day, customer)"), ("PARTITION BY toYYYYMM(ts)\nORDER BY customer;",
-                                                                "PARTITION BY toYYYYMM(ts)\nORDER BY (customer, ts);"))
+NEW_SORT_KEYS = (
+    ("ORDER BY (customer, day)", "ORDER BY (day, customer)"),
+    ("PARTITION BY toYYYYMM(ts)\nORDER BY customer;", "PARTITION BY toYYYYMM(ts)\nORDER BY (customer, ts);"),
+)
 
 
 @pytest.mark.parametrize(("name", "edits", "action"), [
@@ -138,10 +150,14 @@ def test_new_versions_are_built_on_the_cluster_under_keeper_paths_of_their_own(t
         target, beside = change.ref, change.next_ref
         old = ref(f"{target.database}.{old_version_ref(target).name}_{old_stamp}")
         live_views = {v for v, _ in change.views}
-        text += "\n" + section(f"cut-over of {target.fqn}", cut_over_sql(project, target, beside, change.views, live_views))
+        text += "\n" + section(
+            f"cut-over of {target.fqn}", cut_over_sql(project, target, beside, change.views, live_views)
+        )
         text += section(f"cut-over of {target.fqn}, its MV missing on this server (created from the DDL)",
                         cut_over_sql(project, target, beside, change.views, set()))  # fmt: skip
-        text += section(f"the replaced version of {target.fqn} kept aside", [keep_old_sql(project, target, beside, old)])
+        text += section(
+            f"the replaced version of {target.fqn} kept aside", [keep_old_sql(project, target, beside, old)]
+        )
         text += section(f"a half-built version of {target.fqn} discarded (a killed apply)",
                         discard_beside_sql(project, target, beside, change.views))  # fmt: skip
         text += section(f"a cut-over of {target.fqn} killed after its EXCHANGE, finished",
@@ -160,14 +176,16 @@ def test_new_versions_are_built_on_the_cluster_under_keeper_paths_of_their_own(t
 def test_the_next_version_path_derives_from_the_live_one():
     """After a swap the live table is the former new version: the next one must not reuse its path."""
     assert next_version_path("/clickhouse/tables/{shard}/shop/t") == "/clickhouse/tables/{shard}/shop/t__chmv_v2"
-    assert next_version_path("/clickhouse/tables/{shard}/shop/t__chmv_v2") == "/clickhouse/tables/{shard}/shop/t__chmv_v3"
+    assert (
+        next_version_path("/clickhouse/tables/{shard}/shop/t__chmv_v2") == "/clickhouse/tables/{shard}/shop/t__chmv_v3"
+    )
     assert next_version_path("/p/t__chmv_v9") == "/p/t__chmv_v10"
     loaded = load_cluster()
     repo = loaded.project.tables[ref("shop.latest_order")]
     live = live_state(loaded).live[ref("shop.latest_order")]
-    from chmv_assets.ddl.parser import parse_statement
-
-    swapped = parse_statement(live.create_query.replace("latest_order'", "latest_order__chmv_v2'"), default_database="shop")
+    swapped = parse_statement(
+        live.create_query.replace("latest_order'", "latest_order__chmv_v2'"), default_database="shop"
+    )
     assert version_keeper_path(repo, swapped) == "/clickhouse/tables/{shard}/shop/latest_order__chmv_v3"
     assert version_keeper_path(loaded.project.tables[ref("shop.customer_daily")], None) is None  # the server's default
 
@@ -181,8 +199,7 @@ def test_a_second_new_version_after_a_swap_takes_the_next_path(tmp_path):
 
 
 def live_sql_with(old: str, new: str) -> str:
-    from cluster_testing import LIVE_SQL
-
+    """``live.sql`` with ``old`` (which occurs once) replaced: another state of the replica."""
     text = LIVE_SQL.read_text(encoding="utf-8")
     assert text.count(old) == 1
     return text.replace(old, new)
@@ -212,7 +229,9 @@ def test_tier1_repairs_carry_the_mvs_cluster():
             repair = repair_statements(view, kind, detached=detached)
             assert repair is not None
             statements, action = repair
-            action = action.replace(f"{CLUSTER_DDL}/", "ddl/")  # the file as the fixture names it, not this machine's path
+            action = action.replace(
+                f"{CLUSTER_DDL}/", "ddl/"
+            )  # the file as the fixture names it, not this machine's path
             text += section(f"{action}{' (detached)' if detached else ''}", statements)
             assert all(ON_MAIN.search(s) for s in statements)
     assert_golden("recovery.sql", text)
