@@ -18,7 +18,9 @@ runs alike.
 from __future__ import annotations
 
 import json
+import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,11 +44,12 @@ from dagster import (
 )
 
 from asset_checks.common import DRIFT, PARITY
-from asset_checks.drift import drift_markdown, drift_report
+from asset_checks.drift import DriftPlan, drift_fix_markdown, drift_markdown, drift_report, plan_for_drift
 from asset_checks.parity import ParityResult, parity_for_partition
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine.landing import landing_dir
 from chmv_assets.orchestration.partitions import window_for_key
 
 #: Checks declared on the target ops (blocking ones: they gate downstream assets).
@@ -151,7 +154,7 @@ def parity_metadata(result: ParityResult) -> dict:
 
 def evaluate_inline_checks(context: AssetExecutionContext, client: Client, loaded: LoadedProject, ref: ObjectRef,
                            key: AssetKey, partitions_def: PartitionsDefinition | None,
-                           checks: Iterable[AssetCheckKey]) -> CheckOutcome:  # fmt: skip
+                           checks: Iterable[AssetCheckKey], *, dsn: str | None = None) -> CheckOutcome:  # fmt: skip
     """Evaluate the selected inline checks of one target: one evaluation per check (per partition for parity).
 
     Args:
@@ -162,6 +165,7 @@ def evaluate_inline_checks(context: AssetExecutionContext, client: Client, loade
         key: Its asset key.
         partitions_def: The target's partitions definition.
         checks: The selected check keys of this target.
+        dsn: The server ``client`` reads, for the commands a failing drift check shows (``chmv apply --dsn …``).
 
     Returns:
         The events to yield (each check's output, then its evaluations) and the failed blocking checks.
@@ -198,6 +202,9 @@ def evaluate_inline_checks(context: AssetExecutionContext, client: Client, loade
         kinds: dict[str, int] = {}
         for item in items:
             kinds[item.kind] = kinds.get(item.kind, 0) + 1
+        metadata: dict = {"differences": len(items), **{f"differences {k}": n for k, n in sorted(kinds.items())},
+                          "chmv/diff": MetadataValue.md(drift_markdown(items)),
+                          "chmv/kinds": MetadataValue.json(sorted(kinds))}  # fmt: skip
         if items:
             message = f"{len(items)} difference(s) from the DDL: " + "; ".join(str(i) for i in items[:5])
             context.log.error(f"{ref.fqn}: {message}")
@@ -205,11 +212,37 @@ def evaluate_inline_checks(context: AssetExecutionContext, client: Client, loade
                       context.log)  # fmt: skip
             if blocking:
                 outcome.blocking_failed.append(DRIFT)
+            found = run_drift_plan(context, client, loaded)
+            metadata["chmv/fix"] = MetadataValue.md(drift_fix_markdown(found, loaded, ref, dsn=dsn))
+            metadata["chmv/plan_seconds"] = round(found.seconds, 3)
         outcome.events.append(AssetCheckResult(
-            asset_key=key, check_name=DRIFT, passed=not items, severity=AssetCheckSeverity.ERROR,
-            metadata={"differences": len(items), **{f"differences {k}": n for k, n in sorted(kinds.items())},
-                      "chmv/diff": MetadataValue.md(drift_markdown(items)),
-                      "chmv/kinds": MetadataValue.json(sorted(kinds))},
+            asset_key=key, check_name=DRIFT, passed=not items, severity=AssetCheckSeverity.ERROR, metadata=metadata,
             description="; ".join(str(i) for i in items)[:2000] or None,
         ))  # fmt: skip
     return outcome
+
+
+#: The lifecycle plan of each recent run, shared by the drift checks of every op of the run run in this process.
+_RUN_PLANS: OrderedDict[tuple[str, str], DriftPlan] = OrderedDict()
+_RUN_PLANS_KEPT = 8
+_RUN_PLANS_LOCK = threading.Lock()
+
+
+def run_drift_plan(context: AssetExecutionContext, client: Client, loaded: LoadedProject) -> DriftPlan:
+    """The lifecycle plan the failing drift checks of this run link to, made at the first one and reused.
+
+    One plan covers every target (``chmv plan`` reads the server in a handful of queries whatever their number),
+    so a run checking many targets plans once per process (once per run with the in-process executor), not once
+    per target, and only when a drift check fails.
+    """
+    key = (context.run_id, loaded.project.ddl_dir)
+    with _RUN_PLANS_LOCK:
+        found = _RUN_PLANS.get(key)
+        if found is None:
+            found = plan_for_drift(client, loaded, root=landing_dir(loaded))
+            summary = found.plan.summary() if found.plan is not None else f"not made: {found.error}"
+            context.log.info(f"lifecycle plan for the drift checks of this run: {summary} ({found.seconds:.2f}s)")
+            _RUN_PLANS[key] = found
+            while len(_RUN_PLANS) > _RUN_PLANS_KEPT:
+                _RUN_PLANS.popitem(last=False)
+    return found

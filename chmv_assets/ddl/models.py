@@ -135,6 +135,22 @@ class Engine(_Frozen):
     name: str
     arguments: tuple[str, ...] = ()
     argument_columns: tuple[str, ...] = ()
+    keeper_path: str | None = None
+    """A ``Replicated*`` engine's Keeper path when written as its first argument (the string's value: macros such
+    as ``{shard}`` unexpanded); None for other engines and for the server's default path (no arguments)."""
+    replica_name: str | None = None
+    """The replica name written as the second argument (``{replica}``), with ``keeper_path``."""
+
+    @property
+    def replicated(self) -> bool:
+        """A ``Replicated*`` engine: its data lives on every replica registered under one Keeper path."""
+        return self.name.startswith("Replicated")
+
+    @property
+    def family_arguments(self) -> tuple[str, ...]:
+        """The arguments of the engine itself, after the Keeper path and replica name when written
+        (``ver`` of ``ReplicatedReplacingMergeTree('/p', '{replica}', ver)``), in their positions."""
+        return self.arguments[2:] if self.keeper_path is not None else self.arguments
 
     @property
     def family(self) -> str:
@@ -242,6 +258,14 @@ class Table(_Frozen):
     statement: str
     location: SourceLocation
     name_span: Span | None = Field(default=None, description="Span of the table's name in ``statement``.")
+    cluster_span: Span | None = Field(
+        default=None,
+        description="Span of `` ON CLUSTER name`` in ``statement`` (the space before it included), None without one.",
+    )
+    keeper_path_span: Span | None = Field(
+        default=None,
+        description="Span of the Keeper path literal (quotes included) of a ``Replicated*`` engine in ``statement``.",
+    )
 
     def column(self, name: str) -> Column | None:
         """The column called ``name``, or None."""
@@ -363,6 +387,10 @@ class MaterializedView(_Frozen):
     or_replace: bool = False
     name_span: Span | None = Field(default=None, description="Span of the MV's name in ``statement``.")
     target_span: Span | None = Field(default=None, description="Span of the TO target's name in ``statement``.")
+    cluster_span: Span | None = Field(
+        default=None,
+        description="Span of `` ON CLUSTER name`` in ``statement`` (the space before it included), None without one.",
+    )
 
     @property
     def select_offset(self) -> int:

@@ -39,8 +39,10 @@ from chmv_assets.ddl.sql_text import (
     _DIALECT,
     Statement,
     clauses,
+    engine_string_arguments,
     item_end,
     line_col,
+    on_cluster_span,
     select_start,
     split_statements,
     to_sql,
@@ -346,8 +348,12 @@ def _engine(node: exp.Expression) -> Engine | None:
         return None
     value = prop.this
     if isinstance(value, exp.Func | exp.Anonymous):
-        return Engine(name=function_name(value), arguments=tuple(to_sql(a) for a in value.expressions),
-                      argument_columns=_column_names(value.expressions))  # fmt: skip
+        name, arguments = function_name(value), list(value.expressions)
+        keeper = [a.this for a in arguments[:2] if isinstance(a, exp.Literal) and a.is_string]
+        explicit = name.startswith("Replicated") and len(keeper) == 2
+        return Engine(name=name, arguments=tuple(to_sql(a) for a in arguments),
+                      argument_columns=_column_names(arguments), keeper_path=keeper[0] if explicit else None,
+                      replica_name=keeper[1] if explicit else None)  # fmt: skip
     return Engine(name=value.name if isinstance(value, exp.Identifier | exp.Var | exp.Column) else to_sql(value))
 
 
@@ -410,10 +416,12 @@ def _table_properties(node: exp.Create, located: _Located, ref: ObjectRef, colum
     partition_prop = props.get(exp.PartitionedByProperty)
     cluster = node.find(exp.OnCluster)
     comment = node.find(exp.SchemaCommentProperty)
+    engine = _engine(node)
+    keeper = engine_string_arguments(tokens) if engine is not None and engine.keeper_path is not None else []
     return Table(
         ref=ref,
         columns=columns,
-        engine=_engine(node),
+        engine=engine,
         partition_by=_fragment(located, partition_span, partition_prop) if partition_span else None,
         partition_call=_partition_call(partition_prop) if partition_span else None,
         order_by=verbatim("ORDER BY"),
@@ -428,7 +436,13 @@ def _table_properties(node: exp.Create, located: _Located, ref: ObjectRef, colum
         statement=text,
         location=located.location(),
         name_span=name_span,
+        cluster_span=_span(on_cluster_span(tokens)) if cluster is not None else None,
+        keeper_path_span=_span(keeper[0]) if len(keeper) >= 2 else None,
     )
+
+
+def _span(bounds: tuple[int, int] | None) -> Span | None:
+    return Span(start=bounds[0], end=bounds[1]) if bounds is not None else None
 
 
 def _parse_table(node: exp.Create, located: _Located, ctx: _Context, description: str | None, tokens) -> Table:
@@ -510,6 +524,7 @@ def _parse_view(node: exp.Create, located: _Located, ctx: _Context, description:
         or_replace=bool(node.args.get("replace")),
         name_span=_name_span(view_table),
         target_span=_name_span(to.this) if to is not None else None,
+        cluster_span=_span(on_cluster_span(tokens)) if cluster is not None else None,
     )
 
 

@@ -204,3 +204,57 @@ def item_end(tokens: list[Token], start: int) -> int:
             break
         end = token.end + 1
     return end
+
+
+def on_cluster_span(tokens: list[Token]) -> tuple[int, int] | None:
+    """Span ``[start, end)`` of a CREATE's `` ON CLUSTER name`` (from the end of the token before it), or None.
+
+    Only the statement's own clause counts: the scan stops at the ``AS SELECT`` of an MV (a ``JOIN … ON cluster
+    = …`` there is not a cluster clause).
+    """
+    stop = select_start(tokens)
+    depth = 0
+    for i, token in enumerate(tokens):
+        if stop is not None and token.start >= stop:
+            return None
+        kind = token.token_type
+        if kind in _OPEN:
+            depth += 1
+        elif kind in _CLOSE:
+            depth -= 1
+        elif (depth == 0 and kind == TokenType.ON and i > 0 and i + 2 < len(tokens)
+              and _word(tokens[i + 1]) == "CLUSTER"):  # fmt: skip
+            return tokens[i - 1].end + 1, tokens[i + 2].end + 1
+    return None
+
+
+def engine_string_arguments(tokens: list[Token]) -> list[tuple[int, int]]:
+    """Spans ``[start, end)`` of the leading string-literal arguments of the depth-0 ``ENGINE = name(…)``, quotes
+    included (the Keeper path and replica name of ``ReplicatedMergeTree('/p', '{replica}')``)."""
+    stop = select_start(tokens)
+    depth = 0
+    for i, token in enumerate(tokens):
+        if stop is not None and token.start >= stop:
+            break
+        kind = token.token_type
+        if kind in _OPEN:
+            depth += 1
+        elif kind in _CLOSE:
+            depth -= 1
+        elif depth == 0 and _word(token) == "ENGINE":
+            j = i + 1
+            if j < len(tokens) and tokens[j].token_type == TokenType.EQ:
+                j += 1
+            j += 1  # the engine's name
+            if j >= len(tokens) or tokens[j].token_type != TokenType.L_PAREN:
+                return []
+            spans, k = [], j + 1
+            while k + 1 < len(tokens) and tokens[k].token_type == TokenType.STRING:
+                if tokens[k + 1].token_type not in (TokenType.COMMA, TokenType.R_PAREN):
+                    break
+                spans.append((tokens[k].start, tokens[k].end + 1))
+                if tokens[k + 1].token_type == TokenType.R_PAREN:
+                    break
+                k += 2
+            return spans
+    return []

@@ -11,7 +11,7 @@ from chmv_assets.ddl.lineage import LineageGraph
 from chmv_assets.ddl.models import Project
 from chmv_assets.engine.guardrails import check_statement, refused_views
 from chmv_assets.errors import DDLError
-from chmv_assets.sql.meta import META_DDL
+from chmv_assets.sql.meta import meta_ddl_for
 
 
 @dataclass
@@ -57,7 +57,7 @@ def apply(client: Client, project: Project, log: Callable[[str], None] | None = 
     refused = refused_views(v for r, v in project.views.items() if r.fqn not in objects)
     if refused:
         raise DDLError(refused)
-    for sql in META_DDL:
+    for sql in meta_ddl_for(project):
         client.command(sql)
     for name, statement in deployment_order(project):
         exists = name in databases if "." not in name else name in objects

@@ -26,7 +26,7 @@ Actions, cheapest first:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -207,6 +207,25 @@ class LifecyclePlan:
     def statements(self) -> Iterator[str]:
         for change in self.changes:
             yield from change.statements
+
+    def touching(self, objects: Collection[ObjectRef]) -> LifecyclePlan:
+        """The part of the plan that changes one of ``objects`` or re-derives it (what fixes their drift).
+
+        A change is kept when its object is one of them (an MV's ``MODIFY QUERY``, a target's ALTER or new version,
+        a source's ALTER), when it re-derives one of them or feeds a new version through one, or when it creates
+        their database; the notes kept are those about one of them.
+        """
+        wanted = set(objects)
+        databases = {r.database for r in wanted}
+
+        def touches(change: Change) -> bool:
+            if change.kind == "database":
+                return change.ref.database in databases
+            rederived = change.rederive is not None and change.rederive.target in wanted
+            return change.ref in wanted or rederived or any(v in wanted for v, _ in change.views)
+
+        notes = tuple(n for n in self.notes if any(n.startswith(f"{r.fqn}:") for r in wanted))
+        return LifecyclePlan(self.ddl_dir, tuple(c for c in self.changes if touches(c)), notes, self.allow_drop)
 
     def summary(self) -> str:
         if not self.changes:

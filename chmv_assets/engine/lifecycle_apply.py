@@ -64,8 +64,8 @@ from chmv_assets.engine.lifecycle_planner import (
 )
 from chmv_assets.engine.planner import Engine, downstream_targets, triggers_of
 from chmv_assets.errors import ChmvError
-from chmv_assets.sql.meta import META_DDL
-from chmv_assets.sql.quoting import qualified
+from chmv_assets.sql.lifecycle_sql import cut_over_sql, discard_beside_sql, finish_swap_sql, keep_old_sql
+from chmv_assets.sql.meta import meta_ddl_for
 
 #: Changes after which the target's history is re-derived with the new SELECT.
 REDERIVING = (Action.CREATE, Action.MODIFY_QUERY, Action.RECREATE_VIEW, Action.REDERIVE)
@@ -164,7 +164,7 @@ class _Apply:
     def run(self) -> ApplyReport:
         started = time.monotonic()
         with self.clickhouse.get_client() as client:
-            for sql in META_DDL:
+            for sql in meta_ddl_for(self.project):
                 client.command(sql)
         self._resume()
         for change in self.plan.changes:
@@ -286,9 +286,8 @@ class _Apply:
         assert beside is not None
         with self.clickhouse.get_client() as client:
             journal.record(client, "new_version", target, journal.BUILDING, self.id)
-            for _, copy in change.views:  # a killed apply's half-built version: start again
-                self._run(client, f"DROP VIEW IF EXISTS {qualified(copy)} SYNC")
-            self._run(client, f"DROP TABLE IF EXISTS {qualified(beside)} SYNC")
+            for sql in discard_beside_sql(self.project, target, beside, change.views):  # a killed apply's leftover
+                self._run(client, sql)
             self._run(client, change.statements[0])
         with self._gated(target) as client:  # from here the copies feed the new version with every new row
             for sql in change.statements[1:]:
@@ -309,15 +308,11 @@ class _Apply:
         assert beside is not None
         with self._gated(target, target) as client:
             live_views = existing_objects(client, [v for v, _ in change.views])
-            self._run(client, f"EXCHANGE TABLES {qualified(target)} AND {qualified(beside)}")
+            exchange, *views = cut_over_sql(self.project, target, beside, change.views, live_views)
+            self._run(client, exchange)
             crash_point("lifecycle:exchanged")
-            for view_ref, copy in change.views:
-                view = self.project.views[view_ref]
-                if view_ref in live_views:
-                    self._run(client, f"ALTER TABLE {qualified(view_ref)} MODIFY QUERY {view.select_sql}")
-                else:
-                    self._run(client, view.statement)
-                self._run(client, f"DROP VIEW IF EXISTS {qualified(copy)} SYNC")
+            for sql in views:
+                self._run(client, sql)
             journal.record(client, "new_version", target, journal.SWAPPED, self.id)
             journal.record(client, "rederive", target, journal.DONE, self.id)
         self._changed(target)
@@ -328,7 +323,7 @@ class _Apply:
         old = ObjectRef(database=target.database, name=f"{old_version_ref(target).name}_{stamp}")
         with self.clickhouse.get_client() as client:
             if existing_objects(client, [beside]):
-                self._run(client, f"RENAME TABLE {qualified(beside)} TO {qualified(old)}")
+                self._run(client, keep_old_sql(self.project, target, beside, old))
                 self.say(f"  the replaced version of {target.fqn} is kept as {old.fqn} (chmv plan --allow-drop drops it)")
             journal.record(client, "new_version", target, journal.DONE, self.id)
 
@@ -374,10 +369,8 @@ class _Apply:
         views = self.project.views_into(target)
         with self._gated(target, target) as client:
             live = existing_objects(client, [v.ref for v in views])
-            for view in views:
-                if view.ref in live and view.target is not None:
-                    self._run(client, f"ALTER TABLE {qualified(view.ref)} MODIFY QUERY {view.select_sql}")
-                self._run(client, f"DROP VIEW IF EXISTS {qualified(next_version_ref(view.ref))} SYNC")
+            for sql in finish_swap_sql(self.project, target, [(v.ref, next_version_ref(v.ref)) for v in views], live):
+                self._run(client, sql)
             for ref in (target, *downstream_targets(self.loaded, target)):  # rows of the old SELECT since the kill
                 journal.record(client, "rederive", ref, journal.PENDING, self.id)
         self._changed(target)

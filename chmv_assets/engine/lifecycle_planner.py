@@ -37,6 +37,13 @@ from chmv_assets.engine.lifecycle import CHMV_PREFIX, Action, Change, LifecycleP
 from chmv_assets.engine.planner import Observations, downstream_targets, observe, plan_rebuild, triggers_of
 from chmv_assets.engine.table_diff import TableDiff, diff_table, same_text
 from chmv_assets.errors import ChmvError, DDLError
+from chmv_assets.sql.cluster import (
+    alter_table_sql,
+    drop_view_sql,
+    modify_query_sql,
+    on_cluster,
+    version_keeper_path,
+)
 from chmv_assets.sql.meta import META_DATABASE
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rewrite import renamed_statement
@@ -149,16 +156,34 @@ def plan_lifecycle(client: Client, loaded: LoadedProject, *, allow_drop: bool = 
     Raises:
         DDLError: An MV chmv would have to create with POPULATE or OR REPLACE (with the reason and the fix).
     """
-    state = read_state(client, loaded)
+    return plan_from_state(read_state(client, loaded), loaded, client=client, allow_drop=allow_drop, root=root)
+
+
+def plan_from_state(state: ServerState, loaded: LoadedProject, *, client: Client | None = None,
+                    allow_drop: bool = False, root: Path | None = None) -> LifecyclePlan:  # fmt: skip
+    """The plan against a server state already read (:func:`read_state`), or written down (a snapshot of a cluster).
+
+    Args:
+        state: What the server has.
+        loaded: The parsed DDL directory.
+        client: Reads what a re-derivation needs (each partition's source rows, the target's oldest row); without
+            one, ``state`` must hold no rows for the sources of a changed target.
+        allow_drop: See :func:`plan_lifecycle`.
+        root: See :func:`plan_lifecycle`.
+
+    Raises:
+        DDLError: As :func:`plan_lifecycle`.
+        ChmvError: A re-derivation to plan and no client to read it with.
+    """
     return _Planner(client, loaded, state, allow_drop, root).plan()
 
 
 class _Planner:
     """One planning pass: the state read, the changes found so far."""
 
-    def __init__(self, client: Client, loaded: LoadedProject, state: ServerState, allow_drop: bool,
+    def __init__(self, client: Client | None, loaded: LoadedProject, state: ServerState, allow_drop: bool,
                  root: Path | None):  # fmt: skip
-        self.client = client
+        self._client = client
         self.loaded = loaded
         self.project = loaded.project
         self.state = state
@@ -169,6 +194,13 @@ class _Planner:
         self.notes: list[str] = []
         self.new_versions: dict[ObjectRef, Change] = {}
         self.rederived: set[ObjectRef] = set()
+        self.live_tables: dict[ObjectRef, Table] = {}  # the server's CREATE of the tables compared, parsed
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise ChmvError("planning this re-derivation reads the server: plan with a client")
+        return self._client
 
     # -- the pass -------------------------------------------------------------------------------------
 
@@ -255,12 +287,12 @@ class _Planner:
             clauses = ", ".join(c for c, _ in diff.in_place)
             self.changes.append(Change(Action.ALTER, ref, "table", self._layer(ref),
                                        reasons=tuple(r for _, r in diff.in_place),
-                                       statements=(f"ALTER TABLE {qualified(ref)} {clauses}",), location=location,
-                                       clauses=tuple(c for c, _ in diff.in_place)))  # fmt: skip
+                                       statements=(alter_table_sql(ref, clauses, table.on_cluster),),
+                                       location=location, clauses=tuple(c for c, _ in diff.in_place)))  # fmt: skip
         for clause, reason in diff.drops:
             if self.allow_drop:
                 self.changes.append(Change(Action.DROP, ref, "column", self._layer(ref), reasons=(reason,),
-                                           statements=(f"ALTER TABLE {qualified(ref)} {clause}",),
+                                           statements=(alter_table_sql(ref, clause, table.on_cluster),),
                                            location=location, clauses=(clause,)))  # fmt: skip
             else:
                 self.notes.append(f"{ref.fqn}: {reason}; kept (--allow-drop drops it)")
@@ -276,6 +308,7 @@ class _Planner:
             return None
         if not isinstance(repo_formatted, Table) or not isinstance(live_model, Table):
             return None
+        self.live_tables[ref] = live_model
         return diff_table(table, repo_formatted, live_model)
 
     # -- views ----------------------------------------------------------------------------------------
@@ -299,17 +332,17 @@ class _Planner:
         changed = select_changed(repo_select or view.select_sql, live.select)
         diff = select_diff(repo_select or view.select_sql, live.select) if changed else ""
         if view.target is not None and live.target is not None and live.target != view.target:
-            statements = (f"DROP VIEW IF EXISTS {qualified(ref)} SYNC", view.statement)
+            statements = (drop_view_sql(ref, view.on_cluster), view.statement)
             change = Change(Action.RECREATE_VIEW, ref, "view", self._layer(ref), location=location, diff=diff,
                             reasons=(f"TO target {live.target.fqn} → {view.target.fqn}",), statements=statements)
             self.changes.append(self._with_rederive(change, target, why="new TO target"))
         elif changed and view.refreshable:
-            statements = (f"DROP VIEW IF EXISTS {qualified(ref)} SYNC", view.statement)
+            statements = (drop_view_sql(ref, view.on_cluster), view.statement)
             change = Change(Action.RECREATE_VIEW, ref, "view", self._layer(ref), location=location, diff=diff,
                             reasons=("the SELECT of a refreshable MV changed",), statements=statements)
             self.changes.append(self._with_rederive(change, target, why="SELECT changed"))
         elif changed:
-            statements = (f"ALTER TABLE {qualified(ref)} MODIFY QUERY {view.select_sql}",)
+            statements = (modify_query_sql(ref, view.select_sql, view.on_cluster),)
             change = Change(Action.MODIFY_QUERY, ref, "view", self._layer(ref), location=location, diff=diff,
                             reasons=("the SELECT changed",), statements=statements)
             self.changes.append(self._with_rederive(change, target, why="SELECT changed"))
@@ -329,7 +362,9 @@ class _Planner:
                 if live is not None and select_changed(self.state.selects.get(view.ref) or view.select_sql,
                                                        live.select):  # fmt: skip
                     reasons.append(f"the SELECT of {view.ref.fqn} changed")
-            statements = [renamed_statement(table, names)]
+            # Built ON CLUSTER where the DDL says so (the statement as written), under a Keeper path of its own.
+            keeper_path = version_keeper_path(table, self.live_tables.get(ref))
+            statements = [renamed_statement(table, names, keeper_path=keeper_path)]
             statements += [renamed_statement(self.project.views[v], names) for v, _ in pairs]
             new = Change(Action.NEW_VERSION, ref, "table", change.layer, reasons=tuple(reasons),
                          statements=tuple(statements), location=change.location, views=tuple(pairs),
@@ -521,8 +556,12 @@ class _Planner:
                 continue
             kind = {"MaterializedView": "view", "View": "view", "Dictionary": "dictionary"}.get(obj.engine, "table")
             keyword = {"view": "VIEW", "dictionary": "DICTIONARY"}.get(kind, "TABLE")
+            # An old version is dropped where its target lives; of another object the DDL says nothing: this server.
+            cluster = next((t.on_cluster for t in project.tables.values()
+                            if ref.name.startswith(old_version_ref(t.ref).name + "_") and t.ref.database == ref.database),
+                           None)  # fmt: skip
             self.changes.append(Change(Action.DROP, ref, kind, 0, reasons=(what,),
-                                       statements=(f"DROP {keyword} IF EXISTS {qualified(ref)} SYNC",)))  # fmt: skip
+                                       statements=(f"DROP {keyword} IF EXISTS {qualified(ref)}{on_cluster(cluster)} SYNC",)))  # fmt: skip
 
 
 def _replace(change: Change, **values) -> Change:

@@ -59,7 +59,8 @@ class Swap(StrEnum):
     """How the shadow replaces the live data."""
 
     REPLACE_PARTITION = "replace_partition"
-    """``ALTER TABLE … REPLACE PARTITION … FROM shadow`` (``DROP PARTITION`` when the shadow is empty)."""
+    """``ALTER TABLE … REPLACE PARTITION … FROM shadow`` (``DROP PARTITION`` when the shadow is empty); ``tuple()``
+    for an unpartitioned ``Replicated*`` target (``EXCHANGE`` is not replicated)."""
     EXCHANGE = "exchange"
     """``EXCHANGE TABLES live AND shadow`` (an unpartitioned target)."""
     REFRESH = "refresh"
@@ -399,7 +400,8 @@ def _assemble(project: Project, target: ObjectRef, windows: Sequence[PartitionWi
                               for s in triggers)  # fmt: skip
         else:
             relations = tuple(_source_relation(project, target, s, scheme, window) for s in triggers)
-        swap = Swap.REPLACE_PARTITION if window is not None else Swap.EXCHANGE
+        replicated = table is not None and table.engine is not None and table.engine.replicated
+        swap = Swap.REPLACE_PARTITION if window is not None or replicated else Swap.EXCHANGE
         shadow = shadow_ref(live, window.key if window else None)
         steps.append(PartitionStep(window, chosen, swap, shadow, relations, reason, guard))
     return RebuildPlan(target, live, scheme, tuple(steps), triggers, downstream, root)

@@ -9,6 +9,10 @@ there and the types convert), and each in-place ALTER on an empty copy of the li
 the server refuses becomes a :class:`~chmv_assets.errors.DDLProblem` at its file and line, with the
 object, the server's message and what to do, all raised together as a
 :class:`~chmv_assets.errors.PreflightError`. The scratch databases are dropped in every case.
+
+Everything runs on this server only: ``ON CLUSTER`` is dropped from the statements, and a ``Replicated*`` table is
+checked as its plain family (the same structure, no Keeper path: a copy under the live table's path would register
+as one more replica of it).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from chmv_assets.engine.guardrails import check_statement
 from chmv_assets.engine.lifecycle import CHMV_PREFIX, Action, LifecyclePlan
 from chmv_assets.errors import DDLProblem, PreflightError
 from chmv_assets.sql.quoting import qualified, quote
-from chmv_assets.sql.rebuild_sql import insert_sql
+from chmv_assets.sql.rebuild_sql import insert_sql, local_copy_sql
 from chmv_assets.sql.rewrite import local_table_sql, renamed_select, renamed_statement
 
 #: Hints per server error name: what to do about the statement the server refused.
@@ -196,7 +200,7 @@ class _Preflight:
         needs = [r for r in (view.target, *view.source_refs) if r is not None]
         if any(r in self.failed for r in needs):
             return  # the server already refused what it reads or writes; that problem is reported
-        if not self._try(view.ref, view.location, renamed_statement(view, self.names)):
+        if not self._try(view.ref, view.location, renamed_statement(view, self.names, local=True)):
             return
         if view.target is None or view.refreshable:
             return
@@ -210,7 +214,8 @@ class _Preflight:
         clone = ObjectRef(database=self.scratch[ref.database], name=f"{CHMV_PREFIX}alter_{safe_name(ref.name)}")
         table = self.project.tables.get(ref)
         where = table.location if table is not None else None
-        if not self._try(ref, where, f"CREATE TABLE {qualified(clone)} AS {qualified(ref)}"):
+        copy = local_copy_sql(clone, ref, table) if table is not None else f"CREATE TABLE {qualified(clone)} AS {qualified(ref)}"
+        if not self._try(ref, where, copy):
             return
         self._try(ref, where, f"ALTER TABLE {qualified(clone)} {', '.join(clauses)}")
 

@@ -14,7 +14,14 @@ from chmv_assets.engine.catalog import live_table
 from chmv_assets.engine.guard import check_shrink
 from chmv_assets.engine.planner import PartitionStep, RebuildPlan, Swap, plan_from_source
 from chmv_assets.sql.quoting import qualified
-from chmv_assets.sql.rebuild_sql import create_shadow_sql, insert_sql, partition_expression, view_select
+from chmv_assets.sql.rebuild_sql import (
+    create_shadow_sql,
+    drop_shadow_sql,
+    insert_sql,
+    partition_expression,
+    swap_sql,
+    view_select,
+)
 
 #: Settings for inserts into a shadow table: one rebuild may write many partitions of an unpartitioned asset.
 SHADOW_INSERT_SETTINGS = {"max_partitions_per_insert_block": 0, "insert_deduplicate": 0}
@@ -85,7 +92,7 @@ def run_step(client: Client, project: Project, plan: RebuildPlan, step: Partitio
     table = project.table(target)
     assert table is not None and step.shadow is not None
     window, shadow, live = step.window, step.shadow, plan.live
-    run(f"DROP TABLE IF EXISTS {qualified(shadow)} SYNC")
+    run(drop_shadow_sql(shadow))
     try:
         run(create_shadow_sql(shadow, live, table))
         for view in views:
@@ -97,18 +104,13 @@ def run_step(client: Client, project: Project, plan: RebuildPlan, step: Partitio
         if step.guard and not plan.force:  # the last line of defence, before anything is swapped
             new, old = check_shrink(client, table, plan, step)
             say(f"{target.fqn} {step.key or '(whole table)'}: shrink guard passed ({new:,} rows rebuilt, {old:,} live)")
-        if window is None:
-            run(f"EXCHANGE TABLES {qualified(live)} AND {qualified(shadow)}")
+        partition = f"tuple({partition_expression(table, plan.scheme, window)})" if window is not None else None
+        run(swap_sql(live, shadow, table, partition, empty=rows == 0))
+        if window is None and not (table.engine is not None and table.engine.replicated):
             method = "exchange"
         else:
-            partition = f"tuple({partition_expression(table, plan.scheme, window)})"
-            if rows == 0:
-                run(f"ALTER TABLE {qualified(live)} DROP PARTITION {partition}")
-                method = "drop"
-            else:
-                run(f"ALTER TABLE {qualified(live)} REPLACE PARTITION {partition} FROM {qualified(shadow)}")
-                method = "replace"
+            method = "drop" if rows == 0 else "replace"
         say(f"{target.fqn} {step.key or '(whole table)'}: {method}, {rows} rows")
     finally:
-        run(f"DROP TABLE IF EXISTS {qualified(shadow)} SYNC")
+        run(drop_shadow_sql(shadow))
     return RebuildResult(target.fqn, step.key, method, rows, time.monotonic() - started, statements)

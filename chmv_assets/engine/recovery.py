@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from clickhouse_connect.driver.client import Client
 
-from chmv_assets.ddl.models import ObjectRef, Project
+from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project
 from chmv_assets.engine.drift import drift_report
-from chmv_assets.sql.quoting import qualified
+from chmv_assets.sql.cluster import attach_view_sql, drop_view_sql, modify_query_sql
 
 
 @dataclass(frozen=True)
@@ -114,20 +114,37 @@ def tier1_repair(client: Client, project: Project, target: ObjectRef, log: Calla
             if item.kind == "missing_object":
                 blockers.append(f"{item.object} does not exist on the server: deploy it with `chmv apply`")
             continue
-        if item.kind == "missing_object" and item.object in detached:
-            sql = f"ATTACH TABLE {qualified(view.ref)}"
+        repair = repair_statements(view, item.kind, detached=item.object in detached)
+        if repair is None:
+            continue
+        statements, action = repair
+        for sql in statements:
             client.command(sql)
-            actions.append(f"re-attached detached MV {view.ref.fqn}")
-        elif item.kind == "missing_object":
-            client.command(view.statement)
-            actions.append(f"recreated missing MV {view.ref.fqn} from {view.location}")
-        elif item.kind == "select_changed" and view.target is not None and not view.refreshable:
-            client.command(f"ALTER TABLE {qualified(view.ref)} MODIFY QUERY {view.select_sql}")
-            actions.append(f"MODIFY QUERY on {view.ref.fqn}: restored the SELECT of {view.location}")
-        elif item.kind in ("select_changed", "target_changed"):
-            client.command(f"DROP VIEW IF EXISTS {qualified(view.ref)} SYNC")
-            client.command(view.statement)
-            actions.append(f"recreated {view.ref.fqn} from {view.location} ({item.kind})")
+        actions.append(action)
     for action in actions:
         say(action)
     return Repair(tuple(actions), tuple(blockers))
+
+
+def repair_statements(view: MaterializedView, kind: str, *, detached: bool = False) -> tuple[list[str], str] | None:
+    """The tier-1 fix of one drift item of an MV, and what it does; None when tier 1 has none.
+
+    Each statement carries the MV's ``ON CLUSTER`` (the drift was read on one host; ``ATTACH … IF NOT EXISTS`` and
+    the repo's ``CREATE … IF NOT EXISTS`` leave the hosts where the MV is fine alone).
+
+    Args:
+        view: The MV, from the DDL directory.
+        kind: The drift item's kind (``missing_object``, ``select_changed``, ``target_changed``).
+        detached: The MV is in ``system.detached_tables`` (re-attached rather than created).
+    """
+    if kind == "missing_object" and detached:
+        return [attach_view_sql(view.ref, view.on_cluster)], f"re-attached detached MV {view.ref.fqn}"
+    if kind == "missing_object":
+        return [view.statement], f"recreated missing MV {view.ref.fqn} from {view.location}"
+    if kind == "select_changed" and view.target is not None and not view.refreshable:
+        return ([modify_query_sql(view.ref, view.select_sql, view.on_cluster)],
+                f"MODIFY QUERY on {view.ref.fqn}: restored the SELECT of {view.location}")  # fmt: skip
+    if kind in ("select_changed", "target_changed"):
+        return ([drop_view_sql(view.ref, view.on_cluster), view.statement],
+                f"recreated {view.ref.fqn} from {view.location} ({kind})")  # fmt: skip
+    return None

@@ -67,8 +67,10 @@ def diff_table(repo: Table, repo_formatted: Table, live: Table) -> TableDiff:
     in_place: list[tuple[str, str]] = []
     drops: list[tuple[str, str]] = []
     a, b = repo_formatted, live
-    a_engine = (a.engine.name, a.engine.arguments) if a.engine else None
-    b_engine = (b.engine.name, b.engine.arguments) if b.engine else None
+    # A Replicated* table's Keeper path and replica name belong to the deployment, not to the schema: the server
+    # shows its default path where the repo writes none, and a new version chmv swapped in has a path of its own.
+    a_engine = (a.engine.name, a.engine.family_arguments) if a.engine else None
+    b_engine = (b.engine.name, b.engine.family_arguments) if b.engine else None
     if a_engine != b_engine:
         structural.append(f"engine {_engine_text(b)} → {_engine_text(a)}")
     for clause, left, right in (("PARTITION BY", b.partition_by.sql if b.partition_by else None,

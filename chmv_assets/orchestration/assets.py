@@ -146,7 +146,8 @@ def _group_asset(loaded: LoadedProject, group: list[ObjectRef], specs: list[Asse
             checks = [c for c in selected_checks if c.asset_key == key]
             if checks:
                 with clickhouse.get_client() as client:
-                    outcome = evaluate_inline_checks(context, client, loaded, ref, key, partitions_def, checks)
+                    outcome = evaluate_inline_checks(context, client, loaded, ref, key, partitions_def, checks,
+                                                     dsn=clickhouse.resolved_dsn)  # fmt: skip
                 yield from outcome.events
                 if outcome.blocking_failed:
                     stopped.add(key)

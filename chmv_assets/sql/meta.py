@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.ddl.models import ObjectRef, Project
+from chmv_assets.sql.cluster import deployment_cluster, on_cluster, replicated_deployment
 
 #: chmv's own metadata database (watermarks, recovery state).
 META_DATABASE = "chmv_meta"
 WATERMARKS = ObjectRef(database=META_DATABASE, name="watermarks")
 
-META_DDL = (
-    "CREATE DATABASE IF NOT EXISTS chmv_meta ENGINE = Atomic",
-    """CREATE TABLE IF NOT EXISTS chmv_meta.watermarks
+_WATERMARKS_DDL = """CREATE TABLE IF NOT EXISTS chmv_meta.watermarks{cluster}
 (
     source_id String,
     target_table String,
@@ -21,6 +20,30 @@ META_DDL = (
     updated_at DateTime64(6, 'UTC') DEFAULT now64(6),
     version UInt64
 )
-ENGINE = ReplacingMergeTree(version)
-ORDER BY (source_id, target_table)""",
-)
+ENGINE = {engine}(version)
+ORDER BY (source_id, target_table)"""
+
+
+def meta_ddl(cluster: str | None = None, *, replicated: bool = False) -> tuple[str, str]:
+    """The CREATE statements of ``chmv_meta`` (idempotent).
+
+    Args:
+        cluster: Create it ``ON CLUSTER`` (on every host of the deployment's cluster).
+        replicated: With ``cluster``: ``ReplicatedReplacingMergeTree`` without arguments, so the replicas of a shard
+            share one journal and one set of watermarks (the server's default Keeper path, ``{uuid}`` the same on
+            every host of an ``ON CLUSTER`` CREATE): an apply killed through one replica resumes through another.
+            Without a cluster it is ignored (the server refuses empty ``Replicated*`` arguments outside
+            ``ON CLUSTER``).
+    """
+    engine = "ReplicatedReplacingMergeTree" if cluster and replicated else "ReplacingMergeTree"
+    return (f"CREATE DATABASE IF NOT EXISTS chmv_meta{on_cluster(cluster)} ENGINE = Atomic",
+            _WATERMARKS_DDL.format(cluster=on_cluster(cluster), engine=engine))  # fmt: skip
+
+
+def meta_ddl_for(project: Project) -> tuple[str, str]:
+    """``chmv_meta`` placed like the project: ``ON CLUSTER`` its cluster, replicated when its tables are."""
+    return meta_ddl(deployment_cluster(project), replicated=replicated_deployment(project))
+
+
+#: ``chmv_meta`` on one server.
+META_DDL = meta_ddl()

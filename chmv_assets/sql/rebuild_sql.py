@@ -12,6 +12,7 @@ from datetime import datetime
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table, splice
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
+from chmv_assets.sql.cluster import drop_table_sql, exchange_sql, plain_engine, shadow_engine
 from chmv_assets.sql.quoting import interval, qualified, quote, time_literal
 
 
@@ -136,24 +137,74 @@ def shadow_ref(target: ObjectRef, partition: str | None) -> ObjectRef:
 
 
 def create_shadow_sql(shadow: ObjectRef, live: ObjectRef, table: Table) -> str:
-    """``CREATE TABLE shadow AS target``; replicated engines get their plain family so no replica path is shared.
+    """``CREATE TABLE shadow AS target`` on this server only, never ``ON CLUSTER``.
 
-    The replica path and name are the first two arguments when both are string literals; otherwise
-    (``ReplicatedReplacingMergeTree(ver)``) the server's defaults are used and every argument is the family's.
+    The shadow is read by the partition swap, which runs on this server (``REPLACE PARTITION`` with ``ON CLUSTER``
+    would run on an arbitrary replica of every shard, whose shadow would be empty; see :mod:`chmv_assets.sql.cluster`):
+    a shadow on the other hosts would never be read, and an ``ON CLUSTER`` CREATE would wait on every host at each
+    partition. On a ``Replicated*`` target the swap is replicated by the target itself (the other replicas fetch the
+    new parts from this one).
+
+    A ``Replicated*`` target's shadow gets an engine clause of its own (``AS`` alone would copy the live table's
+    Keeper path and register the shadow as one more replica of the target): the same engine with a Keeper path of
+    its own (:func:`~chmv_assets.sql.cluster.shadow_engine`), or the plain family when the target uses the server's
+    default path (a ``Replicated*`` table without a written path can only be created ``ON CLUSTER``; a plain source
+    is what ClickHouse's own ``REPLACE PARTITION`` tests replicate from, and the docs ask the same structure, keys
+    and storage policy of both tables, not the same engine family). The keys, TTL and SETTINGS (the storage policy
+    must be the target's) are the repo's clauses, verbatim.
     """
     engine = table.engine
-    if engine is not None and engine.name.startswith("Replicated"):
-        paths = len(engine.arguments) >= 2 and all(a.strip().startswith("'") for a in engine.arguments[:2])
-        args = ", ".join(engine.arguments[2:] if paths else engine.arguments)
-        clauses = [f"ENGINE = {engine.family}({args})"]
-        if table.partition_by is not None:
-            clauses.append(f"PARTITION BY {table.partition_by.sql}")
-        if table.order_by:
-            clauses.append(f"ORDER BY {table.order_by}")
-        if table.primary_key:
-            clauses.append(f"PRIMARY KEY {table.primary_key}")
-        return f"CREATE TABLE {qualified(shadow)} AS {qualified(live)} " + " ".join(clauses)
-    return f"CREATE TABLE {qualified(shadow)} AS {qualified(live)}"
+    if engine is None or not engine.replicated:
+        return f"CREATE TABLE {qualified(shadow)} AS {qualified(live)}"
+    return _copy_with_engine(shadow, live, table, shadow_engine(table, shadow))
+
+
+def local_copy_sql(copy: ObjectRef, live: ObjectRef, table: Table) -> str:
+    """``CREATE TABLE copy AS live`` sharing nothing with it: a ``Replicated*`` table's copy gets the plain family
+    (the engine's own parameters kept, no Keeper path), never ``ON CLUSTER`` (the preflight's scratch copies)."""
+    engine = table.engine
+    if engine is None or not engine.replicated:
+        return f"CREATE TABLE {qualified(copy)} AS {qualified(live)}"
+    return _copy_with_engine(copy, live, table, plain_engine(table))
+
+
+def _copy_with_engine(copy: ObjectRef, live: ObjectRef, table: Table, engine_sql: str) -> str:
+    """``CREATE TABLE copy AS live <engine> <the repo's keys, TTL and SETTINGS, verbatim>``."""
+    clauses = [engine_sql]
+    for keyword, text in (("PARTITION BY", table.partition_by.sql if table.partition_by else None),
+                          ("ORDER BY", table.order_by), ("PRIMARY KEY", table.primary_key), ("TTL", table.ttl),
+                          ("SETTINGS", table.settings)):  # fmt: skip
+        if text:
+            clauses.append(f"{keyword} {text}")
+    return f"CREATE TABLE {qualified(copy)} AS {qualified(live)} " + " ".join(clauses)
+
+
+def drop_shadow_sql(shadow: ObjectRef) -> str:
+    """``DROP TABLE IF EXISTS shadow SYNC``, on this server (where the shadow was created)."""
+    return drop_table_sql(shadow)
+
+
+def swap_sql(live: ObjectRef, shadow: ObjectRef, table: Table, partition: str | None, *, empty: bool = False) -> str:
+    """The statement that swaps a rebuilt shadow in, on this server (never ``ON CLUSTER``: see :func:`create_shadow_sql`).
+
+    Args:
+        live: The table the rows go to.
+        shadow: The rebuilt shadow.
+        table: The target's model.
+        partition: The partition expression (``tuple(toYYYYMM(…))``); None for an unpartitioned target.
+        empty: The shadow holds no rows: ``DROP PARTITION`` instead of replacing the partition.
+
+    An unpartitioned target swaps with ``EXCHANGE TABLES``, except a ``Replicated*`` one: ``EXCHANGE`` is not
+    replicated (it would swap the Keeper identities on this host only), so its single partition ``tuple()`` is
+    replaced (or dropped: the server refuses to replace a partition from an empty one), which the target replicates.
+    """
+    if partition is None:
+        if table.engine is None or not table.engine.replicated:
+            return exchange_sql(live, shadow)
+        partition = "tuple()"
+    if empty:
+        return f"ALTER TABLE {qualified(live)} DROP PARTITION {partition}"
+    return f"ALTER TABLE {qualified(live)} REPLACE PARTITION {partition} FROM {qualified(shadow)}"
 
 
 def staged_relation(source: ObjectRef, lake_relation: str, columns: Sequence[str], time_column: str,

@@ -13,21 +13,37 @@ from collections.abc import Mapping
 
 from chmv_assets.ddl.models import Dictionary, MaterializedView, ObjectRef, Span, Table, splice
 from chmv_assets.errors import ChmvError
-from chmv_assets.sql.quoting import qualified, quote
+from chmv_assets.sql.quoting import qualified, quote, string_literal
 
 
-def renamed_statement(obj: Table | MaterializedView | Dictionary, names: Mapping[ObjectRef, ObjectRef]) -> str:
+def renamed_statement(obj: Table | MaterializedView | Dictionary, names: Mapping[ObjectRef, ObjectRef], *,
+                      keeper_path: str | None = None, local: bool = False) -> str:  # fmt: skip
     """``obj.statement`` with every object in ``names`` renamed to its value.
 
     Renamed: the object's own name; an MV's TO target; every table an MV's SELECT reads (an alias named
     like the old table is added where the SELECT had none, so ``old.column`` references still resolve).
     Not renamed: dictionaries named in ``dictGet`` strings and a dictionary's SOURCE (they keep pointing at
-    the live objects).
+    the live objects). Everything else is kept as written, ``ON CLUSTER`` included.
+
+    Args:
+        obj: The parsed object.
+        names: Old name → new name.
+        keeper_path: A table's ``Replicated*`` Keeper path replaced by this one (a new version beside the live
+            table needs its own: :func:`chmv_assets.sql.cluster.version_keeper_path`); the replica name and the
+            engine's own parameters stay as written.
+        local: Drop the statement's ``ON CLUSTER`` clause (an object checked on this server only).
 
     Raises:
-        ChmvError: A name to replace has no recorded span (a statement not read by chmv's parser).
+        ChmvError: A name or a clause to replace has no recorded span (a statement not read by chmv's parser).
     """
     edits: list[tuple[int, int, str]] = []
+    if keeper_path is not None:
+        if not isinstance(obj, Table) or obj.keeper_path_span is None:
+            raise ChmvError(f"cannot give {obj.ref.fqn} a Keeper path of its own: its engine has no written path")
+        edits.append((obj.keeper_path_span.start, obj.keeper_path_span.end, string_literal(keeper_path)))
+    cluster_span = obj.cluster_span if isinstance(obj, Table | MaterializedView) else None
+    if local and cluster_span is not None:
+        edits.append((cluster_span.start, cluster_span.end, ""))
 
     def rename(ref: ObjectRef, span: Span | None, what: str) -> None:
         if ref not in names:
@@ -72,7 +88,7 @@ def local_table_sql(table: Table, ref: ObjectRef) -> str:
     and SETTINGS clauses as written.
     """
     engine = table.engine
-    replicated = engine is not None and engine.name.startswith("Replicated")
+    replicated = engine is not None and engine.replicated
     if not replicated and not table.on_cluster:
         return renamed_statement(table, {table.ref: ref})
     if any(c.definition is None for c in table.columns):
@@ -80,9 +96,7 @@ def local_table_sql(table: Table, ref: ObjectRef) -> str:
     columns = ", ".join(c.definition or "" for c in table.columns)
     clauses = []
     if engine is not None:
-        args = list(engine.arguments)
-        if replicated and len(args) >= 2 and all(a.strip().startswith("'") for a in args[:2]):
-            args = args[2:]
+        args = list(engine.family_arguments)
         clauses.append(f"ENGINE = {engine.family if replicated else engine.name}({', '.join(args)})")
     for keyword, text in (("PARTITION BY", table.partition_by.sql if table.partition_by else None),
                           ("ORDER BY", table.order_by), ("PRIMARY KEY", table.primary_key), ("TTL", table.ttl),

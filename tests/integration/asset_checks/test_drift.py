@@ -7,9 +7,11 @@ from pathlib import Path
 from chmv_check_helpers import TRANSLATOR, evaluations, ref, run_checks
 from conftest import make_engine
 from dagster import AssetCheckKey, DagsterInstance
+from lifecycle_testing import CHANGED_FILTER, TOP_OF_CHAIN_SELECT, copy_ddl, edit
 
 from asset_checks.definitions import DRIFT
 from asset_checks.drift import drift_report, normalize_type
+from chmv_assets.ddl.loader import load
 
 
 def test_live_changes_fail_drift_with_a_readable_diff(tmp_path: Path, example) -> None:
@@ -35,3 +37,41 @@ def test_live_changes_fail_drift_with_a_readable_diff(tmp_path: Path, example) -
 def test_type_normalization() -> None:
     assert normalize_type("AggregateFunction(quantile(0.99),  UInt32)") == "AggregateFunction(quantile(0.99), UInt32)"
     assert normalize_type("INT") == "Int32" and normalize_type("LowCardinality( String )") == "LowCardinality(String)"
+
+
+def test_a_target_whose_select_changed_in_the_repo_links_to_the_part_of_the_plan_that_fixes_it(tmp_path: Path, example) -> None:
+    """The repo changes two MVs' SELECT (targets in two ops of the run): each failing drift check carries the
+    MODIFY QUERY of its own MV with the re-derivation of its target, and how to run it; the plan is made once."""
+    engine = make_engine(tmp_path / "chdb", example, rows=2_000)
+    ddl = copy_ddl(tmp_path)
+    edit(ddl, *CHANGED_FILTER)  # errors_mv -> error_events
+    edit(ddl, *TOP_OF_CHAIN_SELECT)  # mv_events_agg -> events_agg, another op
+    loaded = load(ddl)
+    names = ("error_events", "events_agg", "counter_daily")
+    keys = [AssetCheckKey(TRANSLATOR.get_asset_key(ref(n)), DRIFT) for n in names]
+    instance = DagsterInstance.ephemeral()
+    result = run_checks(loaded, engine, keys, instance)
+    by_asset = {e.asset_key.path[-1]: e for e in evaluations(result, DRIFT)}
+
+    assert by_asset["counter_daily"].passed and "chmv/fix" not in by_asset["counter_daily"].metadata
+    errors, agg = by_asset["error_events"], by_asset["events_agg"]
+    assert not errors.passed and not agg.passed
+    fix = errors.metadata["chmv/fix"].value
+    assert "- **~ analytics.errors_mv: MODIFY QUERY** (" in fix
+    assert "```sql\nALTER TABLE `analytics`.`errors_mv` MODIFY QUERY SELECT" in fix
+    assert "WHERE level IN ('error', 'warn');\n```" in fix and "+WHERE level IN ('error', 'warn')" in fix
+    assert "  - re-derive analytics.error_events into analytics.error_events: " in fix and "clickhouse" in fix
+    assert "mv_events_agg" not in fix  # only the part of the plan that fixes this target
+    assert "`chmv_apply` job" in fix
+    assert f"chmv plan --ddl-dir {ddl} --dsn chdb://{tmp_path / 'chdb'}" in fix
+    assert f"chmv apply --ddl-dir {ddl} --dsn chdb://{tmp_path / 'chdb'}" in fix
+    agg_fix = agg.metadata["chmv/fix"].value
+    assert "- **~ analytics.mv_events_agg: MODIFY QUERY** (" in agg_fix and "countIf(duration_ms > 100)" in agg_fix
+    assert "errors_mv" not in agg_fix
+    # The chain below events_agg is re-derived too, but it fixes events_daily's rows, not events_agg's drift.
+    assert "re-derive analytics.events_daily" not in agg_fix
+
+    planned = [e for e in instance.all_logs(result.run_id)
+               if "lifecycle plan for the drift checks of this run" in (e.user_message or "")]
+    assert len(planned) == 1, "one plan per run, shared by the drift checks of both ops"
+    assert errors.metadata["chmv/plan_seconds"].value == agg.metadata["chmv/plan_seconds"].value

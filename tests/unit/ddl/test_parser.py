@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from chmv_assets.ddl.models import ObjectRef, SourceRole
-from chmv_assets.ddl.parser import load_project, split_combinators
+from chmv_assets.ddl.parser import load_project, parse_statement, split_combinators
 from chmv_assets.errors import DDLError
 
 EXAMPLE_DDL = Path(__file__).resolve().parents[3] / "examples" / "ddl"
@@ -263,6 +263,35 @@ def test_table_properties(tmp_path):
     assert table.settings == "index_granularity = 8192"
     assert table.on_cluster == "main"
     assert table.description == "the source"
+    # The cluster and the Keeper path, for statements built beside it (a new version needs a path of its own).
+    assert (table.engine.keeper_path, table.engine.replica_name, table.engine.family_arguments) == (
+        "/clickhouse/{shard}/src", "{replica}", ("ts",))
+    assert table.statement[table.cluster_span.start : table.cluster_span.end] == " ON CLUSTER main"
+    assert table.statement[table.keeper_path_span.start : table.keeper_path_span.end] == "'/clickhouse/{shard}/src'"
+
+
+@pytest.mark.parametrize(("engine", "keeper_path", "family_arguments"), [
+    ("ReplicatedAggregatingMergeTree", None, ()),
+    ("ReplicatedReplacingMergeTree(ver)", None, ("ver",)),
+    ("ReplicatedMergeTree('/p/{uuid}/{shard}', '{replica}')", "/p/{uuid}/{shard}", ()),
+    ("ReplicatedMergeTree(concat('/p/', 'x'), '{replica}')", None, ("CONCAT('/p/', 'x')", "'{replica}'")),
+    ("ReplacingMergeTree('/not/a/path', ver)", None, ("'/not/a/path'", "ver")),
+], ids=["default-path", "default-path-own-parameter", "written-path", "computed-path", "not-replicated"])  # fmt: skip
+def test_keeper_path_only_when_written_as_the_first_two_string_arguments(engine, keeper_path, family_arguments):
+    table = parse_statement(f"CREATE TABLE d.t ON CLUSTER `{{cluster}}` (k UInt8, ver UInt64) ENGINE = {engine} "
+                            "ORDER BY k", default_database="d")  # fmt: skip
+    assert (table.engine.keeper_path, table.engine.family_arguments) == (keeper_path, family_arguments)
+    assert (table.keeper_path_span is None) == (keeper_path is None)
+    assert table.on_cluster == "{cluster}"
+    assert table.statement[table.cluster_span.start : table.cluster_span.end] == " ON CLUSTER `{cluster}`"
+
+
+def test_on_cluster_is_the_statements_own_clause_not_a_join_condition():
+    view = parse_statement("CREATE MATERIALIZED VIEW d.mv TO d.t AS SELECT a FROM d.s JOIN d.u ON cluster = 1",
+                           default_database="d")  # fmt: skip
+    assert view.on_cluster is None and view.cluster_span is None
+    view = parse_statement("CREATE MATERIALIZED VIEW d.mv ON CLUSTER c TO d.t AS SELECT a FROM d.s", default_database="d")
+    assert view.statement[view.cluster_span.start : view.cluster_span.end] == " ON CLUSTER c"
 
 
 def test_materialized_view_kinds(tmp_path):

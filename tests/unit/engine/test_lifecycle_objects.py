@@ -73,3 +73,24 @@ def test_names_beside_a_target_and_the_sources_that_reach_it(example) -> None:
     assert old_version_ref(AGG) == ref("analytics._chmv_old_events_agg")
     assert root_sources(example, ref("analytics.events_weekly")) == {
         ref("analytics.raw_events"), ref("analytics.events_agg"), ref("analytics.events_daily")}
+
+
+def test_the_part_of_a_plan_touching_some_objects_is_what_fixes_their_drift(example) -> None:
+    daily, weekly, mv = ref("analytics.events_daily"), ref("analytics.events_weekly"), ref("analytics.mv_events_daily")
+    rebuild = plan_from_source(example.project, weekly, [window_at(datetime(2026, 8, 1), "month")], weekly)
+    changes = (
+        Change(Action.CREATE_DATABASE, ref("analytics."), "database", -1, statements=("CREATE DATABASE analytics",)),
+        Change(Action.CREATE_DATABASE, ref("shop."), "database", -1, statements=("CREATE DATABASE shop",)),
+        Change(Action.MODIFY_QUERY, mv, "view", 2, statements=("ALTER TABLE mv MODIFY QUERY …",)),
+        Change(Action.ALTER, ref("analytics.audit_log"), "table", 1, statements=("ALTER TABLE audit_log …",)),
+        Change(Action.REDERIVE, weekly, "table", 3, rederive=Rederive(weekly, rebuild, ())),
+        Change(Action.NEW_VERSION, AGG, "table", 1, next_ref=next_version_ref(AGG),
+               views=((ref("analytics.mv_events_agg"), next_version_ref(ref("analytics.mv_events_agg"))),)),
+    )  # fmt: skip
+    plan = LifecyclePlan("ddl", changes, notes=(f"{daily.fqn}: column x is not in the DDL; kept", "analytics.other: kept"))
+    part = plan.touching([daily, mv, ref("analytics.events_agg_source")])
+    assert [c.ref for c in part.changes] == [ref("analytics."), mv]
+    assert part.notes == (f"{daily.fqn}: column x is not in the DDL; kept",) and part.ddl_dir == "ddl"
+    assert [c.ref for c in plan.touching([weekly]).changes] == [ref("analytics."), weekly]  # its re-derivation
+    assert [c.ref for c in plan.touching([ref("analytics.mv_events_agg")]).changes][-1] == AGG  # fed through it
+    assert plan.touching([ref("nowhere.x")]).changes == ()

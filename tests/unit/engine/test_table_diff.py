@@ -56,3 +56,20 @@ def test_what_cannot_change_in_place_needs_a_new_version() -> None:
 def test_a_column_the_ddl_no_longer_has_is_a_drop() -> None:
     d = diff(LIVE.replace(", `gone` UInt8", ""))
     assert d.drops == (("DROP COLUMN `gone`", "column gone UInt8 is not in the DDL"),) and not d.in_place
+
+
+REPLICATED = LIVE.replace("ENGINE = MergeTree", "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{uuid}/{shard}', "
+                                                "'{replica}', v)")  # fmt: skip
+
+
+def test_the_keeper_path_and_replica_name_are_the_deployment_not_the_schema() -> None:
+    """The server shows its default path where the repo writes none, and a swapped-in version has its own path:
+    neither is a change; the engine's own parameters and the Replicated prefix still are."""
+    assert diff(REPLICATED.replace("'/clickhouse/tables/{uuid}/{shard}', '{replica}', ", ""), REPLICATED).empty
+    renamed_path = REPLICATED.replace("{uuid}/{shard}", "{shard}/d/t__chmv_v2")
+    assert diff(REPLICATED.replace("{uuid}/{shard}", "{shard}/d/t"), renamed_path).empty
+    assert diff(REPLICATED.replace(", v)", ", ts)"), REPLICATED).structural == (
+        "engine ReplicatedReplacingMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}', v) → "
+        "ReplicatedReplacingMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}', ts)",)
+    assert diff(REPLICATED.replace("Replicated", "").replace("'/clickhouse/tables/{uuid}/{shard}', '{replica}', ", ""),
+                REPLICATED).structural  # leaving replication is a new version

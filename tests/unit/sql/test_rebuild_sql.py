@@ -210,26 +210,36 @@ CREATE TABLE d.defaults (ts DateTime, k String, ver UInt64) ENGINE = ReplicatedR
 CREATE TABLE d.collapsing (ts DateTime, k String, sign Int8)
 ENGINE = ReplicatedCollapsingMergeTree(sign) PARTITION BY toDate(ts) ORDER BY k;
 CREATE TABLE d.summing (ts DateTime, k String, v UInt64)
-ENGINE = ReplicatedSummingMergeTree('/p/{shard}', '{replica}', (v)) ORDER BY k;
+ENGINE = ReplicatedSummingMergeTree('/p/{shard}', '{replica}', (v)) ORDER BY k TTL ts + INTERVAL 1 YEAR;
+CREATE TABLE d.uuid_path (ts DateTime, k String)
+ENGINE = ReplicatedMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}') ORDER BY k;
 """
 
 
 @pytest.mark.parametrize(("table", "expected"), [
     ("plain", ""),
-    ("paths", " ENGINE = ReplacingMergeTree(ver) PARTITION BY toYYYYMMDD(ts) ORDER BY (k, ts) PRIMARY KEY k"),
+    ("paths", " ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/d/paths__shadow', '{replica}', ver) "
+              "PARTITION BY toYYYYMMDD(ts) ORDER BY (k, ts) PRIMARY KEY k SETTINGS index_granularity = 1024"),
     ("bare", " ENGINE = MergeTree() ORDER BY k"),
     ("defaults", " ENGINE = ReplacingMergeTree(ver) ORDER BY k"),
     ("collapsing", " ENGINE = CollapsingMergeTree(sign) PARTITION BY toDate(ts) ORDER BY k"),
-    ("summing", " ENGINE = SummingMergeTree((v)) ORDER BY k"),
-], ids=["not-replicated", "replica-path-dropped", "no-arguments", "default-paths-keep-version",
-        "default-paths-keep-sign", "columns-to-sum"])  # fmt: skip
+    ("summing", " ENGINE = ReplicatedSummingMergeTree('/p/{shard}__shadow', '{replica}', (v)) ORDER BY k "
+                "TTL ts + INTERVAL 1 YEAR"),
+    ("uuid_path", " ENGINE = MergeTree() ORDER BY k"),
+], ids=["not-replicated", "own-keeper-path-keeps-version-and-settings", "default-path-plain-family",
+        "default-path-keeps-version", "default-path-keeps-sign", "own-keeper-path-keeps-columns-to-sum-and-ttl",
+        "uuid-path-plain-family"])  # fmt: skip
 def test_create_shadow_sql(tmp_path, table, expected):
+    """A replicated target's shadow never registers under the target's Keeper path: its own path, or no path."""
     project = load_ddl(tmp_path, SHADOW_DDL, toml=D_TOML).project
     live = ref(f"d.{table}")
     shadow = ObjectRef(database="d", name="shadow")
-    sql = create_shadow_sql(shadow, live, project.table(live))
+    model = project.table(live)
+    sql = create_shadow_sql(shadow, live, model)
     assert sql == f"CREATE TABLE `d`.`shadow` AS `d`.`{table}`{expected}"
-    assert "{replica}" not in sql and "/clickhouse" not in sql
+    if model.engine.keeper_path is not None:
+        assert f"'{model.engine.keeper_path}'" not in sql
+    assert "ON CLUSTER" not in sql
 
 
 # --- staged rows ---------------------------------------------------------------------------------------------------
