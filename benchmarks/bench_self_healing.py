@@ -33,6 +33,8 @@ from asset_checks.parity import parity_for_partitions  # noqa: E402
 from chmv_assets.ddl.loader import load  # noqa: E402
 from chmv_assets.engine.sweep import SweepState, decide  # noqa: E402
 from chmv_assets.orchestration.translator import ChmvTranslator  # noqa: E402
+from chmv_assets.sql.quoting import qualified  # noqa: E402
+from chmv_assets.sql.rebuild_sql import partition_expression, source_range_predicate  # noqa: E402
 
 TRANSLATOR = ChmvTranslator()
 SELECTED = "SELECT value FROM system.events WHERE event = 'SelectedRows'"
@@ -94,20 +96,13 @@ def bench_rows(workdir: Path) -> None:
         in_partitions = sum(i.rows for i in decision.items)
         exact = 0
         for item in decision.items:  # baseline: the partitions' rows, counted (target partition + source range)
-            from chmv_assets.sql.quoting import qualified
-
-            window = item.window
             table = loaded.project.table(item.target)
-            column = TRANSLATOR.get_partition_scheme(loaded, item.target).column
-            exact += int(client.command(f"SELECT count() FROM {qualified(item.target)} WHERE `{column}` >= "
-                                        f"'{window.start}' AND `{column}` < '{window.end}'"))  # fmt: skip
+            scheme = TRANSLATOR.get_partition_scheme(loaded, item.target)
+            exact += int(client.command(f"SELECT count() FROM {qualified(item.target)} WHERE ({table.partition_by.sql}) = "
+                                        f"({partition_expression(table, scheme, item.window)})"))  # fmt: skip
             for view in loaded.project.views_into(item.target):
-                from chmv_assets.sql.rebuild_sql import source_range_predicate
-
-                scheme = TRANSLATOR.get_partition_scheme(loaded, item.target)
                 exact += int(client.command(f"SELECT count() FROM {qualified(view.trigger)} WHERE "
-                                            f"{source_range_predicate(view, loaded.project, scheme, window)}"))  # fmt: skip
-            assert table is not None
+                                            f"{source_range_predicate(view, loaded.project, scheme, item.window)}"))  # fmt: skip
     failed = [r.describe() for r in results if not r.passed]
     print(f"\nsweep over {rows:,} demo rows: {len(decision.items)} changed partition(s) "
           f"{[(i.target.name, i.key) for i in decision.items]}")
