@@ -27,10 +27,12 @@ demo: install
 	$(BIN)/chmv load-demo --ddl-dir examples/ddl --landing-dir $(CHMV_STATE_DIR)/landing
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
+# Two workers, one test file each at a time (a module's `dagster dev` or Spark session stays in its worker):
+# the suite waits on daemons, Spark and dagster dev as much as it computes, so two workers overlap the waits.
 test: install chromium
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 # The browser tests drive the system Chromium (Playwright cannot download browsers here): install it when
 # missing and running as root; otherwise tests/test_ui.py skips its browser test and says why.

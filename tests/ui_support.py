@@ -97,6 +97,7 @@ class DagsterDev:
     log: Path
     process: subprocess.Popen
     up_at: float  # time.monotonic() when GraphQL first served the assets
+    ddl_dir: Path = ROOT / "examples" / "ddl"
 
     @property
     def url(self) -> str:
@@ -169,7 +170,7 @@ def start_demo(workdir: Path, rows: int = 100_000, ddl_dir: Path | None = None) 
         [str(bin_dir / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
         cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
-    dev = DagsterDev(port, home, state, log, process, 0.0)
+    dev = DagsterDev(port, home, state, log, process, 0.0, ddl_dir or ROOT / "examples" / "ddl")
 
     def serving() -> bool:
         if process.poll() is not None:
