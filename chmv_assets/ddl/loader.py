@@ -15,15 +15,16 @@ import os
 import pickle
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from types import MappingProxyType
 
 from chmv_assets.ddl.config import ChmvConfig, load_config
 from chmv_assets.ddl.lineage import LineageGraph
-from chmv_assets.ddl.models import Project
+from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.ddl.parser import load_project
 from resources.state import default_state_dir
 
@@ -42,6 +43,21 @@ class LoadedProject:
     @cached_property
     def graph(self) -> LineageGraph:
         return LineageGraph(self.project)
+
+    @cached_property
+    def time_columns(self) -> Mapping[ObjectRef, str]:
+        """Sources with an event-time column (``[ingestion.time_columns]``) that the DDL defines, and that column.
+
+        In configuration order; derived once per load (asset specs, op grouping and sensors ask per object).
+        """
+        project = self.project
+        columns: dict[ObjectRef, str] = {}
+        for fqn, column in self.config.ingestion.time_columns.items():
+            database, _, name = fqn.partition(".")
+            ref = ObjectRef(database=database, name=name)
+            if project.table(ref) is not None:
+                columns[ref] = column
+        return MappingProxyType(columns)
 
 
 @contextmanager
@@ -73,8 +89,8 @@ def load(ddl_dir: str | Path, **overrides: object) -> LoadedProject:
     if project is None:
         with gc_paused():
             project = load_project(config.ddl_dir, default_database=config.default_database, external=config.external)
-        if key:
-            _write_cache(key, project)
+            if key:
+                _write_cache(key, project)
     return LoadedProject(config=config, project=project)
 
 
