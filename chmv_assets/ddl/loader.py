@@ -15,12 +15,13 @@ import os
 import pickle
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any, TypeVar
 
 from chmv_assets.ddl.config import ChmvConfig, load_config
 from chmv_assets.ddl.lineage import LineageGraph
@@ -28,6 +29,7 @@ from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.ddl.parser import load_project
 from resources.state import default_state_dir
 
+T = TypeVar("T")
 #: Set to 0 to parse without the cache (``CHMV_PARSE_CACHE=0``).
 CACHE_ENV = "CHMV_PARSE_CACHE"
 _CODE = Path(__file__).resolve().parent
@@ -39,6 +41,19 @@ class LoadedProject:
 
     config: ChmvConfig
     project: Project
+    _derived: dict[Hashable, Any] = field(default_factory=dict, init=False, repr=False)
+
+    def derived(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """``compute()`` once per load and ``key``: what later layers derive from the project (asset specs…).
+
+        The values live as long as this object, so a process that loads again (a code-location reload)
+        does not keep every project it ever loaded, as a module-level cache would.
+        """
+        try:
+            return self._derived[key]
+        except KeyError:
+            value = self._derived[key] = compute()
+            return value
 
     @cached_property
     def graph(self) -> LineageGraph:

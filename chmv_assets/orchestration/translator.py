@@ -148,7 +148,7 @@ class ChmvTranslator:
 
     def get_asset_spec(self, loaded: LoadedProject, ref: ObjectRef) -> AssetSpec:
         """The spec assembled from the hooks above (memoized per project and object)."""
-        return _spec(self, loaded, ref)
+        return loaded.derived(("chmv/asset_spec", self, ref), lambda: _spec(self, loaded, ref))
 
 
 @cache
@@ -159,7 +159,6 @@ def _allow_future_upstream() -> TimeWindowPartitionMapping:
         return TimeWindowPartitionMapping(allow_nonexistent_upstream_partitions=True)
 
 
-@cache
 def _spec(translator: ChmvTranslator, loaded: LoadedProject, ref: ObjectRef) -> AssetSpec:
     kind = "dictionary" if ref in loaded.project.dictionaries else "table"
     return AssetSpec(
