@@ -1,34 +1,39 @@
 """Definitions load time for 250/500/1,000/2,000 generated MVs (goal: < 2 s at 1,000 warm, linear).
 
-Run: ``.venv/bin/python benchmarks/bench_definitions.py [--size N] [--repeat R] [--profile N]``. Each size gets
-a synthetic DDL directory: a third of the MVs form chains of three (source -> daily AggregatingMergeTree ->
-monthly rollup -> unpartitioned summary), the rest are single MVs into daily or monthly targets, one in ten
-with a JOIN. Timed: parse (``load``), ``build_definitions`` and resolving the repository, twice:
+Run: ``.venv/bin/python benchmarks/bench_definitions.py [--size N] [--repeat R] [--clock cpu] [--profile N]``.
+Each size gets a synthetic DDL directory: a third of the MVs form chains of three (source -> daily
+AggregatingMergeTree -> monthly rollup -> unpartitioned summary), the rest are single MVs into daily or monthly
+targets, one in ten with a JOIN. Timed: parse (``load``), ``build_definitions`` and resolving the repository, each
+load in a fresh Python process as in ``dagster dev`` (imports, and a first load of the example project that
+fills import-time caches, are not timed):
 
-- cold: the first load of the directory parses it (and writes the parse cache);
-- warm: every later load (each run process of ``dagster dev``, a code-location reload) reads the parse cache.
+- cold: the first load of the directory parses it (and writes the parse cache): a code server starting;
+- warm: a later load reads the parse cache: each run process, a code-location reload.
 
-Floors, measured in the same run on the same directory, to read chmv's share against:
+Floors, measured in the same process right after its load, to read chmv's share against:
 
-- sqlglot: parsing every file with sqlglot's ClickHouse dialect and nothing else (no model);
-- dagster: ``build_definitions`` and the repository once more with the asset specs already built (memoized
-  per translator): what Dagster itself spends on the ops, checks, jobs and sensors of the location.
+- sqlglot (cold process): parsing every file with sqlglot's ClickHouse dialect and nothing else (no model);
+- dagster (warm process): ``build_definitions`` and the repository once more with the asset specs already built
+  (memoized per load and translator): what Dagster itself spends on the ops, checks, jobs and sensors.
 
-``--repeat R`` keeps the best of R rounds per size (a shared machine's noise only ever adds time);
+``--in-process`` times both loads one after the other in this process instead (the warm one then also collects
+the cold one's garbage); ``--repeat R`` keeps the best of R rounds per size (noise only ever adds time);
 ``--clock cpu`` times with the process's CPU time instead of the wall clock (steadier when other processes
-compete for the cores); ``--profile N`` prints the cProfile of both loads of N MVs.
+compete for the cores); ``--profile N`` prints the cProfile of a cold and a warm load of N MVs in this process.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import os
 import pstats
+import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,22 +166,68 @@ class Round:
     dagster: float
 
 
-def measure(size: int, profile: bool = False) -> Round:
-    """Cold load, warm load and the floors of ``size`` MVs, in a fresh directory and state directory."""
+def child(kind: str, root: Path, clock_name: str) -> None:
+    """In a fresh process: one ``kind`` (cold or warm) load of ``root`` and its floor, as JSON on stdout."""
+    global clock
+    clock = time.process_time if clock_name == "cpu" else time.perf_counter
+    import chmv_assets.definitions  # noqa: F401  (imports and import-time caches are not part of the load)
+
+    result = build(root)
+    floor = sqlglot_floor(root) if kind == "cold" else dagster_floor(root)
+    print(json.dumps({"load": asdict(result), "floor": floor}))
+
+
+def _in_child(kind: str, root: Path, state: Path, clock_name: str) -> tuple[Load, float]:
+    argv = [sys.executable, __file__, "--child", kind, str(root), "--clock", clock_name]
+    out = subprocess.run(argv, env={**os.environ, "CHMV_STATE_DIR": str(state)}, check=True, capture_output=True,
+                         text=True).stdout  # fmt: skip
+    data = json.loads(out.strip().splitlines()[-1])
+    return Load(**data["load"]), data["floor"]
+
+
+def measure(size: int, clock_name: str) -> Round:
+    """A cold then a warm load of ``size`` MVs, each in its own process, with a state directory of their own."""
     with tempfile.TemporaryDirectory() as tmp:
-        os.environ["CHMV_STATE_DIR"] = str(Path(tmp) / "state")  # the parse cache of this round only
+        root, state = Path(tmp) / "ddl", Path(tmp) / "state"
+        root.mkdir()
+        generate(root, size)
+        cold, sqlglot = _in_child("cold", root, state, clock_name)
+        warm, dagster = _in_child("warm", root, state, clock_name)
+        return Round(cold, warm, sqlglot, dagster)
+
+
+def measure_in_process(size: int, clock_name: str) -> Round:
+    """The cold and the warm load one after the other in this process (how this benchmark measured until
+    the loads moved to fresh processes: the warm load then also pays for collecting the cold one's garbage)."""
+    global clock
+    clock = time.process_time if clock_name == "cpu" else time.perf_counter
+    import chmv_assets.definitions  # noqa: F401
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["CHMV_STATE_DIR"] = str(Path(tmp) / "state")
         root = Path(tmp) / "ddl"
         root.mkdir()
         generate(root, size)
-        profiler = cProfile.Profile() if profile else None
-        if profiler is not None:
-            profiler.enable()
-        cold = build(root)
-        warm = build(root)
-        if profiler is not None:
-            profiler.disable()
-            pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+        cold, warm = build(root), build(root)
         return Round(cold, warm, sqlglot_floor(root), dagster_floor(root))
+
+
+def profile(size: int) -> None:
+    """The cProfile of a cold and a warm load of ``size`` MVs in this process."""
+    import chmv_assets.definitions  # noqa: F401
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["CHMV_STATE_DIR"] = str(Path(tmp) / "state")
+        root = Path(tmp) / "ddl"
+        root.mkdir()
+        generate(root, size)
+        for kind in ("cold", "warm"):
+            profiler = cProfile.Profile()
+            profiler.enable()
+            result = build(root)
+            profiler.disable()
+            print(f"--- {kind} load of {size} MVs: {result}")
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
 
 
 def best(rounds: list[Round]) -> Round:
@@ -189,24 +240,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, action="append", help="MVs to generate (repeatable; default: 250 to 2,000)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds per size; the best of each is printed")
-    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall clock or this process's CPU time")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall clock or each process's CPU time")
+    parser.add_argument("--in-process", action="store_true", help="both loads in this process, one after the other")
     parser.add_argument("--profile", type=int, metavar="N", help="print the cProfile of the loads of N MVs")
+    parser.add_argument("--child", nargs=2, metavar=("KIND", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    global clock
-    clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    import chmv_assets.definitions  # noqa: F401  (import cost is not part of the measurement)
-
-    sizes = [args.profile] if args.profile else args.size or SIZES
+    if args.child:
+        return child(args.child[0], Path(args.child[1]), args.clock)
+    if args.profile:
+        return profile(args.profile)
     results: dict[int, Round] = {}
-    print(f"seconds of {'CPU time of this process' if args.clock == 'cpu' else 'wall clock'}, best of {max(1, args.repeat)}")
+    how = "both loads in one process" if args.in_process else "each load in a fresh process"
+    print(f"seconds of {'CPU time' if args.clock == 'cpu' else 'wall clock'}, {how}, best of {max(1, args.repeat)}")
+    run = measure_in_process if args.in_process else measure
     print(f"{'views':>6} {'assets':>6} | {'cold':>6} {'parse':>6} {'build':>6} {'resolve':>7} | {'warm':>6} {'parse':>6} "
           f"{'build':>6} {'resolve':>7} | {'sqlglot':>7} {'dagster':>7} | cold parse/sqlglot, warm/dagster")  # fmt: skip
-    for size in sizes:
-        r = results[size] = best([measure(size, profile=bool(args.profile)) for _ in range(max(1, args.repeat))])
+    for size in args.size or SIZES:
+        r = results[size] = best([run(size, args.clock) for _ in range(max(1, args.repeat))])
         c, w = r.cold, r.warm
         print(f"{size:>6} {c.assets:>6} | {c.total:>5.2f}s {c.parse:>5.2f}s {c.build:>5.2f}s {c.resolve:>6.2f}s | "
               f"{w.total:>5.2f}s {w.parse:>5.2f}s {w.build:>5.2f}s {w.resolve:>6.2f}s | {r.sqlglot:>6.2f}s {r.dagster:>6.2f}s | "
-              f"{c.parse / r.sqlglot:.2f}x, {w.total / r.dagster:.2f}x")  # fmt: skip
+              f"{c.parse / r.sqlglot:.2f}x, {w.total / r.dagster:.2f}x", flush=True)  # fmt: skip
     if 1000 in results:
         r = results[1000]
         print(f"1000 MVs: warm {r.warm.total:.2f}s (goal < {GOAL_SECONDS:.0f} s: {'met' if r.warm.total < GOAL_SECONDS else 'NOT met'}), "

@@ -77,11 +77,12 @@ class LoadedProject:
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building many short-lived objects.
+    """Pause the cyclic garbage collector while building many objects that stay alive.
 
-    Parsing thousands of statements creates sqlglot trees (with parent pointers, so cycles) whose
-    collection passes cost ~40% of the load time (benchmarks/bench_definitions.py); they are collected
-    once, after the load, by the normal thresholds.
+    A load builds hundreds of thousands of objects (the models, then Dagster's definitions); collection
+    passes while they pile up would traverse them again and again and find little to free (the parser
+    unlinks its trees, so reference counting frees them). They are traversed once, after the load, by
+    the normal thresholds.
     """
     enabled = gc.isenabled()
     gc.disable()

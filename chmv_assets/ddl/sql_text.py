@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 
 from sqlglot.dialects.clickhouse import ClickHouse
 from sqlglot.parser import Parser
@@ -218,15 +220,18 @@ def select_start(tokens: list[Token]) -> int | None:
     return None
 
 
+def _start(token: Token) -> int:
+    return token.start
+
+
 def item_end(tokens: list[Token], start: int) -> int:
     """End offset ``[start, end)`` of the list item starting at character ``start``: up to its depth-0 comma or ``)``.
 
     For the items of a parenthesized list (a column definition inside ``CREATE TABLE t (…)``), verbatim.
+    Scans from the item's first token only (a binary search), so the columns of a wide table cost linear time.
     """
     depth, end = 0, start
-    for token in tokens:
-        if token.start < start:
-            continue
+    for token in islice(tokens, bisect_left(tokens, start, key=_start), None):
         kind = token.token_type
         if kind in _OPEN:
             depth += 1
