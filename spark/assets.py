@@ -18,9 +18,12 @@ from dagster import (
 )
 from dagster_pyspark import LazyPySparkResource
 
+from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.ddl.partitioning import PartitionScheme
 from chmv_assets.engine.landing import ingested_sources, landing_dir
+from chmv_assets.orchestration.partitions import partitions_definition
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
 from spark.ingest import ingest
@@ -31,9 +34,10 @@ INGEST_JOB = "chmv_ingest"
 
 
 def ingestion_partitions(loaded: LoadedProject) -> DailyPartitionsDefinition:
-    """One partition per landing-zone arrival day (``date=YYYY-MM-DD`` folders)."""
-    return DailyPartitionsDefinition(start_date=loaded.config.partition_start, timezone=loaded.config.timezone,
-                                     end_offset=1)  # fmt: skip
+    """One partition per landing-zone arrival day (``date=YYYY-MM-DD`` folders): the daily targets' definition."""
+    daily = partitions_definition(PartitionScheme(grain=Grain.DAY), loaded.config.partition_start, loaded.config.timezone)
+    assert isinstance(daily, DailyPartitionsDefinition)
+    return daily
 
 
 def build_ingestion_asset(loaded: LoadedProject, ref: ObjectRef, translator: ChmvTranslator) -> AssetsDefinition:

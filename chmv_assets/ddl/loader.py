@@ -15,18 +15,21 @@ import os
 import pickle
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 from chmv_assets.ddl.config import ChmvConfig, load_config
 from chmv_assets.ddl.lineage import LineageGraph
-from chmv_assets.ddl.models import Project
+from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.ddl.parser import load_project
 from resources.state import default_state_dir
 
+T = TypeVar("T")
 #: Set to 0 to parse without the cache (``CHMV_PARSE_CACHE=0``).
 CACHE_ENV = "CHMV_PARSE_CACHE"
 _CODE = Path(__file__).resolve().parent
@@ -38,19 +41,48 @@ class LoadedProject:
 
     config: ChmvConfig
     project: Project
+    _derived: dict[Hashable, Any] = field(default_factory=dict, init=False, repr=False)
+
+    def derived(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """``compute()`` once per load and ``key``: what later layers derive from the project (asset specs…).
+
+        The values live as long as this object, so a process that loads again (a code-location reload)
+        does not keep every project it ever loaded, as a module-level cache would.
+        """
+        try:
+            return self._derived[key]
+        except KeyError:
+            value = self._derived[key] = compute()
+            return value
 
     @cached_property
     def graph(self) -> LineageGraph:
         return LineageGraph(self.project)
 
+    @cached_property
+    def time_columns(self) -> Mapping[ObjectRef, str]:
+        """Sources with an event-time column (``[ingestion.time_columns]``) that the DDL defines, and that column.
+
+        In configuration order; derived once per load (asset specs, op grouping and sensors ask per object).
+        """
+        project = self.project
+        columns: dict[ObjectRef, str] = {}
+        for fqn, column in self.config.ingestion.time_columns.items():
+            database, _, name = fqn.partition(".")
+            ref = ObjectRef(database=database, name=name)
+            if project.table(ref) is not None:
+                columns[ref] = column
+        return MappingProxyType(columns)
+
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building many short-lived objects.
+    """Pause the cyclic garbage collector while building many objects that stay alive.
 
-    Parsing thousands of statements creates sqlglot trees (with parent pointers, so cycles) whose
-    collection passes cost ~40% of the load time (benchmarks/bench_definitions.py); they are collected
-    once, after the load, by the normal thresholds.
+    A load builds hundreds of thousands of objects (the models, then Dagster's definitions); collection
+    passes while they pile up would traverse them again and again and find little to free (the parser
+    unlinks its trees, so reference counting frees them). They are traversed once, after the load, by
+    the normal thresholds.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -73,8 +105,8 @@ def load(ddl_dir: str | Path, **overrides: object) -> LoadedProject:
     if project is None:
         with gc_paused():
             project = load_project(config.ddl_dir, default_database=config.default_database, external=config.external)
-        if key:
-            _write_cache(key, project)
+            if key:
+                _write_cache(key, project)
     return LoadedProject(config=config, project=project)
 
 

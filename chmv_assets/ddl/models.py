@@ -453,7 +453,15 @@ class Project(_Frozen):
                 index.setdefault(view.trigger, []).append(view)
         return {ref: tuple(views) for ref, views in index.items()}
 
-    @property
+    @cached_property
     def targets(self) -> tuple[ObjectRef, ...]:
         """Every table an MV writes to, in definition order, each once."""
-        return tuple(dict.fromkeys(v.writes_to for v in self.views.values()))
+        return tuple(self._views_by_target)
+
+    def target_named(self, fqn: str) -> ObjectRef | None:
+        """The MV target whose ``database.name`` is ``fqn`` (lineage nodes are named so), or None."""
+        return self._targets_by_fqn.get(fqn)
+
+    @cached_property
+    def _targets_by_fqn(self) -> dict[str, ObjectRef]:
+        return {t.fqn: t for t in self.targets}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from functools import lru_cache
 from string import hexdigits
 
 from chmv_assets.ddl.models import ObjectRef
@@ -22,6 +23,7 @@ MAX_LENGTH = 120
 _LOWER_HEX = set(hexdigits.lower())
 
 
+@lru_cache(maxsize=1 << 16)  # asset keys, groups and check keys ask for the same names thousands of times per load
 def safe_name(text: str, max_length: int = MAX_LENGTH) -> str:
     """A name of ``[A-Za-z0-9_]`` characters, distinct for distinct ``text`` and the same on every call.
 

@@ -36,7 +36,6 @@ from chmv_assets.ddl.models import (
     Table,
 )
 from chmv_assets.ddl.sql_text import (
-    _DIALECT,
     Statement,
     clauses,
     engine_string_arguments,
@@ -45,6 +44,7 @@ from chmv_assets.ddl.sql_text import (
     on_cluster_span,
     select_start,
     split_statements,
+    thread_parser,
     to_sql,
     tokenize,
 )
@@ -240,7 +240,7 @@ def _ref(name: str, default_database: str) -> ObjectRef:
 
 def _parse_tokens(tokens, text: str) -> exp.Expression:
     """Parse one statement from its tokens (tokenized once, shared with the clause extraction)."""
-    parsed = _DIALECT.parser().parse(tokens, text)
+    parsed = thread_parser().parse(tokens, text)
     if not parsed or parsed[0] is None:
         raise ParseError("No expression was parsed from the statement")
     return parsed[0]
@@ -291,17 +291,39 @@ def _parse_statement(located: _Located, ctx: _Context) -> Table | Dictionary | M
                         f"unsupported statement: {text.split(None, 3)[:3]}",
                         "the DDL directory holds CREATE DATABASE/TABLE/DICTIONARY/MATERIALIZED VIEW only")
         return None
+    try:
+        return _model(node, located, ctx, tokens, populate)
+    finally:
+        _release(node)
+
+
+def _release(tree: exp.Expression) -> None:
+    """Unlink every node from its parent, so reference counting frees the tree as soon as it is dropped.
+
+    Each node points to its parent, so a parse tree is a reference cycle: without this, the trees of every
+    statement of a directory wait for the cyclic garbage collector, which then traverses them all (a fifth
+    of a cold load of 1,000 MVs, benchmarks/bench_definitions.py). The models keep no node.
+    """
+    for node in tree.walk():
+        node.parent = None
+
+
+def _model(node: exp.Create, located: _Located, ctx: _Context, tokens,
+           populate: bool) -> Table | Dictionary | MaterializedView | Database | None:  # fmt: skip
+    """The model of a parsed CREATE statement (None, with a problem recorded, for one chmv does not model)."""
+    stmt, text = located.statement, located.statement.text
     kind = (node.args.get("kind") or "").upper()
     description = "\n".join(c for c in stmt.comments if c) or None
+    props = _properties(node)
     if kind in ("SCHEMA", "DATABASE"):
-        engine = node.find(exp.EngineProperty)
+        engine = props.get(exp.EngineProperty)
         return Database(name=node.this.name, engine=to_sql(engine.this) if engine and engine.this else None,
                         statement=text, location=located.location())  # fmt: skip
     if kind == "TABLE":
         return _parse_table(node, located, ctx, description, tokens)
     if kind == "DICTIONARY":
         return _parse_dictionary(node, located, ctx, description)
-    if kind == "VIEW" and node.find(exp.MaterializedProperty):
+    if kind == "VIEW" and exp.MaterializedProperty in props:
         return _parse_view(node, located, ctx, description, populate, tokens)
     if kind == "VIEW":
         # A plain view reads its tables at query time: it is a readable object, not a pipeline step.
@@ -342,8 +364,15 @@ def _columns(schema: exp.Expression | None, text: str = "", tokens=None) -> tupl
     return tuple(columns)
 
 
-def _engine(node: exp.Expression) -> Engine | None:
-    prop = node.find(exp.EngineProperty)
+def _properties(node: exp.Create) -> dict[type[exp.Expression], exp.Expression]:
+    """The CREATE's own properties by type, the first of each: what ``node.find`` returns, without walking
+    the columns and the SELECT (an MV's SELECT may have SETTINGS and ORDER BY of its own)."""
+    properties = node.args.get("properties")
+    return {type(p): p for p in reversed(properties.expressions)} if properties is not None else {}
+
+
+def _engine(props: dict[type[exp.Expression], exp.Expression]) -> Engine | None:
+    prop = props.get(exp.EngineProperty)
     if prop is None:
         return None
     value = prop.this
@@ -409,14 +438,12 @@ def _table_properties(node: exp.Create, located: _Located, ref: ObjectRef, colum
         span = spans.get(phrase)
         return text[span[0] : span[1]] if span else None
 
-    # The CREATE's own properties: an MV's SELECT may have an ORDER BY and SETTINGS of its own.
-    properties = node.args.get("properties")
-    props = {type(p): p for p in reversed(properties.expressions)} if properties is not None else {}
+    props = _properties(node)
     partition_span = spans.get("PARTITION BY")
     partition_prop = props.get(exp.PartitionedByProperty)
-    cluster = node.find(exp.OnCluster)
-    comment = node.find(exp.SchemaCommentProperty)
-    engine = _engine(node)
+    cluster = props.get(exp.OnCluster)
+    comment = props.get(exp.SchemaCommentProperty)
+    engine = _engine(props)
     keeper = engine_string_arguments(tokens) if engine is not None and engine.keeper_path is not None else []
     return Table(
         ref=ref,
@@ -483,10 +510,11 @@ def _parse_view(node: exp.Create, located: _Located, ctx: _Context, description:
     schema = node.this
     view_table = schema.this if isinstance(schema, exp.Schema) else schema
     ref = _table_ref(view_table, ctx.default_database)
-    to = node.find(exp.ToTableProperty)
+    props = _properties(node)
+    to = props.get(exp.ToTableProperty)
     target = _table_ref(to.this, ctx.default_database) if to is not None else None
-    refresh = node.find(exp.AutoRefreshProperty)
-    cluster = node.find(exp.OnCluster)
+    refresh = props.get(exp.AutoRefreshProperty)
+    cluster = props.get(exp.OnCluster)
     query = node.expression
     start = select_start(tokens)
     if query is None or start is None:
@@ -578,7 +606,8 @@ def _analyze_select(query: exp.Expression, default_database: str, base: int) -> 
         default_database: For unqualified names.
         base: Offset of the SELECT text in the statement; spans are made relative to it.
     """
-    ctes = {cte.alias: cte.this for cte in query.find_all(exp.CTE)}
+    nodes = _Nodes(query)
+    ctes = {cte.alias: cte.this for cte in nodes.ctes}
     trigger_node = _leftmost_table(query, ctes)
     trigger = _table_ref(trigger_node, default_database) if trigger_node is not None else None
 
@@ -592,12 +621,12 @@ def _analyze_select(query: exp.Expression, default_database: str, base: int) -> 
     block_positions = {*branch_heads, *([id(trigger_node)] if trigger_node is not None else [])}
 
     uses: dict[ObjectRef, dict] = {}
-    joins = [j for j in query.find_all(exp.Join) if (j.args.get("kind") or "").upper() != "ARRAY"]
+    joins = [j for j in nodes.joins if (j.args.get("kind") or "").upper() != "ARRAY"]
     has_join = bool(joins)
     joined: list[ObjectRef] = []
     for join in joins:
         joined.extend(_real_tables(join.this, ctes, default_database))
-    for table in query.find_all(exp.Table):
+    for table in nodes.tables:
         if not _is_real_table(table):
             continue  # table function: numbers(), url(), file() …
         if not table.db and table.name in ctes:
@@ -624,7 +653,7 @@ def _analyze_select(query: exp.Expression, default_database: str, base: int) -> 
     self_join = trigger is not None and trigger in joined
 
     dictionaries = []
-    for func in query.find_all(exp.Func):
+    for func in nodes.funcs:
         name = function_name(func).lower()
         if (name.startswith("dictget") or name == "dicthas") and func.expressions:
             first_arg = func.expressions[0]
@@ -634,26 +663,27 @@ def _analyze_select(query: exp.Expression, default_database: str, base: int) -> 
     select = _first_select(query)
     group = select.args.get("group") if select is not None else None
     group_by = tuple(to_sql(e) for e in group.expressions) if group else ()
-    aliases = _alias_map(select, default_database, trigger)
+    aliases = _alias_map(select, nodes.tables if select is query else None, default_database)
     outputs, aggregates = [], []
     for projection in select.expressions if select is not None else ():
         name = projection.alias_or_name
         inner = projection.this if isinstance(projection, exp.Alias) else projection
         is_aggregate = False
-        for func in inner.find_all(exp.Func):
+        parts = _Nodes(inner)
+        for func in parts.funcs:
             if func.find_ancestor(exp.Subquery, exp.Select) is not select:
                 continue  # an aggregate inside a scalar subquery does not aggregate the MV's rows
             split = split_combinators(function_name(func))
             if split and (isinstance(func, exp.AggFunc) or split[1] or function_name(func) in AGGREGATES):
                 is_aggregate = True
-                if func is inner or inner.find(exp.Func) is func:
+                if func is inner or parts.funcs[0] is func:
                     aggregates.append(AggregateCall(output=name, function=function_name(func),
                                                     base=split[0], combinators=split[1]))  # fmt: skip
                 break
         outputs.append(OutputColumn(
             name=name,
             expression=to_sql(inner),
-            source_columns=tuple(_column_sources(inner, aliases, trigger)),
+            source_columns=tuple(_column_sources(parts.columns, aliases, trigger)),
             truncation=_truncation(inner),
             is_aggregate=is_aggregate,
         ))  # fmt: skip
@@ -669,6 +699,29 @@ def _analyze_select(query: exp.Expression, default_database: str, base: int) -> 
         self_join=self_join,
         has_order_by=any(s.args.get("order") is not None for s in _selects(query)),
     )
+
+
+class _Nodes:
+    """The nodes of a tree that the SELECT analysis reads, by kind, collected in one breadth-first walk
+    (the order of ``find_all`` for each kind)."""
+
+    def __init__(self, root: exp.Expression):
+        self.tables: list[exp.Table] = []
+        self.funcs: list[exp.Func] = []
+        self.columns: list[exp.Column] = []
+        self.joins: list[exp.Join] = []
+        self.ctes: list[exp.CTE] = []
+        for node in root.bfs():
+            if isinstance(node, exp.Column):
+                self.columns.append(node)
+            elif isinstance(node, exp.Func):
+                self.funcs.append(node)
+            elif isinstance(node, exp.Table):
+                self.tables.append(node)
+            elif isinstance(node, exp.Join):
+                self.joins.append(node)
+            elif isinstance(node, exp.CTE):
+                self.ctes.append(node)
 
 
 def _real_tables(node: exp.Expression, ctes: dict[str, exp.Expression], default_database: str) -> list[ObjectRef]:
@@ -702,11 +755,12 @@ def _first_select(query: exp.Expression) -> exp.Select | None:
     return selects[0] if selects else None
 
 
-def _alias_map(select: exp.Select | None, default_database: str, trigger: ObjectRef | None) -> dict[str, ObjectRef]:
+def _alias_map(select: exp.Select | None, tables: list[exp.Table] | None, default_database: str) -> dict[str, ObjectRef]:
+    """Alias (and name) to table of the tables in ``select``; ``tables``: those tables when already collected."""
     mapping: dict[str, ObjectRef] = {}
     if select is None:
         return mapping
-    for table in select.find_all(exp.Table):
+    for table in tables if tables is not None else select.find_all(exp.Table):
         if _is_real_table(table):
             ref = _table_ref(table, default_database)
             mapping[table.alias or table.name] = ref
@@ -714,8 +768,8 @@ def _alias_map(select: exp.Select | None, default_database: str, trigger: Object
     return mapping
 
 
-def _column_sources(node: exp.Expression, aliases: dict[str, ObjectRef], trigger: ObjectRef | None):
-    for column in node.find_all(exp.Column):
+def _column_sources(columns: Iterable[exp.Column], aliases: dict[str, ObjectRef], trigger: ObjectRef | None):
+    for column in columns:
         qualifier = column.table
         ref = aliases.get(qualifier) if qualifier else trigger
         if ref is not None:

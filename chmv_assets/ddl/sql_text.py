@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import threading
+from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 
 from sqlglot.dialects.clickhouse import ClickHouse
+from sqlglot.parser import Parser
 from sqlglot.tokens import Token, TokenType
 
 _DIALECT = ClickHouse()
 _GENERATOR = _DIALECT.generator()
+#: A tokenizer and a parser per thread, reused (building them costs as much as tokenizing a short statement);
+#: both keep the state of the text they work on, so threads do not share them.
+_PER_THREAD = threading.local()
 
 
 def to_sql(node) -> str:
@@ -49,13 +56,39 @@ class Statement:
 
 def tokenize(sql: str) -> list[Token]:
     """Tokenize ClickHouse SQL; raises ``sqlglot.errors.TokenError`` on unterminated strings etc."""
-    return _DIALECT.tokenize(sql)
+    tokenizer = getattr(_PER_THREAD, "tokenizer", None)
+    if tokenizer is None:
+        tokenizer = _PER_THREAD.tokenizer = _DIALECT.tokenizer()
+    return tokenizer.tokenize(sql)
+
+
+def thread_parser() -> Parser:
+    """This thread's ClickHouse parser: ``parse`` resets it, so one serves every statement of a load."""
+    instance = getattr(_PER_THREAD, "parser", None)
+    if instance is None:
+        instance = _PER_THREAD.parser = _DIALECT.parser()
+    return instance
 
 
 def line_col(text: str, offset: int) -> tuple[int, int]:
     """1-based line and column of a character offset."""
     line = text.count("\n", 0, offset) + 1
     return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+class _Lines:
+    """:func:`line_col` for increasing offsets into one text, counting each newline once (a file of
+    thousands of statements would otherwise be scanned from its start for every statement)."""
+
+    def __init__(self, text: str):
+        self.text, self.offset, self.line = text, 0, 1
+
+    def line_col(self, offset: int) -> tuple[int, int]:
+        if offset < self.offset:
+            self.offset, self.line = 0, 1
+        self.line += self.text.count("\n", self.offset, offset)
+        self.offset = offset
+        return self.line, offset - (self.text.rfind("\n", 0, offset) + 1) + 1
 
 
 def split_statements(sql: str) -> Iterator[Statement]:
@@ -68,17 +101,18 @@ def split_statements(sql: str) -> Iterator[Statement]:
     current: list[Token] = []
     pending_comments: list[str] = []
     pending_line = 0
+    lines = _Lines(sql)
     for token in [*tokenize(sql), None]:
         if token is None or token.token_type == TokenType.SEMICOLON:
             if current:
                 start, end = current[0].start, current[-1].end + 1
-                line, column = line_col(sql, start)
+                line, column = lines.line_col(start)
                 before = pending_comments if line == pending_line else []
                 comments = (*before, *current[0].comments)
                 yield Statement(sql[start:end], start, line, column, tuple(c.strip() for c in comments))
             pending_comments = list(token.comments) if token is not None else []
             if token is not None:
-                pending_line = line_col(sql, token.start)[0] + sum(c.count("\n") for c in pending_comments)
+                pending_line = lines.line_col(token.start)[0] + sum(c.count("\n") for c in pending_comments)
             current = []
         else:
             current.append(token)
@@ -86,6 +120,8 @@ def split_statements(sql: str) -> Iterator[Statement]:
 
 #: Clauses of CREATE TABLE / CREATE MATERIALIZED VIEW that chmv keeps verbatim.
 TABLE_CLAUSES = ("PARTITION BY", "ORDER BY", "PRIMARY KEY", "SAMPLE BY", "TTL", "SETTINGS")
+#: The clauses by their first word: only those can start at a token spelling that word.
+_CLAUSES_BY_WORD = {phrase.split(" ")[0]: (phrase,) for phrase in TABLE_CLAUSES}
 _OPEN = (TokenType.L_PAREN, TokenType.L_BRACKET)
 _CLOSE = (TokenType.R_PAREN, TokenType.R_BRACKET)
 _STARTERS = (TokenType.SELECT, TokenType.WITH, TokenType.L_PAREN)
@@ -117,7 +153,7 @@ def clauses(tokens: list[Token]) -> dict[str, tuple[int, int]]:
                     open_phrase = None
                 if as_select:
                     return found
-                for phrase in TABLE_CLAUSES:
+                for phrase in _CLAUSES_BY_WORD.get(word, ()):
                     length = _phrase_length(tokens, i, phrase)
                     if length:
                         open_phrase, body_start = phrase, i + length
@@ -184,15 +220,18 @@ def select_start(tokens: list[Token]) -> int | None:
     return None
 
 
+def _start(token: Token) -> int:
+    return token.start
+
+
 def item_end(tokens: list[Token], start: int) -> int:
     """End offset ``[start, end)`` of the list item starting at character ``start``: up to its depth-0 comma or ``)``.
 
     For the items of a parenthesized list (a column definition inside ``CREATE TABLE t (…)``), verbatim.
+    Scans from the item's first token only (a binary search), so the columns of a wide table cost linear time.
     """
     depth, end = 0, start
-    for token in tokens:
-        if token.start < start:
-            continue
+    for token in islice(tokens, bisect_left(tokens, start, key=_start), None):
         kind = token.token_type
         if kind in _OPEN:
             depth += 1

@@ -61,14 +61,7 @@ def landing_dir(loaded: LoadedProject) -> Path | None:
 
 def ingestible_sources(loaded: LoadedProject) -> list[ObjectRef]:
     """Source tables that have an event-time column configured and are defined in the DDL."""
-    project = loaded.project
-    refs = []
-    for fqn in loaded.config.ingestion.time_columns:
-        database, _, name = fqn.partition(".")
-        ref = ObjectRef(database=database, name=name)
-        if project.table(ref) is not None:
-            refs.append(ref)
-    return refs
+    return list(loaded.time_columns)
 
 
 def time_column(loaded: LoadedProject, source: ObjectRef) -> str:
@@ -188,7 +181,12 @@ def check_files(files: list[LandingFile], table: Table) -> tuple[list[str], int]
 
 def ingested_sources(loaded: LoadedProject) -> list[ObjectRef]:
     """Sources materialized by a Spark ingestion asset: ingestible ones, when a landing zone is configured."""
-    return ingestible_sources(loaded) if landing_dir(loaded) is not None else []
+    return ingestible_sources(loaded) if loaded.time_columns and landing_dir(loaded) is not None else []
+
+
+def is_ingested(loaded: LoadedProject, source: ObjectRef) -> bool:
+    """``source`` is among :func:`ingested_sources` (the landing zone is looked up only for an ingestible source)."""
+    return source in loaded.time_columns and landing_dir(loaded) is not None
 
 
 def dedup_keys(loaded: LoadedProject, source: ObjectRef, columns: list[str]) -> list[str]:

@@ -223,15 +223,13 @@ def triggers_of(project: Project, target: ObjectRef) -> list[ObjectRef]:
 def spark_capable(loaded: LoadedProject, target: ObjectRef, root: Path | None) -> bool:
     """A landing zone exists and every trigger of the target has an event-time column configured."""
     triggers = triggers_of(loaded.project, target)
-    ingestible = set(landing.ingestible_sources(loaded))
-    return root is not None and bool(triggers) and all(t in ingestible for t in triggers)
+    return root is not None and bool(triggers) and all(t in loaded.time_columns for t in triggers)
 
 
 def downstream_targets(loaded: LoadedProject, target: ObjectRef) -> tuple[ObjectRef, ...]:
     """Targets that read ``target`` (directly or further down a chain), shallowest first."""
-    graph = loaded.graph
-    targets = {t.fqn: t for t in loaded.project.targets}
-    found = [targets[n] for n in graph.impact(target.fqn) if n in targets and n != target.fqn]
+    graph, project = loaded.graph, loaded.project
+    found = [t for n in graph.impact(target.fqn) if n != target.fqn and (t := project.target_named(n)) is not None]
     return tuple(sorted(found, key=lambda r: (graph.depth.get(r.fqn, 0), r.fqn)))
 
 

@@ -32,6 +32,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cache
 from typing import Literal
 from zoneinfo import ZoneInfo
 
@@ -544,7 +545,10 @@ def build_live_state_sensor(loaded: LoadedProject, translator: ChmvTranslator) -
     The embedded engine is opened with the sensors' short lock timeout: while a run holds it the tick is
     skipped with the reason, and the next one catches up (the cursor only moves with what was reported).
     """
-    tracked = tracked_assets(loaded, translator)
+
+    @cache
+    def tracked() -> list[Tracked]:  # at the first tick: loading the code location does not need it
+        return tracked_assets(loaded, translator)
 
     @sensor(name="chmv_live_state", minimum_interval_seconds=LIVE_STATE_INTERVAL_SECONDS,
             default_status=DefaultSensorStatus.RUNNING,
@@ -554,7 +558,7 @@ def build_live_state_sensor(loaded: LoadedProject, translator: ChmvTranslator) -
         try:
             with sensor_client(clickhouse, context) as client:
                 report = evaluate_live_state(client, loaded, translator, context.cursor, context.instance,
-                                             tracked=tracked)  # fmt: skip
+                                             tracked=tracked())  # fmt: skip
         except SensorSkip as skip:
             return SkipReason(str(skip))
         context.log.info(report.summary())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from dagster import (
     DailyPartitionsDefinition,
     HourlyPartitionsDefinition,
@@ -15,12 +17,21 @@ from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
 
 
 def partitions_definition(scheme: PartitionScheme, start: str, timezone: str = "UTC") -> TimeWindowPartitionsDefinition | None:
-    """The Dagster partitions definition for a scheme, starting at ``start`` (``YYYY-MM-DD``)."""
-    if scheme.grain == Grain.HOUR:
+    """The Dagster partitions definition for a scheme, starting at ``start`` (``YYYY-MM-DD``).
+
+    Equal arguments return the same (immutable) object: the targets of one grain share it, so Dagster
+    compares and hashes one definition instead of thousands of equal ones.
+    """
+    return _definition(scheme.grain, start, timezone)
+
+
+@lru_cache(maxsize=256)
+def _definition(grain: str | None, start: str, timezone: str) -> TimeWindowPartitionsDefinition | None:
+    if grain == Grain.HOUR:
         return HourlyPartitionsDefinition(start_date=f"{start}-00:00", timezone=timezone, end_offset=1)
-    if scheme.grain == Grain.DAY:
+    if grain == Grain.DAY:
         return DailyPartitionsDefinition(start_date=start, timezone=timezone, end_offset=1)
-    if scheme.grain == Grain.MONTH:
+    if grain == Grain.MONTH:
         return MonthlyPartitionsDefinition(start_date=start, timezone=timezone, end_offset=1)
     return None
 

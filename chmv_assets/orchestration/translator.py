@@ -25,7 +25,7 @@ from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import Column, Dictionary, MaterializedView, ObjectRef, Table
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import PartitionScheme, partition_scheme
-from chmv_assets.engine.landing import ingested_sources
+from chmv_assets.engine.landing import is_ingested
 from chmv_assets.errors import DDLError, DDLProblem
 from chmv_assets.orchestration.partitions import partitions_definition
 from chmv_assets.sql.quoting import qualified
@@ -143,19 +143,22 @@ class ChmvTranslator:
         if loaded.project.views_into(upstream):
             time_partitioned = isinstance(self.get_partitions_def(loaded, upstream), TimeWindowPartitionsDefinition)
         else:  # with a landing zone, a source with an event-time column is a daily ingestion asset (spark.assets)
-            time_partitioned = upstream in ingested_sources(loaded)
-        if not time_partitioned:
-            return None
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", BetaWarning)
-            return TimeWindowPartitionMapping(allow_nonexistent_upstream_partitions=True)
+            time_partitioned = is_ingested(loaded, upstream)
+        return _allow_future_upstream() if time_partitioned else None
 
     def get_asset_spec(self, loaded: LoadedProject, ref: ObjectRef) -> AssetSpec:
         """The spec assembled from the hooks above (memoized per project and object)."""
-        return _spec(self, loaded, ref)
+        return loaded.derived(("chmv/asset_spec", self, ref), lambda: _spec(self, loaded, ref))
 
 
 @cache
+def _allow_future_upstream() -> TimeWindowPartitionMapping:
+    """One immutable mapping shared by every time-partitioned dependency."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BetaWarning)
+        return TimeWindowPartitionMapping(allow_nonexistent_upstream_partitions=True)
+
+
 def _spec(translator: ChmvTranslator, loaded: LoadedProject, ref: ObjectRef) -> AssetSpec:
     kind = "dictionary" if ref in loaded.project.dictionaries else "table"
     return AssetSpec(
@@ -223,10 +226,14 @@ def _column_lineage(views: tuple[MaterializedView, ...], translator: ChmvTransla
     deps: dict[str, list[TableColumnDep]] = {}
     for view in views:
         refs = {r.fqn: r for r in view.source_refs}
+        keys: dict[str, AssetKey] = {}
         for out in view.output_columns:
             for table_fqn, column in out.source_columns:
-                database, _, name = table_fqn.partition(".")
-                key = translator.get_asset_key(refs.get(table_fqn) or ObjectRef(database=database, name=name))
+                key = keys.get(table_fqn)
+                if key is None:
+                    database, _, name = table_fqn.partition(".")
+                    ref = refs.get(table_fqn) or ObjectRef(database=database, name=name)
+                    key = keys[table_fqn] = translator.get_asset_key(ref)
                 dep = TableColumnDep(asset_key=key, column_name=column)
                 if dep not in deps.setdefault(out.name, []):
                     deps[out.name].append(dep)

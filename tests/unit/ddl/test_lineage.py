@@ -169,3 +169,13 @@ def test_dot_render(example):
     assert '"analytics.mv_events_agg" [shape=diamond];' in text
     assert text.count("{") == text.count("}")
 
+
+
+def test_targets_and_views_are_indexed_once_per_project():
+    project = _hand_project([("d.mv1", "d.src", "d.a"), ("d.mv2", "d.src", "d.a"), ("d.mv3", "d.a", "d.b")])
+    assert project.targets == (_ref("d.a"), _ref("d.b"))  # definition order, a fan-in once
+    assert project.targets is project.targets
+    assert project.target_named("d.b") == _ref("d.b")
+    assert project.target_named("d.src") is None  # a source, not a target
+    assert [v.ref.fqn for v in project.views_into(_ref("d.a"))] == ["d.mv1", "d.mv2"]
+    assert [v.ref.fqn for v in project.views_from(_ref("d.src"))] == ["d.mv1", "d.mv2"]

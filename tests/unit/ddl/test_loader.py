@@ -65,3 +65,16 @@ def test_the_same_files_in_another_directory_name_their_own_paths(ddl: Path) -> 
     ref = ObjectRef(database="analytics", name="counter")
     assert first.project.tables[ref].location.file.startswith(str(ddl))
     assert second.project.tables[ref].location.file.startswith(str(copy))
+
+
+def test_derived_data_is_computed_once_per_load_and_lives_with_it(ddl: Path) -> None:
+    first, second = loader.load(ddl), loader.load(ddl)
+    calls: list[int] = []
+
+    def compute() -> int:
+        calls.append(1)
+        return len(calls)
+
+    assert [first.derived("n", compute), first.derived("n", compute), second.derived("n", compute)] == [1, 1, 2]
+    assert first.derived("other", compute) == 3  # another key is another value
+    assert loader.LoadedProject(config=first.config, project=first.project).derived("n", compute) == 4

@@ -120,6 +120,12 @@ def test_parse_statement_reads_a_server_statement_and_reports_problems(tmp_path:
     assert loaded.model_dump(exclude={"location"}) == single.model_dump(exclude={"location"})
 
 
+def test_every_column_of_a_wide_table_keeps_its_definition() -> None:
+    definitions = [f"c{i} Map(String, Array(UInt{8 * 2 ** (i % 4)})) DEFAULT map() COMMENT 'c{i}, (x)'" for i in range(300)]
+    t = table(f"CREATE TABLE d.wide ({', '.join(definitions)}) ENGINE = MergeTree ORDER BY tuple()")
+    assert [c.definition for c in t.columns] == definitions
+
+
 def test_columns_keep_their_definition_verbatim_and_objects_their_name_spans() -> None:
     t = table("""
         CREATE TABLE IF NOT EXISTS d.`t x` (a UInt32 DEFAULT toStartOfHour(now()) COMMENT 'hi, (there)',

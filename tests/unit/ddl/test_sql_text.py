@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from sqlglot.errors import TokenError
 from sqlglot.tokens import TokenType
 
-from chmv_assets.ddl.sql_text import clause, clauses, line_col, select_start, split_statements, tokenize
+from chmv_assets.ddl.sql_text import (
+    clause,
+    clauses,
+    line_col,
+    select_start,
+    split_statements,
+    thread_parser,
+    tokenize,
+)
 
 
 def texts(sql: str) -> list[str]:
@@ -42,6 +52,29 @@ def test_statement_offsets_lines_and_columns():
     for s in statements:
         assert sql[s.offset : s.offset + len(s.text)] == s.text
     assert [s.offset for s in statements] == [10, 53, 63, 76]
+
+
+def test_positions_of_many_statements_in_one_file_agree_with_line_col():
+    """Positions are counted once through the file, not from its start for every statement."""
+    sql = "".join(f"-- t{i}\n{' ' * (i % 3)}CREATE TABLE d.t{i} (x UInt8)\nENGINE = Log;\n" for i in range(300))
+    statements = list(split_statements(sql))
+    assert len(statements) == 300
+    assert [(s.line, s.column) for s in statements] == [line_col(sql, s.offset) for s in statements]
+    assert (statements[-1].line, statements[-1].column, statements[-1].comments) == (3 * 299 + 2, 3, ("t299",))
+
+
+def test_each_thread_tokenizes_and_parses_with_its_own_tools():
+    sql = "CREATE TABLE d.t (ts DateTime, x UInt64) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY ts"
+
+    def parse(_: int) -> tuple[str, ...]:
+        node = thread_parser().parse(tokenize(sql), sql)[0]
+        return tuple(c.name for c in node.this.expressions), thread_parser()
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(parse, range(40)))
+    assert {columns for columns, _ in results} == {("ts", "x")}
+    assert thread_parser() is thread_parser()  # reused within a thread
+    assert thread_parser() not in {p for _, p in results}  # never shared with another thread
 
 
 def test_comments_before_a_statement_are_its_comments():

@@ -20,6 +20,7 @@ from chmv_assets.engine.landing import (
     dedup_keys,
     ingested_sources,
     ingestible_sources,
+    is_ingested,
     landing_dir,
     list_files,
     time_column,
@@ -238,6 +239,21 @@ def test_ingestible_sources_are_the_configured_ones_the_ddl_defines(example):
         "analytics.api_requests", "analytics.raw_requests", "analytics.raw_webhooks", "analytics.all_events",
         "analytics.counter", "analytics.raw_events",
     ]  # fmt: skip
+
+
+def test_time_columns_of_the_ingestible_sources_are_derived_once_per_load(example):
+    loaded = with_ingestion(example, time_columns={"ext.missing": "ts", "analytics.counter": "ts"})
+    assert dict(loaded.time_columns) == {ref("analytics.counter"): "ts"}
+    assert loaded.time_columns is loaded.time_columns
+    assert ingestible_sources(loaded) == [ref("analytics.counter")]
+
+
+def test_is_ingested_needs_an_ingestible_source_and_a_landing_zone(example, tmp_path, no_landing_env):
+    assert not is_ingested(example, ref("analytics.counter"))  # no landing zone
+    landed = with_landing(example, tmp_path)
+    assert is_ingested(landed, ref("analytics.counter"))
+    assert not is_ingested(landed, ref("analytics.events_agg"))  # a target, no event-time column
+    assert {r for r in landed.project.tables if is_ingested(landed, r)} == set(ingested_sources(landed))
 
 
 @pytest.fixture

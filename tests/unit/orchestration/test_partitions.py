@@ -12,6 +12,7 @@ from dagster import (
     StaticPartitionsDefinition,
 )
 
+from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, windows_between
 from chmv_assets.orchestration.partitions import partitions_definition, window_for_key
 
@@ -76,3 +77,12 @@ def test_window_for_key_without_time_partitions_is_none():
     assert window_for_key(None, "2026-09-01") is None
     assert window_for_key(daily, None) is None
     assert window_for_key(StaticPartitionsDefinition(["a", "b"]), "a") is None
+
+
+def test_equal_schemes_share_one_definition():
+    """Thousands of targets of one grain share one (immutable) definition instead of thousands of equal ones."""
+    daily = partitions_definition(PartitionScheme(grain="day", column="ts"), "2026-01-01")
+    assert partitions_definition(PartitionScheme(grain=Grain.DAY, column="other"), "2026-01-01") is daily
+    assert partitions_definition(PartitionScheme(grain="day", column="ts"), "2026-02-01") is not daily
+    assert partitions_definition(PartitionScheme(grain="day", column="ts"), "2026-01-01", "Europe/Paris") is not daily
+    assert partitions_definition(PartitionScheme(grain="month", column="ts"), "2026-01-01") is not daily
