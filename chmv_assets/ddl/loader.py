@@ -3,7 +3,7 @@
 Parsing is deterministic in the DDL files, the options and the parser's own code, so the parsed model
 is kept in a cache under the state directory, keyed by a digest of all three: every process of
 ``dagster dev`` (code server, each run) and every CLI call after the first unpickles the model
-instead of parsing again (4x faster at 1,000 MVs, benchmarks/bench_definitions.py). A missing,
+instead of parsing again (~8x faster at 1,000 MVs, benchmarks/bench_definitions.py). A missing,
 unreadable or foreign cache file is simply parsed again; writes are atomic (temp file + rename).
 """
 
