@@ -19,7 +19,6 @@ import json
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +93,6 @@ def ddl_hash(ddl_dir: str | Path) -> str:
     return digest.hexdigest()
 
 
-@cache
 def rebuild_jobs(loaded: LoadedProject, translator: ChmvTranslator) -> dict[ObjectRef, AssetJob]:
     """Per target, the job the sensors request its runs in: one job per partitions definition.
 
