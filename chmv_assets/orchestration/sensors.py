@@ -98,8 +98,13 @@ def rebuild_jobs(loaded: LoadedProject, translator: ChmvTranslator) -> dict[Obje
 
     A sensor's runs must name a job whose assets share one partitions definition, so the targets are
     grouped (``chmv_rebuild_day``, ``chmv_rebuild_month``, ``chmv_rebuild_unpartitioned``…); a run
-    request then selects one target (and its parity check) and one partition of its job.
+    request then selects one target (and its parity check) and one partition of its job. Built once per
+    load and kept with it (a module-level cache would keep every reloaded project alive).
     """
+    return loaded.derived(("chmv/rebuild_jobs", translator), lambda: _rebuild_jobs(loaded, translator))
+
+
+def _rebuild_jobs(loaded: LoadedProject, translator: ChmvTranslator) -> dict[ObjectRef, AssetJob]:
     groups: dict[str, list[ObjectRef]] = {}
     defs: dict[str, object] = {}
     for target in loaded.project.targets:
