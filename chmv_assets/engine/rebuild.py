@@ -128,9 +128,10 @@ def run_steps(client: Client, project: Project, plan: RebuildPlan, steps: Sequen
     Every MV writing the target runs its own SELECT once over the trigger rows of all the windows
     (:func:`~chmv_assets.sql.rebuild_sql.range_select`: each partition gets the rows :func:`run_step` would
     give it) into one shadow; each partition then passes its shrink guard and replaces the live one
-    (``REPLACE PARTITION``, metadata only; ``DROP PARTITION`` if it is empty), in order. Readers see each
-    partition old or new, never a mix. Steps that are not ClickHouse-engine partition swaps, and a single step,
-    go through :func:`run_step`.
+    (``REPLACE PARTITION``, metadata only; ``DROP PARTITION`` if it is empty), in order. The shadow may also
+    hold partitions the read's edges reach (past the last window, by a truncation's grain): they are not
+    swapped, and go with the shadow. Readers see each partition old or new, never a mix. Steps that are not
+    ClickHouse-engine partition swaps, and a single step, go through :func:`run_step`.
 
     Args:
         client: An open client (the caller holds the plan's gates for the whole call).
@@ -167,8 +168,8 @@ def run_steps(client: Client, project: Project, plan: RebuildPlan, steps: Sequen
         run(create_shadow_sql(shadow, live, table))
         for view in project.views_into(plan.target):
             say(f"{view.ref.fqn}: running the MV's own SELECT over {len(windows)} partitions into {shadow.fqn}")
-            run(insert_sql(shadow, view, range_select(view, project, table, plan.scheme, windows)),
-                SHADOW_INSERT_SETTINGS)  # fmt: skip
+            select = range_select(view, project, table, plan.scheme, windows, only_windows=False)
+            run(insert_sql(shadow, view, select), SHADOW_INSERT_SETTINGS)
         read, shared = time.monotonic() - started, list(statements)
         for step in grouped:
             assert step.window is not None

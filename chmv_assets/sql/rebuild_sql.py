@@ -119,13 +119,20 @@ def view_select(view: MaterializedView, project: Project, target: Table, scheme:
 
 
 def range_select(view: MaterializedView, project: Project, target: Table, scheme: PartitionScheme,
-                 windows: Sequence[PartitionWindow], *, trigger_relation: str | None = None) -> str:  # fmt: skip
+                 windows: Sequence[PartitionWindow], *, trigger_relation: str | None = None,
+                 only_windows: bool = True) -> str:  # fmt: skip
     """:func:`view_select` of several partitions in one read of the trigger: each partition gets the same rows.
 
     The trigger is pruned to the span of the windows (the earliest start to the latest end, through
     :func:`source_range_predicate`, which covers every row mapping into any of them) and the output is kept where
     its partition is one of the windows' (``(PARTITION BY) = (…) OR …``, the filter of :func:`view_select` per
     window). ``trigger_relation`` as in :func:`view_select`.
+
+    Args:
+        only_windows: Filter the output to the windows' partitions. Without the filter the output also holds the
+            partitions the span's edges reach (a rebuild that swaps in only the windows' partitions drops them):
+            the server pushes that filter below the MV's GROUP BY, onto every source row read (+30% CPU
+            measured on a daily aggregate).
     """
     if not windows or scheme.grain is None or target.partition_by is None:
         raise ValueError("range_select needs windows of a partitioned target")
@@ -138,6 +145,8 @@ def range_select(view: MaterializedView, project: Project, target: Table, scheme
             view, view.trigger, source_relation(project, view.trigger, where=where, relation=trigger_relation)
         )
     columns = ", ".join(quote(c.name) for c in view.output_columns)
+    if not only_windows:
+        return f"SELECT {columns} FROM ({select})"
     keep = " OR ".join(f"({target.partition_by.sql}) = ({partition_expression(target, scheme, w)})" for w in windows)
     return f"SELECT {columns} FROM ({select}) WHERE {keep}"
 

@@ -186,6 +186,14 @@ def test_range_select_reads_the_span_once_and_keeps_each_windows_partition(examp
     )
 
 
+def test_range_select_without_the_output_filter(example):
+    project, table, view, scheme, first = parts(example, "analytics.error_events", D(2026, 9, 1))
+    sql = range_select(view, project, table, scheme, [first, window_at(D(2026, 9, 2), scheme.grain)],
+                       only_windows=False)  # fmt: skip
+    assert sql.endswith("AS `all_events` WHERE level = 'error')") and "toYYYYMMDD" not in sql
+    assert "`timestamp` < toDateTime('2026-09-03 00:00:00')" in sql
+
+
 def test_range_select_reads_the_trigger_relation(example):
     project, table, view, scheme, first = parts(example, "analytics.events_agg", D(2026, 8, 1))
     sql = range_select(view, project, table, scheme, [first, window_at(D(2026, 9, 1), scheme.grain)],
