@@ -38,7 +38,7 @@ from chmv_assets.engine.lake_read import lake_relation
 from chmv_assets.engine.planner import spark_capable
 from chmv_assets.errors import ChmvError
 from chmv_assets.sql.quoting import qualified, quote
-from chmv_assets.sql.rebuild_sql import partition_expression, view_select
+from chmv_assets.sql.rebuild_sql import partition_expression, range_select, view_select
 
 #: Aggregate functions whose -Merge over a whole partition equals the -Merge of the recompute exactly.
 ADDITIVE = {"sum", "count", "sumWithOverflow", "sumKahan"}
@@ -196,6 +196,128 @@ def parity_sql(loaded: LoadedProject, target: ObjectRef, window: PartitionWindow
             f"UNION ALL SELECT 'expected' AS side, {expected_cols} FROM ({union})")  # fmt: skip
 
 
+def partitions_parity_sql(loaded: LoadedProject, target: ObjectRef, windows: Sequence[PartitionWindow],
+                          live: ObjectRef | None = None) -> str:  # fmt: skip
+    """:func:`parity_sql` of several partitions in one query: rows ``(side, partition, m0, m1, …)`` per partition.
+
+    The target is read once for all of them and the MVs' own SELECT recomputed once over the span of the windows
+    (:func:`~chmv_assets.sql.rebuild_sql.range_select`: each partition gets the rows of its own recompute); both
+    sides are grouped by the target's PARTITION BY. The recompute's output is not filtered to the windows (the
+    server would evaluate that filter on every source row): it may hold partitions the span's edges reach, which
+    the caller ignores. The trigger relations are the tables (read ``FINAL`` where they deduplicate themselves), as
+    in :func:`parity_sql` without ``trigger_relations``.
+    """
+    project = loaded.project
+    table = project.table(target)
+    if table is None or table.partition_by is None:
+        raise ChmvError(f"{target.fqn} is not a partitioned table defined in the DDL directory")
+    views = project.views_into(target)
+    scheme = partition_scheme(table, views)
+    measures = measures_for(table)
+    final = " FINAL" if table.engine is not None and table.engine.family in SELF_DEDUP_ENGINES else ""
+    key = f"({table.partition_by.sql})"
+    keep = " OR ".join(f"{key} = ({partition_expression(table, scheme, w)})" for w in windows)
+    actual_cols = ", ".join(f"toFloat64({a}) AS m{i}" for i, (_, a, _e) in enumerate(measures))
+    expected_cols = ", ".join(f"toFloat64({e}) AS m{i}" for i, (_, _a, e) in enumerate(measures))
+    recomputes = []
+    for view in views:
+        source = project.table(view.trigger) if view.trigger else None
+        dedup = source is not None and source.engine is not None and source.engine.family in SELF_DEDUP_ENGINES
+        relation = f"{qualified(view.trigger)} FINAL" if dedup and view.trigger else None
+        recomputes.append(range_select(view, project, table, scheme, windows, trigger_relation=relation,
+                                       only_windows=False))  # fmt: skip
+    union = " UNION ALL ".join(f"({sql})" for sql in recomputes)
+    return (f"SELECT 'actual' AS side, {key} AS _chmv_partition, {actual_cols} FROM {qualified(live or target)}{final} "
+            f"WHERE {keep} GROUP BY _chmv_partition UNION ALL SELECT 'expected' AS side, {key} AS _chmv_partition, "
+            f"{expected_cols} FROM ({union}) GROUP BY _chmv_partition")  # fmt: skip
+
+
+def parity_for_partitions(client: Client, loaded: LoadedProject, target_ref: ObjectRef,
+                          windows: Sequence[PartitionWindow | None], *, now: datetime | None = None,
+                          root: Path | None = None, live: ObjectRef | None = None,
+                          coverage_first: bool = True) -> list[ParityResult]:  # fmt: skip
+    """:func:`parity_for_partition` of each window (in order), the source's partitions compared in one query.
+
+    One existence check, one coverage probe of every window and one :func:`partitions_parity_sql` for the windows
+    whose truth is the source table, instead of a probe and a recompute per window. A window whose recompute reads
+    the landing zone or that is not verifiable, a single window and an unpartitioned target are checked one by one.
+
+    Args:
+        As :func:`parity_for_partition`, with the partitions ``windows``, and
+        coverage_first: Observe coverage before the recompute (as a rebuild would). False (the parity sweep):
+            recompute from the source tables first and observe coverage only for the partitions where the target
+            holds MORE than the source yields, the one case a truncated source can explain; a match or a
+            shortfall of the target is a verdict without it, so a sweep reads each changed partition about once.
+    """
+    windows = list(windows)
+    project = loaded.project
+    table = project.table(target_ref)
+    one_by_one = (len(windows) < 2 or table is None or table.partition_by is None
+                  or any(w is None for w in windows) or any(v.refreshable for v in project.views_into(target_ref))
+                  or partition_scheme(table, project.views_into(target_ref)).grain is None)  # fmt: skip
+    if one_by_one:
+        return _parity_each(client, loaded, target_ref, windows, now=now, root=root, live=live,
+                            coverage_first=coverage_first)  # fmt: skip
+    assert table is not None
+    config = loaded.config.parity
+    involved = involved_objects(loaded, target_ref)
+    missing = set(involved) - existing_objects(client, involved) - set(project.dictionaries)
+    if missing:
+        names = tuple(sorted(m.fqn for m in missing))
+        return [ParityResult(target_ref.fqn, w.key if w else None, tolerance=config.tolerance, missing=names)
+                for w in windows]  # fmt: skip
+    now = now or datetime.now(UTC).replace(tzinfo=None)
+    root = root if root is not None else landing.landing_dir(loaded)
+    notes: tuple[str, ...] = ()
+    results: dict[str | None, ParityResult] = {}
+    try:
+        live = live or live_table(client, project, target_ref)
+    except (ClickHouseError, ChmvError):  # each window reports the failure
+        return _parity_each(client, loaded, target_ref, windows, now=now, root=root)
+    lost: list[PartitionWindow] = []
+    if coverage_first:
+        try:
+            coverage = observe_coverage(client, loaded, target_ref, live, windows, root)
+            lost = [w for w in windows if (c := coverage.at(w)) is not None and c.loss_observed]
+        except (ClickHouseError, ChmvError) as err:  # coverage is an aid here: without it, check as before
+            notes = (f"coverage not observed ({str(err).strip().splitlines()[0][:200]})",)
+    for window in lost:  # the landing zone's truth, or not verifiable: one by one
+        results[window.key] = parity_for_partition(client, loaded, target_ref, window, now=now, root=root, live=live)
+    by_source = [w for w in windows if w is not None and w.key not in results]
+    scheme = partition_scheme(table, project.views_into(target_ref))
+    sql, rows = "", {}  # (side, partition key) -> figures
+    try:
+        if by_source:
+            sql = partitions_parity_sql(loaded, target_ref, by_source, live)
+            values = client.query("SELECT " + ", ".join(partition_expression(table, scheme, w)
+                                                        for w in by_source)).result_rows[0]  # fmt: skip
+            keys = dict(zip(values, (w.key for w in by_source), strict=True))
+            kinds = {type(v) for v in values}
+            for side, value, *figures in client.query(sql).result_rows:
+                if value in keys:
+                    rows[(side, keys[value])] = figures
+                elif side == "actual" or type(value) not in kinds:  # never compare nothing with nothing
+                    raise ChmvError(f"the parity query returned partition {value!r}, none of the checked ones")
+    except (ClickHouseError, ChmvError) as err:  # a failing recompute is a parity failure with its reason
+        message = str(err).strip().splitlines()[0][:500] if str(err).strip() else type(err).__name__
+        for window in by_source:
+            results[window.key] = ParityResult(target_ref.fqn, window.key, tolerance=config.tolerance, error=message,
+                                               sql=sql)  # fmt: skip
+        by_source = []
+    names = [name for name, _a, _e in measures_for(table)]
+    for window in by_source:
+        actual = rows.get(("actual", window.key)) or (0.0,) * len(names)
+        expected = rows.get(("expected", window.key)) or (0.0,) * len(names)
+        measures = tuple(Measure(n, float(e or 0), float(a or 0)) for n, e, a in zip(names, expected, actual, strict=True))
+        in_grace = window.end > now - timedelta(minutes=config.grace_minutes)
+        results[window.key] = ParityResult(target_ref.fqn, window.key, measures, config.tolerance, in_grace, sql=sql,
+                                           notes=notes)  # fmt: skip
+        if not coverage_first and any(m.delta > config.tolerance * max(abs(m.expected), 1.0) for m in measures):
+            results[window.key] = parity_for_partition(client, loaded, target_ref, window, now=now, root=root, live=live)
+    return [results[w.key if w else None] for w in windows]
+
+
+
 def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: ObjectRef,
                          window: PartitionWindow | None, *, now: datetime | None = None,
                          root: Path | None = None, live: ObjectRef | None = None) -> ParityResult:  # fmt: skip
@@ -216,14 +338,14 @@ def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: Obje
     Returns:
         The figures; a missing object or a failing query is reported in the result, never raised.
     """
-    return parity_for_partitions(client, loaded, target_ref, [window], now=now, root=root, live=live)[0]
+    return _parity_each(client, loaded, target_ref, [window], now=now, root=root, live=live)[0]
 
 
-def parity_for_partitions(client: Client, loaded: LoadedProject, target_ref: ObjectRef,
+def _parity_each(client: Client, loaded: LoadedProject, target_ref: ObjectRef,
                           windows: Sequence[PartitionWindow | None], *, now: datetime | None = None,
                           root: Path | None = None, live: ObjectRef | None = None,
                           coverage_first: bool = True) -> list[ParityResult]:  # fmt: skip
-    """:func:`parity_for_partition` for several partitions of one target, the catalog read once.
+    """:func:`parity_for_partition` of each window, one by one (the catalog read once).
 
     Args:
         coverage_first: Observe coverage before each recompute (as a rebuild would). False (the parity

@@ -153,7 +153,7 @@ def _plan(args: argparse.Namespace, loaded, resource) -> int:
 
 def _apply(args: argparse.Namespace, loaded, resource) -> int:
     """``chmv apply``: plan, preflight (nothing is touched if the server refuses a statement), then the changes."""
-    from asset_checks.parity import parity_for_partition
+    from asset_checks.parity import parity_for_partitions
     from chmv_assets.engine.landing import landing_dir
     from chmv_assets.engine.lifecycle import Action
     from chmv_assets.engine.lifecycle_apply import apply_plan
@@ -167,8 +167,8 @@ def _apply(args: argparse.Namespace, loaded, resource) -> int:
     if plan.has_changes:
         print(plan.describe())
 
-    def parity(client, target, live, window):
-        return parity_for_partition(client, loaded, target, window, live=live)
+    def parity(client, target, live, windows):
+        return parity_for_partitions(client, loaded, target, windows, live=live)
 
     def stage(*args, **kwargs) -> None:  # Spark starts only if a partition is read from the landing zone
         from spark.session import get_spark_session

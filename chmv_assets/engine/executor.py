@@ -50,7 +50,7 @@ from chmv_assets.engine.planner import (
     triggers_of,
     windows_covering,
 )
-from chmv_assets.engine.rebuild import run_step
+from chmv_assets.engine.rebuild import run_step, run_steps
 from chmv_assets.engine.watermarks import COMMITTED, read_watermark, write_watermark
 from chmv_assets.errors import ChmvError, LandingZoneError, RebuildRefused
 from chmv_assets.sql.rebuild_sql import staged_relation
@@ -131,7 +131,7 @@ def plan_for(clickhouse: ClientFactory, loaded: LoadedProject, target: ObjectRef
 def execute(plan: RebuildPlan, loaded: LoadedProject, clickhouse: ClientFactory | None = None, *,
             client: Client | None = None, stager: Stager | None = None,
             cutoffs: dict[ObjectRef, datetime | None] | None = None,
-            log: Callable[[str], None] | None = None) -> list[StepResult]:  # fmt: skip
+            log: Callable[[str], None] | None = None, one_read: bool = False) -> list[StepResult]:  # fmt: skip
     """Run every step of ``plan``; results in the plan's partition order.
 
     Args:
@@ -142,6 +142,9 @@ def execute(plan: RebuildPlan, loaded: LoadedProject, clickhouse: ClientFactory 
         stager: Provider of staged rows for Spark steps.
         cutoffs: Fixed cutoffs per trigger for Spark steps, instead of reading the watermarks.
         log: Progress sink.
+        one_read: Rebuild the ClickHouse-engine partitions with one read of the source for all of them
+            (:func:`chmv_assets.engine.rebuild.run_steps`), not one per partition: for a caller that sized the
+            plan's range to what one hold of the gates may take (``chmv apply``'s batches).
 
     Raises:
         RebuildRefused: The plan refuses partitions (nothing is run).
@@ -157,11 +160,13 @@ def execute(plan: RebuildPlan, loaded: LoadedProject, clickhouse: ClientFactory 
     direct = [s for s in plan.steps if s.engine != Engine.SPARK]
     if direct:
         with _session(plan, clickhouse, client) as c:
-            for step in direct:
-                started = time.monotonic()
-                r = run_step(c, loaded.project, plan, step, log=say)
+            if one_read:
+                rebuilt = run_steps(c, loaded.project, plan, direct, log=say)
+            else:
+                rebuilt = [run_step(c, loaded.project, plan, step, log=say) for step in direct]
+            for step, r in zip(direct, rebuilt, strict=True):
                 results.append(StepResult(plan.target.fqn, r.partition, str(step.engine), r.method, 0, r.rows_written,
-                                          None, "", time.monotonic() - started, 0, r.statements))  # fmt: skip
+                                          None, "", r.seconds, 0, r.statements))  # fmt: skip
     spark_steps = plan.steps_by(Engine.SPARK)
     if spark_steps:
         if stager is None:

@@ -32,17 +32,23 @@ def readers_rows(client: Client, ref: ObjectRef, table: Table, where: str | None
     return int(client.command(sql))
 
 
-def check_shrink(client: Client, table: Table, plan: RebuildPlan, step: PartitionStep) -> tuple[int, int]:
+def check_shrink(client: Client, table: Table, plan: RebuildPlan, step: PartitionStep, *,
+                 shadow: ObjectRef | None = None) -> tuple[int, int]:  # fmt: skip
     """``(rows in the shadow, rows in the live partition)``; raise if the swap would shrink an unprotected one.
+
+    Args:
+        shadow: The shadow holding the step's partition, if not the step's own (one shadow of several partitions:
+            only the step's partition of it is counted).
 
     Raises:
         ShrinkRefused: The shadow holds fewer rows, the step is guarded and the plan is not forced.
     """
-    assert step.shadow is not None
+    shadow = shadow or step.shadow
+    assert shadow is not None
     where = None
     if step.window is not None and table.partition_by is not None and plan.scheme.grain is not None:
         where = f"({table.partition_by.sql}) = ({partition_expression(table, plan.scheme, step.window)})"
-    new = readers_rows(client, step.shadow, table)
+    new = readers_rows(client, shadow, table, where)
     old = readers_rows(client, plan.live, table, where)
     if new < old and step.guard and not plan.force:
         where_text = f"partition {step.key}" if step.key else "whole table"

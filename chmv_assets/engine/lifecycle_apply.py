@@ -7,15 +7,18 @@ chain) around each step that must not interleave with an insert, and never for l
 - **in place** (``alter``, creations, drops): the statement, as planned.
 - **new SELECT** (``modify_query``, ``recreate_view``, a new MV on a source that holds rows): under the gates,
   ``ALTER TABLE mv MODIFY QUERY`` (or drop + create, never ``CREATE OR REPLACE``): from this cut-in every new
-  row goes through the new SELECT. Then the target's history is re-derived partition by partition through the
-  rebuild planner and executor, each partition under the gates: the MV's new SELECT over every source row of
-  the window into a shadow, swapped in with ``REPLACE PARTITION``. A row that arrived before the partition's
-  rebuild is in the rebuild's read, a row that arrives after it goes through the new SELECT, and none can
-  arrive in between: each row is counted once (seed 002's cutoff, with the gate as the cutoff).
+  row goes through the new SELECT. Then the target's history is re-derived through the rebuild planner and
+  executor in batches of partitions, each batch under one hold of the gates (about ``batch_seconds``, at least
+  one partition): the MV's new SELECT over every source row of the batch's windows, read once, into one shadow
+  (:func:`chmv_assets.engine.rebuild.run_steps`), each partition then swapped in with ``REPLACE PARTITION``. A
+  row that arrived before the batch's rebuild is in the rebuild's read, a row that arrives after it goes
+  through the new SELECT, and none can arrive in between: each row is counted once (seed 002's cutoff, with
+  the gate as the cutoff).
 - **new version**: ``_chmv_next_<target>`` is created beside the target and, under the gates, a copy of each
   MV writing the target is created TO it (``_chmv_next_<mv>``): it receives every new row from then on. Its
-  history is re-derived per partition as above, and each partition's parity with the new SELECT over the
-  same source rows must pass (else apply stops, the old version stays live). The cut-over, under the gates:
+  history is re-derived as above, and each partition's parity with the new SELECT over the same source rows,
+  in the same hold (a batch's partitions in one recompute), must pass (else apply stops, the old version stays
+  live). The cut-over, under the gates:
   ``EXCHANGE TABLES target AND _chmv_next_<target>``, then ``MODIFY QUERY`` of each MV to its new SELECT and
   ``DROP VIEW`` of its copy; the old version is kept as ``_chmv_old_<target>_<time>``.
 
@@ -37,7 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -55,14 +58,14 @@ from chmv_assets.engine.clients import ClientFactory
 from chmv_assets.engine.executor import Stager, execute
 from chmv_assets.engine.gates import crash_point, source_gate
 from chmv_assets.engine.guardrails import check_statement
-from chmv_assets.engine.lifecycle import Action, Change, LifecyclePlan
+from chmv_assets.engine.lifecycle import Action, Change, LifecyclePlan, Rederive
 from chmv_assets.engine.lifecycle_planner import (
     next_version_ref,
     old_version_ref,
     rederive_now,
     root_sources,
 )
-from chmv_assets.engine.planner import Engine, downstream_targets, triggers_of
+from chmv_assets.engine.planner import Engine, PartitionStep, RebuildPlan, downstream_targets, triggers_of
 from chmv_assets.errors import ChmvError
 from chmv_assets.sql.lifecycle_sql import cut_over_sql, discard_beside_sql, finish_swap_sql, keep_old_sql
 from chmv_assets.sql.meta import meta_ddl_for
@@ -84,8 +87,9 @@ class ParityOutcome(Protocol):
     def describe(self) -> str: ...
 
 
-#: ``(client, target, table holding the rows, window)`` → the parity of that partition.
-ParityCheck = Callable[[Client, ObjectRef, ObjectRef, PartitionWindow | None], ParityOutcome]
+#: ``(client, target, table holding the rows, windows)`` → the parity of each partition, in order
+#: (``asset_checks.parity.parity_for_partitions``: one recompute for all of them).
+ParityCheck = Callable[[Client, ObjectRef, ObjectRef, Sequence[PartitionWindow | None]], Sequence[ParityOutcome]]
 
 
 @dataclass
@@ -122,8 +126,9 @@ def apply_plan(clickhouse: ClientFactory, loaded: LoadedProject, plan: Lifecycle
         clickhouse: Opens clients; one per step, taken after the step's write gates.
         loaded: The project planned from.
         plan: From :func:`chmv_assets.engine.lifecycle_planner.plan_lifecycle`.
-        parity: Checks a rebuilt partition of a new version against the new SELECT over the same source rows
-            (under the same hold of the gates); a failure stops the apply before the swap.
+        parity: Checks the rebuilt partitions of a new version against the new SELECT over the same source rows
+            (a batch's partitions at once, under the same hold of the gates); a failure stops the apply before the
+            swap.
         stager: Spark staging for partitions the rebuild planner reads from the landing zone.
         root: The landing zone.
         log: Progress sink.
@@ -166,7 +171,8 @@ class _Apply:
         with self.clickhouse.get_client() as client:
             for sql in meta_ddl_for(self.project):
                 client.command(sql)
-        self._resume()
+            entries = journal.unfinished(client)
+        self._resume(entries)
         for change in self.plan.changes:
             self._change(change)
             self.report.done.append(f"{change.action} {change.ref.fqn}")
@@ -241,56 +247,72 @@ class _Apply:
         return bool(rows and rows[0][0])
 
     def _rederive(self, target: ObjectRef, *, writes: ObjectRef | None = None) -> None:
-        """Re-derive ``target``'s history partition by partition, each under the gates and checked."""
+        """Re-derive ``target``'s history in batches of partitions, each batch under one hold of the gates and read
+        from the source once, each partition checked; planned in the first hold."""
         if target in self.rederived and writes is None:
             return
-        with self._gated(target) as client:
+        batches = _Batches(self.batch_seconds)
+        with self._gated(target) as client:  # the plan's gates (the target's triggers) are among these
             rederive = rederive_now(client, self.loaded, target, writes=writes, new_version=writes is not None,
                                     allow_drop=self.plan.allow_drop, root=self.root)  # fmt: skip
+            if rederive is not None:
+                if rederive.lost_rows and not self.plan.allow_drop:
+                    raise LifecycleError(f"{target.fqn}: the new version would lose {rederive.lost_rows:,} rows its "
+                                         "sources no longer hold; the old version stays live (--allow-drop accepts "
+                                         "it)")  # fmt: skip
+                self.say(f"  re-derive {target.fqn} into {rederive.plan.live.fqn}: {rederive.summary()}")
+                batches.start(rederive)
+                self._batch(client, target, rederive.plan, batches)
+            if batches.done:
+                self._rederived(client, target, writes)
+        while not batches.done:
+            self.pause(f"rebuilt {rederive.plan.live.fqn} up to {batches.last}")
+            with self._gated(target) as client:
+                self._batch(client, target, rederive.plan, batches)
+                if batches.done:
+                    self._rederived(client, target, writes)
         if rederive is not None:
-            if rederive.lost_rows and not self.plan.allow_drop:
-                raise LifecycleError(f"{target.fqn}: the new version would lose {rederive.lost_rows:,} rows its sources "
-                                     "no longer hold; the old version stays live (--allow-drop accepts it)")  # fmt: skip
-            self.say(f"  re-derive {target.fqn} into {rederive.plan.live.fqn}: {rederive.summary()}")
-            steps = list(rederive.plan.steps)
-            while steps:  # batches of partitions under one hold of the gates, each batch short
-                with self._gated(target, *rederive.plan.gates) as client:
-                    started = time.monotonic()
-                    while steps and time.monotonic() - started < self.batch_seconds:
-                        step = steps.pop(0)
-                        self._partition(client, target, replace(rederive.plan, steps=(step,)), step.window)
-                        crash_point("lifecycle:partition")
-                self.pause(f"rebuilt {rederive.plan.live.fqn} up to {step.key or '(all)'}")
+            self.pause(f"rebuilt {rederive.plan.live.fqn} up to {batches.last}")
             self.report.partitions[target.fqn] = len(rederive.plan.steps)
+
+    def _rederived(self, client: Client, target: ObjectRef, writes: ObjectRef | None) -> None:
+        """The last partition is in (in place: the re-derivation is done; a new version is done at its cut-over)."""
         if writes is None:
             self.rederived.add(target)
-            with self.clickhouse.get_client() as client:
-                journal.record(client, "rederive", target, journal.DONE, self.id)
+            journal.record(client, "rederive", target, journal.DONE, self.id)
 
-    def _partition(self, client: Client, target: ObjectRef, plan, window: PartitionWindow | None) -> None:
-        """Rebuild one partition (the caller holds the gates: nothing can insert in between); a partition of a new
-        version is checked before the cut-over (in place, the target's own parity check runs as usual)."""
-        execute(plan, self.loaded, client=client, stager=self.stager)
-        checked = self.check_in_place or plan.live != target
-        if self.parity is None or not checked or plan.steps[0].engine == Engine.REFRESH:
+    def _batch(self, client: Client, target: ObjectRef, plan: RebuildPlan, batches: _Batches) -> None:
+        """The partitions that fit in this hold of the gates (the caller holds them: nothing can insert meanwhile),
+        each group read from the source once; a new version's partitions are checked before its cut-over (in
+        place, the target's own parity check runs as usual)."""
+        while (steps := batches.take()) is not None:
+            started = time.monotonic()
+            execute(replace(plan, steps=steps), self.loaded, client=client, stager=self.stager, one_read=True)
+            self._check(client, target, plan, steps)
+            batches.ran(steps, time.monotonic() - started)
+            for _ in steps:
+                crash_point("lifecycle:partition")
+
+    def _check(self, client: Client, target: ObjectRef, plan: RebuildPlan, steps: Sequence[PartitionStep]) -> None:
+        """The parity of the partitions just rebuilt, in one recompute (each must pass)."""
+        checked = [s for s in steps if s.engine != Engine.REFRESH]
+        if self.parity is None or not checked or not (self.check_in_place or plan.live != target):
             return
-        result = self.parity(client, target, plan.live, window)
-        if not result.within_tolerance:
-            raise LifecycleError(f"parity failed, apply stopped: {result.describe()}")
-        self.report.parity_checked += 1
+        for result in self.parity(client, target, plan.live, [s.window for s in checked]):
+            if not result.within_tolerance:
+                raise LifecycleError(f"parity failed, apply stopped: {result.describe()}")
+            self.report.parity_checked += 1
 
     # -- new versions ---------------------------------------------------------------------------------
 
     def _new_version(self, change: Change) -> None:
         target, beside = change.ref, change.next_ref
         assert beside is not None
-        with self.clickhouse.get_client() as client:
+        with self._gated(target) as client:  # from the copies on, they feed the new version with every new row
             journal.record(client, "new_version", target, journal.BUILDING, self.id)
             for sql in discard_beside_sql(self.project, target, beside, change.views):  # a killed apply's leftover
                 self._run(client, sql)
-            self._run(client, change.statements[0])
-        with self._gated(target) as client:  # from here the copies feed the new version with every new row
-            for sql in change.statements[1:]:
+            for sql in change.statements:
                 self._run(client, sql)
             if self._has_rows(client, target):  # the chain below re-derives from the new version once swapped
                 for ref in downstream_targets(self.loaded, target):
@@ -315,24 +337,26 @@ class _Apply:
                 self._run(client, sql)
             journal.record(client, "new_version", target, journal.SWAPPED, self.id)
             journal.record(client, "rederive", target, journal.DONE, self.id)
+            self._keep_old(beside, target, client)
         self._changed(target)
-        self._keep_old(beside, target)
 
-    def _keep_old(self, beside: ObjectRef, target: ObjectRef) -> None:
+    def _keep_old(self, beside: ObjectRef, target: ObjectRef, client: Client | None = None) -> None:
+        """The replaced version renamed aside (on ``client`` if given), then the new version's journal done."""
+        if client is None:
+            with self.clickhouse.get_client() as opened:
+                self._keep_old(beside, target, opened)
+            return
         stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
         old = ObjectRef(database=target.database, name=f"{old_version_ref(target).name}_{stamp}")
-        with self.clickhouse.get_client() as client:
-            if existing_objects(client, [beside]):
-                self._run(client, keep_old_sql(self.project, target, beside, old))
-                self.say(f"  the replaced version of {target.fqn} is kept as {old.fqn} (chmv plan --allow-drop drops it)")
-            journal.record(client, "new_version", target, journal.DONE, self.id)
+        if existing_objects(client, [beside]):
+            self._run(client, keep_old_sql(self.project, target, beside, old))
+            self.say(f"  the replaced version of {target.fqn} is kept as {old.fqn} (chmv plan --allow-drop drops it)")
+        journal.record(client, "new_version", target, journal.DONE, self.id)
 
     # -- a killed apply's work ------------------------------------------------------------------------
 
-    def _resume(self) -> None:
+    def _resume(self, entries: list[journal.Entry]) -> None:
         """Finish what a killed apply left in the journal; what this plan re-derives anyway waits for the plan."""
-        with self.clickhouse.get_client() as client:
-            entries = journal.unfinished(client)
         if not entries:
             return
         versions = {c.ref for c in self.plan.changes if c.action == Action.NEW_VERSION}
@@ -373,5 +397,59 @@ class _Apply:
                 self._run(client, sql)
             for ref in (target, *downstream_targets(self.loaded, target)):  # rows of the old SELECT since the kill
                 journal.record(client, "rederive", ref, journal.PENDING, self.id)
+            self._keep_old(next_version_ref(target), target, client)
         self._changed(target)
-        self._keep_old(next_version_ref(target), target)
+
+
+class _Batches:
+    """Which partitions of a re-derivation to rebuild next: as many as one hold of the gates may take.
+
+    A hold lasts about ``seconds`` at most (at least one partition): the first group is one partition, which
+    measures the rate (estimated source rows per second); each next group is as many partitions as that rate says
+    fit in the rest of the hold. A group is read from the source once (:func:`chmv_assets.engine.rebuild.run_steps`).
+    """
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.steps: list[PartitionStep] = []
+        self.weights: dict[str | None, float] = {}
+        self.rate: float | None = None
+        self.last: str = "(all)"
+        self.opened: float | None = None
+
+    def start(self, rederive: Rederive) -> None:
+        """Every partition of ``rederive``, weighed by the source rows it reads (the mean where unknown)."""
+        self.steps = list(rederive.plan.steps)
+        known = [p.rows for p in rederive.partitions if p.rows]
+        default = sum(known) / len(known) if known else 1.0
+        self.weights = {p.partition: float(p.rows or default) for p in rederive.partitions}
+
+    @property
+    def done(self) -> bool:
+        return not self.steps
+
+    def take(self) -> tuple[PartitionStep, ...] | None:
+        """The next group in this hold, or None when the hold is over (its time is spent, or nothing is left)."""
+        now = time.monotonic()
+        if self.opened is None:
+            self.opened = now
+        elif now - self.opened >= self.seconds:
+            self.opened = None
+            return None
+        if not self.steps:
+            self.opened = None
+            return None
+        count = 1
+        if self.rate is not None:
+            budget = (self.seconds - (now - self.opened)) * self.rate
+            weight = self.weights.get(self.steps[0].key, 1.0)
+            while count < len(self.steps) and weight + self.weights.get(self.steps[count].key, 1.0) <= budget:
+                weight += self.weights.get(self.steps[count].key, 1.0)
+                count += 1
+        group, self.steps = tuple(self.steps[:count]), self.steps[count:]
+        self.last = group[-1].key or "(all)"
+        return group
+
+    def ran(self, group: tuple[PartitionStep, ...], seconds: float) -> None:
+        """A group took ``seconds``: the rate of the next ones."""
+        self.rate = sum(self.weights.get(s.key, 1.0) for s in group) / max(seconds, 1e-3)

@@ -1,9 +1,9 @@
-"""Run one step of a rebuild plan atomically: shadow table, the MVs' own SELECTs, partition swap."""
+"""Run steps of a rebuild plan, each atomically: shadow table, the MVs' own SELECTs, partition swap."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from clickhouse_connect.driver.client import Client
@@ -12,13 +12,15 @@ from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine.catalog import live_table
 from chmv_assets.engine.guard import check_shrink
-from chmv_assets.engine.planner import PartitionStep, RebuildPlan, Swap, plan_from_source
+from chmv_assets.engine.planner import Engine, PartitionStep, RebuildPlan, Swap, plan_from_source
 from chmv_assets.sql.quoting import qualified
 from chmv_assets.sql.rebuild_sql import (
     create_shadow_sql,
     drop_shadow_sql,
     insert_sql,
     partition_expression,
+    range_select,
+    shadow_ref,
     swap_sql,
     view_select,
 )
@@ -114,3 +116,76 @@ def run_step(client: Client, project: Project, plan: RebuildPlan, step: Partitio
     finally:
         run(drop_shadow_sql(shadow))
     return RebuildResult(target.fqn, step.key, method, rows, time.monotonic() - started, statements)
+
+
+def run_steps(client: Client, project: Project, plan: RebuildPlan, steps: Sequence[PartitionStep], *,
+              log: Callable[[str], None] | None = None) -> list[RebuildResult]:  # fmt: skip
+    """Rebuild the partitions of ``steps`` with one read of their trigger rows, then swap each in; results in order.
+
+    Every MV writing the target runs its own SELECT once over the trigger rows of all the windows
+    (:func:`~chmv_assets.sql.rebuild_sql.range_select`: each partition gets the rows :func:`run_step` would
+    give it) into one shadow; each partition then passes its shrink guard and replaces the live one
+    (``REPLACE PARTITION``, metadata only; ``DROP PARTITION`` if it is empty), in order. The shadow may also
+    hold partitions the read's edges reach (past the last window, by a truncation's grain): they are not
+    swapped, and go with the shadow. Readers see each partition old or new, never a mix. Steps that are not
+    ClickHouse-engine partition swaps, and a single step, go through :func:`run_step`.
+
+    Args:
+        client: An open client (the caller holds the plan's gates for the whole call).
+        project: The parsed DDL.
+        plan: The plan the steps belong to.
+        steps: Partitions of ``plan``.
+        log: Progress sink.
+
+    Raises:
+        ShrinkRefused: A guarded partition of an unforced plan would shrink: it and the later ones are not
+            swapped (the earlier ones are), the shadow is dropped.
+    """
+    say = log or (lambda _msg: None)
+    grouped = [s for s in steps if s.engine == Engine.CLICKHOUSE and s.swap == Swap.REPLACE_PARTITION]
+    if len(grouped) < 2:
+        grouped = []
+    alone = {i: run_step(client, project, plan, step, log=say) for i, step in enumerate(steps) if step not in grouped}
+    if not grouped:
+        return list(alone.values())
+    results: list[RebuildResult] = []
+    started = time.monotonic()
+    table = project.table(plan.target)
+    assert table is not None and table.partition_by is not None
+    shadow, live = shadow_ref(plan.live, "range"), plan.live
+    windows = [s.window for s in grouped if s.window is not None]
+    statements: list[str] = []
+
+    def run(sql: str, settings: dict | None = None) -> None:
+        statements.append(sql)
+        client.command(sql, settings=settings)
+
+    run(drop_shadow_sql(shadow))
+    try:
+        run(create_shadow_sql(shadow, live, table))
+        for view in project.views_into(plan.target):
+            say(f"{view.ref.fqn}: running the MV's own SELECT over {len(windows)} partitions into {shadow.fqn}")
+            select = range_select(view, project, table, plan.scheme, windows, only_windows=False)
+            run(insert_sql(shadow, view, select), SHADOW_INSERT_SETTINGS)
+        read, shared = time.monotonic() - started, list(statements)
+        for step in grouped:
+            assert step.window is not None
+            begun = time.monotonic()
+            value = partition_expression(table, plan.scheme, step.window)
+            partition, where = f"tuple({value})", f"({table.partition_by.sql}) = ({value})"
+            rows = int(client.command(f"SELECT count() FROM {qualified(shadow)} WHERE {where}"))
+            if step.guard and not plan.force:
+                new, old = check_shrink(client, table, plan, step, shadow=shadow)
+                say(f"{plan.target.fqn} {step.key}: shrink guard passed ({new:,} rows rebuilt, {old:,} live)")
+            sql = swap_sql(live, shadow, table, partition, empty=rows == 0)
+            method = "drop" if rows == 0 else "replace"
+            run(sql)
+            say(f"{plan.target.fqn} {step.key}: {method}, {rows} rows")
+            # The shared read is counted once, with the first partition.
+            seconds = time.monotonic() - begun + (read if step is grouped[0] else 0.0)
+            results.append(RebuildResult(plan.target.fqn, step.key, method, rows, seconds,
+                                         [*shared, sql] if step is grouped[0] else [sql]))  # fmt: skip
+    finally:
+        run(drop_shadow_sql(shadow))
+    swapped = iter(results)
+    return [alone[i] if i in alone else next(swapped) for i in range(len(steps))]

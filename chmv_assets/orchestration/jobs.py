@@ -2,7 +2,7 @@
 
 from dagster import Failure, In, JobDefinition, MetadataValue, Nothing, OpExecutionContext, Out, Output, job, op
 
-from asset_checks.parity import parity_for_partition
+from asset_checks.parity import parity_for_partitions
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.engine.landing import landing_dir
 from chmv_assets.engine.lifecycle_apply import LifecycleError, apply_plan
@@ -39,8 +39,8 @@ def build_jobs(loaded: LoadedProject) -> list[JobDefinition]:
         return Output(None, metadata={"chmv/report": report.describe(),
                                       "chmv/partitions_rederived": sum(report.partitions.values())})  # fmt: skip
 
-    def parity(client, target, live, window):
-        return parity_for_partition(client, loaded, target, window, live=live)
+    def parity(client, target, live, windows):
+        return parity_for_partitions(client, loaded, target, windows, live=live)
 
     @job(name="chmv_apply", description="Show the lifecycle plan, check it in a scratch database, then apply it with "
                                         "zero gap (creations, ALTERs, MODIFY QUERY, new versions, history re-derived).")  # fmt: skip

@@ -119,6 +119,39 @@ def view_select(view: MaterializedView, project: Project, target: Table, scheme:
     return sql
 
 
+def range_select(view: MaterializedView, project: Project, target: Table, scheme: PartitionScheme,
+                 windows: Sequence[PartitionWindow], *, trigger_relation: str | None = None,
+                 only_windows: bool = True) -> str:  # fmt: skip
+    """:func:`view_select` of several partitions in one read of the trigger: each partition gets the same rows.
+
+    The trigger is pruned to the span of the windows (the earliest start to the latest end, through
+    :func:`source_range_predicate`, which covers every row mapping into any of them) and the output is kept where
+    its partition is one of the windows' (``(PARTITION BY) = (…) OR …``, the filter of :func:`view_select` per
+    window). ``trigger_relation`` as in :func:`view_select`.
+
+    Args:
+        only_windows: Filter the output to the windows' partitions. Without the filter the output also holds the
+            partitions the span's edges reach (a rebuild that swaps in only the windows' partitions drops them):
+            the server pushes that filter below the MV's GROUP BY, onto every source row read (+30% CPU
+            measured on a daily aggregate).
+    """
+    if not windows or scheme.grain is None or target.partition_by is None:
+        raise ValueError("range_select needs windows of a partitioned target")
+    span = PartitionWindow(key=windows[0].key, start=min(w.start for w in windows), end=max(w.end for w in windows))
+    select = view.select_sql
+    pruning = source_range_predicate(view, project, scheme, span)
+    if view.trigger is not None and (pruning or trigger_relation):
+        where = f"({pruning})" if pruning else None
+        select = select_with_source(
+            view, view.trigger, source_relation(project, view.trigger, where=where, relation=trigger_relation)
+        )
+    columns = ", ".join(quote(c.name) for c in view.output_columns)
+    if not only_windows:
+        return f"SELECT {columns} FROM ({select})"
+    keep = " OR ".join(f"({target.partition_by.sql}) = ({partition_expression(target, scheme, w)})" for w in windows)
+    return f"SELECT {columns} FROM ({select}) WHERE {keep}"
+
+
 def insert_sql(shadow: ObjectRef, view: MaterializedView, select: str) -> str:
     """``INSERT INTO shadow (cols) SELECT …``: columns matched by name, as the MV itself writes them."""
     columns = ", ".join(quote(c.name) for c in view.output_columns)

@@ -10,7 +10,7 @@ from conftest import make_engine
 from dagster import DagsterInstance
 
 from asset_checks.definitions import PARITY
-from asset_checks.parity import measures_for, parity_for_partition
+from asset_checks.parity import measures_for, parity_for_partition, parity_for_partitions
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.orchestration.partitions import window_for_key
@@ -36,6 +36,33 @@ def test_every_example_target_passes(tmp_path: Path, example) -> None:
             for key in keys:
                 result = parity_for_partition(client, example, target, window_for_key(partitions_def, key))
                 assert result.passed and result.expected > 0, result.describe()
+
+
+def test_partitions_in_one_query_equal_one_by_one(tmp_path: Path, example) -> None:
+    """parity_for_partitions (one probe, one recompute per call) gives each partition the figures of its own check,
+    a lost partition included, for every partitioned example target."""
+    engine = make_engine(tmp_path / "chdb", example, rows=20_000)
+    with engine.get_client() as client:
+        client.command("ALTER TABLE analytics.hourly_endpoint_stats DROP PARTITION tuple(toDate('2026-08-02'))")
+        checked = 0
+        for target in example.project.targets:
+            partitions_def = TRANSLATOR.get_partitions_def(example, target)
+            if partitions_def is None:
+                continue
+            daily = "Daily" in str(partitions_def)
+            keys = ["2026-08-01", "2026-08-02", "2026-08-04"] if daily else ["2026-08-01", "2026-10-01"]
+            windows = [window_for_key(partitions_def, key) for key in keys]
+            grouped = parity_for_partitions(client, example, target, windows)
+            alone = [parity_for_partition(client, example, target, w) for w in windows]
+            assert [(r.partition, r.measures, r.within_tolerance, r.error) for r in grouped] == [
+                (r.partition, r.measures, r.within_tolerance, r.error) for r in alone], target.fqn
+            assert any(r.expected > 0 for r in grouped), target.fqn
+            checked += 1
+        lost = parity_for_partitions(client, example, ref("hourly_endpoint_stats"),
+                                     [window_for_key(TRANSLATOR.get_partitions_def(example, ref("hourly_endpoint_stats")),
+                                                     k) for k in ("2026-08-01", "2026-08-02")])  # fmt: skip
+    assert checked >= 5
+    assert [r.within_tolerance for r in lost] == [True, False] and lost[1].actual == 0 < lost[1].expected
 
 
 def test_measures_follow_the_engine(example) -> None:
@@ -96,5 +123,8 @@ def test_replacing_source_with_duplicates_shows_the_overcount(tmp_path: Path) ->
                            "FROM numbers(10)", settings={"insert_deduplicate": 0})  # fmt: skip
         pdef = TRANSLATOR.get_partitions_def(loaded, SHOP_TARGET)
         result = parity_for_partition(client, loaded, SHOP_TARGET, window_for_key(pdef, "2026-09-01"))
+        grouped = parity_for_partitions(client, loaded, SHOP_TARGET, [window_for_key(pdef, k)
+                                                                      for k in ("2026-09-01", "2026-10-01")])  # fmt: skip
     assert not result.passed
     assert (result.measures[0].name, result.expected, result.actual) == ("countMerge(orders)", 10.0, 20.0)
+    assert grouped[0].measures == result.measures and grouped[1].within_tolerance  # the source read FINAL too

@@ -12,7 +12,7 @@ from conftest import make_engine
 from retention_testing import AUGUST, EVENTS_AGG, RETENTION, SEPTEMBER
 from spark_testing import with_landing
 
-from asset_checks.parity import parity_for_partition
+from asset_checks.parity import parity_for_partition, parity_for_partitions
 from chmv_assets.ddl.partitioning import window_at
 from chmv_assets.engine import demo_data
 
@@ -23,6 +23,9 @@ def test_a_month_the_source_lost_without_a_lake_is_not_verifiable_not_failed(tmp
         client.command(RETENTION["drop_partition"])
         august = parity_for_partition(client, example, EVENTS_AGG, AUGUST)
         september = parity_for_partition(client, example, EVENTS_AGG, SEPTEMBER)
+        together = parity_for_partitions(client, example, EVENTS_AGG, [AUGUST, SEPTEMBER])
+    assert [(r.unverifiable, r.measures, r.truth) for r in together] == [
+        (r.unverifiable, r.measures, r.truth) for r in (august, september)]
     assert august.passed and august.unverifiable and not august.measures
     assert august.describe().startswith("analytics.events_agg partition 2026-08-01: not verifiable: the source no "
                                         "longer holds it (analytics.raw_events holds no rows of the window")  # fmt: skip
@@ -51,6 +54,9 @@ def test_a_lake_backed_month_is_checked_against_the_lake(lake_backed):
     loaded, engine = lake_backed
     with engine.get_client() as client:
         result = parity_for_partition(client, loaded, EVENTS_AGG, AUGUST)
+        together = parity_for_partitions(client, loaded, EVENTS_AGG, [AUGUST, SEPTEMBER])
+    assert [r.truth for r in together] == ["landing zone", "source"] and all(r.passed for r in together)
+    assert together[0].measures == result.measures
     assert result.passed and result.truth == "landing zone" and result.expected > 0, result.describe()
     assert result.expected == result.actual and result.describe().endswith(", against the landing zone)")
     assert result.notes[0].startswith("the source no longer holds it (analytics.raw_events holds no rows of the window")

@@ -23,7 +23,7 @@ from lifecycle_testing import (
     small_engine,
 )
 
-from asset_checks.parity import parity_for_partition
+from asset_checks.parity import parity_for_partitions
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.lifecycle import Action
@@ -51,8 +51,8 @@ def apply_with_writer(engine, ddl: Path, source: str, *, batch_seconds: float = 
         plan = plan_lifecycle(client, loaded)
         preflight(client, loaded, plan)
 
-    def parity(client, target, live, window):
-        return parity_for_partition(client, loaded, target, window, live=live)
+    def parity(client, target, live, windows):
+        return parity_for_partitions(client, loaded, target, windows, live=live)
 
     with Writer(engine, source) as writer:
         report = apply_plan(engine, loaded, plan, parity=parity, pause=writer.pause, batch_seconds=batch_seconds,

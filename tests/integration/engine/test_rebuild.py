@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,10 @@ from conftest import make_engine
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionWindow
-from chmv_assets.engine.rebuild import rebuild
-from chmv_assets.errors import ChmvError
+from chmv_assets.engine.catalog import live_table
+from chmv_assets.engine.planner import plan_from_source
+from chmv_assets.engine.rebuild import rebuild, run_steps
+from chmv_assets.errors import ChmvError, ShrinkRefused
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
 
@@ -175,6 +178,64 @@ def test_rebuilt_partition_equals_independent_recompute(engine, example, target_
     assert any("REPLACE PARTITION" in s for s in first.statements)
     assert any(s.startswith("CREATE TABLE `analytics`.`_chmv_shadow_") for s in first.statements)
     assert first.statements[-1].startswith("DROP TABLE IF EXISTS `analytics`.`_chmv_shadow_")
+
+
+@pytest.mark.parametrize("target_name", sorted(PARTITIONS))
+def test_partitions_rebuilt_in_one_read_equal_their_recomputes(engine, example, target_name):
+    """run_steps: every partition of the group (not adjacent: the partitions in between are read, not touched) is
+    dropped, then rebuilt from one shadow filled by one INSERT per MV, and equals its independent recompute."""
+    target = ref(target_name)
+    keys = PARTITIONS[target_name]
+    finalized, recompute = RECOMPUTE[target_name]
+    column = PARTITION_COLUMN.get(target_name, "timestamp")
+    windows = [window(example, target, key) for key in keys]
+    with engine.get_client() as client:
+        expected = {w.key: rows(client, recompute, lo=w.start, hi=w.end) for w in windows}
+        ids = [rows(client, f"SELECT DISTINCT _partition_id FROM analytics.{target_name} WHERE {column} >= "
+                            "{lo:DateTime} AND {column} < {hi:DateTime}".replace("{column}", column),
+                    lo=w.start, hi=w.end)[0][0] for w in windows]  # fmt: skip
+        untouched = rows(client, f"SELECT _partition_id, count() FROM analytics.{target_name} WHERE _partition_id "
+                                 "NOT IN {ids:Array(String)} GROUP BY 1 ORDER BY 1", ids=ids)  # fmt: skip
+        for partition_id in ids:
+            client.command(f"ALTER TABLE analytics.{target_name} DROP PARTITION ID {{p:String}}",
+                           parameters={"p": partition_id})  # fmt: skip
+        plan = plan_from_source(example.project, target, windows, live_table(client, example.project, target))
+        results = run_steps(client, example.project, plan, plan.steps)
+        for w in windows:
+            assert rows(client, finalized, lo=w.start, hi=w.end) == expected[w.key], w.key
+        assert rows(client, f"SELECT _partition_id, count() FROM analytics.{target_name} WHERE _partition_id "
+                            "NOT IN {ids:Array(String)} GROUP BY 1 ORDER BY 1", ids=ids) == untouched  # fmt: skip
+        assert int(client.command("SELECT count() FROM system.tables WHERE name LIKE '\\_chmv\\_shadow\\_%'")) == 0
+    assert [(r.partition, r.method) for r in results] == [(k, "replace") for k in keys]
+    assert all(r.rows_written > 0 for r in results)
+    inserts = [s for s in results[0].statements if s.startswith("INSERT INTO")]
+    assert len(inserts) == len(example.project.views_into(target))
+    assert all(len(r.statements) == 1 and "REPLACE PARTITION" in r.statements[0] for r in results[1:])
+
+
+def test_a_guarded_partition_of_one_read_that_would_shrink_stops_there(engine, example):
+    """The shrink guard counts only its own partition of the shared shadow: the first partition (live rows lost,
+    the rebuild holds more) is swapped, the second (live rows doubled, the rebuild holds fewer) is refused, and the
+    shadow is dropped."""
+    target = ref("error_events")
+    first, second = (window(example, target, key) for key in PARTITIONS["error_events"])
+    count = "SELECT count() FROM analytics.error_events WHERE timestamp >= {lo:DateTime} AND timestamp < {hi:DateTime}"
+    with engine.get_client() as client:
+        good = {w.key: int(client.command(count, parameters={"lo": w.start, "hi": w.end})) for w in (first, second)}
+        client.command("ALTER TABLE analytics.error_events DELETE WHERE timestamp >= {lo:DateTime} AND timestamp < "
+                       "{hi:DateTime}", parameters={"lo": first.start, "hi": first.end}, settings={"mutations_sync": 2})  # fmt: skip
+        client.command("INSERT INTO analytics.error_events SELECT * FROM analytics.error_events WHERE timestamp "
+                       ">= {lo:DateTime} AND timestamp < {hi:DateTime}", parameters={"lo": second.start, "hi": second.end})  # fmt: skip
+        plan = plan_from_source(example.project, target, [first, second],
+                                live_table(client, example.project, target))  # fmt: skip
+        guarded = replace(plan, steps=tuple(replace(s, guard="the test says so") for s in plan.steps))
+        with pytest.raises(ShrinkRefused, match=f"partition {second.key}: the rebuild would leave {good[second.key]:,}"):
+            run_steps(client, example.project, guarded, guarded.steps)
+        assert int(client.command(count, parameters={"lo": first.start, "hi": first.end})) == good[first.key]
+        assert int(client.command(count, parameters={"lo": second.start, "hi": second.end})) == 2 * good[second.key]
+        assert int(client.command("SELECT count() FROM system.tables WHERE name LIKE '\\_chmv\\_shadow\\_%'")) == 0
+        rebuild(client, example.project, target, second)  # unguarded: back to correct for the other tests
+        assert int(client.command(count, parameters={"lo": second.start, "hi": second.end})) == good[second.key]
 
 
 def test_unpartitioned_replacing_target_rebuilds_whole_table(engine, example):

@@ -13,6 +13,7 @@ from chmv_assets.sql.rebuild_sql import (
     create_shadow_sql,
     insert_sql,
     partition_expression,
+    range_select,
     select_with_source,
     shadow_ref,
     source_range_predicate,
@@ -166,6 +167,46 @@ def test_view_select_trigger_relation_without_window_or_filter(example):
                       trigger_relation="(SELECT * FROM staged)")  # fmt: skip
     assert sql == ("SELECT `entity_id`, `payload`, `updated_at` FROM (SELECT entity_id, payload, updated_at\n"
                    "FROM (SELECT * FROM (SELECT * FROM staged)) AS `raw_webhooks`)")  # fmt: skip
+
+
+def test_range_select_of_one_window_is_view_select(example):
+    project, table, view, scheme, window = parts(example, "analytics.events_agg", D(2026, 9, 1))
+    assert range_select(view, project, table, scheme, [window]) == view_select(view, project, table, scheme, window)
+
+
+def test_range_select_reads_the_span_once_and_keeps_each_windows_partition(example):
+    project, table, view, scheme, first = parts(example, "analytics.error_events", D(2026, 9, 1))
+    last = window_at(D(2026, 9, 3), scheme.grain)  # not adjacent: 09-02 is read but not kept
+    assert range_select(view, project, table, scheme, [first, last]) == (
+        "SELECT `timestamp`, `level`, `payload` FROM (SELECT timestamp, level, payload FROM "
+        "(SELECT * FROM `analytics`.`all_events` WHERE (`timestamp` >= toDateTime('2026-09-01 00:00:00') AND "
+        "`timestamp` < toDateTime('2026-09-04 00:00:00'))) AS `all_events` WHERE level = 'error') "
+        "WHERE (toYYYYMMDD(timestamp)) = (toYYYYMMDD((toDateTime('2026-09-01 00:00:00')))) "
+        "OR (toYYYYMMDD(timestamp)) = (toYYYYMMDD((toDateTime('2026-09-03 00:00:00'))))"
+    )
+
+
+def test_range_select_without_the_output_filter(example):
+    project, table, view, scheme, first = parts(example, "analytics.error_events", D(2026, 9, 1))
+    sql = range_select(view, project, table, scheme, [first, window_at(D(2026, 9, 2), scheme.grain)],
+                       only_windows=False)  # fmt: skip
+    assert sql.endswith("AS `all_events` WHERE level = 'error')") and "toYYYYMMDD" not in sql
+    assert "`timestamp` < toDateTime('2026-09-03 00:00:00')" in sql
+
+
+def test_range_select_reads_the_trigger_relation(example):
+    project, table, view, scheme, first = parts(example, "analytics.events_agg", D(2026, 8, 1))
+    sql = range_select(view, project, table, scheme, [first, window_at(D(2026, 9, 1), scheme.grain)],
+                       trigger_relation="`analytics`.`raw_events` FINAL")  # fmt: skip
+    assert ("FROM (SELECT * FROM `analytics`.`raw_events` FINAL WHERE (`timestamp` >= toDateTime('2026-08-01 00:00:00') "
+            "AND `timestamp` < toDateTime('2026-10-01 00:00:00') + INTERVAL 1 DAY)) AS `raw_events`") in sql  # fmt: skip
+
+
+def test_range_select_needs_windows_of_a_partitioned_target(example):
+    project = example.project
+    view = project.views[ref("analytics.entity_latest_mv")]
+    with pytest.raises(ValueError, match="windows of a partitioned target"):
+        range_select(view, project, project.table(ref("analytics.entity_latest")), PartitionScheme(grain=None), [])
 
 
 def test_source_relation(example):
