@@ -128,7 +128,7 @@ def run_steps(client: Client, project: Project, plan: RebuildPlan, steps: Sequen
     (``REPLACE PARTITION``, metadata only; ``DROP PARTITION`` if it is empty), in order. The shadow may also
     hold partitions the read's edges reach (past the last window, by a truncation's grain): they are not
     swapped, and go with the shadow. Readers see each partition old or new, never a mix. Steps that are not
-    ClickHouse-engine partition swaps, and a single step, go through :func:`run_step`.
+    ClickHouse-engine partition swaps go through :func:`run_step`.
 
     Args:
         client: An open client (the caller holds the plan's gates for the whole call).
@@ -143,8 +143,6 @@ def run_steps(client: Client, project: Project, plan: RebuildPlan, steps: Sequen
     """
     say = log or (lambda _msg: None)
     grouped = [s for s in steps if s.engine == Engine.CLICKHOUSE and s.swap == Swap.REPLACE_PARTITION]
-    if len(grouped) < 2:
-        grouped = []
     alone = {i: run_step(client, project, plan, step, log=say) for i, step in enumerate(steps) if step not in grouped}
     if not grouped:
         return list(alone.values())
