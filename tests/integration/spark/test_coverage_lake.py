@@ -14,6 +14,7 @@ from dagster import AssetKey, materialize
 from retention_testing import count, ddl_with_ttl, ttl_back_to
 from spark_testing import backfill, deliver, digest, recompute, ref, with_landing, write_lake
 
+from asset_checks.common import PARITY
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine import demo_data
@@ -108,3 +109,39 @@ def test_a_dropped_partition_is_rebuilt_from_the_lake_and_the_rest_from_the_sour
     assert [r.engine for r in results] == ["spark", "spark", "clickhouse"]
     with engine.get_client() as client:
         assert digest(client, loaded, STATS, where) == expected
+
+
+def test_a_lake_backed_month_passes_parity_and_its_chain_rebuilds(spark, tmp_path):
+    """raw_events lost its first August days to a TTL: the month of events_agg is rebuilt from the lake, its
+    blocking parity passes against the lake (not the truncated source), and the daily target below it rebuilds."""
+    ttl = ttl_back_to("timestamp", datetime(2026, 8, 10))
+    loaded = with_landing(load(ddl_with_ttl(tmp_path, "60_raw_events.sql", "ORDER BY (event_type, timestamp);", ttl)),
+                          tmp_path / "landing")  # fmt: skip
+    lake_root = tmp_path / "lake"  # 1-20 August: the whole month's rows up to the ingestion watermark
+    demo_data.write_landing_zone(lake_root, {"analytics.raw_events": demo_data.generate(
+        "analytics.raw_events", 12_000, days=20, seed=7)}, seed=7)  # fmt: skip
+    engine = ClickHouseResource(dsn=f"chdb://{tmp_path / 'chdb'}")
+    with engine.get_client() as client:
+        apply(client, loaded.project)
+    deliver(lake_root, loaded.config.ingestion.landing_dir)
+    ingest(spark, engine, loaded, ref("raw_events"))  # the live MVs see every row, then the TTL deletes the oldest
+    agg, daily = ref("events_agg"), ref("events_daily")
+    with engine.get_client() as client:
+        expected = (digest(client, loaded, agg, "toYYYYMM(event_date) = 202608"),
+                    digest(client, loaded, daily, "event_date = '2026-08-05'"))  # fmt: skip
+        client.command("OPTIMIZE TABLE analytics.raw_events FINAL")
+        assert count(client, ref("raw_events"), "timestamp < '2026-08-09 00:00:00'") == 0
+    assets = build_chmv_assets(loaded)
+    resources = {"clickhouse": engine, "pyspark": pyspark_resource()}
+    for target, partition in ((agg, "2026-08-01"), (daily, "2026-08-05")):
+        key = AssetKey(["analytics", target.name])
+        asset = next(a for a in assets if hasattr(a, "keys") and key in a.keys)
+        result = materialize([asset], selection=[key], partition_key=partition, resources=resources)
+        assert result.success, target
+        (parity,) = [e for e in result.get_asset_check_evaluations() if e.check_name == PARITY and e.asset_key == key]
+        assert parity.passed, parity.description
+        if target == agg:
+            assert parity.metadata["chmv/truth"].value == "landing zone"
+    with engine.get_client() as client:
+        assert (digest(client, loaded, agg, "toYYYYMM(event_date) = 202608"),
+                digest(client, loaded, daily, "event_date = '2026-08-05'")) == expected
