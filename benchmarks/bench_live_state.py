@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "integration" / "orchestration")]
 warnings.filterwarnings("ignore")
 
+from bench_checks import CountingClient  # noqa: E402
 from bench_checks import generated_project as checks_project  # noqa: E402
 
 from chmv_assets.ddl.loader import load  # noqa: E402
@@ -35,17 +36,6 @@ from chmv_assets.orchestration.translator import ChmvTranslator  # noqa: E402
 
 TRANSLATOR = ChmvTranslator()
 QUERY_COUNTER = "SELECT value FROM system.events WHERE event = 'Query'"
-
-
-class CountingClient:
-    """A client proxy counting the queries it runs."""
-
-    def __init__(self, client):
-        self.client, self.queries = client, 0
-
-    def query(self, *args, **kwargs):
-        self.queries += 1
-        return self.client.query(*args, **kwargs)
 
 
 def generated_project(root: Path, views: int) -> Path:

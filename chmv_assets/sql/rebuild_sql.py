@@ -12,7 +12,7 @@ from datetime import datetime
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table, splice
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
-from chmv_assets.sql.cluster import drop_table_sql, exchange_sql, plain_engine, shadow_engine
+from chmv_assets.sql.cluster import drop_table_sql, exchange_sql, plain_engine, shadow_engine, storage_clauses
 from chmv_assets.sql.quoting import interval, qualified, quote, time_literal
 
 
@@ -203,13 +203,7 @@ def local_copy_sql(copy: ObjectRef, live: ObjectRef, table: Table) -> str:
 
 def _copy_with_engine(copy: ObjectRef, live: ObjectRef, table: Table, engine_sql: str) -> str:
     """``CREATE TABLE copy AS live <engine> <the repo's keys, TTL and SETTINGS, verbatim>``."""
-    clauses = [engine_sql]
-    for keyword, text in (("PARTITION BY", table.partition_by.sql if table.partition_by else None),
-                          ("ORDER BY", table.order_by), ("PRIMARY KEY", table.primary_key), ("TTL", table.ttl),
-                          ("SETTINGS", table.settings)):  # fmt: skip
-        if text:
-            clauses.append(f"{keyword} {text}")
-    return f"CREATE TABLE {qualified(copy)} AS {qualified(live)} " + " ".join(clauses)
+    return f"CREATE TABLE {qualified(copy)} AS {qualified(live)} " + " ".join([engine_sql, *storage_clauses(table)])
 
 
 def drop_shadow_sql(shadow: ObjectRef) -> str:

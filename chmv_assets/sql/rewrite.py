@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from chmv_assets.ddl.models import Dictionary, MaterializedView, ObjectRef, Span, Table, splice
 from chmv_assets.errors import ChmvError
+from chmv_assets.sql.cluster import storage_clauses
 from chmv_assets.sql.quoting import qualified, quote, string_literal
 
 
@@ -98,9 +99,5 @@ def local_table_sql(table: Table, ref: ObjectRef) -> str:
     if engine is not None:
         args = list(engine.family_arguments)
         clauses.append(f"ENGINE = {engine.family if replicated else engine.name}({', '.join(args)})")
-    for keyword, text in (("PARTITION BY", table.partition_by.sql if table.partition_by else None),
-                          ("ORDER BY", table.order_by), ("PRIMARY KEY", table.primary_key), ("TTL", table.ttl),
-                          ("SETTINGS", table.settings)):  # fmt: skip
-        if text:
-            clauses.append(f"{keyword} {text}")
+    clauses += storage_clauses(table)
     return f"CREATE TABLE {qualified(ref)} ({columns}) " + " ".join(clauses)
