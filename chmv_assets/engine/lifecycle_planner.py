@@ -118,16 +118,22 @@ def read_state(client: Client, loaded: LoadedProject) -> ServerState:
     return ServerState(databases, live, formatted, selects, read_parts(client, wanted))
 
 
-def read_parts(client: Client, databases: Iterable[str]) -> dict[ObjectRef, tuple[PartStats, ...]]:
-    """Rows and partition-key time range of the active parts of every table in ``databases``, by partition."""
+def read_parts(client: Client, databases: Iterable[str],
+               tables: Iterable[ObjectRef] | None = None) -> dict[ObjectRef, tuple[PartStats, ...]]:  # fmt: skip
+    """Rows and partition-key time range of the active parts of every table in ``databases`` (or only of ``tables``
+    of them), by partition."""
     databases = sorted(set(databases))
     if not databases:
         return {}
+    where, parameters = "database IN {dbs:Array(String)}", {"dbs": databases}
+    if tables is not None:
+        where += " AND (database, table) IN {refs:Array(Tuple(String, String))}"
+        parameters["refs"] = sorted({(r.database, r.name) for r in tables})
     out: dict[ObjectRef, list[PartStats]] = {}
     for d, t, partition, rows, min_time, max_time, min_date, max_date in client.query(
         "SELECT database, table, partition, sum(rows), min(min_time), max(max_time), min(min_date), max(max_date) "
-        "FROM system.parts WHERE active AND database IN {dbs:Array(String)} GROUP BY database, table, partition",
-        parameters={"dbs": databases},
+        f"FROM system.parts WHERE active AND {where} GROUP BY database, table, partition",
+        parameters=parameters,
     ).result_rows:
         start = end = None
         if min_time is not None and _naive(min_time) > _EPOCH:
@@ -608,5 +614,6 @@ def rederive_now(client: Client, loaded: LoadedProject, target: ObjectRef, *, wr
     """
     databases = project_databases(loaded)
     live = read_live(client, {target.database})
-    state = ServerState(frozenset(databases), live, parts=read_parts(client, databases))
+    tables = {target, *triggers_of(loaded.project, target), *([writes] if writes is not None else [])}
+    state = ServerState(frozenset(databases), live, parts=read_parts(client, databases, tables))
     return _Planner(client, loaded, state, allow_drop, root)._rederive(target, writes, new_version=new_version)
