@@ -34,6 +34,7 @@ from clickhouse_connect.driver.client import Client
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionWindow, partition_scheme, window_for_partition_key
+from chmv_assets.engine.catalog import inner_table_names
 from chmv_assets.engine.coverage import mappings, triggers
 from chmv_assets.engine.planner import windows_covering
 from chmv_assets.engine.staleness import BIG_QUERY_SETTINGS
@@ -193,11 +194,7 @@ def read_parts(client: Client, loaded: LoadedProject, tables: list[ObjectRef]) -
                 "AND database IN {mv_dbs:Array(String)} AND name IN {mv_names:Array(String)}")  # fmt: skip
         params |= {"mv_dbs": sorted({t.database for t in inner}), "mv_names": sorted({t.name for t in inner})}
     rows = client.query(sql, parameters=params, settings=BIG_QUERY_SETTINGS).result_rows
-    inner_names = {}
-    for kind, database, name, uuid, *_ in rows:
-        if kind == "m":
-            inner_names[(database, f".inner_id.{uuid}")] = name
-            inner_names[(database, f".inner.{name}")] = name
+    inner_names = inner_table_names((database, name, uuid) for kind, database, name, uuid, *_ in rows if kind == "m")
     wanted = {(t.database, t.name): t for t in tables}
     out: dict[ObjectRef, list[Part]] = {t: [] for t in tables}
     for kind, database, name, pid, n_rows, lo_block, hi_block, version, min_time, max_time, min_date, max_date in rows:

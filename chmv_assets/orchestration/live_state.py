@@ -54,6 +54,7 @@ from dagster import (
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine.catalog import inner_table_names
 from chmv_assets.engine.staleness import BIG_QUERY_SETTINGS
 from chmv_assets.orchestration.sensor_client import SensorSkip, sensor_client
 from chmv_assets.orchestration.translator import ChmvTranslator
@@ -221,11 +222,7 @@ def read_state(client: _Counted, loaded: LoadedProject, tracked: list[Tracked]) 
     if not branches:
         return {}
     rows = client.query(" UNION ALL ".join(branches), params)
-    inner_names = {}
-    for kind, database, name, uuid, *_ in rows:
-        if kind == "m":
-            inner_names[(database, f".inner_id.{uuid}")] = name
-            inner_names[(database, f".inner.{name}")] = name
+    inner_names = inner_table_names((database, name, uuid) for kind, database, name, uuid, *_ in rows if kind == "m")
     wanted = {(t.ref.database, t.ref.name): t.ref for t in tracked}  # no model built or hashed per row
     by_name: dict[tuple[str, str], list[PartState]] = {}
     for kind, database, name, pid, value, n_rows, parts, size, newest, block, min_time, min_date, max_time, max_date in rows:
