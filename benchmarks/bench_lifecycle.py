@@ -17,10 +17,10 @@ as the history grows).
   round applying the original DDL back untimed; vs ``INSERT INTO <plain table of the same structure> SELECT …``
   with the new SELECT over all rows, once per round.
 
-Measured (2 cores shared with other jobs, 20M rows): (a) 1.6× wall and CPU at load ~2.5 (2.2-2.5× at load 6-9),
-was 2.9× (2.3-2.8×) when each partition re-read its window; the re-derivation itself now costs about the bare
-insert, the rest is three openings of the embedded engine and ~0.2 s of statements. 60M rows: 1.6× wall, 1.4× CPU.
-(b) 2.7-3.5×, was 4.4×: parity recomputes the new SELECT, a second read, once per batch.
+Measured (2 cores, quiet): (a) 100M rows 1.24x wall, 1.12x CPU; 20M rows 1.60x wall, 1.32x CPU (was 2.9x when each
+partition re-read its window, 1.6x at 20M with three openings of the engine per apply). The re-derivation is one
+read costing about the bare insert; the rest is fixed (~0.4 s: one opening of the engine, ~25 statements).
+(b) 2.5-3.4x: parity recomputes the new SELECT, a second read, once per batch.
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ from chmv_assets.sql.rebuild_sql import (
     partition_expression,
     range_select,
     shadow_ref,
+    span_holds_all_sql,
+    span_of,
     swap_sql,
     view_select,
 )
@@ -127,7 +129,8 @@ def run_steps(client: Client, project: Project, plan: RebuildPlan, steps: Sequen
     give it) into one shadow; each partition then passes its shrink guard and replaces the live one
     (``REPLACE PARTITION``, metadata only; ``DROP PARTITION`` if it is empty), in order. The shadow may also
     hold partitions the read's edges reach (past the last window, by a truncation's grain): they are not
-    swapped, and go with the shadow. Readers see each partition old or new, never a mix. Steps that are not
+    swapped, and go with the shadow. Where the trigger's part metadata says every row of it is inside the read's
+    span, the read has no time predicate. Readers see each partition old or new, never a mix. Steps that are not
     ClickHouse-engine partition swaps go through :func:`run_step`.
 
     Args:
@@ -164,7 +167,9 @@ def run_steps(client: Client, project: Project, plan: RebuildPlan, steps: Sequen
         run(create_shadow_sql(shadow, live, table))
         for view in project.views_into(plan.target):
             say(f"{view.ref.fqn}: running the MV's own SELECT over {len(windows)} partitions into {shadow.fqn}")
-            select = range_select(view, project, table, plan.scheme, windows, only_windows=False)
+            holds_all = span_holds_all_sql(view, project, plan.scheme, span_of(windows))
+            whole = holds_all is not None and bool(client.query(holds_all).result_rows[0][0])
+            select = range_select(view, project, table, plan.scheme, windows, only_windows=False, prune=not whole)
             run(insert_sql(shadow, view, select), SHADOW_INSERT_SETTINGS)
         values = [partition_expression(table, plan.scheme, w) for w in windows]
         counts = client.query(  # every partition's rows in one scan of the shadow

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table, splice
+from chmv_assets.ddl.models import Column, MaterializedView, ObjectRef, Project, Table, splice
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
 from chmv_assets.sql.cluster import drop_table_sql, exchange_sql, plain_engine, shadow_engine, storage_clauses
@@ -49,14 +49,9 @@ def partition_expression(target: Table, scheme: PartitionScheme, window: Partiti
     return target.partition_by.substitute({scheme.column: literal})
 
 
-def source_range_predicate(view: MaterializedView, project: Project, scheme: PartitionScheme,
-                           window: PartitionWindow) -> str | None:  # fmt: skip
-    """A range on the trigger's own column that covers every row mapping into the window, for pruning.
-
-    Derivable when the MV computes the partition column as a bare trigger column or a monotone
-    truncation of one (``toStartOfHour(ts)``): then ``f(ts) in [start, end)`` implies
-    ``ts in [start, end + grain)``. The exact filter is applied on the output as well.
-    """
+def _source_range(view: MaterializedView, project: Project, scheme: PartitionScheme,
+                  window: PartitionWindow) -> tuple[Column, str, str] | None:  # fmt: skip
+    """``(trigger column, lower bound, upper bound)`` of :func:`source_range_predicate`, as SQL literals."""
     if scheme.column is None or view.trigger is None:
         return None
     out = view.output(scheme.column)
@@ -70,8 +65,42 @@ def source_range_predicate(view: MaterializedView, project: Project, scheme: Par
     upper = time_literal(window.end, col.type)
     if grain:
         upper = f"{upper} + {interval(grain)}"
+    return col, time_literal(window.start, col.type), upper
+
+
+def source_range_predicate(view: MaterializedView, project: Project, scheme: PartitionScheme,
+                           window: PartitionWindow) -> str | None:  # fmt: skip
+    """A range on the trigger's own column that covers every row mapping into the window, for pruning.
+
+    Derivable when the MV computes the partition column as a bare trigger column or a monotone
+    truncation of one (``toStartOfHour(ts)``): then ``f(ts) in [start, end)`` implies
+    ``ts in [start, end + grain)``. The exact filter is applied on the output as well.
+    """
+    bounds = _source_range(view, project, scheme, window)
+    if bounds is None:
+        return None
+    col, lower, upper = bounds
+    return f"{quote(col.name)} >= {lower} AND {quote(col.name)} < {upper}"
+
+
+def span_holds_all_sql(view: MaterializedView, project: Project, scheme: PartitionScheme,
+                       span: PartitionWindow) -> str | None:  # fmt: skip
+    """``SELECT <every row of the trigger is inside the pruning range of span>`` (1 or 0), where part metadata answers
+    it: the MV's partition column truncates a trigger column that the trigger's PARTITION BY reads (the server keeps
+    that column's min and max per part). None otherwise, or when the read of ``span`` is not pruned anyway.
+
+    A read of a span that holds every row of its trigger needs no pruning predicate (the server would evaluate it on
+    every row read; ~5 % of the CPU of a daily aggregate's rebuild).
+    """
+    bounds = _source_range(view, project, scheme, span)
+    source = project.table(view.trigger) if view.trigger is not None else None
+    if bounds is None or source is None or source.partition_call is None:
+        return None
+    col, lower, upper = bounds
+    if source.partition_call.column != col.name:
+        return None
     name = quote(col.name)
-    return f"{name} >= {time_literal(window.start, col.type)} AND {name} < {upper}"
+    return f"SELECT count() > 0 AND min({name}) >= {lower} AND max({name}) < {upper} FROM {qualified(view.trigger)}"
 
 
 def source_relation(project: Project, source: ObjectRef, *, where: str | None = None,
@@ -119,9 +148,14 @@ def view_select(view: MaterializedView, project: Project, target: Table, scheme:
     return sql
 
 
+def span_of(windows: Sequence[PartitionWindow]) -> PartitionWindow:
+    """One window from the earliest start to the latest end of ``windows`` (keyed as the first)."""
+    return PartitionWindow(key=windows[0].key, start=min(w.start for w in windows), end=max(w.end for w in windows))
+
+
 def range_select(view: MaterializedView, project: Project, target: Table, scheme: PartitionScheme,
                  windows: Sequence[PartitionWindow], *, trigger_relation: str | None = None,
-                 only_windows: bool = True) -> str:  # fmt: skip
+                 only_windows: bool = True, prune: bool = True) -> str:  # fmt: skip
     """:func:`view_select` of several partitions in one read of the trigger: each partition gets the same rows.
 
     The trigger is pruned to the span of the windows (the earliest start to the latest end, through
@@ -134,12 +168,14 @@ def range_select(view: MaterializedView, project: Project, target: Table, scheme
             partitions the span's edges reach (a rebuild that swaps in only the windows' partitions drops them):
             the server pushes that filter below the MV's GROUP BY, onto every source row read (+30% CPU
             measured on a daily aggregate).
+        prune: Read the trigger within the span only; without, every row (for a span that holds them all, see
+            :func:`span_holds_all_sql`; rows outside it land in partitions outside the windows).
     """
     if not windows or scheme.grain is None or target.partition_by is None:
         raise ValueError("range_select needs windows of a partitioned target")
-    span = PartitionWindow(key=windows[0].key, start=min(w.start for w in windows), end=max(w.end for w in windows))
+    span = span_of(windows)
     select = view.select_sql
-    pruning = source_range_predicate(view, project, scheme, span)
+    pruning = source_range_predicate(view, project, scheme, span) if prune else None
     if view.trigger is not None and (pruning or trigger_relation):
         where = f"({pruning})" if pruning else None
         select = select_with_source(

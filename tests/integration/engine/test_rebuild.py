@@ -213,6 +213,27 @@ def test_partitions_rebuilt_in_one_read_equal_their_recomputes(engine, example, 
     assert all(len(r.statements) == 1 and "REPLACE PARTITION" in r.statements[0] for r in results[1:])
 
 
+def test_a_span_holding_every_source_row_is_read_without_the_time_predicate(engine, example):
+    """run_steps over every month the source holds: part metadata says the span holds every row, so the read has no
+    time predicate; each month still equals its recompute. A span of some months keeps the predicate."""
+    target = ref("metric_events")
+    finalized, recompute = RECOMPUTE["metric_events"]
+    with engine.get_client() as client:
+        low, high = rows(client, "SELECT min(timestamp), max(timestamp) FROM analytics.all_events")[0]
+        keys = [f"{low.year}-{m:02d}-01" for m in range(low.month, high.month + 1)]
+        assert len(keys) >= 2 and low.year == high.year
+        windows = [window(example, target, key) for key in keys]
+        expected = {w.key: rows(client, recompute, lo=w.start, hi=w.end) for w in windows}
+        live = live_table(client, example.project, target)
+        for chosen, pruned in ((windows, False), (windows[1:], True)):
+            plan = plan_from_source(example.project, target, chosen, live)
+            results = run_steps(client, example.project, plan, plan.steps)
+            (insert,) = [s for s in results[0].statements if s.startswith("INSERT INTO")]
+            assert ("`timestamp` >= toDateTime(" in insert) is pruned, insert
+            for w in windows:
+                assert rows(client, finalized, lo=w.start, hi=w.end) == expected[w.key], w.key
+
+
 def test_a_guarded_partition_of_one_read_that_would_shrink_stops_there(engine, example):
     """The shrink guard counts only its own partition of the shared shadow: the first partition (live rows lost,
     the rebuild holds more) is swapped, the second (live rows doubled, the rebuild holds fewer) is refused, and the

@@ -18,6 +18,8 @@ from chmv_assets.sql.rebuild_sql import (
     shadow_ref,
     source_range_predicate,
     source_relation,
+    span_holds_all_sql,
+    span_of,
     staged_relation,
     view_select,
 )
@@ -200,6 +202,36 @@ def test_range_select_reads_the_trigger_relation(example):
                        trigger_relation="`analytics`.`raw_events` FINAL")  # fmt: skip
     assert ("FROM (SELECT * FROM `analytics`.`raw_events` FINAL WHERE (`timestamp` >= toDateTime('2026-08-01 00:00:00') "
             "AND `timestamp` < toDateTime('2026-10-01 00:00:00') + INTERVAL 1 DAY)) AS `raw_events`") in sql  # fmt: skip
+
+
+def test_range_select_unpruned_reads_every_trigger_row(example):
+    project, table, view, scheme, first = parts(example, "analytics.error_events", D(2026, 9, 1))
+    sql = range_select(view, project, table, scheme, [first], only_windows=False, prune=False)
+    assert sql == f"SELECT `timestamp`, `level`, `payload` FROM ({view.select_sql})"  # the MV's SELECT, verbatim
+
+
+def test_span_holds_all_sql_reads_the_triggers_partition_column_bounds(example):
+    project, _table, view, scheme, first = parts(example, "analytics.error_events", D(2026, 9, 1))
+    span = span_of([first, window_at(D(2026, 9, 3), scheme.grain)])
+    assert (span.start, span.end) == (D(2026, 9, 1), D(2026, 9, 4))
+    # all_events is PARTITION BY toYYYYMM(timestamp): the server answers min/max from each part's metadata
+    assert span_holds_all_sql(view, project, scheme, span) == (
+        "SELECT count() > 0 AND min(`timestamp`) >= toDateTime('2026-09-01 00:00:00') AND max(`timestamp`) < "
+        "toDateTime('2026-09-04 00:00:00') FROM `analytics`.`all_events`"
+    )
+
+
+def test_span_holds_all_sql_none_where_metadata_cannot_answer(tmp_path):
+    project = load_ddl(tmp_path, PRELUDE + """
+CREATE TABLE d.by_user (ts DateTime, user_id UInt64) ENGINE = MergeTree PARTITION BY user_id % 4 ORDER BY ts;
+CREATE TABLE d.daily (day Date, n UInt64) ENGINE = SummingMergeTree PARTITION BY toYYYYMM(day) ORDER BY day;
+CREATE MATERIALIZED VIEW d.daily_mv TO d.daily AS SELECT toDate(ts) AS day, count() AS n FROM d.by_user GROUP BY day;
+""", toml=D_TOML).project
+    view = project.views[ObjectRef(database="d", name="daily_mv")]
+    table = project.table(view.writes_to)
+    scheme = partition_scheme(table, [view])
+    span = window_at(D(2026, 9, 1), scheme.grain)
+    assert span_holds_all_sql(view, project, scheme, span) is None  # the trigger's PARTITION BY is not its time
 
 
 def test_range_select_needs_windows_of_a_partitioned_target(example):
