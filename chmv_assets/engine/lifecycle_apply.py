@@ -135,9 +135,10 @@ def apply_plan(clickhouse: ClientFactory, loaded: LoadedProject, plan: Lifecycle
         stager: Spark staging for partitions the rebuild planner reads from the landing zone.
         root: The landing zone.
         log: Progress sink.
-        pause: Called at every point where no gate is held (tests interleave inserts there).
-        batch_seconds: How long the gates are held at most for a batch of partitions (at least one partition):
-            ingestion waits that long at worst, and the engine is opened once per batch, not per partition.
+        pause: Called at every point between steps, after the apply released its gates and client there (tests
+            interleave inserts); without it, a hold carries on across those points while it is young.
+        batch_seconds: How long one hold of the gates lasts at most (at least one step or batch of partitions):
+            ingestion waits that long at worst, and the engine is opened once per hold, not per step or partition.
         check_in_place: Check the partitions re-derived in place too (they are not gating a swap; the target
             asset's own parity check covers them; the check recomputes the SELECT, doubling the work).
 
