@@ -17,7 +17,7 @@ as the history grows).
   round applying the original DDL back untimed; vs ``INSERT INTO <plain table of the same structure> SELECT …``
   with the new SELECT over all rows, once per round.
 
-Measured (2 cores, quiet): (a) 100M rows 1.24x wall, 1.12x CPU; 20M rows 1.60x wall, 1.32x CPU (was 2.9x when each
+Measured (2 cores, quiet, two runs): (a) 100M rows 1.21-1.24x wall, 1.09-1.12x CPU; 20M rows 1.60x wall, 1.32x CPU (was 2.9x when each
 partition re-read its window, 1.6x at 20M with three openings of the engine per apply). The re-derivation is one
 read costing about the bare insert; the rest is fixed (~0.4 s: one opening of the engine, ~25 statements).
 (b) 2.5-3.4x: parity recomputes the new SELECT, a second read, once per batch.
