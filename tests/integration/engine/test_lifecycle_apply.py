@@ -130,3 +130,36 @@ def test_change_at_the_top_of_a_chain(engine, tmp_path: Path) -> None:
     with engine.get_client() as client:
         for name in ("events_agg", "events_daily", "events_weekly"):
             assert assert_exact(client, loaded, ref(name)) > 0
+
+
+class CountingFactory:
+    """The engine resource, counting how often an apply opens it (each opening holds the engine exclusively)."""
+
+    def __init__(self, resource):
+        self.resource = resource
+        self.opened = 0
+
+    def get_client(self, **kwargs):
+        self.opened += 1
+        return self.resource.get_client(**kwargs)
+
+
+@pytest.mark.parametrize(("batch_seconds", "one_opening"), [(600.0, True), (0.0, False)])
+def test_an_apply_opens_the_engine_once_per_hold(engine, tmp_path: Path, batch_seconds, one_opening) -> None:
+    """With time in the hold, the journal, the cut-in, the re-plan and the whole history share one opening of the
+    engine; with none, every partition is re-derived in a hold (and an opening) of its own. Exact either way."""
+    ddl = copy_ddl(tmp_path)
+    edit(ddl, *SELECT_CHANGE)
+    loaded = load(ddl)
+    with engine.get_client() as client:
+        plan = plan_lifecycle(client, loaded)
+    counting = CountingFactory(engine)
+    report = apply_plan(counting, loaded, plan, batch_seconds=batch_seconds)
+    partitions = report.partitions["analytics.hourly_endpoint_stats"]
+    assert partitions >= 12
+    if one_opening:
+        assert counting.opened == 1
+    else:
+        assert counting.opened >= partitions + 1  # the cut-in's hold, then one per partition
+    with engine.get_client() as client:
+        assert assert_exact(client, loaded, ref("hourly_endpoint_stats")) > 500
