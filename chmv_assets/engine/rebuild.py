@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from clickhouse_connect.driver.client import Client
 
-from chmv_assets.ddl.models import ObjectRef, Project
+from chmv_assets.ddl.models import ObjectRef, Project, Table
 from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine.catalog import live_table
 from chmv_assets.engine.guard import check_shrink
@@ -108,16 +108,24 @@ def run_step(client: Client, project: Project, plan: RebuildPlan, step: Partitio
         if step.guard and not plan.force:  # the last line of defence, before anything is swapped
             new, old = check_shrink(client, table, plan, step)
             say(f"{target.fqn} {step.key or '(whole table)'}: shrink guard passed ({new:,} rows rebuilt, {old:,} live)")
-        partition = f"tuple({partition_expression(table, plan.scheme, window)})" if window is not None else None
-        run(swap_sql(live, shadow, table, partition, empty=rows == 0))
-        if window is None and not (table.engine is not None and table.engine.replicated):
-            method = "exchange"
-        else:
-            method = "drop" if rows == 0 else "replace"
+        partition = swapped_partition(table, plan, step)
+        run(swap_sql(live, shadow, partition, empty=rows == 0))
+        method = "exchange" if partition is None else "drop" if rows == 0 else "replace"
         say(f"{target.fqn} {step.key or '(whole table)'}: {method}, {rows} rows")
     finally:
         run(drop_shadow_sql(shadow))
     return RebuildResult(target.fqn, step.key, method, rows, time.monotonic() - started, statements)
+
+
+def swapped_partition(table: Table, plan: RebuildPlan, step: PartitionStep) -> str | None:
+    """The partition ``step``'s swap replaces, as the planner decided its swap: None for ``EXCHANGE TABLES``,
+    ``tuple()`` for the one partition of an unpartitioned ``Replicated*`` target (see
+    :func:`~chmv_assets.sql.rebuild_sql.swap_sql`), else the window's partition."""
+    if step.swap == Swap.EXCHANGE:
+        return None
+    if step.window is None:
+        return "tuple()"
+    return f"tuple({partition_expression(table, plan.scheme, step.window)})"
 
 
 def run_steps(client: Client, project: Project, plan: RebuildPlan, steps: Sequence[PartitionStep], *,
@@ -183,7 +191,7 @@ def run_steps(client: Client, project: Project, plan: RebuildPlan, steps: Sequen
             if step.guard and not plan.force:
                 new, old = check_shrink(client, table, plan, step, shadow=shadow)
                 say(f"{plan.target.fqn} {step.key}: shrink guard passed ({new:,} rows rebuilt, {old:,} live)")
-            sql = swap_sql(live, shadow, table, partition, empty=rows == 0)
+            sql = swap_sql(live, shadow, partition, empty=rows == 0)
             method = "drop" if rows == 0 else "replace"
             run(sql)
             say(f"{plan.target.fqn} {step.key}: {method}, {rows} rows")

@@ -247,24 +247,21 @@ def drop_shadow_sql(shadow: ObjectRef) -> str:
     return drop_table_sql(shadow)
 
 
-def swap_sql(live: ObjectRef, shadow: ObjectRef, table: Table, partition: str | None, *, empty: bool = False) -> str:
+def swap_sql(live: ObjectRef, shadow: ObjectRef, partition: str | None, *, empty: bool = False) -> str:
     """The statement that swaps a rebuilt shadow in, on this server (never ``ON CLUSTER``: see :func:`create_shadow_sql`).
 
     Args:
         live: The table the rows go to.
         shadow: The rebuilt shadow.
-        table: The target's model.
-        partition: The partition expression (``tuple(toYYYYMM(…))``); None for an unpartitioned target.
-        empty: The shadow holds no rows: ``DROP PARTITION`` instead of replacing the partition.
-
-    An unpartitioned target swaps with ``EXCHANGE TABLES``, except a ``Replicated*`` one: ``EXCHANGE`` is not
-    replicated (it would swap the Keeper identities on this host only), so its single partition ``tuple()`` is
-    replaced (or dropped: the server refuses to replace a partition from an empty one), which the target replicates.
+        partition: The partition replaced (``tuple(toYYYYMM(…))``; ``tuple()``, the one partition of an
+            unpartitioned ``Replicated*`` target, whose ``EXCHANGE`` would not be replicated); None: the tables are
+            exchanged (an unpartitioned target otherwise). The rebuild planner's step decides which
+            (:func:`chmv_assets.engine.rebuild.swapped_partition`).
+        empty: The shadow holds no rows: ``DROP PARTITION`` instead of replacing the partition (the server refuses
+            to replace a partition from an empty one).
     """
     if partition is None:
-        if table.engine is None or not table.engine.replicated:
-            return exchange_sql(live, shadow)
-        partition = "tuple()"
+        return exchange_sql(live, shadow)
     if empty:
         return f"ALTER TABLE {qualified(live)} DROP PARTITION {partition}"
     return f"ALTER TABLE {qualified(live)} REPLACE PARTITION {partition} FROM {qualified(shadow)}"

@@ -25,7 +25,9 @@ from chmv_assets.ddl.partitioning import partition_scheme, window_at
 from chmv_assets.engine.drift import format_queries
 from chmv_assets.engine.lifecycle import Action
 from chmv_assets.engine.lifecycle_planner import plan_lifecycle
+from chmv_assets.engine.planner import plan_from_source
 from chmv_assets.engine.preflight import preflight
+from chmv_assets.engine.rebuild import swapped_partition
 from chmv_assets.sql.quoting import qualified
 from chmv_assets.sql.rebuild_sql import (
     create_shadow_sql,
@@ -105,7 +107,7 @@ def test_the_plain_family_shadow_of_a_target_without_keeper_path_swaps_in(standi
         assert "ENGINE = AggregatingMergeTree() PARTITION BY" in create
         for sql in (drop_shadow_sql(shadow), create,
                     insert_sql(shadow, view, view_select(view, project, table, scheme, august)),
-                    swap_sql(target, shadow, table, f"tuple({partition_expression(table, scheme, august)})"),
+                    swap_sql(target, shadow, f"tuple({partition_expression(table, scheme, august)})"),
                     drop_shadow_sql(shadow)):  # fmt: skip
             client.command(sql)
         rebuilt = finalized_daily(client, qualified(target))
@@ -122,7 +124,9 @@ def test_an_unpartitioned_replicated_target_is_swapped_by_its_partition_not_exch
     table, view = project.table(target), project.views[ref("shop.customer_totals_mv")]
     shadow = shadow_ref(target, None)
     scheme = partition_scheme(table, (view,))
-    replace = swap_sql(target, shadow, table, None)
+    plan = plan_from_source(project, target, [None], target)
+    partition = swapped_partition(table, plan, plan.steps[0])  # the planner's choice for this target
+    replace = swap_sql(target, shadow, partition)
     assert replace.endswith("REPLACE PARTITION tuple() FROM `shop`.`_chmv_shadow_customer_totals_all`")
     with resource.get_client() as client:
         client.command(f"TRUNCATE TABLE {qualified(target)}")
@@ -133,7 +137,7 @@ def test_an_unpartitioned_replicated_target_is_swapped_by_its_partition_not_exch
             f"SELECT customer, sum(revenue) FROM {qualified(target)} GROUP BY customer ORDER BY customer"
         ).result_rows
         client.command(local_copy_sql(shadow, target, table))
-        client.command(swap_sql(target, shadow, table, None, empty=True))
+        client.command(swap_sql(target, shadow, partition, empty=True))
         emptied = client.command(f"SELECT count() FROM {qualified(target)}")
         client.command(drop_shadow_sql(shadow))
     assert rebuilt == [(1, 45), (2, 60)] and emptied == 0

@@ -32,6 +32,7 @@ from chmv_assets.ddl.partitioning import window_at
 from chmv_assets.engine.lifecycle import Action
 from chmv_assets.engine.lifecycle_planner import next_version_ref, old_version_ref, plan_from_state
 from chmv_assets.engine.planner import Swap, plan_from_source
+from chmv_assets.engine.rebuild import swapped_partition
 from chmv_assets.engine.recovery import repair_statements
 from chmv_assets.sql.cluster import next_version_path, version_keeper_path
 from chmv_assets.sql.lifecycle_sql import cut_over_sql, discard_beside_sql, finish_swap_sql, keep_old_sql
@@ -40,7 +41,6 @@ from chmv_assets.sql.rebuild_sql import (
     create_shadow_sql,
     drop_shadow_sql,
     insert_sql,
-    partition_expression,
     swap_sql,
     view_select,
 )
@@ -61,8 +61,8 @@ def rebuild_statements(loaded, target, window, *, live=None, empty: bool = False
     statements = [drop_shadow_sql(step.shadow), create_shadow_sql(step.shadow, plan.live, table)]
     for view in project.views_into(target):
         statements.append(insert_sql(step.shadow, view, view_select(view, project, table, plan.scheme, window)))
-    partition = f"tuple({partition_expression(table, plan.scheme, window)})" if window is not None else None
-    statements += [swap_sql(plan.live, step.shadow, table, partition, empty=empty), drop_shadow_sql(step.shadow)]
+    partition = swapped_partition(table, plan, step)
+    statements += [swap_sql(plan.live, step.shadow, partition, empty=empty), drop_shadow_sql(step.shadow)]
     return statements
 
 
