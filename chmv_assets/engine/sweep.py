@@ -211,24 +211,34 @@ def read_parts(client: Client, loaded: LoadedProject, tables: list[ObjectRef]) -
 
 def seen_partitions(parts: list[Part]) -> dict[str, PartitionSeen]:
     """Fold a table's parts into what the cursor keeps per ClickHouse partition."""
-    out: dict[str, PartitionSeen] = {}
+    return {pid: _fold(group) for pid, group in _by_partition(parts).items()}
+
+
+def _by_partition(parts: list[Part]) -> dict[str, list[Part]]:
+    groups: dict[str, list[Part]] = {}
     for part in parts:
-        before = out.get(part.partition_id)
-        if before is None:
-            out[part.partition_id] = PartitionSeen(part.max_block, part.mutated, part.span, part.rows)
-            continue
-        span = WHOLE if before.span is WHOLE or part.span is WHOLE else (min(before.span[0], part.span[0]),
-                                                                         max(before.span[1], part.span[1]))  # fmt: skip
-        out[part.partition_id] = PartitionSeen(max(before.max_block, part.max_block), max(before.mutated, part.mutated),
-                                               span, before.rows + part.rows)  # fmt: skip
-    return out
+        groups.setdefault(part.partition_id, []).append(part)
+    return groups
+
+
+def _fold(parts: list[Part]) -> PartitionSeen:
+    """What the cursor keeps of one ClickHouse partition's parts."""
+    timed = [p.span for p in parts if p.span is not WHOLE]
+    span = (min(f for f, _ in timed), max(t for _, t in timed)) if len(timed) == len(parts) else WHOLE
+    return PartitionSeen(max(p.max_block for p in parts), max(p.mutated for p in parts), span, sum(p.rows for p in parts))
 
 
 def dirty_ranges(parts: list[Part], before: dict[str, PartitionSeen] | None) -> list[Range]:
     """The time ranges of a table whose rows changed since ``before`` (None: never seen, so all of it)."""
-    now = seen_partitions(parts)
+    return _changes(parts, before)[0]
+
+
+def _changes(parts: list[Part], before: dict[str, PartitionSeen] | None) -> tuple[list[Range], dict[str, PartitionSeen]]:
+    """:func:`dirty_ranges`, and :func:`seen_partitions` of ``parts`` (the next cursor), from one grouping of the parts."""
+    groups = _by_partition(parts)
+    now = {pid: _fold(group) for pid, group in groups.items()}
     if before is None:
-        return [p.span for p in now.values()]
+        return [p.span for p in now.values()], now
     ranges: list[Range] = []
     for pid, seen in now.items():
         old = before.get(pid)
@@ -237,9 +247,9 @@ def dirty_ranges(parts: list[Part], before: dict[str, PartitionSeen] | None) -> 
             if old is not None and seen.span != old.span:
                 ranges.append(old.span)
             continue
-        ranges += [p.span for p in parts if p.partition_id == pid and p.max_block > old.max_block]
+        ranges += [p.span for p in groups[pid] if p.max_block > old.max_block]
     ranges += [old.span for pid, old in before.items() if pid not in now]  # dropped partitions
-    return ranges
+    return ranges, now
 
 
 def _when(seconds: int) -> datetime:
@@ -328,7 +338,8 @@ def decide(client: Client, loaded: LoadedProject, targets: list[ObjectRef], stat
     parts = read_parts(client, loaded, tables)
     marker = _Marker(loaded)
     grace = loaded.config.parity.grace_minutes * 60
-    dirty = {ref: dirty_ranges(parts[ref], state.tables.get(ref.fqn)) for ref in tables}
+    changes = {ref: _changes(parts[ref], state.tables.get(ref.fqn)) for ref in tables}
+    dirty = {ref: ranges for ref, (ranges, _seen) in changes.items()}
     known = {t.fqn for t in targets}
     pending = {fqn: dict(keys) for fqn, keys in state.pending.items() if fqn in known}
     fresh: set[tuple[str, str]] = set()
@@ -361,7 +372,7 @@ def decide(client: Client, loaded: LoadedProject, targets: list[ObjectRef], stat
         rows_budget -= rows
         items.append(SweepItem(target, window, rows))
         del pending[fqn][key]
-    new_state = SweepState({ref.fqn: seen_partitions(parts[ref]) for ref in tables},
+    new_state = SweepState({ref.fqn: seen for ref, (_ranges, seen) in changes.items()},
                            {fqn: keys for fqn, keys in pending.items() if keys})  # fmt: skip
     left = sum(len(keys) for keys in new_state.pending.values())
     waiting = sum(1 for keys in new_state.pending.values() for turn, _marked in keys.values() if turn > now)
