@@ -276,8 +276,7 @@ class _Marker:
         column = partition_scheme(table).column if table is not None and table.partition_by is not None else None
         if mapping is None or column is None or column != mapping.column:
             return self._covering(target, [WHOLE], held, margin=timedelta(0))  # cannot map: every held window
-        margin = timedelta(0) if mapping.exact or mapping.grain is None else timedelta(seconds=mapping.grain.seconds)
-        return self._covering(target, ranges, held, margin=margin)
+        return self._covering(target, ranges, held, margin=mapping.reach)
 
     def _covering(self, target: ObjectRef, ranges: list[Range], held: list[Part],
                   margin: timedelta) -> set[PartitionWindow | None]:  # fmt: skip
@@ -313,7 +312,7 @@ def estimate_rows(loaded: LoadedProject, target: ObjectRef, window: PartitionWin
     total = _overlapping(parts.get(target, []), lo, hi)
     for source in triggers(loaded, target):
         mapping = maps.get(source)
-        extra = mapping.grain.seconds if mapping is not None and not mapping.exact and mapping.grain else 0
+        extra = int(mapping.reach.total_seconds()) if mapping is not None else 0
         total += _overlapping(parts.get(source, []), lo, hi + extra)
     return total
 

@@ -234,7 +234,7 @@ def downstream_entries(loaded: LoadedProject, translator: ChmvTranslator, target
                 continue  # a whole-table parent: the child's history is too wide to guess; the sweep checks it
         else:
             mapping = mappings(loaded, child).get(target)
-            back = timedelta(seconds=mapping.grain.seconds) if mapping and not mapping.exact and mapping.grain else timedelta(0)
+            back = mapping.reach if mapping is not None else timedelta(0)
             windows = windows_covering(loaded, child, window.start - back, window.end - timedelta(microseconds=1))
         keys += [entry_key(child, w.key if w else None) for w in windows]
     return keys

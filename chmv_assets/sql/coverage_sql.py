@@ -47,11 +47,17 @@ class TimeMapping:
     grain: Grain | None
     exact: bool
 
+    @property
+    def reach(self) -> timedelta:
+        """How far past a window's end its rows' own time may lie, i.e. how far before a row's time the window it
+        lands in may start (a weekly rollup of a day: the week starting up to 6 days before it); 0 if exact."""
+        if self.exact or self.grain is None:
+            return timedelta(0)
+        return timedelta(seconds=self.grain.seconds)
+
     def source_range(self, window: PartitionWindow) -> tuple[datetime, datetime]:
         """``[lo, hi)`` of the trigger's time column holding every row that maps into ``window``."""
-        if self.exact or self.grain is None:
-            return window.start, window.end
-        return window.start, window.end + timedelta(seconds=self.grain.seconds)
+        return window.start, window.end + self.reach
 
 
 def time_mapping(view: MaterializedView, project: Project, scheme: PartitionScheme) -> TimeMapping | None:
