@@ -125,6 +125,28 @@ class CheckOutcome:
     blocking_failed: list[str] = field(default_factory=list)
 
 
+def parity_evaluation(key: AssetKey, partition: str | None, result: ParityResult, record: Any | None, *,
+                      blocking: bool = False, metadata: dict | None = None) -> AssetCheckEvaluation:  # fmt: skip
+    """One partition's ``parity`` verdict as Dagster records it (the partitions view, alerts and recovery read it).
+
+    Args:
+        record: The partition's latest materialization record (the evaluation's target), if any.
+        metadata: Added to :func:`parity_metadata`.
+    """
+    return AssetCheckEvaluation(
+        asset_key=key, check_name=PARITY, passed=result.passed, metadata={**parity_metadata(result), **(metadata or {})},
+        target_materialization_data=target_materialization(record) if record is not None else None,
+        severity=AssetCheckSeverity.ERROR, description=result.describe()[:2000], blocking=blocking, partition=partition,
+    )  # fmt: skip
+
+
+def parity_alert(result: ParityResult, **details: Any) -> Alert:
+    """The ``check_failed`` alert of a failed parity verdict, with ``details`` added to its figures."""
+    return Alert("check_failed", "error", result.target, result.describe(),
+                 {"check": PARITY, "partition": result.partition, "expected": result.expected, "actual": result.actual,
+                  "delta": result.delta, **details})  # fmt: skip
+
+
 def parity_metadata(result: ParityResult) -> dict:
     """Numbers the UI plots over time (expected, actual, delta, per measure), and the query."""
     metadata: dict = {
@@ -182,18 +204,9 @@ def evaluate_inline_checks(context: AssetExecutionContext, client: Client, loade
             AssetCheckKey(key, PARITY))))  # fmt: skip
         for partition, result in zip(partitions, results, strict=True):
             context.log.info(result.describe())
-            record = targets.get(partition)
-            outcome.events.append(AssetCheckEvaluation(
-                asset_key=key, check_name=PARITY, passed=result.passed, metadata=parity_metadata(result),
-                target_materialization_data=target_materialization(record) if record is not None else None,
-                severity=AssetCheckSeverity.ERROR, description=result.describe()[:2000], blocking=blocking,
-                partition=partition,
-            ))  # fmt: skip
+            outcome.events.append(parity_evaluation(key, partition, result, targets.get(partition), blocking=blocking))
             if not result.passed:
-                sink.send(Alert("check_failed", "error", result.target, result.describe(),
-                                {"check": PARITY, "partition": result.partition, "expected": result.expected,
-                                 "actual": result.actual, "delta": result.delta, "missing": list(result.missing),
-                                 "error": result.error}), context.log)  # fmt: skip
+                sink.send(parity_alert(result, missing=list(result.missing), error=result.error), context.log)
         failed = [r.partition or "(all)" for r in results if not r.passed]
         if failed and blocking:
             outcome.blocking_failed.append(f"{PARITY} ({', '.join(failed)})")

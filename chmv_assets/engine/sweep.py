@@ -292,6 +292,12 @@ class _Marker:
         return out
 
 
+def window_of(loaded: LoadedProject, target: ObjectRef, key: str | None) -> PartitionWindow | None:
+    """The window of a Dagster partition key of ``target`` (None: the whole table, or an unpartitioned target)."""
+    grain = _grain(loaded, target)
+    return window_for_partition_key(grain, key) if key and grain else None
+
+
 def _grain(loaded: LoadedProject, target: ObjectRef) -> str | None:
     table = loaded.project.table(target)
     return partition_scheme(table, loaded.project.views_into(target)).grain if table is not None else None
@@ -363,8 +369,7 @@ def decide(client: Client, loaded: LoadedProject, targets: list[ObjectRef], stat
         if len(items) >= max_partitions:
             break
         target = by_fqn[fqn]
-        grain = _grain(loaded, target)
-        window = window_for_partition_key(grain, key) if key and grain else None
+        window = window_of(loaded, target, key)
         rows = estimate_rows(loaded, target, window, parts)
         if items and rows > rows_budget:
             continue

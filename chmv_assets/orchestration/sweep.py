@@ -23,8 +23,6 @@ import time
 from collections import defaultdict
 
 from dagster import (
-    AssetCheckEvaluation,
-    AssetCheckSeverity,
     Config,
     DagsterRunStatus,
     DefaultSensorStatus,
@@ -42,14 +40,11 @@ from dagster import (
     sensor,
 )
 
-from asset_checks.common import PARITY
-from asset_checks.inline import latest_materializations, parity_metadata, target_materialization
+from asset_checks.inline import latest_materializations, parity_alert, parity_evaluation
 from asset_checks.parity import parity_for_partitions
-from chmv_assets.alerts import Alert, sink_for
+from chmv_assets.alerts import sink_for
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.ddl.partitioning import partition_scheme, window_for_partition_key
-from chmv_assets.engine.sweep import SweepState, decide
+from chmv_assets.engine.sweep import SweepState, decide, window_of
 from chmv_assets.orchestration.sensor_client import SensorSkip, sensor_client
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
@@ -84,27 +79,18 @@ def build_sweep(loaded: LoadedProject, translator: ChmvTranslator) -> tuple[Sens
                     context.log.warning(f"{fqn} is no longer a target of the DDL directory: not checked")
                     continue
                 key = translator.get_asset_key(target)
-                windows = [_window(loaded, target, k) for k in keys]
+                windows = [window_of(loaded, target, k or None) for k in keys]
                 results = parity_for_partitions(client, loaded, target, windows, coverage_first=False)
                 partitions = [k or None for k in keys]
                 records = latest_materializations(context.instance, key, partitions)
                 for partition, result in zip(partitions, results, strict=True):
                     checked += 1
                     context.log.info(result.describe())
-                    record = records.get(partition)
-                    context.log_event(AssetCheckEvaluation(
-                        asset_key=key, check_name=PARITY, passed=result.passed,
-                        metadata={**parity_metadata(result), "chmv/checked_by": SWEEP_SENSOR},
-                        target_materialization_data=target_materialization(record) if record is not None else None,
-                        severity=AssetCheckSeverity.ERROR, description=result.describe()[:2000],
-                        partition=partition,
-                    ))  # fmt: skip
+                    context.log_event(parity_evaluation(key, partition, result, records.get(partition),
+                                                        metadata={"chmv/checked_by": SWEEP_SENSOR}))  # fmt: skip
                     if not result.passed:
                         failed.append(result.describe())
-                        sink.send(Alert("check_failed", "error", result.target, result.describe(),
-                                        {"check": PARITY, "partition": result.partition, "expected": result.expected,
-                                         "actual": result.actual, "delta": result.delta, "by": SWEEP_SENSOR}),
-                                  context.log)  # fmt: skip
+                        sink.send(parity_alert(result, by=SWEEP_SENSOR), context.log)
         context.add_output_metadata({"chmv/checked": checked, "chmv/failed": len(failed),
                                      "chmv/failures": MetadataValue.md("\n".join(f"- {f}" for f in failed) or "none")})  # fmt: skip
 
@@ -148,10 +134,6 @@ def build_sweep(loaded: LoadedProject, translator: ChmvTranslator) -> tuple[Sens
     return _sweep, sweep_job
 
 
-def _window(loaded: LoadedProject, target: ObjectRef, key: str):
-    table = loaded.project.table(target)
-    grain = partition_scheme(table, loaded.project.views_into(target)).grain if table is not None else None
-    return window_for_partition_key(grain, key) if key and grain else None
 
 
 def _settle_inflight(context: SensorEvaluationContext, state: SweepState,
