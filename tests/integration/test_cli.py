@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.worker_seconds(70)
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_DDL = ROOT / "examples" / "ddl"
 

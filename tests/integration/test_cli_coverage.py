@@ -10,6 +10,8 @@ import pytest
 from conftest import make_engine
 from retention_testing import EVENTS_AGG, EXAMPLE_DDL, RETENTION, ROOT_DIR, count, raw_events_ttl_project
 
+pytestmark = pytest.mark.worker_seconds(35)
+
 AUG = "toYYYYMM(event_date) = 202608"
 
 

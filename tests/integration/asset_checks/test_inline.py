@@ -29,6 +29,8 @@ from chmv_assets.ddl.loader import load
 from chmv_assets.orchestration.assets import build_chmv_assets, target_groups
 from chmv_assets.orchestration.translator import ChmvTranslator
 
+pytestmark = pytest.mark.worker_seconds(30)
+
 CHAIN_DDL = """
 CREATE DATABASE IF NOT EXISTS chain ENGINE = Atomic;
 CREATE TABLE chain.src (ts DateTime, k UInt32, v UInt32) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY (k, ts);

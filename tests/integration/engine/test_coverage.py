@@ -28,6 +28,8 @@ from chmv_assets.engine.executor import plan_for, rebuild_partitions
 from chmv_assets.engine.planner import Engine
 from chmv_assets.errors import RebuildRefused, ShrinkRefused
 
+pytestmark = pytest.mark.worker_seconds(50)
+
 AUG_WHERE = "toYYYYMM(event_date) = 202608"
 SHADOWS = "SELECT count() FROM system.tables WHERE name LIKE '\\_chmv\\_shadow%'"
 

@@ -36,7 +36,7 @@ def ref(name: str) -> ObjectRef:
     return ObjectRef(database="analytics", name=name)
 
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.worker_seconds(75)]
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.gates import CRASH_ENV, source_gate
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.worker_seconds(85)]
 ROOT = Path(__file__).resolve().parents[3]
 
 

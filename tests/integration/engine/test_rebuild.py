@@ -25,6 +25,8 @@ from chmv_assets.errors import ChmvError, ShrinkRefused
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
 
+pytestmark = pytest.mark.worker_seconds(40)
+
 
 def ref(name: str, database: str = "analytics") -> ObjectRef:
     return ObjectRef(database=database, name=name)

@@ -22,6 +22,8 @@ from chmv_assets.component import ChmvComponent, ChmvComponentScaffolder, ChmvSc
 from chmv_assets.errors import ChmvError
 from resources.clickhouse import ClickHouseResource
 
+pytestmark = pytest.mark.worker_seconds(30)
+
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE_DDL = ROOT / "examples" / "ddl"
 BIN = Path(sys.executable).parent

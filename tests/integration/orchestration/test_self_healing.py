@@ -11,12 +11,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from conftest import EXAMPLE_DDL
 from healing_support import plant_gap, wait_for_repair
 from ui_support import start_demo, stop
 
 from chmv_assets.ddl.loader import load
 from chmv_assets.orchestration.translator import ChmvTranslator
+
+pytestmark = pytest.mark.worker_seconds(160)
 
 FAST = "\n[sweep]\ninterval_seconds = 5\nrecovery_interval_seconds = 5\n"
 

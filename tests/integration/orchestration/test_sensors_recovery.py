@@ -16,6 +16,8 @@ from chmv_assets.ddl.loader import load
 from chmv_assets.engine.recovery import plan
 from chmv_assets.orchestration.partitions import window_for_key
 
+pytestmark = pytest.mark.worker_seconds(40)
+
 ERRORS = ref("error_events")
 THROWING_MV = (
     "CREATE MATERIALIZED VIEW analytics.errors_mv TO analytics.error_events AS "

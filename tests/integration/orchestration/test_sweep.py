@@ -19,6 +19,8 @@ from chmv_assets.orchestration.definitions import build_definitions
 from chmv_assets.orchestration.partitions import window_for_key
 from chmv_assets.orchestration.sweep import SWEEP_JOB, SWEEP_SENSOR
 
+pytestmark = pytest.mark.worker_seconds(70)
+
 RAW, AGG, DAILY, WEEKLY = ref("raw_events"), ref("events_agg"), ref("events_daily"), ref("events_weekly")
 CHAIN = (AGG, DAILY, WEEKLY)
 #: rows inserted into an old month while its MV is detached: the silent gap
