@@ -13,6 +13,7 @@ from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine.catalog import live_table
 from chmv_assets.engine.guard import check_shrink
 from chmv_assets.engine.planner import Engine, PartitionStep, RebuildPlan, Swap, plan_from_source
+from chmv_assets.errors import ShrinkRefused
 from chmv_assets.sql.quoting import qualified
 from chmv_assets.sql.rebuild_sql import (
     create_shadow_sql,
@@ -24,6 +25,7 @@ from chmv_assets.sql.rebuild_sql import (
     span_holds_all_sql,
     span_of,
     swap_sql,
+    swaps_sql,
     view_select,
 )
 
@@ -134,8 +136,9 @@ def run_steps(client: Client, project: Project, plan: RebuildPlan, steps: Sequen
 
     Every MV writing the target runs its own SELECT once over the trigger rows of all the windows
     (:func:`~chmv_assets.sql.rebuild_sql.range_select`: each partition gets the rows :func:`run_step` would
-    give it) into one shadow; each partition then passes its shrink guard and replaces the live one
-    (``REPLACE PARTITION``, metadata only; ``DROP PARTITION`` if it is empty), in order. The shadow may also
+    give it) into one shadow; each partition then passes its shrink guard, and those that passed replace the live
+    ones in one ``ALTER`` (:func:`~chmv_assets.sql.rebuild_sql.swaps_sql`: ``REPLACE PARTITION`` each, metadata
+    only; ``DROP PARTITION`` if it is empty), in order. The shadow may also
     hold partitions the read's edges reach (past the last window, by a truncation's grain): they are not
     swapped, and go with the shadow. Where the trigger's part metadata says every row of it is inside the read's
     span, the read has no time predicate. Readers see each partition old or new, never a mix. Steps that are not
@@ -185,20 +188,31 @@ def run_steps(client: Client, project: Project, plan: RebuildPlan, steps: Sequen
             + f" FROM {qualified(shadow)}"
         ).result_rows[0]  # fmt: skip
         read, shared = time.monotonic() - started, list(statements)
+        swapped: list[tuple[PartitionStep, str, int]] = []
+        refused: ShrinkRefused | None = None
         for step, value, rows in zip(grouped, values, counts, strict=True):
-            begun = time.monotonic()
-            partition = f"tuple({value})"
             if step.guard and not plan.force:
-                new, old = check_shrink(client, table, plan, step, shadow=shadow)
+                try:
+                    new, old = check_shrink(client, table, plan, step, shadow=shadow)
+                except ShrinkRefused as error:
+                    refused = error  # the partitions before it are swapped, it and the later ones are not
+                    break
                 say(f"{plan.target.fqn} {step.key}: shrink guard passed ({new:,} rows rebuilt, {old:,} live)")
-            sql = swap_sql(live, shadow, partition, empty=rows == 0)
-            method = "drop" if rows == 0 else "replace"
+            swapped.append((step, f"tuple({value})", rows))
+        if swapped:
+            begun = time.monotonic()
+            sql = swaps_sql(live, shadow, [(partition, rows == 0) for _, partition, rows in swapped])
             run(sql)
-            say(f"{plan.target.fqn} {step.key}: {method}, {rows} rows")
-            # The shared read is counted once, with the first partition.
-            seconds = time.monotonic() - begun + (read if step is grouped[0] else 0.0)
-            results.append(RebuildResult(plan.target.fqn, step.key, method, rows, seconds,
-                                         [*shared, sql] if step is grouped[0] else [sql]))  # fmt: skip
+            # The shared read and the one swap statement are counted once, with the first partition.
+            seconds = time.monotonic() - begun + read
+            for step, _, rows in swapped:
+                method = "drop" if rows == 0 else "replace"
+                say(f"{plan.target.fqn} {step.key}: {method}, {rows} rows")
+                first = step is swapped[0][0]
+                results.append(RebuildResult(plan.target.fqn, step.key, method, rows, seconds if first else 0.0,
+                                             [*shared, sql] if first else []))  # fmt: skip
+        if refused is not None:
+            raise refused
     finally:
         run(drop_shadow_sql(shadow))
     swapped = iter(results)

@@ -196,7 +196,9 @@ def rebuild_metadata(plan: RebuildPlan, results: list[StepResult]) -> dict:
         "chmv/batch_id": ", ".join(sorted({r.batch_id for r in results if r.batch_id})),
         "chmv/plan": MetadataValue.md(plan.describe()),
         "chmv/progress": MetadataValue.md(table + "\n".join(rows)),
-        "chmv/statements": MetadataValue.md("```sql\n" + ";\n".join(results[-1].statements) + "\n```"),
+        # the last read's statements (partitions rebuilt by one read share them: the first one carries them)
+        "chmv/statements": MetadataValue.md("```sql\n" + ";\n".join(
+            next((r.statements for r in reversed(results) if r.statements), [])) + "\n```"),
     }
 
 

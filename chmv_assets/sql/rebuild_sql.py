@@ -262,9 +262,26 @@ def swap_sql(live: ObjectRef, shadow: ObjectRef, partition: str | None, *, empty
     """
     if partition is None:
         return exchange_sql(live, shadow)
-    if empty:
-        return f"ALTER TABLE {qualified(live)} DROP PARTITION {partition}"
-    return f"ALTER TABLE {qualified(live)} REPLACE PARTITION {partition} FROM {qualified(shadow)}"
+    return swaps_sql(live, shadow, [(partition, empty)])
+
+
+def swaps_sql(live: ObjectRef, shadow: ObjectRef, partitions: Sequence[tuple[str, bool]]) -> str:
+    """One ``ALTER`` swapping several partitions of a rebuilt shadow in, in order (each atomically, as alone).
+
+    A statement per partition costs a round trip and a metadata commit each (~4 ms on the embedded engine: 1.5 s
+    for a year of daily partitions); the server runs the commands of one ``ALTER`` one after the other, so a
+    failure or a kill leaves the partitions before it swapped, exactly as separate statements would.
+
+    Args:
+        live: The table the rows go to.
+        shadow: The rebuilt shadow.
+        partitions: ``(partition expression, empty)`` pairs: ``REPLACE PARTITION``, or ``DROP PARTITION`` where the
+            shadow holds no rows of it (see :func:`swap_sql`).
+    """
+    assert partitions, "nothing to swap"
+    commands = [f"DROP PARTITION {p}" if empty else f"REPLACE PARTITION {p} FROM {qualified(shadow)}"
+                for p, empty in partitions]  # fmt: skip
+    return f"ALTER TABLE {qualified(live)} " + ", ".join(commands)
 
 
 def staged_relation(source: ObjectRef, lake_relation: str, columns: Sequence[str], time_column: str,

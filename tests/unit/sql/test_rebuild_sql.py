@@ -21,6 +21,8 @@ from chmv_assets.sql.rebuild_sql import (
     span_holds_all_sql,
     span_of,
     staged_relation,
+    swap_sql,
+    swaps_sql,
     view_select,
 )
 
@@ -394,3 +396,12 @@ def test_odd_names_shadows_are_plain_identifiers_distinct_per_partition(odd):
     shadows = {shadow_ref(TARGET, key) for key in (None, "2026-09-01", "2026-09-02")}
     assert len(shadows) == 3
     assert all("'" not in s.name and '"' not in s.name and " " not in s.name for s in shadows)
+
+
+def test_swaps_sql_swaps_every_partition_in_one_alter_in_order():
+    live, shadow = ObjectRef(database="a-b", name="t"), ObjectRef(database="a-b", name="_chmv_shadow_t_range")
+    sql = swaps_sql(live, shadow, [("tuple(20260801)", False), ("tuple(20260802)", True), ("tuple(20260803)", False)])
+    assert sql == ("ALTER TABLE `a-b`.`t` REPLACE PARTITION tuple(20260801) FROM `a-b`.`_chmv_shadow_t_range`, "
+                   "DROP PARTITION tuple(20260802), "
+                   "REPLACE PARTITION tuple(20260803) FROM `a-b`.`_chmv_shadow_t_range`")  # fmt: skip
+    assert swap_sql(live, shadow, "tuple(20260801)") == swaps_sql(live, shadow, [("tuple(20260801)", False)])
