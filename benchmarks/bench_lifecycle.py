@@ -11,7 +11,8 @@ as the history grows).
   get ``name`` in their ORDER BY.)
 * apply: ``bench_rebuild.py``'s source (ROWS rows over 10 days, merged into one part before the timings) and
   daily AggregatingMergeTree target. Timed, best of 3 rounds, wall and CPU seconds of this process (the embedded
-  engine runs in it; CPU is what the work costs whoever else shares the machine): ``apply_plan`` of (a) the MV's
+  engine runs in it; CPU is what the work costs whoever else shares the machine): ``apply_plan``, handed the
+  client the plan was made with as ``chmv apply`` does (the bare insert runs on an open client too), of (a) the MV's
   SELECT gaining a filter (MODIFY QUERY, then 10 partitions re-derived in place) and (b) the same with the
   target's sort key changed too (a new version, every partition checked by parity before the cut-over), each
   round applying the original DDL back untimed; vs ``INSERT INTO <plain table of the same structure> SELECT …``
@@ -29,6 +30,7 @@ import resource
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,15 +125,18 @@ def bench_apply(tmp: Path, rows: int, rounds: int = 3) -> None:
             loaded = load(ddl)
             view = next(iter(loaded.project.views.values()))
             with resource.get_client() as client:
-                plan = plan_lifecycle(client, loaded)
                 client.command("CREATE TABLE bench.plain AS bench.daily_stats")
                 wall, cpu = time.perf_counter(), _cpu()
                 client.command(f"INSERT INTO bench.plain {view.select_sql}")
                 times["bare"].append((time.perf_counter() - wall, _cpu() - cpu))
                 client.command("DROP TABLE bench.plain SYNC")
-            wall, cpu = time.perf_counter(), _cpu()
-            report = lifecycle_apply.apply_plan(resource, loaded, plan, parity=_parity(loaded), batch_seconds=3600)
-            times["apply"].append((time.perf_counter() - wall, _cpu() - cpu))
+            with ExitStack() as opened:  # as `chmv apply`: the client of the plan is handed to the apply
+                client = opened.enter_context(resource.get_client())
+                plan = plan_lifecycle(client, loaded)
+                wall, cpu = time.perf_counter(), _cpu()
+                report = lifecycle_apply.apply_plan(resource, loaded, plan, parity=_parity(loaded), batch_seconds=3600,
+                                                    opened=(client, opened.pop_all()))  # fmt: skip
+                times["apply"].append((time.perf_counter() - wall, _cpu() - cpu))
             (ddl / "bench.sql").write_text(back)  # back to the original, untimed, for the next round
             restore = load(ddl)
             with resource.get_client() as client:

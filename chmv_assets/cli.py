@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from contextlib import ExitStack
 
 from chmv_assets.errors import ChmvError, DDLError
 
@@ -160,13 +161,6 @@ def _apply(args: argparse.Namespace, loaded, resource) -> int:
     from chmv_assets.engine.lifecycle_planner import plan_lifecycle
     from chmv_assets.engine.preflight import preflight
 
-    root = landing_dir(loaded)
-    with resource.get_client() as client:
-        plan = plan_lifecycle(client, loaded, allow_drop=args.allow_drop, root=root)
-        preflight(client, loaded, plan, log=print)
-    if plan.has_changes:
-        print(plan.describe())
-
     def parity(client, target, live, windows):
         return parity_for_partitions(client, loaded, target, windows, live=live)
 
@@ -176,7 +170,16 @@ def _apply(args: argparse.Namespace, loaded, resource) -> int:
 
         SparkStager(get_spark_session)(*args, **kwargs)
 
-    apply_plan(resource, loaded, plan, parity=parity, stager=stage, root=root, log=print)
+    root = landing_dir(loaded)
+    with ExitStack() as opened:
+        client = opened.enter_context(resource.get_client())
+        plan = plan_lifecycle(client, loaded, allow_drop=args.allow_drop, root=root)
+        preflight(client, loaded, plan, log=print)
+        if plan.has_changes:
+            print(plan.describe())
+        # the apply takes the client over (one opening of the engine for plan, preflight and apply)
+        apply_plan(resource, loaded, plan, parity=parity, stager=stage, root=root, log=print,
+                   opened=(client, opened.pop_all()))  # fmt: skip
     project = loaded.project
     objects = len(project.databases) + len(project.tables) + len(project.dictionaries) + len(project.views)
     created = sum(c.action in (Action.CREATE, Action.CREATE_DATABASE) for c in plan.changes)

@@ -69,7 +69,7 @@ from chmv_assets.engine.lifecycle_planner import (
     root_sources,
 )
 from chmv_assets.engine.planner import Engine, PartitionStep, RebuildPlan, downstream_targets, triggers_of
-from chmv_assets.errors import ChmvError
+from chmv_assets.errors import ChmvError, EngineBusyError
 from chmv_assets.sql.lifecycle_sql import cut_over_sql, discard_beside_sql, finish_swap_sql, keep_old_sql
 from chmv_assets.sql.meta import meta_ddl_for
 
@@ -122,11 +122,12 @@ def plan_id(plan: LifecyclePlan) -> str:
 def apply_plan(clickhouse: ClientFactory, loaded: LoadedProject, plan: LifecyclePlan, *,
                parity: ParityCheck | None = None, stager: Stager | None = None, root: Path | None = None,
                log: Callable[[str], None] | None = None, pause: Callable[[str], None] | None = None,
-               batch_seconds: float = 2.0, check_in_place: bool = False) -> ApplyReport:  # fmt: skip
+               batch_seconds: float = 2.0, check_in_place: bool = False,
+               opened: tuple[Client, ExitStack] | None = None) -> ApplyReport:  # fmt: skip
     """Make every change of ``plan`` (already checked by the preflight), finishing a killed apply's work first.
 
     Args:
-        clickhouse: Opens clients; one per step, taken after the step's write gates.
+        clickhouse: Opens clients; one per hold, taken after the hold's write gates.
         loaded: The project planned from.
         plan: From :func:`chmv_assets.engine.lifecycle_planner.plan_lifecycle`.
         parity: Checks the rebuilt partitions of a new version against the new SELECT over the same source rows
@@ -141,13 +142,23 @@ def apply_plan(clickhouse: ClientFactory, loaded: LoadedProject, plan: Lifecycle
             ingestion waits that long at worst, and the engine is opened once per hold, not per step or partition.
         check_in_place: Check the partitions re-derived in place too (they are not gating a swap; the target
             asset's own parity check covers them; the check recomputes the SELECT, doubling the work).
+        opened: The client the caller planned with, and the stack that closes it (``ExitStack.pop_all()``): the
+            apply takes both over as its first hold (the engine is not opened again after the plan and preflight)
+            and closes them. While a client is open a gate is only tried, never waited for (a writer holding it
+            waits for the engine): a busy gate closes the client first, then the gates are taken and a client
+            opened again, in the writers' order.
 
     Raises:
         LifecycleError: The plan has blocked changes (nothing is done), or a parity check failed.
     """
     if plan.blocked:
+        if opened is not None:
+            opened[1].close()
         raise LifecycleError("nothing was changed: " + "; ".join(f"{c.ref.fqn}: {c.blocked}" for c in plan.blocked))
-    return _Apply(clickhouse, loaded, plan, parity, stager, root, log, pause, batch_seconds, check_in_place).run()
+    apply = _Apply(clickhouse, loaded, plan, parity, stager, root, log, pause, batch_seconds, check_in_place)
+    if opened is not None:
+        apply.hold = _Hold(frozenset(), opened[0], opened[1], time.monotonic())
+    return apply.run()
 
 
 class _Apply:
@@ -214,6 +225,8 @@ class _Apply:
         """
         gates = frozenset(extra) | (self._gates_of(target) if target is not None else frozenset())
         hold = self.hold
+        if hold is not None and hold.age < self.batch_seconds and not gates <= hold.gates:
+            self._try_gates(hold, gates - hold.gates)
         if hold is None or not gates <= hold.gates or hold.age >= self.batch_seconds:
             self._release()
             stack = ExitStack()
@@ -225,6 +238,15 @@ class _Apply:
                 raise
             hold = self.hold = _Hold(gates, client, stack, time.monotonic())
         yield hold.client
+
+    @staticmethod
+    def _try_gates(hold: _Hold, gates: frozenset[ObjectRef]) -> None:
+        """Add ``gates`` to ``hold`` if none is held elsewhere (tried, not waited for: the hold has a client open)."""
+        try:
+            hold.stack.enter_context(source_gate(gates, timeout=0))
+        except EngineBusyError:
+            return  # a writer holds one: the caller releases the hold and waits for the gates without a client
+        hold.gates |= gates
 
     def _release(self) -> None:
         """Close the client and release the gates of the current hold, if any."""

@@ -1,5 +1,7 @@
 """Jobs of the code location: deploy the DDL (``chmv apply`` from the UI), showing the plan first."""
 
+from contextlib import ExitStack
+
 from dagster import Failure, In, JobDefinition, MetadataValue, Nothing, OpExecutionContext, Out, Output, job, op
 
 from asset_checks.parity import parity_for_partitions
@@ -29,11 +31,12 @@ def build_jobs(loaded: LoadedProject) -> list[JobDefinition]:
     def apply_ddl(context: OpExecutionContext, clickhouse: ClickHouseResource):
         root = landing_dir(loaded)
         try:
-            with clickhouse.get_client() as client:
+            with ExitStack() as opened:
+                client = opened.enter_context(clickhouse.get_client())
                 plan = plan_lifecycle(client, loaded, root=root)
                 preflight(client, loaded, plan, log=context.log.info)  # before anything live is touched
-            report = apply_plan(clickhouse, loaded, plan, parity=parity, stager=SparkStager(get_spark_session),
-                                root=root, log=context.log.info)  # fmt: skip
+                report = apply_plan(clickhouse, loaded, plan, parity=parity, stager=SparkStager(get_spark_session),
+                                    root=root, log=context.log.info, opened=(client, opened.pop_all()))  # fmt: skip
         except (DDLError, LifecycleError) as err:  # the user's to fix: say what and where, no traceback
             raise Failure(description=str(err), allow_retries=False) from None
         return Output(None, metadata={"chmv/report": report.describe(),

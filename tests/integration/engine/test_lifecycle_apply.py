@@ -8,6 +8,10 @@ another batch, so inserts interleave with every step.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -163,3 +167,61 @@ def test_an_apply_opens_the_engine_once_per_hold(engine, tmp_path: Path, batch_s
         assert counting.opened >= partitions + 1  # the cut-in's hold, then one per partition
     with engine.get_client() as client:
         assert assert_exact(client, loaded, ref("hourly_endpoint_stats")) > 500
+
+
+#: Another process writing into api_requests as ingestion does: its write gate first, then the engine (waiting up to
+#: 60 s for it), one batch, both released.
+GATED_WRITER = """
+import sys
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine.gates import source_gate
+from resources.clickhouse import ClickHouseResource
+from lifecycle_testing import WRITES
+
+with source_gate([ObjectRef(database="analytics", name="api_requests")]):
+    print("gate held", flush=True)
+    with ClickHouseResource(dsn=sys.argv[1]).get_client(lock_timeout_seconds=60) as client:
+        client.command(WRITES["api_requests"])
+print("inserted", flush=True)
+"""
+
+
+@pytest.mark.parametrize("writer_waiting", [False, True], ids=["alone", "writer_waiting"])
+def test_an_apply_takes_over_the_planning_client(engine, tmp_path: Path, writer_waiting) -> None:
+    """``chmv apply``'s path: the client opened for the plan and the preflight is the apply's first hold (no second
+    opening). A writer in another process holding the source's gate and waiting for the engine is not deadlocked:
+    the apply only tries the gate while it holds the engine, so it closes the engine, waits for the gate, and opens
+    the engine again (once); the writer's rows are counted once."""
+    ddl = copy_ddl(tmp_path)
+    edit(ddl, *SELECT_CHANGE)
+    loaded = load(ddl)
+    counting = CountingFactory(engine)
+    writer = None
+    with ExitStack() as opened:
+        client = opened.enter_context(engine.get_client())
+        plan = plan_lifecycle(client, loaded)
+        if writer_waiting:  # holds the gate, then waits for the engine this process holds
+            writer = subprocess.Popen([sys.executable, "-c", GATED_WRITER, engine.dsn], stdout=subprocess.PIPE,
+                                      text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})  # fmt: skip
+            assert writer.stdout is not None and writer.stdout.readline().strip() == "gate held"
+        report = apply_plan(counting, loaded, plan, batch_seconds=600.0, opened=(client, opened.pop_all()))
+    assert report.partitions["analytics.hourly_endpoint_stats"] >= 12
+    if writer is not None:
+        out, _ = writer.communicate(timeout=120)
+        assert writer.returncode == 0 and out.strip() == "inserted", out
+    assert counting.opened == (1 if writer_waiting else 0)
+    assert engine_lock_free(engine)  # the handed client is closed: another process could open the engine now
+    with engine.get_client() as client:
+        assert assert_exact(client, loaded, ref("hourly_endpoint_stats")) > 500
+
+
+def engine_lock_free(engine) -> bool:
+    """Whether no client of this process holds the embedded engine: its cross-process lock can be taken on a
+    descriptor of its own (a ``flock`` conflicts with the process's other descriptors too)."""
+    from filelock import FileLock, Timeout
+
+    try:
+        FileLock(engine.embedded_path + ".lock", is_singleton=False).acquire(timeout=0).lock.release()
+    except Timeout:
+        return False
+    return True
