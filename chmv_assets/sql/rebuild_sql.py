@@ -268,9 +268,9 @@ def swap_sql(live: ObjectRef, shadow: ObjectRef, partition: str | None, *, empty
 def swaps_sql(live: ObjectRef, shadow: ObjectRef, partitions: Sequence[tuple[str, bool]]) -> str:
     """One ``ALTER`` swapping several partitions of a rebuilt shadow in, in order (each atomically, as alone).
 
-    A statement per partition costs a round trip and a metadata commit each (~4 ms on the embedded engine: 1.5 s
-    for a year of daily partitions); the server runs the commands of one ``ALTER`` one after the other, so a
-    failure or a kill leaves the partitions before it swapped, exactly as separate statements would.
+    One statement instead of one per partition (embedded engine, 60 daily partitions: ~100 ms instead of ~150 ms;
+    each partition's swap still costs its own metadata commit). The server runs the commands of one ``ALTER`` one
+    after the other, so a failure or a kill leaves the partitions before it swapped, as separate statements would.
 
     Args:
         live: The table the rows go to.
