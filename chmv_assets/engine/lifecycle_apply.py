@@ -5,7 +5,9 @@ Every writer into a source holds its write gate (:func:`chmv_assets.engine.gates
 chain) around each step that must not interleave with an insert. A hold (the gates, then one client) carries on
 into the next steps while they need no other gate and the hold is younger than ``batch_seconds``: ingestion waits
 about that long at worst, and the engine is opened once per hold, not per step (an embedded engine costs ~0.1 s
-to open). The steps:
+to open). A young hold needing another gate tries it and carries on if it is free; it never waits for a gate with
+the engine open (a writer holding the gate waits for the engine): then it is released and the gates taken first.
+``chmv apply`` hands the apply the client it planned with, as its first hold. The steps:
 
 - **in place** (``alter``, creations, drops): the statement, as planned.
 - **new SELECT** (``modify_query``, ``recreate_view``, a new MV on a source that holds rows): under the gates,
