@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -48,6 +49,26 @@ def deliver(lake: Path, landing: Path, *, until: str | None = None, only: str | 
             shutil.copy2(path, dest)
             copied += 1
     return copied
+
+
+def copy_engine(source: Path, dest: Path):
+    """A ClickHouseResource on a private copy of the closed embedded engine at ``source`` (parts, watermarks).
+
+    Copying the few MB of an ingested engine takes milliseconds where re-ingesting through Spark takes seconds,
+    so a module ingests once and every test that changes data gets its own copy. chdb links ``metadata/`` and
+    ``data/`` into ``store/``: links are copied as links, and any absolute one into ``source`` is repointed.
+    """
+    from resources.clickhouse import ClickHouseResource
+
+    shutil.copytree(source, dest, symlinks=True)
+    for folder, dirs, files in os.walk(dest):
+        for name in dirs + files:
+            link = Path(folder) / name
+            target = os.readlink(link) if link.is_symlink() else ""
+            if os.path.isabs(target) and Path(target).is_relative_to(source):
+                link.unlink()
+                link.symlink_to(dest / Path(target).relative_to(source))
+    return ClickHouseResource(dsn=f"chdb://{dest}")
 
 
 def digest(client, loaded: LoadedProject, table: ObjectRef, where: str | None = None,
