@@ -72,7 +72,8 @@ def fresh_engine(tmp_path: Path, example):
 
 @pytest.fixture(scope="session")
 def spark():
-    """ONE local SparkSession for the whole test run (2 cores, few shuffle partitions); stopped at the end."""
+    """ONE local SparkSession for the whole test run (2 cores, few shuffle partitions, a quick-starting JVM);
+    stopped at the end."""
     from spark_testing import QUICK_JVM_CONF
 
     from spark.session import get_spark_session

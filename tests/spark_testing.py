@@ -1,4 +1,4 @@
-"""Helpers of the Spark tests: a landing zone that fills up over time, and target-vs-recompute digests."""
+"""Helpers of the Spark tests: a landing zone that fills up over time, engine copies, target-vs-recompute digests."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine import demo_data
 from chmv_assets.sql.quoting import qualified, quote
+from resources.clickhouse import ClickHouseResource
 
 ROOT_DIR = Path(__file__).resolve().parents[1]
 SOURCES = {"analytics.api_requests": 20_000, "analytics.all_events": 10_000, "analytics.raw_webhooks": 8_000}
@@ -56,15 +57,13 @@ def deliver(lake: Path, landing: Path, *, until: str | None = None, only: str | 
     return copied
 
 
-def copy_engine(source: Path, dest: Path):
+def copy_engine(source: Path, dest: Path) -> ClickHouseResource:
     """A ClickHouseResource on a private copy of the closed embedded engine at ``source`` (parts, watermarks).
 
     Copying the few MB of an ingested engine takes milliseconds where re-ingesting through Spark takes seconds,
     so a module ingests once and every test that changes data gets its own copy. chdb links ``metadata/`` and
     ``data/`` into ``store/``: links are copied as links, and any absolute one into ``source`` is repointed.
     """
-    from resources.clickhouse import ClickHouseResource
-
     shutil.copytree(source, dest, symlinks=True)
     for folder, dirs, files in os.walk(dest):
         for name in dirs + files:
