@@ -87,9 +87,12 @@ def fresh_engine(tmp_path: Path, example):
 
 @pytest.fixture(scope="session")
 def spark():
-    """ONE local SparkSession for the whole test run (2 cores, few shuffle partitions); stopped at the end."""
+    """ONE local SparkSession for the whole test run (2 cores, few shuffle partitions, a quick-starting JVM);
+    stopped at the end."""
+    from spark_testing import QUICK_JVM_CONF
+
     from spark.session import get_spark_session
 
-    session = get_spark_session("local[2]")
+    session = get_spark_session("local[2]", QUICK_JVM_CONF)
     yield session
     session.stop()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime
+from pathlib import Path
 
 import pytest
-from spark_testing import backfill, deliver, digest, recompute, ref, with_landing, write_lake
+from spark_testing import backfill, copy_engine, deliver, digest, recompute, ref, with_landing, write_lake
 
+from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine.apply import apply
 from chmv_assets.engine.planner import observe, plan_rebuild
@@ -25,18 +27,27 @@ def lake(tmp_path_factory):
     return root
 
 
-@pytest.fixture
-def loaded_all(spark, tmp_path, example, lake):
-    """Every landing file ingested (the live MVs built the targets): the truth backfills must reproduce."""
-    landing = tmp_path / "landing"
+@pytest.fixture(scope="module")
+def ingested_all(spark, tmp_path_factory, example, lake) -> tuple[LoadedProject, Path]:
+    """Every landing file ingested (the live MVs built the targets), once per module: the truth backfills must
+    reproduce. Tests change data, so they work on copies (``loaded_all``); the landing zone is only read."""
+    root = tmp_path_factory.mktemp("ingested_all")
+    landing = root / "landing"
     loaded = with_landing(example, landing)
-    engine = ClickHouseResource(dsn=f"chdb://{tmp_path / 'chdb'}")
+    engine = ClickHouseResource(dsn=f"chdb://{root / 'chdb'}")
     with engine.get_client() as client:
         apply(client, loaded.project)
     deliver(lake, landing)
     for source in ("api_requests", "all_events", "raw_webhooks"):
         ingest(spark, engine, loaded, ref(source))
-    return loaded, engine
+    return loaded, root / "chdb"
+
+
+@pytest.fixture
+def loaded_all(ingested_all, tmp_path) -> tuple[LoadedProject, ClickHouseResource]:
+    """A private copy of the ingested engine, for a test that truncates, deletes or inserts."""
+    loaded, engine_dir = ingested_all
+    return loaded, copy_engine(engine_dir, tmp_path / "chdb")
 
 
 @pytest.mark.parametrize(
@@ -89,8 +100,6 @@ def test_auto_engine_uses_spark_only_where_the_source_lost_the_window(spark, loa
         # Retention: the source no longer holds the first two days.
         client.command("ALTER TABLE analytics.api_requests DELETE WHERE timestamp < '2026-08-03 00:00:00'",
                        settings={"mutations_sync": 2})  # fmt: skip
-        from pathlib import Path
-
         observed = observe(client, loaded, t, root=Path(root), windows=[DAY2, DAY3])
         plan = plan_rebuild(loaded, t, [DAY2, DAY3], observed, root=Path(root))
         assert [(s.key, s.engine) for s in plan.steps] == [("2026-08-02", "spark"), ("2026-08-03", "clickhouse")]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyspark
 import pytest
-from spark_testing import ROOT_DIR, deliver, digest, recompute, ref, with_landing, write_lake
+from spark_testing import QUICK_JVM, QUICK_JVM_CONF, ROOT_DIR, deliver, digest, recompute, ref, with_landing, write_lake
 
 from chmv_assets.engine.apply import apply
 from resources.clickhouse import ClickHouseResource
@@ -32,7 +32,7 @@ from spark.session import get_spark_session
 master, dsn, landing = sys.argv[1:4]
 loaded = with_landing(load({ddl!r}), Path(landing))
 engine = ClickHouseResource(dsn=dsn)
-spark = get_spark_session(master, {{"spark.executor.memory": "512m", "spark.cores.max": "1"}})
+spark = get_spark_session(master, {{"spark.executor.memory": "512m", "spark.cores.max": "1", **{jvm!r}}})
 assert spark.sparkContext.master == master
 print("ingested", ingest(spark, engine, loaded, ref("api_requests")).rows_inserted)
 window = PartitionWindow("2026-08-02", datetime(2026, 8, 2), datetime(2026, 8, 3))
@@ -48,7 +48,7 @@ def _free_port() -> int:
 
 
 def _spark_class(*args: str, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM}
     return subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), *args], env=env, stdout=log.open("w"),
                             stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
 
@@ -82,7 +82,7 @@ def test_ingest_and_backfill_on_a_standalone_cluster(tmp_path, example):
         worker = _spark_class("org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", "1",
                               "--memory", "1g", "--webui-port", str(_free_port()), log=worker_log)  # fmt: skip
         _wait_for(worker_log, "Successfully registered with master")
-        code = CHILD.format(tests=str(ROOT_DIR / "tests"), ddl=str(ROOT_DIR / "examples" / "ddl"))
+        code = CHILD.format(tests=str(ROOT_DIR / "tests"), ddl=str(ROOT_DIR / "examples" / "ddl"), jvm=QUICK_JVM_CONF)
         child = subprocess.run([sys.executable, "-c", code, url, engine.resolved_dsn, str(landing)],
                                capture_output=True, text=True, timeout=300, cwd=ROOT_DIR)  # fmt: skip
         assert child.returncode == 0, child.stderr[-3000:]

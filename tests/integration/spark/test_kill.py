@@ -6,10 +6,23 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from spark_testing import ROOT_DIR, backfill, deliver, digest, recompute, ref, with_landing, write_lake
+from spark_testing import (
+    QUICK_JVM_CONF,
+    ROOT_DIR,
+    backfill,
+    copy_engine,
+    deliver,
+    digest,
+    recompute,
+    ref,
+    with_landing,
+    write_lake,
+)
 
+from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.engine.apply import apply
 from chmv_assets.engine.gates import CRASH_ENV, ingestion_source_id
 from chmv_assets.engine.watermarks import read_watermark
@@ -29,7 +42,7 @@ from spark.session import get_spark_session
 mode, dsn, landing = sys.argv[1:4]
 loaded = with_landing(load({ddl!r}), Path(landing))
 engine = ClickHouseResource(dsn=dsn)
-spark = get_spark_session("local[1]")
+spark = get_spark_session("local[1]", {jvm!r})
 if mode == "ingest":
     from spark.ingest import ingest
     ingest(spark, engine, loaded, ref("api_requests"))
@@ -43,14 +56,24 @@ print("finished")
 
 
 @pytest.fixture(scope="module")
-def lake(tmp_path_factory):
-    root = tmp_path_factory.mktemp("lake")
-    write_lake(root, {"analytics.api_requests": 20_000})
-    return root
+def half_ingested(spark, tmp_path_factory, example) -> tuple[LoadedProject, Path]:
+    """api_requests ingested up to 2026-08-02 18:00 and the rest of the lake delivered, once per module: the
+    state every kill starts from (each test works on a copy of the engine; the landing zone is only read)."""
+    root = tmp_path_factory.mktemp("half_ingested")
+    lake, landing = root / "lake", root / "landing"
+    write_lake(lake, {"analytics.api_requests": 20_000})
+    loaded = with_landing(example, landing)
+    engine = ClickHouseResource(dsn=f"chdb://{root / 'chdb'}")
+    with engine.get_client() as client:
+        apply(client, loaded.project)
+    deliver(lake, landing, until="2026-08-02/hour=18")
+    ingest(spark, engine, loaded, ref("api_requests"))
+    deliver(lake, landing)
+    return loaded, root / "chdb"
 
 
 def _child(mode: str, dsn: str, landing, point: str) -> subprocess.CompletedProcess:
-    code = CHILD.format(tests=str(ROOT_DIR / "tests"), ddl=str(ROOT_DIR / "examples" / "ddl"))
+    code = CHILD.format(tests=str(ROOT_DIR / "tests"), ddl=str(ROOT_DIR / "examples" / "ddl"), jvm=QUICK_JVM_CONF)
     env = {**os.environ, CRASH_ENV: point}
     return subprocess.run([sys.executable, "-c", code, mode, dsn, str(landing)], env=env, capture_output=True,
                           text=True, timeout=180, cwd=ROOT_DIR)  # fmt: skip
@@ -60,16 +83,11 @@ def _child(mode: str, dsn: str, landing, point: str) -> subprocess.CompletedProc
     ("mode", "point"),
     [("ingest", "ingest:staged"), ("ingest", "ingest:inserted"), ("backfill", "backfill:swapped")],
 )
-def test_sigkill_then_rerun_ends_exact(spark, tmp_path, example, lake, mode, point):
-    landing = tmp_path / "landing"
-    loaded = with_landing(example, landing)
-    engine = ClickHouseResource(dsn=f"chdb://{tmp_path / 'chdb'}")
+def test_sigkill_then_rerun_ends_exact(spark, tmp_path, half_ingested, mode, point):
+    loaded, engine_dir = half_ingested
+    landing = loaded.config.ingestion.landing_dir
+    engine = copy_engine(engine_dir, tmp_path / "chdb")
     api, target = ref("api_requests"), ref("hourly_endpoint_stats")
-    with engine.get_client() as client:
-        apply(client, loaded.project)
-    deliver(lake, landing, until="2026-08-02/hour=18")
-    ingest(spark, engine, loaded, api)
-    deliver(lake, landing)
     if mode == "backfill":
         ingest(spark, engine, loaded, api)
         with engine.get_client() as client:
