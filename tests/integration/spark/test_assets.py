@@ -12,6 +12,8 @@ from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
 from spark.assets import build_spark_definitions, pyspark_resource
 
+pytestmark = pytest.mark.worker_seconds(25)
+
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory):

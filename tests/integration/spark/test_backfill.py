@@ -16,6 +16,8 @@ from chmv_assets.engine.planner import observe, plan_rebuild
 from resources.clickhouse import ClickHouseResource
 from spark.ingest import ingest
 
+pytestmark = pytest.mark.worker_seconds(65)
+
 DAY2 = PartitionWindow("2026-08-02", datetime(2026, 8, 2), datetime(2026, 8, 3))
 DAY3 = PartitionWindow("2026-08-03", datetime(2026, 8, 3), datetime(2026, 8, 4))
 

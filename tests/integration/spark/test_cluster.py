@@ -16,6 +16,7 @@ from spark_testing import QUICK_JVM, QUICK_JVM_CONF, ROOT_DIR, deliver, digest, 
 from chmv_assets.engine.apply import apply
 from resources.clickhouse import ClickHouseResource
 
+pytestmark = pytest.mark.worker_seconds(60)
 SPARK_HOME = Path(pyspark.__file__).parent
 CHILD = """
 import sys

@@ -25,6 +25,8 @@ from resources.clickhouse import ClickHouseResource
 from spark.assets import pyspark_resource
 from spark.ingest import ingest
 
+pytestmark = pytest.mark.worker_seconds(25)
+
 STATS = ref("hourly_endpoint_stats")
 DAYS = [PartitionWindow(f"2026-08-0{d}", datetime(2026, 8, d), datetime(2026, 8, d + 1)) for d in (1, 2, 3)]
 WHERE = "toDate(hour) <= '2026-08-03'"

@@ -16,6 +16,8 @@ from chmv_assets.errors import LandingZoneError
 from resources.clickhouse import ClickHouseResource
 from spark.ingest import ingest
 
+pytestmark = pytest.mark.worker_seconds(40)
+
 API = ref("api_requests")
 KEYS = "timestamp, endpoint, user_id"
 

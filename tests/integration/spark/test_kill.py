@@ -29,6 +29,7 @@ from chmv_assets.engine.watermarks import read_watermark
 from resources.clickhouse import ClickHouseResource
 from spark.ingest import ingest
 
+pytestmark = pytest.mark.worker_seconds(95)
 CHILD = """
 import sys
 from datetime import datetime
