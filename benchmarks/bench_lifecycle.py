@@ -2,8 +2,7 @@
 INSERT…SELECT of the same history (goal ≤ 1.2×).
 
 Run: ``.venv/bin/python benchmarks/bench_lifecycle.py [ROWS[,ROWS…]] [--apply-only]`` (ROWS default
-20,000,000 and 100,000,000: the apply's fixed cost, one opening of the engine and ~0.3 s of statements, weighs less
-as the history grows).
+20,000,000 and 100,000,000: the apply's fixed cost, ~0.3 s of statements, weighs less as the history grows).
 
 * plan: the 1,000-MV directory of ``bench_definitions.py`` deployed into a tmp embedded engine; timed:
   ``plan_lifecycle`` with nothing to change (best of 3), and with one SELECT changed plus its preflight.
@@ -18,10 +17,10 @@ as the history grows).
   round applying the original DDL back untimed; vs ``INSERT INTO <plain table of the same structure> SELECT …``
   with the new SELECT over all rows, once per round.
 
-Measured (2 cores, quiet, two runs): (a) 100M rows 1.21-1.24x wall, 1.09-1.12x CPU; 20M rows 1.60x wall, 1.32x CPU (was 2.9x when each
-partition re-read its window, 1.6x at 20M with three openings of the engine per apply). The re-derivation is one
-read costing about the bare insert; the rest is fixed (~0.4 s: one opening of the engine, ~25 statements).
-(b) 2.5-3.4x: parity recomputes the new SELECT, a second read, once per batch.
+Measured (2 cores, quiet): (a) 100M rows 1.19x wall, 1.09x CPU; 20M rows 1.52x wall, 1.25x CPU (was 2.9x when each
+partition re-read its window; 1.21-1.24x / 1.6x with the engine opened again after the plan). The re-derivation is one
+read costing about the bare insert; the rest is fixed (~0.3 s: ~20 statements on the embedded engine, ~5-15 ms each).
+(b) 2.1-2.9x: parity recomputes the new SELECT, a second read, once per batch.
 """
 
 from __future__ import annotations
