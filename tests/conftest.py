@@ -28,14 +28,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     (``--dist loadfile --no-loadscope-reorder``), so a module marked ``worker_seconds(N)`` starts early instead of
     running alone at the end. Unmarked modules keep their order, after the marked ones."""
 
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
     def cost(item: pytest.Item) -> float:
         marker = item.get_closest_marker("worker_seconds")
         return float(marker.args[0]) if marker is not None else 0.0
 
     by_module: dict[str, float] = {}
     for item in items:
-        by_module[item.nodeid.split("::")[0]] = max(by_module.get(item.nodeid.split("::")[0], 0.0), cost(item))
-    items.sort(key=lambda item: -by_module[item.nodeid.split("::")[0]])  # stable: order within a module kept
+        by_module[module(item)] = max(by_module.get(module(item), 0.0), cost(item))
+    items.sort(key=lambda item: -by_module[module(item)])  # stable: the order within a module is kept
 
 
 @pytest.fixture(scope="session", autouse=True)
