@@ -188,7 +188,7 @@ def run_steps(client: Client, project: Project, plan: RebuildPlan, steps: Sequen
             + f" FROM {qualified(shadow)}"
         ).result_rows[0]  # fmt: skip
         read, shared = time.monotonic() - started, list(statements)
-        swapped: list[tuple[PartitionStep, str, int]] = []
+        passed: list[tuple[PartitionStep, str, int]] = []  # (step, partition, rows) of the guards passed
         refused: ShrinkRefused | None = None
         for step, value, rows in zip(grouped, values, counts, strict=True):
             if step.guard and not plan.force:
@@ -198,17 +198,17 @@ def run_steps(client: Client, project: Project, plan: RebuildPlan, steps: Sequen
                     refused = error  # the partitions before it are swapped, it and the later ones are not
                     break
                 say(f"{plan.target.fqn} {step.key}: shrink guard passed ({new:,} rows rebuilt, {old:,} live)")
-            swapped.append((step, f"tuple({value})", rows))
-        if swapped:
+            passed.append((step, f"tuple({value})", rows))
+        if passed:
             begun = time.monotonic()
-            sql = swaps_sql(live, shadow, [(partition, rows == 0) for _, partition, rows in swapped])
+            sql = swaps_sql(live, shadow, [(partition, rows == 0) for _, partition, rows in passed])
             run(sql)
             # The shared read and the one swap statement are counted once, with the first partition.
             seconds = time.monotonic() - begun + read
-            for step, _, rows in swapped:
+            for step, _, rows in passed:
                 method = "drop" if rows == 0 else "replace"
                 say(f"{plan.target.fqn} {step.key}: {method}, {rows} rows")
-                first = step is swapped[0][0]
+                first = step is passed[0][0]
                 results.append(RebuildResult(plan.target.fqn, step.key, method, rows, seconds if first else 0.0,
                                              [*shared, sql] if first else []))  # fmt: skip
         if refused is not None:

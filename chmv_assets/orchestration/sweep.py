@@ -134,8 +134,6 @@ def build_sweep(loaded: LoadedProject, translator: ChmvTranslator) -> tuple[Sens
     return _sweep, sweep_job
 
 
-
-
 def _settle_inflight(context: SensorEvaluationContext, state: SweepState,
                      inflight: dict[str, dict[str, list[str]]]) -> str | None:  # fmt: skip
     """Forget the sweep runs that succeeded, put the partitions of failed or canceled ones back in the queue.
