@@ -124,6 +124,13 @@ class Column(_Frozen):
         return parse_type(self.type)
 
 
+#: Engines that consume a stream (a broker, a queue, a directory of files): every SELECT from such a table consumes
+#: messages that its consumer MV then never sees, and a second table of the same settings is a second consumer of the
+#: same group. chmv never reads them (parity, coverage, rebuilds, the preflight); the table a consumer MV writes into is
+#: the source that can be read.
+STREAM_ENGINES = frozenset({"Kafka", "RabbitMQ", "NATS", "S3Queue", "AzureQueue", "FileLog", "RedisStreams", "MQTT"})
+
+
 class Engine(_Frozen):
     """A table engine with its arguments as written.
 
@@ -163,6 +170,11 @@ class Engine(_Frozen):
     @property
     def is_merge_tree(self) -> bool:
         return self.family.endswith("MergeTree")
+
+    @property
+    def is_stream(self) -> bool:
+        """A stream engine (:data:`STREAM_ENGINES`): reading the table consumes messages."""
+        return self.name in STREAM_ENGINES
 
 
 class Database(_Frozen):
@@ -429,6 +441,11 @@ class Project(_Frozen):
             return self.tables[ref]
         view = self.views.get(ref)
         return view.inner_table if view else None
+
+    def is_stream(self, ref: ObjectRef) -> bool:
+        """``ref`` is a table of a stream engine (Kafka, RabbitMQ, NATS, S3Queue, …): never read it."""
+        table = self.tables.get(ref)
+        return table is not None and table.engine is not None and table.engine.is_stream
 
     def views_into(self, target: ObjectRef) -> tuple[MaterializedView, ...]:
         """Insert-triggered and refreshable MVs writing into ``target`` (several for a fan-in)."""

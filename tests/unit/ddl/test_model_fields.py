@@ -141,3 +141,10 @@ def test_columns_keep_their_definition_verbatim_and_objects_their_name_spans() -
     assert view.statement[view.select_offset :] == view.select_sql == "SELECT a FROM src"
     assert not view.or_replace
     assert table("CREATE OR REPLACE MATERIALIZED VIEW mv TO t AS SELECT a FROM src").or_replace
+
+
+@pytest.mark.parametrize("engine", ["Kafka", "RabbitMQ", "NATS", "S3Queue", "FileLog"])
+def test_stream_engines_are_known_as_streams(engine: str) -> None:
+    assert table(f"CREATE TABLE d.q (ts DateTime, v UInt64) ENGINE = {engine} SETTINGS x = 1").engine.is_stream
+    for plain in ("MergeTree ORDER BY ts", "Null", "ReplicatedMergeTree ORDER BY ts"):
+        assert not table(f"CREATE TABLE d.t (ts DateTime) ENGINE = {plain}").engine.is_stream
