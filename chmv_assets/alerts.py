@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import urllib3
 from urllib3.exceptions import HTTPError
@@ -133,14 +134,49 @@ class AlertSink:
             response = self._http.request("POST", self.webhook or "", body=body,
                                           headers={"Content-Type": "application/json"})  # fmt: skip
         except (HTTPError, ValueError) as err:
-            _LOG.error("alert webhook gave up on %s for %s after %d attempts: %s", alert.kind, alert.subject,
-                       self.attempts, err)  # fmt: skip
+            error = scrub(str(err), self.webhook)
+            what = (self.shown_webhook, alert.kind, alert.subject, self.attempts, error)
+            _LOG.error("alert webhook %s gave up on %s for %s after %d attempts: %s", *what)
             return False
         if 200 <= response.status < 300:
             return True
-        _LOG.error("alert webhook gave up on %s for %s after %d attempts: HTTP %d", alert.kind, alert.subject,
-                   self.attempts, response.status)  # fmt: skip
+        what = (self.shown_webhook, alert.kind, alert.subject, self.attempts, response.status)
+        _LOG.error("alert webhook %s gave up on %s for %s after %d attempts: HTTP %d", *what)
         return False
+
+    @property
+    def shown_webhook(self) -> str:
+        """The webhook URL as logs show it: its scheme and host only (the path and query are often the secret)."""
+        return redact_url(self.webhook or "")
+
+    def __repr__(self) -> str:
+        return f"AlertSink({self.shown_webhook or None})"
+
+
+def redact_url(url: str) -> str:
+    """``https://hooks.slack.com/services/T0/B0/secret?token=x`` → ``https://hooks.slack.com/…``: what is safe to log.
+
+    Chat webhooks carry their secret in the path (Slack, Discord) or the query (a token); user and password may be
+    in the host part. Only the scheme, host and port are kept.
+    """
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    host = parts.hostname or "?"
+    port = f":{parts.port}" if parts.port else ""
+    hidden = "/…" if (parts.path not in ("", "/") or parts.query or "@" in parts.netloc) else ""
+    return f"{parts.scheme}://{host}{port}{hidden}"
+
+
+def scrub(text: str, url: str | None) -> str:
+    """``text`` (an exception's message) without the secret parts of ``url``: its path, query and credentials."""
+    if not url:
+        return text
+    parts = urlsplit(url)
+    secrets = [parts.path, parts.query, parts.username, parts.password, url]
+    for secret in sorted((s for s in secrets if s and s != "/"), key=len, reverse=True):
+        text = text.replace(secret, "…")
+    return text
 
 
 _sinks: dict[str | None, AlertSink] = {}

@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (2 for invalid DDL, 1 for other failures)."""
-    from clickhouse_connect.driver.exceptions import ClickHouseError
+    from clickhouse_connect.driver.exceptions import ClickHouseError, OperationalError
 
     args = _parser().parse_args(argv)
     try:
@@ -85,16 +85,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ChmvError as err:
         print(f"chmv: {err}", file=sys.stderr)
         return 1
+    except OperationalError as err:  # no answer within the connect or read timeout, or no connection at all
+        limits = "connect_timeout_seconds / read_timeout_seconds, or the DSN's ?connect_timeout=&send_receive_timeout="
+        print(f"chmv: ClickHouse did not answer: {_first_line(err)} (time limits: {limits})", file=sys.stderr)
+        return 1
     except ClickHouseError as err:
         print(f"chmv: the server failed: {str(err).strip().splitlines()[0] if str(err).strip() else err}",
               file=sys.stderr)  # fmt: skip
         return 1
 
 
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def _run(args: argparse.Namespace) -> int:
     from chmv_assets.ddl.loader import load
 
     loaded = load(args.ddl_dir, default_database=args.default_database)
+    if not loaded.project.views and args.command != "load-demo":
+        print(f"chmv: warning: no materialized view found in {loaded.config.ddl_dir}", file=sys.stderr)
     if args.command == "lineage":
         graph = loaded.graph
         if args.impact:
@@ -108,9 +119,11 @@ def _run(args: argparse.Namespace) -> int:
         return 0
 
     from chmv_assets.engine.apply import apply
-    from resources.clickhouse import ClickHouseResource
+    from resources.clickhouse import clickhouse_from_env, for_project
 
-    resource = ClickHouseResource(dsn=args.dsn)
+    # the DSN (else $CHMV_CLICKHOUSE_DSN), credentials from $CLICKHOUSE_USER / $CLICKHOUSE_PASSWORD over the DSN's
+    config = loaded.config
+    resource = for_project(clickhouse_from_env(args.dsn), config.default_database, where=f"{config.ddl_dir}/chmv.toml")
     if args.command == "rebuild":
         return _rebuild(args, loaded, resource)
     if args.command == "plan":

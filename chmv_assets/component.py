@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from dagster import AssetKey, Definitions, EnvVar
 from dagster.components import (
@@ -44,7 +45,7 @@ from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.errors import ChmvError
 from chmv_assets.orchestration.definitions import build_definitions, default_clickhouse
 from chmv_assets.orchestration.translator import ChmvTranslator
-from resources.clickhouse import ClickHouseResource
+from resources.clickhouse import ClickHouseResource, redact_dsn
 
 _CHDB = "chdb://"
 
@@ -214,7 +215,15 @@ class ChmvComponent(Component, Resolvable):
             return default_clickhouse()
         if self.dsn.startswith(_CHDB):
             return ClickHouseResource(dsn=self.dsn)
-        return ClickHouseResource(dsn=self.dsn, username=self.username, password=EnvVar(self.password_env_var))
+        if "@" in urlsplit(self.dsn).netloc:  # the UI shows the resource's configuration: a DSN as written
+            raise ChmvError(
+                f"the dsn of the chmv component of {self.ddl_dir} carries credentials ({redact_dsn(self.dsn)} with a "
+                "user@): the Dagster UI would show them; set `username` and `password_env_var` (the environment "
+                "variable holding the password) instead"
+            )
+        # the password's variable unset: no password (rather than a run failing at resource start)
+        password = EnvVar(self.password_env_var) if os.environ.get(self.password_env_var) else None
+        return ClickHouseResource(dsn=self.dsn, username=self.username, password=password)
 
     def build_defs(self, context: ComponentLoadContext) -> Definitions:
         """Assets, checks, sensors, jobs and resources of the DDL directory; never opens ClickHouse."""

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import tomllib
+from datetime import date
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from chmv_assets.errors import DDLError, DDLProblem
 
@@ -50,6 +53,13 @@ class SweepConfig(BaseModel):
     max_rows: int = Field(default=200_000_000, ge=1, description="Most rows (source + target, estimated from "
                           "system.parts) one tick's evaluations read; one partition always fits.")
     recovery_interval_seconds: int = Field(default=60, ge=5, description="Seconds between two recovery ticks.")
+    recovery_apply: str = Field(
+        default="restore",
+        pattern="^(restore|changes|never)$",
+        description="DDL repairs recovery requests as runs of the chmv_apply job: 'restore' (an MV the DDL defines "
+        "is missing or detached), 'changes' (also a live SELECT or TO that differs from the DDL: a pending "
+        "change is applied without a human), 'never'.",
+    )
 
 
 class ChmvConfig(BaseModel):
@@ -84,6 +94,26 @@ class ChmvConfig(BaseModel):
     ingestion: IngestionConfig = IngestionConfig()
     sweep: SweepConfig = SweepConfig()
 
+    @field_validator("partition_start")
+    @classmethod
+    def _a_date(cls, value: str) -> str:
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+            raise ValueError(f"{value!r} is not a date: write it as YYYY-MM-DD (e.g. \"2025-01-01\")")
+        try:
+            date.fromisoformat(value)
+        except ValueError as err:
+            raise ValueError(f"{value!r} is not a date ({err})") from None
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _a_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{value!r} is not a time zone of the IANA database (e.g. \"UTC\", \"Asia/Kolkata\")") from None
+        return value
+
 
 def load_config(ddl_dir: str | Path, **overrides: object) -> ChmvConfig:
     """Read ``<ddl_dir>/chmv.toml`` (if present) and apply non-None overrides.
@@ -108,6 +138,50 @@ def load_config(ddl_dir: str | Path, **overrides: object) -> ChmvConfig:
     try:
         return ChmvConfig(**data)
     except ValidationError as err:
-        problems = [DDLProblem(str(path), 1, 1, f"{'.'.join(map(str, e['loc']))}: {e['msg']}",
-                               "see ChmvConfig in chmv_assets/ddl/config.py for the keys") for e in err.errors()]  # fmt: skip
-        raise DDLError(problems) from err
+        text = path.read_text(encoding="utf-8") if path.is_file() else ""
+        problems = [_problem(path, text, e, overridden=set(overrides)) for e in err.errors()]
+        problems.sort(key=lambda p: (p.line, p.column))
+        raise DDLError(problems, where=f"in {path}; nothing was loaded") from err
+
+
+def _problem(path: Path, text: str, error: dict, *, overridden: set[str]) -> DDLProblem:
+    """A validation error at the line and column of its key in chmv.toml (line 1 when the file does not set it)."""
+    keys = [str(k) for k in error["loc"]]
+    key = ".".join(keys)
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        hint = "remove or rename the key; the keys are those of ChmvConfig in chmv_assets/ddl/config.py (README)"
+    else:
+        hint = f"fix the value of {key}; see ChmvConfig in chmv_assets/ddl/config.py for what it takes"
+    if keys and keys[0] in overridden:
+        return DDLProblem(str(path), 1, 1, f"{key} (given on the command line or by the caller): {message}", hint)
+    line, column = key_position(text, keys)
+    return DDLProblem(str(path), line, column, f"{key}: {message}", hint)
+
+
+def key_position(text: str, keys: list[str]) -> tuple[int, int]:
+    """The 1-based line and column where ``keys`` (``["sweep", "interval_seconds"]``) is set in TOML ``text``.
+
+    The key's own line (or the line of the inline table holding it), else the header of its deepest table, else
+    ``(1, 1)``.
+    """
+    best, depth = (1, 1), 0
+    table: list[str] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        header = re.fullmatch(r"\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?", raw)
+        if header:
+            table = [_unquote(k) for k in re.findall(r'"[^"]*"|[^.\s]+', header.group(1))]
+            if depth < len(table) <= len(keys) and keys[: len(table)] == table:
+                best, depth = (number, raw.index("[") + 1), len(table)
+            continue
+        assigned = re.match(r'\s*("[^"]*"|[A-Za-z0-9_-]+)\s*=', raw)
+        if assigned:
+            name = [*table, _unquote(assigned.group(1))]
+            if keys[: len(name)] == name:
+                return number, assigned.start(1) + 1
+    return best
+
+
+def _unquote(key: str) -> str:
+    key = key.strip()
+    return key[1:-1] if len(key) >= 2 and key[0] == key[-1] == '"' else key

@@ -27,6 +27,7 @@ from chmv_assets.ddl.config import ChmvConfig, load_config
 from chmv_assets.ddl.lineage import LineageGraph
 from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.ddl.parser import load_project
+from chmv_assets.errors import DDLError, DDLProblem
 from resources.state import default_state_dir
 
 T = TypeVar("T")
@@ -108,6 +109,32 @@ def load(ddl_dir: str | Path, **overrides: object) -> LoadedProject:
             if key:
                 _write_cache(key, project)
     return LoadedProject(config=config, project=project)
+
+
+def require_views(loaded: LoadedProject) -> None:
+    """Raise when the DDL directory defines no materialized view: chmv would build an empty code location.
+
+    Raises:
+        DDLError: Naming the directory, what it holds and what to do.
+    """
+    project = loaded.project
+    if project.views:
+        return
+    ddl_dir = Path(loaded.config.ddl_dir)
+    if ddl_dir.is_dir():
+        files = sum(1 for p in ddl_dir.rglob("*.sql") if p.is_file())
+        held = f"{files} .sql file{'s' if files != 1 else ''}, {len(project.tables)} table(s)"
+    else:
+        held = "the directory does not exist"
+    problem = DDLProblem(
+        str(ddl_dir),
+        1,
+        1,
+        f"no materialized view found in {ddl_dir} ({held})",
+        "point CHMV_DDL_DIR (or --ddl-dir, or the component's ddl_dir) at the directory of your "
+        "CREATE MATERIALIZED VIEW statements",
+    )
+    raise DDLError([problem], where="in the DDL directory; nothing to manage")
 
 
 def _cache_key(config: ChmvConfig) -> str | None:

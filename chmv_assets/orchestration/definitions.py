@@ -5,19 +5,17 @@ Nothing here opens ClickHouse, so loading the code location never contends for t
 
 from __future__ import annotations
 
-import os
-
-from dagster import Definitions, EnvVar, in_process_executor
+from dagster import Definitions, in_process_executor
 
 from asset_checks.definitions import build_asset_checks
-from chmv_assets.ddl.loader import LoadedProject, gc_paused
+from chmv_assets.ddl.loader import LoadedProject, gc_paused, require_views
 from chmv_assets.orchestration.assets import build_chmv_assets
 from chmv_assets.orchestration.jobs import build_jobs
 from chmv_assets.orchestration.live_state import build_live_state_sensor
 from chmv_assets.orchestration.sensors import build_sensors, rebuild_jobs
 from chmv_assets.orchestration.sweep import build_sweep
 from chmv_assets.orchestration.translator import ChmvTranslator
-from resources.clickhouse import ClickHouseResource
+from resources.clickhouse import ClickHouseResource, clickhouse_from_env, for_project
 from spark.assets import build_spark_definitions
 
 
@@ -31,11 +29,18 @@ def build_definitions(
 
     Args:
         loaded: The parsed DDL directory and its configuration.
-        clickhouse: The resource; default: ``$CHMV_CLICKHOUSE_DSN`` or the embedded engine.
+        clickhouse: The resource; default: ``$CHMV_CLICKHOUSE_DSN`` or the embedded engine. Its sessions are
+            opened in the project's ``default_database`` (:func:`resources.clickhouse.for_project`).
         translator: Hooks for asset keys, groups, partitions and metadata.
+
+    Raises:
+        DDLError: The DDL directory defines no materialized view.
+        ChmvError: The resource names another session database than the project's ``default_database``.
     """
+    require_views(loaded)
     translator = translator or ChmvTranslator()
-    clickhouse = clickhouse or default_clickhouse()
+    clickhouse = for_project(clickhouse or default_clickhouse(), loaded.config.default_database,
+                             where=f"{loaded.config.ddl_dir}/chmv.toml")
     with gc_paused():
         return _assemble(loaded, clickhouse, translator)
 
@@ -62,9 +67,7 @@ def _assemble(loaded: LoadedProject, clickhouse: ClickHouseResource, translator:
 
 
 def default_clickhouse() -> ClickHouseResource:
-    """The embedded engine, or a server when ``CHMV_CLICKHOUSE_DSN`` is set (password from ``CLICKHOUSE_PASSWORD``)."""
-    dsn = os.environ.get("CHMV_CLICKHOUSE_DSN")
-    if dsn and not dsn.startswith("chdb:"):
-        return ClickHouseResource(dsn=dsn, username=os.environ.get("CLICKHOUSE_USER"), password=EnvVar("CLICKHOUSE_PASSWORD"))
-    return ClickHouseResource(dsn=dsn)
+    """The embedded engine, or a server when ``CHMV_CLICKHOUSE_DSN`` is set (:func:`resources.clickhouse.clickhouse_from_env`:
+    the DSN, ``CLICKHOUSE_USER`` and ``CLICKHOUSE_PASSWORD`` as ``EnvVar``, so the UI shows their names)."""
+    return clickhouse_from_env()
 

@@ -80,3 +80,19 @@ def test_log_only_sink_logs(caplog) -> None:
     with caplog.at_level("WARNING", logger="chmv.alerts"):
         sink.send(Alert("check_warned", "warning", "analytics.t", "climbing parts"))
     assert "check_warned analytics.t: climbing parts" in caplog.text
+
+
+def test_a_failed_delivery_logs_no_part_of_the_webhooks_secret(caplog) -> None:
+    with socket.socket() as s:  # a port nobody listens on: urllib3's error names the URL it tried
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://bot:pw@127.0.0.1:{port}/services/T0001/B0002/XyZsecret?token=t0k3n"
+    sink = AlertSink(url, attempts=2, backoff_seconds=0.01, budget_seconds=1.0)
+    with caplog.at_level("ERROR", logger="chmv.alerts"):
+        sink.send(Alert("stale", "warning", "analytics.t", "lags"))
+        assert sink.flush(10)
+    assert sink.failed == 1
+    assert f"alert webhook http://127.0.0.1:{port}/… gave up on stale for analytics.t" in caplog.text
+    for secret in ("XyZsecret", "T0001", "t0k3n", "services", "pw@", "bot"):
+        assert secret not in caplog.text
+    assert "XyZsecret" not in repr(sink)

@@ -78,3 +78,12 @@ def test_derived_data_is_computed_once_per_load_and_lives_with_it(ddl: Path) -> 
     assert [first.derived("n", compute), first.derived("n", compute), second.derived("n", compute)] == [1, 1, 2]
     assert first.derived("other", compute) == 3  # another key is another value
     assert loader.LoadedProject(config=first.config, project=first.project).derived("n", compute) == 4
+
+
+def test_a_directory_without_an_mv_is_named_with_what_it_holds(tmp_path: Path) -> None:
+    from chmv_assets.ddl.loader import require_views
+    from chmv_assets.errors import DDLError
+
+    (tmp_path / "t.sql").write_text("CREATE TABLE db.t (a UInt8) ENGINE = MergeTree ORDER BY a;\n")
+    with pytest.raises(DDLError, match=r"no materialized view found in .* \(1 \.sql file, 1 table\(s\)\)"):
+        require_views(loader.load(tmp_path))
