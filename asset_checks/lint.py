@@ -83,6 +83,19 @@ def lint_view(loaded: LoadedProject, view: MaterializedView) -> list[LintFinding
             "has ORDER BY in its SELECT: it has no effect, the target keeps its own sort order.",
             "remove the ORDER BY; set the target's ORDER BY instead.")  # fmt: skip
     target = project.table(view.writes_to)
+    aggregating = bool(view.group_by or view.aggregates)
+    if aggregating and target is not None and target.engine is not None and target.engine.family == "MergeTree":
+        keys = ", ".join(view.group_by) or "no key"
+        add(
+            "group_by_into_merge_tree",
+            f"aggregates (GROUP BY {keys}) into {view.writes_to.fqn}, a plain {target.engine.name}: the MV runs "
+            "per insert block, so each block writes its own row per group; the table holds partial aggregates "
+            "whose number depends on how the inserts were batched, and a reader that counts rows or takes one "
+            "row per group is wrong.",
+            "make the target a SummingMergeTree ORDER BY the group keys (sums merge per key) or an "
+            "AggregatingMergeTree with -State columns, and read it with GROUP BY (sum(), -Merge); chmv's parity "
+            "compares its sums and distinct groups, which batching does not change.",
+        )
     if target is not None and target.engine is not None and target.engine.family == "AggregatingMergeTree":
         states = {a.output for a in view.aggregates if a.is_state}
         for column in target.columns:

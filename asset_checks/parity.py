@@ -29,11 +29,12 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from asset_checks.common import SELF_DEDUP_ENGINES, involved_objects, missing_message
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.ddl.models import ObjectRef, Table
+from chmv_assets.ddl.models import MaterializedView, ObjectRef, Table
 from chmv_assets.ddl.partitioning import PartitionWindow, partition_scheme
 from chmv_assets.engine import landing
 from chmv_assets.engine.catalog import existing_objects, live_table
 from chmv_assets.engine.coverage import mappings, observe_coverage
+from chmv_assets.engine.drift import DriftItem, apply_pending, describe_pending
 from chmv_assets.engine.lake_read import lake_relation
 from chmv_assets.engine.planner import spark_capable
 from chmv_assets.errors import ChmvError
@@ -134,8 +135,13 @@ class ParityResult:
         return f"{where}: {verdict} ({figures}{against})"
 
 
-def measures_for(table: Table) -> list[tuple[str, str, str]]:
-    """``(name, expression on the target, expression on the recompute)`` for the target's engine."""
+def measures_for(table: Table, views: Sequence[MaterializedView] = ()) -> list[tuple[str, str, str]]:
+    """``(name, expression on the target, expression on the recompute)`` for the target's engine.
+
+    Only figures that do not depend on how the inserts were batched: an MV fires per insert block, so a GROUP BY MV
+    into a plain MergeTree (``views``: the MVs writing ``table``) writes one row per group per block, and its row
+    count depends on the batching; its additive measures and its distinct groups do not (:func:`grouped_measures`).
+    """
     family = table.engine.family if table.engine is not None else "MergeTree"
     keys = table.order_by or "tuple()"  # verbatim: executed as written
     key_names = set(table.order_by_columns)
@@ -162,7 +168,50 @@ def measures_for(table: Table) -> list[tuple[str, str, str]]:
             expr = f"sum({quote(column.name)})"
             out.append((f"sum({column.name})", expr, expr))
         return [*out, ("distinct keys", f"uniqExact({keys})", f"uniqExact({keys})")]
-    return [("rows", "count()", "count()")]
+    return grouped_measures(table, views) or [("rows", "count()", "count()")]
+
+
+def grouped_measures(table: Table, views: Sequence[MaterializedView]) -> list[tuple[str, str, str]]:
+    """The batching-invariant figures of a target that aggregating MVs write into a non-aggregating engine; empty
+    when some MV writing it does not aggregate (its rows are the measure).
+
+    Per target column that every MV writes from an additive aggregate alone (``count()``, ``sum(x)``, ``countIf``…),
+    its sum; then the number of distinct groups, read on the columns the MVs write without aggregating (each a
+    function of the GROUP BY keys).
+    """
+    if not views or not all(v.group_by or v.aggregates for v in views):
+        return []
+    columns = [c.name for c in table.columns]
+    additive = [c for c in columns if all(_additive_output(v, c) for v in views)]
+    plain = [c for c in columns if c not in additive and all(_plain_output(v, c) for v in views)]
+    out = [(f"sum({c})", f"sum({quote(c)})", f"sum({quote(c)})") for c in additive]
+    if plain:
+        groups = f"uniqExact(tuple({', '.join(quote(c) for c in plain)}))"
+        out.append((f"distinct groups ({', '.join(plain)})", groups, groups))
+    return out
+
+
+def _additive_output(view: MaterializedView, column: str) -> bool:
+    """``column`` of the MV's output is one additive aggregate call and nothing else (``count() AS n``)."""
+    calls = [a for a in view.aggregates if a.output == column]
+    output = view.output(column)
+    if len(calls) != 1 or output is None or calls[0].is_state or calls[0].base not in ADDITIVE:
+        return False
+    text = output.expression.replace(" ", "").lower()
+    head = calls[0].function.lower() + "("
+    if not text.startswith(head):
+        return False
+    depth = 0
+    for position, char in enumerate(text[len(head) - 1 :], start=len(head) - 1):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            return position == len(text) - 1  # the call's own parenthesis closes the expression
+    return False
+
+
+def _plain_output(view: MaterializedView, column: str) -> bool:
+    output = view.output(column)
+    return output is not None and not output.is_aggregate
 
 
 def parity_sql(loaded: LoadedProject, target: ObjectRef, window: PartitionWindow | None,
@@ -181,7 +230,7 @@ def parity_sql(loaded: LoadedProject, target: ObjectRef, window: PartitionWindow
     scheme = partition_scheme(table, views)
     if scheme.grain is None:
         window = None
-    measures = measures_for(table)
+    measures = measures_for(table, views)
     target_where = ""
     if window is not None and table.partition_by is not None:
         target_where = f" WHERE ({table.partition_by.sql}) = ({partition_expression(table, scheme, window)})"
@@ -219,7 +268,7 @@ def partitions_parity_sql(loaded: LoadedProject, target: ObjectRef, windows: Seq
         raise ChmvError(f"{target.fqn} is not a partitioned table defined in the DDL directory")
     views = project.views_into(target)
     scheme = partition_scheme(table, views)
-    measures = measures_for(table)
+    measures = measures_for(table, views)
     final = " FINAL" if table.engine is not None and table.engine.family in SELF_DEDUP_ENGINES else ""
     key = f"({table.partition_by.sql})"
     keep = " OR ".join(f"{key} = ({partition_expression(table, scheme, w)})" for w in windows)
@@ -238,10 +287,18 @@ def partitions_parity_sql(loaded: LoadedProject, target: ObjectRef, windows: Seq
             f"{expected_cols} FROM ({union}) GROUP BY _chmv_partition")  # fmt: skip
 
 
-def parity_for_partitions(client: Client, loaded: LoadedProject, target_ref: ObjectRef,
-                          windows: Sequence[PartitionWindow | None], *, now: datetime | None = None,
-                          root: Path | None = None, live: ObjectRef | None = None,
-                          coverage_first: bool = True) -> list[ParityResult]:  # fmt: skip
+def parity_for_partitions(
+    client: Client,
+    loaded: LoadedProject,
+    target_ref: ObjectRef,
+    windows: Sequence[PartitionWindow | None],
+    *,
+    now: datetime | None = None,
+    root: Path | None = None,
+    live: ObjectRef | None = None,
+    coverage_first: bool = True,
+    pending: Sequence[DriftItem] | None = None,
+) -> list[ParityResult]:
     """:func:`parity_for_partition` of each window (in order), the source's partitions compared in one query.
 
     One existence check, one coverage probe of every window and one :func:`partitions_parity_sql` for the windows
@@ -254,16 +311,34 @@ def parity_for_partitions(client: Client, loaded: LoadedProject, target_ref: Obj
             recompute from the source tables first and observe coverage only for the partitions where the target
             holds MORE than the source yields, the one case a truncated source can explain; a match or a
             shortfall of the target is a verdict without it, so a sweep reads each changed partition about once.
+        pending: The target's changes waiting for ``chmv apply`` (:func:`chmv_assets.engine.drift.apply_pending`),
+            when the caller read them for several targets at once; None: read here.
     """
     windows = list(windows)
+    waiting = apply_pending_note(client, loaded, target_ref, live, pending)
+    if waiting:
+        tolerance = loaded.config.parity.tolerance
+        return [
+            ParityResult(target_ref.fqn, w.key if w else None, tolerance=tolerance, unverifiable=waiting)
+            for w in windows
+        ]
     project = loaded.project
     table = project.table(target_ref)
     one_by_one = (len(windows) < 2 or table is None or table.partition_by is None
                   or any(w is None for w in windows) or any(v.refreshable for v in project.views_into(target_ref))
                   or partition_scheme(table, project.views_into(target_ref)).grain is None)  # fmt: skip
     if one_by_one:
-        return _parity_each(client, loaded, target_ref, windows, now=now, root=root, live=live,
-                            coverage_first=coverage_first)  # fmt: skip
+        return _parity_each(
+            client,
+            loaded,
+            target_ref,
+            windows,
+            now=now,
+            root=root,
+            live=live,
+            coverage_first=coverage_first,
+            pending=(),
+        )
     assert table is not None
     config = loaded.config.parity
     involved = involved_objects(loaded, target_ref)
@@ -279,7 +354,7 @@ def parity_for_partitions(client: Client, loaded: LoadedProject, target_ref: Obj
     try:
         live = live or live_table(client, project, target_ref)
     except (ClickHouseError, ChmvError):  # each window reports the failure
-        return _parity_each(client, loaded, target_ref, windows, now=now, root=root)
+        return _parity_each(client, loaded, target_ref, windows, now=now, root=root, pending=())
     lost: list[PartitionWindow] = []
     if coverage_first:
         try:
@@ -288,7 +363,9 @@ def parity_for_partitions(client: Client, loaded: LoadedProject, target_ref: Obj
         except (ClickHouseError, ChmvError) as err:  # coverage is an aid here: without it, check as before
             notes = (f"coverage not observed ({str(err).strip().splitlines()[0][:200]})",)
     for window in lost:  # the landing zone's truth, or not verifiable: one by one
-        results[window.key] = parity_for_partition(client, loaded, target_ref, window, now=now, root=root, live=live)
+        results[window.key] = _parity_each(
+            client, loaded, target_ref, [window], now=now, root=root, live=live, pending=()
+        )[0]
     by_source = [w for w in windows if w is not None and w.key not in results]
     scheme = partition_scheme(table, project.views_into(target_ref))
     sql, rows = "", {}  # (side, partition key) -> figures
@@ -309,18 +386,21 @@ def parity_for_partitions(client: Client, loaded: LoadedProject, target_ref: Obj
             results[window.key] = ParityResult(target_ref.fqn, window.key, tolerance=config.tolerance,
                                                error=_first_line(err), sql=sql)  # fmt: skip
         by_source = []
-    names = [name for name, _a, _e in measures_for(table)]
+    names = [name for name, _a, _e in measures_for(table, project.views_into(target_ref))]
     for window in by_source:
         actual = rows.get(("actual", window.key)) or (0.0,) * len(names)
         expected = rows.get(("expected", window.key)) or (0.0,) * len(names)
-        measures = tuple(Measure(n, float(e or 0), float(a or 0)) for n, e, a in zip(names, expected, actual, strict=True))
+        measures = tuple(
+            Measure(n, float(e or 0), float(a or 0)) for n, e, a in zip(names, expected, actual, strict=True)
+        )
         in_grace = window.end > now - timedelta(minutes=config.grace_minutes)
         results[window.key] = ParityResult(target_ref.fqn, window.key, measures, config.tolerance, in_grace, sql=sql,
                                            notes=notes)  # fmt: skip
         if not coverage_first and results[window.key].holds_more:
-            results[window.key] = parity_for_partition(client, loaded, target_ref, window, now=now, root=root, live=live)
+            results[window.key] = _parity_each(
+                client, loaded, target_ref, [window], now=now, root=root, live=live, pending=()
+            )[0]
     return [results[w.key if w else None] for w in windows]
-
 
 
 def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: ObjectRef,
@@ -346,10 +426,18 @@ def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: Obje
     return _parity_each(client, loaded, target_ref, [window], now=now, root=root, live=live)[0]
 
 
-def _parity_each(client: Client, loaded: LoadedProject, target_ref: ObjectRef,
-                          windows: Sequence[PartitionWindow | None], *, now: datetime | None = None,
-                          root: Path | None = None, live: ObjectRef | None = None,
-                          coverage_first: bool = True) -> list[ParityResult]:  # fmt: skip
+def _parity_each(
+    client: Client,
+    loaded: LoadedProject,
+    target_ref: ObjectRef,
+    windows: Sequence[PartitionWindow | None],
+    *,
+    now: datetime | None = None,
+    root: Path | None = None,
+    live: ObjectRef | None = None,
+    coverage_first: bool = True,
+    pending: Sequence[DriftItem] | None = None,
+) -> list[ParityResult]:
     """:func:`parity_for_partition` of each window, one by one (the catalog read once).
 
     Args:
@@ -359,10 +447,18 @@ def _parity_each(client: Client, loaded: LoadedProject, target_ref: ObjectRef,
             match or a shortfall of the target is a verdict without it, so a sweep reads each changed
             partition once.
 
+        pending: As :func:`parity_for_partitions` (``()``: already checked by the caller).
+
     Returns:
         One result per window, in order.
     """
     config = loaded.config.parity
+    waiting = apply_pending_note(client, loaded, target_ref, live, pending)
+    if waiting:
+        return [
+            ParityResult(target_ref.fqn, w.key if w else None, tolerance=config.tolerance, unverifiable=waiting)
+            for w in windows
+        ]
     involved = involved_objects(loaded, target_ref)
     missing = set(involved) - existing_objects(client, involved)
     missing -= set(loaded.project.dictionaries)  # dictionaries are checked by drift, parity does not read them
@@ -389,6 +485,30 @@ def _parity_each(client: Client, loaded: LoadedProject, target_ref: ObjectRef,
     return results
 
 
+def apply_pending_note(
+    client: Client,
+    loaded: LoadedProject,
+    target: ObjectRef,
+    live: ObjectRef | None,
+    pending: Sequence[DriftItem] | None,
+) -> str | None:
+    """Why the target's parity cannot be judged now: its MVs run another SELECT or TO than the DDL directory.
+
+    The recompute uses the DDL's SELECT; while the change waits for ``chmv apply``, the live MV writes what its own
+    SELECT yields, so a mismatch would be a false failure (and a match a false pass). The drift check fails meanwhile,
+    with the plan that fixes it. Not checked when ``live`` is given: the caller compares a table of its own (a new
+    version that ``chmv apply`` builds with the new SELECT).
+    """
+    if live is not None:
+        return None
+    if pending is None:
+        try:
+            pending = apply_pending(client, loaded.project, [target])[target]
+        except ClickHouseError:
+            return None  # the server's catalog unreadable: the check reports its own failure
+    return describe_pending(pending, str(loaded.project.ddl_dir)) if pending else None
+
+
 def _first_line(err: Exception) -> str:
     return str(err).strip().splitlines()[0][:500] if str(err).strip() else type(err).__name__
 
@@ -412,7 +532,7 @@ def _parity(client: Client, loaded: LoadedProject, target_ref: ObjectRef, window
         rows = {row[0]: row[1:] for row in client.query(sql).result_rows}
     except (ClickHouseError, ChmvError) as err:  # a failing recompute is a parity failure with its reason
         return ParityResult(target_ref.fqn, partition, tolerance=config.tolerance, error=_first_line(err), sql=sql)
-    names = [name for name, _a, _e in measures_for(table)]
+    names = [name for name, _a, _e in measures_for(table, loaded.project.views_into(target_ref))]
     actual = rows.get("actual") or (0.0,) * len(names)
     expected = rows.get("expected") or (0.0,) * len(names)
     measures = tuple(Measure(n, float(e or 0), float(a or 0)) for n, e, a in zip(names, expected, actual, strict=True))

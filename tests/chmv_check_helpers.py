@@ -69,7 +69,14 @@ def tick(loaded: LoadedProject, sensor_name: str, resource, instance: DagsterIns
 
 
 def execute(loaded: LoadedProject, resource, instance: DagsterInstance, request: RunRequest):
-    """Execute a run request of the recovery/staleness sensors: the target's asset (and its parity check)."""
+    """Execute a run request of the recovery sensor: the target's asset (and its parity check), or a ``chmv_apply``
+    run with its run config."""
+    if request.job_name == "chmv_apply":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            job = build_definitions(loaded, clickhouse=resource, translator=TRANSLATOR).get_job_def("chmv_apply")
+            tags = dict(request.tags)
+            return job.execute_in_process(run_config=request.run_config, instance=instance, tags=tags, raise_on_error=False)
     (key,) = request.asset_selection
     assets = [a for a in build_chmv_assets(loaded, TRANSLATOR) if getattr(a, "keys", None) and key in a.keys]
     checks = [c for c in build_asset_checks(loaded, TRANSLATOR) if AssetCheckKey(key, PARITY) in c.check_keys]

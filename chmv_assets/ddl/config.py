@@ -98,7 +98,7 @@ class ChmvConfig(BaseModel):
     @classmethod
     def _a_date(cls, value: str) -> str:
         if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
-            raise ValueError(f"{value!r} is not a date: write it as YYYY-MM-DD (e.g. \"2025-01-01\")")
+            raise ValueError(f'{value!r} is not a date: write it as YYYY-MM-DD (e.g. "2025-01-01")')
         try:
             date.fromisoformat(value)
         except ValueError as err:
@@ -111,7 +111,9 @@ class ChmvConfig(BaseModel):
         try:
             ZoneInfo(value)
         except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"{value!r} is not a time zone of the IANA database (e.g. \"UTC\", \"Asia/Kolkata\")") from None
+            raise ValueError(
+                f'{value!r} is not a time zone of the IANA database (e.g. "UTC", "Asia/Kolkata")'
+            ) from None
         return value
 
 

@@ -71,27 +71,39 @@ class LiveObject:
         return dict(self.columns)
 
 
-def read_live(client: Client, databases: Iterable[str]) -> dict[ObjectRef, LiveObject]:
-    """Every object of ``databases`` on the server, in two queries (``system.tables``, ``system.columns``)."""
+def read_live(
+    client: Client, databases: Iterable[str], *, columns: bool = True, names: Iterable[ObjectRef] | None = None
+) -> dict[ObjectRef, LiveObject]:
+    """Every object of ``databases`` on the server, in two queries (``system.tables``, ``system.columns``).
+
+    Args:
+        columns: Read ``system.columns`` too (else every object's ``columns`` is empty: one query).
+        names: Only these objects (of ``databases``).
+    """
     databases = sorted(set(databases))
     if not databases:
         return {}
-    columns: dict[ObjectRef, list[tuple[str, str]]] = {}
-    for d, t, name, type_ in client.query(
-        "SELECT database, table, name, type FROM system.columns WHERE database IN {dbs:Array(String)} "
-        "ORDER BY database, table, position",
-        parameters={"dbs": databases},
-    ).result_rows:
-        columns.setdefault(ObjectRef(database=d, name=t), []).append((name, type_))
+    where, parameters = "database IN {dbs:Array(String)}", {"dbs": databases}
+    if names is not None:
+        where += " AND (database, name) IN {refs:Array(Tuple(String, String))}"
+        parameters["refs"] = sorted({(r.database, r.name) for r in names})
+    found: dict[ObjectRef, list[tuple[str, str]]] = {}
+    if columns:
+        for d, t, name, type_ in client.query(
+            "SELECT database, table, name, type FROM system.columns WHERE database IN {dbs:Array(String)} "
+            "ORDER BY database, table, position",
+            parameters={"dbs": databases},
+        ).result_rows:
+            found.setdefault(ObjectRef(database=d, name=t), []).append((name, type_))
     live = {}
     for d, n, engine, query, formatted, target_db, target_name, comment in client.query(
         "SELECT database, name, engine, create_table_query, formatQueryOrNull(as_select), target_database, "
-        "target_table, comment FROM system.tables WHERE database IN {dbs:Array(String)}",
-        parameters={"dbs": databases},
+        f"target_table, comment FROM system.tables WHERE {where}",
+        parameters=parameters,
     ).result_rows:
         ref = ObjectRef(database=d, name=n)
         target = ObjectRef(database=target_db, name=target_name) if target_name else None
-        live[ref] = LiveObject(ref, engine, query or "", formatted or "", tuple(columns.get(ref, ())), target,
+        live[ref] = LiveObject(ref, engine, query or "", formatted or "", tuple(found.get(ref, ())), target,
                                comment or "")  # fmt: skip
     return live
 
@@ -125,6 +137,54 @@ def drift_report(client: Client, project: Project, targets: Iterable[ObjectRef])
     repo_selects = {v.ref: f or v.select_sql for v, f in zip(views, formatted, strict=True)}
     cache = {obj: _object_drift(project, obj, live.get(obj), repo_selects.get(obj)) for obj in objects}
     return {t: [item for o in by_target[t] for item in cache[o]] for t in targets}
+
+
+def apply_pending(client: Client, project: Project, targets: Iterable[ObjectRef]) -> dict[ObjectRef, list[DriftItem]]:
+    """Per target, the MVs writing it whose live SELECT or TO differs from the DDL directory: a change waiting for
+    ``chmv apply``.
+
+    Parity and rebuilds recompute a target with the MVs' SELECT of the DDL directory; while such a change is pending,
+    the live MV runs another one, and history recomputed with the repository's SELECT would disagree with every row
+    the live MV writes (and a parity failure would be false). Two queries for any number of targets: the MVs' rows
+    of ``system.tables`` and the server's formatting of their repository SELECT. A missing MV is no pending change
+    here (drift reports it); a refreshable MV recomputes with its live SELECT and is left out.
+    """
+    targets = list(targets)
+    views = {v.ref: v for t in targets for v in project.views_into(t) if not v.refreshable}
+    pending: dict[ObjectRef, list[DriftItem]] = {t: [] for t in targets}
+    if not views:
+        return pending
+    live = read_live(client, {r.database for r in views}, columns=False, names=views)
+    present = [v for ref, v in views.items() if ref in live and live[ref].engine == "MaterializedView"]
+    texts = format_queries(client, [v.select_sql for v in present])
+    formatted = dict(zip((v.ref for v in present), texts, strict=True))
+    for view in present:
+        items = _object_drift(project, view.ref, live[view.ref], formatted[view.ref] or view.select_sql)
+        pending[view.writes_to] += [i for i in items if i.kind in ("select_changed", "target_changed")]
+    return pending
+
+
+def describe_pending(items: Iterable[DriftItem], ddl_dir: str | None = None) -> str:
+    """The refusal of a rebuild or a parity check while changes wait for ``chmv apply``, naming each change."""
+    changes = []
+    for item in items:
+        if item.kind == "target_changed":
+            changes.append(f"{item.object} writes to {item.live} on the server, to {item.repo} in the DDL")
+        else:
+            changes.append(f"{item.object}'s live SELECT differs from the DDL (live: {item.live}; DDL: {item.repo})")
+    where = f" --ddl-dir {ddl_dir}" if ddl_dir else ""
+    return (
+        "apply pending: " + "; ".join(changes) + ". The live MV runs another SELECT than the DDL directory, so its "
+        "history is neither checked nor recomputed with the DDL's SELECT until the change is applied: run the "
+        f"chmv_apply job (or `chmv plan{where}`, then `chmv apply{where}`), which re-derives the history with the new "
+        "SELECT; or revert the DDL file"
+    )
+
+
+def pending_refusals(client: Client, project: Project, target: ObjectRef) -> tuple[str, ...]:
+    """The rebuild planner's refusal of ``target`` while a change of its MVs waits for ``chmv apply`` (empty: none)."""
+    items = apply_pending(client, project, [target])[target]
+    return (describe_pending(items, str(project.ddl_dir)),) if items else ()
 
 
 def select_changed(repo_select: str | None, live_select: str) -> bool:

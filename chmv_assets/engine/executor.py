@@ -22,7 +22,7 @@ import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,6 +36,7 @@ from chmv_assets.engine import landing
 from chmv_assets.engine import staging_area as staging
 from chmv_assets.engine.catalog import live_table
 from chmv_assets.engine.clients import ClientFactory
+from chmv_assets.engine.drift import pending_refusals
 from chmv_assets.engine.gates import crash_point, current_watermark, cutoff_of, source_gate
 from chmv_assets.engine.planner import (
     Engine,
@@ -125,6 +126,7 @@ def plan_for(clickhouse: ClientFactory, loaded: LoadedProject, target: ObjectRef
     """
     with source_gate(triggers_of(loaded.project, target)), clickhouse.get_client() as client:
         observations = observe(client, loaded, target, engine=engine, root=root, windows=windows)
+        observations = replace(observations, pending=pending_refusals(client, loaded.project, target))
     return plan_rebuild(loaded, target, windows, observations, engine=engine, root=root, force=force)
 
 

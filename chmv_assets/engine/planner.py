@@ -205,11 +205,14 @@ class Observations:
         oldest: Per trigger with an event-time column, its oldest row (None: the table is empty).
         coverage: The facts coverage is decided from (:func:`chmv_assets.engine.coverage.probe`); None: not
             observed, and the planner decides as it did before coverage (a repair's plan, hand-made plans).
+        pending: Why every partition is refused whatever the options: the live MVs run another SELECT or TO than
+            the DDL directory (:func:`chmv_assets.engine.drift.pending_refusals`, read by ``executor.plan_for``).
     """
 
     live: ObjectRef
     oldest: tuple[tuple[ObjectRef, datetime | None], ...] = ()
     coverage: Facts | None = None
+    pending: tuple[str, ...] = ()
 
     def oldest_of(self, source: ObjectRef) -> datetime | None:
         return dict(self.oldest).get(source)
@@ -285,6 +288,8 @@ def plan_rebuild(loaded: LoadedProject, target: ObjectRef, windows: Sequence[Par
         coverage = assess(loaded, target, windows, observations.coverage, root)
 
     def choose(window: PartitionWindow | None) -> tuple[Engine, str, str | None]:
+        if observations.pending:  # history is never recomputed with a SELECT the live MV does not run
+            return Engine.REFUSED, "; ".join(observations.pending), None
         covered = coverage.at(window) if coverage is not None else None
         if covered is None:
             return (*_engine_for(loaded, target, window, observations, engine, root), None)

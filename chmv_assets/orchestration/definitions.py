@@ -39,8 +39,10 @@ def build_definitions(
     """
     require_views(loaded)
     translator = translator or ChmvTranslator()
-    clickhouse = for_project(clickhouse or default_clickhouse(), loaded.config.default_database,
-                             where=f"{loaded.config.ddl_dir}/chmv.toml")
+    config = loaded.config
+    clickhouse = for_project(
+        clickhouse or default_clickhouse(), config.default_database, where=f"{config.ddl_dir}/chmv.toml"
+    )
     with gc_paused():
         return _assemble(loaded, clickhouse, translator)
 
@@ -48,15 +50,20 @@ def build_definitions(
 def _assemble(loaded: LoadedProject, clickhouse: ClickHouseResource, translator: ChmvTranslator) -> Definitions:
     spark = build_spark_definitions(loaded, translator)
     sweep_sensor, sweep_job = build_sweep(loaded, translator)
+    (apply_job,) = build_jobs(loaded)
     return Definitions.merge(
         Definitions(
             assets=build_chmv_assets(loaded, translator),
             asset_checks=build_asset_checks(loaded, translator),
-            sensors=[*build_sensors(loaded, translator), build_live_state_sensor(loaded, translator), sweep_sensor],
+            sensors=[
+                *build_sensors(loaded, translator, apply_job),
+                build_live_state_sensor(loaded, translator),
+                sweep_sensor,
+            ],
             # The sensors' rebuild jobs are listed too: Definitions.with_definition_metadata_update (what a
             # dg project applies to a component's defs) copies a job that only sensors name once per sensor,
             # and two sensors naming one job then fail as "Duplicate definition found for unresolved job".
-            jobs=[*build_jobs(loaded), sweep_job, *{id(j): j for j in rebuild_jobs(loaded, translator).values()}.values()],
+            jobs=[apply_job, sweep_job, *{id(j): j for j in rebuild_jobs(loaded, translator).values()}.values()],
             resources={"clickhouse": clickhouse},
             # The embedded engine serves one process at a time: steps in subprocesses would only queue for
             # it, each paying ~5 s of start-up (code location load); a run's steps execute in its process.
@@ -70,4 +77,3 @@ def default_clickhouse() -> ClickHouseResource:
     """The embedded engine, or a server when ``CHMV_CLICKHOUSE_DSN`` is set (:func:`resources.clickhouse.clickhouse_from_env`:
     the DSN, ``CLICKHOUSE_USER`` and ``CLICKHOUSE_PASSWORD`` as ``EnvVar``, so the UI shows their names)."""
     return clickhouse_from_env()
-

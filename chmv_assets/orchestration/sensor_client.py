@@ -54,7 +54,9 @@ class TickBudget:
         started: ``time.monotonic()`` at the start of the tick.
     """
 
-    seconds: float = field(default_factory=lambda: max(MIN_CALL_SECONDS, dagster_deadline_seconds() - DEADLINE_MARGIN_SECONDS))
+    seconds: float = field(
+        default_factory=lambda: max(MIN_CALL_SECONDS, dagster_deadline_seconds() - DEADLINE_MARGIN_SECONDS)
+    )
     started: float = field(default_factory=time.monotonic)
 
     def remaining(self) -> float:

@@ -1,24 +1,27 @@
-"""Sensors of chmv: watermark staleness, auto-recovery, drift.
+"""Sensors of chmv: watermark staleness, auto-recovery, drift. None of them executes DDL.
 
 - ``chmv_staleness``: one batched measurement per tick (chmv_assets.engine.staleness); a target past the SLA
-  raises an alert (once per episode) and requests catch-up runs of the lagging partitions.
-- ``chmv_recovery``: partitions whose parity check failed (read from the instance's check evaluations:
-  the parity sweep's, runs', manual ones) or whose staleness persisted across ticks get the tiered repair
-  of chmv_assets.engine.recovery: the cheapest fix on the MV first, then a rebuild run per range of
-  consecutive partitions, never one the planner would refuse; once a rebuilt partition passes, the
-  partitions of the targets reading it follow. Cooldown and retry limit in the cursor.
+  raises an alert (once per episode).
+- ``chmv_recovery``: the one request path of rebuilds. Partitions whose parity check failed (read from the
+  instance's check evaluations: the parity sweep's, runs', manual ones), whose staleness persisted across ticks,
+  or whose upstream partition was repaired, get the tiered repair of chmv_assets.engine.recovery: what needs DDL
+  first (an MV missing or detached: a run of the ``chmv_apply`` job for those objects; a live SELECT that differs
+  from the DDL: "apply pending", nothing rebuilt), then a rebuild run per range of consecutive partitions, never
+  one the planner would refuse nor one a run in progress already covers (:mod:`.requests`). Cooldown and retry
+  limit in the cursor.
 - ``chmv_drift``: when the files of the DDL directory change, re-parses them, reports drift against the
-  server and requests a run of the drift checks.
+  server and requests a run of the drift checks (with lint and part counts at the first tick).
 
-The embedded engine is opened with a short lock timeout: a busy engine or an unreachable server skips
-the tick with the reason (the cursor is kept, so the next tick catches up). Anything else raises.
+Every tick runs within a budget that ends before Dagster's deadline (:mod:`.sensor_client`): a busy engine, an
+unreachable or silent server, or a spent budget skips the tick with the reason (the cursor is kept, so the next
+tick catches up). Anything else raises.
 """
 
 import hashlib
 import json
 import time
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ from dagster import (
     AssetKey,
     AssetSelection,
     DefaultSensorStatus,
+    JobDefinition,
     RunRequest,
     SensorDefinition,
     SensorEvaluationContext,
@@ -37,19 +41,20 @@ from dagster import (
     sensor,
 )
 
-from asset_checks.definitions import DRIFT, PARITY, check_key, targets_by_key
+from asset_checks.definitions import DRIFT, LINT, PARITY, PARTS, check_key, targets_by_key
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.coverage import mappings
-from chmv_assets.engine.drift import drift_report
+from chmv_assets.engine.drift import describe_pending, drift_report
 from chmv_assets.engine.landing import landing_dir
 from chmv_assets.engine.planner import RebuildPlan, observe, plan_rebuild, windows_covering
-from chmv_assets.engine.recovery import Decision, entry_key, plan, split_key, tier1_repair
+from chmv_assets.engine.recovery import DdlRepair, Decision, ddl_repair, entry_key, plan, split_key
 from chmv_assets.engine.staleness import TargetLag, measure_staleness
 from chmv_assets.errors import DDLError
 from chmv_assets.orchestration.partitions import window_for_key
-from chmv_assets.orchestration.sensor_client import SensorSkip, sensor_client
+from chmv_assets.orchestration.requests import Due, InFlight, apply_request, in_flight, rebuild_requests
+from chmv_assets.orchestration.sensor_client import SensorSkip, TickBudget, sensor_client
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
 
@@ -117,9 +122,12 @@ def _rebuild_jobs(loaded: LoadedProject, translator: ChmvTranslator) -> dict[Obj
         groups.setdefault(name, []).append(target)
     jobs = {}
     for name, targets in groups.items():
-        job = define_asset_job(name, selection=AssetSelection.assets(*(translator.get_asset_key(t) for t in targets)),
-                               partitions_def=defs[name],
-                               description="Rebuild of MV targets requested by the chmv staleness/recovery sensors.")  # fmt: skip
+        job = define_asset_job(
+            name,
+            selection=AssetSelection.assets(*(translator.get_asset_key(t) for t in targets)),
+            partitions_def=defs[name],
+            description="Rebuild of MV targets requested by the chmv staleness/recovery sensors.",
+        )
         jobs.update({t: job for t in targets})
     return jobs
 
@@ -129,28 +137,39 @@ def _jobs(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetJob]:
 
 
 def build_staleness_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> SensorDefinition:
-    """Alert on targets lagging their sources past ``sla_minutes`` and request catch-up runs."""
-    sink = sink_for(loaded.config.alert_webhook)
-    jobs = rebuild_jobs(loaded, translator)
+    """Alert on targets lagging their sources past ``sla_minutes`` (once per episode).
 
-    @sensor(name="chmv_staleness", minimum_interval_seconds=60, jobs=_jobs(loaded, translator), default_status=DefaultSensorStatus.RUNNING,
-            description="Targets and watermarks lagging their sources past the SLA: alert and catch up.")  # fmt: skip
+    The catch-up itself is ``chmv_recovery``'s (the one request path): it rebuilds the lagging partitions of a
+    target whose staleness persists, deduplicated with its other requests and the runs in progress.
+    """
+    sink = sink_for(loaded.config.alert_webhook)
+
+    @sensor(
+        name="chmv_staleness",
+        minimum_interval_seconds=60,
+        default_status=DefaultSensorStatus.RUNNING,
+        description="Targets and watermarks lagging their sources past the SLA: alert once per episode "
+        "(chmv_recovery requests the catch-up).",
+    )
     def _staleness(context: SensorEvaluationContext, clickhouse: ClickHouseResource):
         cursor = _cursor(context)
+        budget = TickBudget()
         try:
-            with sensor_client(clickhouse, context) as client:
+            with sensor_client(clickhouse, context, budget) as client:
                 lags = measure_staleness(client, loaded)
         except SensorSkip as skip:
             return SkipReason(str(skip))
         stale_state: dict = cursor.get("stale", {})
         missing_state: dict = cursor.get("missing", {})
-        requests = []
         for lag in lags:
             fqn = lag.target.fqn
             if lag.missing:
                 if missing_state.get(fqn) != list(lag.missing):
-                    sink.send(Alert("stale", "error", fqn, f"cannot measure staleness: {', '.join(lag.missing)} "
-                                    "does not exist on the server; deploy with `chmv apply`"), context.log)  # fmt: skip
+                    message = (
+                        f"cannot measure staleness: {', '.join(lag.missing)} does not exist on the server; "
+                        "deploy with `chmv apply`"
+                    )
+                    sink.send(Alert("stale", "error", fqn, message), context.log)
                 missing_state[fqn] = list(lag.missing)
                 continue
             missing_state.pop(fqn, None)
@@ -159,38 +178,26 @@ def build_staleness_sensor(loaded: LoadedProject, translator: ChmvTranslator) ->
                     context.log.info(f"{fqn} caught up (lag {lag.lag_seconds:.0f}s)")
                     stale_state.pop(fqn)
                 continue
-            expected = lag.expected_max.isoformat() if lag.expected_max else ""
-            previous = stale_state.get(fqn)
-            if previous is None:
-                sink.send(Alert("stale", "warning", fqn, "; ".join(lag.reasons) + ": requesting catch-up",
-                                {"lag_seconds": lag.lag_seconds, "watermark_lag_seconds": lag.watermark_lag_seconds,
-                                 "target_max": str(lag.target_max), "expected_max": str(lag.expected_max)}),
-                          context.log)  # fmt: skip
-                stale_state[fqn] = {"since": time.time(), "requested": ""}
-            if stale_state[fqn]["requested"] == expected:
-                context.log.info(f"{fqn} still stale; catch-up for {expected} already requested")
-                continue
-            stale_state[fqn]["requested"] = expected
-            key = translator.get_asset_key(lag.target)
-            partitions_def = translator.get_partitions_def(loaded, lag.target)
-            for partition in catchup_partitions(partitions_def, lag):
-                context.log.info(f"{fqn}: catch-up run for partition {partition or '(all)'}: {'; '.join(lag.reasons)}")
-                requests.append(RunRequest(
-                    run_key=f"chmv-catchup:{fqn}:{partition or ''}:{expected}", job_name=jobs[lag.target].name,
-                    asset_selection=[key], partition_key=partition,
-                    tags={"chmv/reason": "stale", "chmv/target": fqn, "chmv/lag_seconds": str(int(lag.lag_seconds))},
-                ))  # fmt: skip
+            if fqn not in stale_state:
+                details = {
+                    "lag_seconds": lag.lag_seconds,
+                    "watermark_lag_seconds": lag.watermark_lag_seconds,
+                    "target_max": str(lag.target_max),
+                    "expected_max": str(lag.expected_max),
+                }
+                message = "; ".join(lag.reasons) + ": chmv_recovery catches up if it persists"
+                sink.send(Alert("stale", "warning", fqn, message, details), context.log)
+                stale_state[fqn] = {"since": time.time()}
         new_cursor = json.dumps({"stale": stale_state, "missing": missing_state}, sort_keys=True)
-        if not requests:
-            return SensorResult(skip_reason=SkipReason(f"{len(stale_state)} stale target(s), nothing new to request"),
-                                cursor=new_cursor)  # fmt: skip
-        return SensorResult(run_requests=requests, cursor=new_cursor)
+        summary = f"{len(stale_state)} stale target(s), {len(missing_state)} not measurable"
+        return SensorResult(skip_reason=SkipReason(summary), cursor=new_cursor)
 
     return _staleness
 
 
-def parity_outcomes(context: SensorEvaluationContext, keys_to_targets: dict[AssetKey, ObjectRef],
-                    after: int) -> tuple[dict[str, bool], int]:  # fmt: skip
+def parity_outcomes(
+    context: SensorEvaluationContext, keys_to_targets: dict[AssetKey, ObjectRef], after: int
+) -> tuple[dict[str, bool], int]:
     """``entry key → passed`` of the parity verdicts stored after event storage id ``after``; the new watermark.
 
     One call for every target: the instance's per-partition index of check executions, which gives the
@@ -216,8 +223,9 @@ def parity_outcomes(context: SensorEvaluationContext, keys_to_targets: dict[Asse
 _VERDICTS = {"SUCCEEDED": True, "FAILED": False}
 
 
-def downstream_entries(loaded: LoadedProject, translator: ChmvTranslator, target: ObjectRef,
-                       partition: str | None) -> list[str]:  # fmt: skip
+def downstream_entries(
+    loaded: LoadedProject, translator: ChmvTranslator, target: ObjectRef, partition: str | None
+) -> list[str]:
     """Ledger keys of the partitions of the targets that read ``target`` directly, for one of its partitions.
 
     A child's rows of a parent window land in the child's windows the MV's time mapping says: a weekly
@@ -240,8 +248,9 @@ def downstream_entries(loaded: LoadedProject, translator: ChmvTranslator, target
     return keys
 
 
-def planned_rebuild(client, loaded: LoadedProject, translator: ChmvTranslator, target: ObjectRef,
-                    partition: str | None) -> RebuildPlan:  # fmt: skip
+def planned_rebuild(
+    client, loaded: LoadedProject, translator: ChmvTranslator, target: ObjectRef, partition: str | None
+) -> RebuildPlan:
     """What a rebuild of the partition would do now: the same planner (and coverage) the run will use."""
     window = window_for_key(translator.get_partitions_def(loaded, target), partition) if partition else None
     root = landing_dir(loaded)
@@ -249,73 +258,74 @@ def planned_rebuild(client, loaded: LoadedProject, translator: ChmvTranslator, t
     return plan_rebuild(loaded, target, [window], observations, root=root)
 
 
-@dataclass(frozen=True)
-class _Due:
-    """A partition recovery rebuilds at this tick."""
-
-    decision: Decision
-    partition: str | None
-    engines: str
-    tier1: tuple[str, ...]
+#: Recovery's cursor format: another one is read as empty (the ledger starts again; verdicts are read again).
+RECOVERY_CURSOR_VERSION = 2
 
 
-def recovery_requests(loaded: LoadedProject, translator: ChmvTranslator, job_name: str, target: ObjectRef,
-                      due: list[_Due]) -> list[RunRequest]:  # fmt: skip
-    """The runs that rebuild ``due`` partitions of one target: one run per range of consecutive partitions.
+@dataclass
+class _RecoveryState:
+    """Recovery's memory between ticks (its cursor)."""
 
-    A range run plans and swaps every partition of it in one go (one read of the source per range, the
-    targets' single-run backfill policy) and evaluates parity per partition, so each ledger entry gets
-    its own verdict.
-    """
-    partitions_def = translator.get_partitions_def(loaded, target)
-    order = {k: i for i, k in enumerate(partitions_def.get_partition_keys())} if partitions_def is not None else {}
-    items = sorted(due, key=lambda d: order.get(d.partition or "", -1))
-    ranges: list[list[_Due]] = []
-    for item in items:
-        previous = ranges[-1][-1] if ranges else None
-        if (previous is not None and item.partition is not None and previous.partition is not None
-                and order.get(item.partition) == order.get(previous.partition, -2) + 1
-                and item.decision.reason == previous.decision.reason):  # fmt: skip
-            ranges[-1].append(item)
-        else:
-            ranges.append([item])
-    requests = []
-    for group in ranges:
-        first, last = group[0], group[-1]
-        tags = {"chmv/reason": first.decision.reason[:200], "chmv/attempt": str(max(d.decision.attempt for d in group)),
-                "chmv/target": target.fqn, "chmv/engine": ", ".join(sorted({d.engines for d in group})),
-                "chmv/tier1": "; ".join(dict.fromkeys(a for d in group for a in d.tier1))[:250] or "none"}  # fmt: skip
-        partition_key = first.partition
-        if len(group) > 1:
-            tags |= {"dagster/asset_partition_range_start": first.partition, "dagster/asset_partition_range_end": last.partition}
-            partition_key = None
-        attempts = ".".join(str(d.decision.attempt) for d in group)
-        requests.append(RunRequest(
-            run_key=f"chmv-recover:{target.fqn}|{first.partition or ''}..{last.partition or ''}:{attempts}:{int(time.time())}",
-            job_name=job_name, asset_selection=[translator.get_asset_key(target)],
-            asset_check_keys=[check_key(translator, target, PARITY)], partition_key=partition_key, tags=tags,
-        ))  # fmt: skip
-    return requests
+    verdicts_after: int = 0
+    ledger: dict = field(default_factory=dict)
+    stale_ticks: dict = field(default_factory=dict)
+    repairs: dict = field(default_factory=dict)  # objects → {attempts, last, since, exhausted}
+    alerted: dict = field(default_factory=dict)  # target fqn → the last "held" message alerted
+
+    @classmethod
+    def read(cls, context: SensorEvaluationContext) -> "_RecoveryState":
+        data = _cursor(context)
+        if data.get("v") != RECOVERY_CURSOR_VERSION:
+            return cls(verdicts_after=int(data.get("verdicts_after", 0)), stale_ticks=data.get("stale_ticks", {}))
+        return cls(
+            int(data.get("verdicts_after", 0)),
+            data.get("ledger", {}),
+            data.get("stale_ticks", {}),
+            data.get("repairs", {}),
+            data.get("alerted", {}),
+        )
+
+    def dumps(self) -> str:
+        data = {
+            "v": RECOVERY_CURSOR_VERSION,
+            "verdicts_after": self.verdicts_after,
+            "ledger": self.ledger,
+            "stale_ticks": self.stale_ticks,
+            "repairs": self.repairs,
+            "alerted": self.alerted,
+        }
+        return json.dumps(data, sort_keys=True)
 
 
-def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> SensorDefinition:
-    """Repair partitions whose parity failed or whose staleness persisted, within a retry budget."""
+#: Seconds of the tick's budget kept back when recovery plans rebuilds (one coverage probe each).
+_PLAN_RESERVE_SECONDS = 3.0
+
+
+def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator, apply: JobDefinition) -> SensorDefinition:
+    """Repair partitions whose parity failed or whose staleness persisted, within a retry budget: the one place
+    that requests rebuilds (:mod:`chmv_assets.orchestration.requests`), and DDL repairs as ``chmv_apply`` runs."""
     config = loaded.config
     sink = sink_for(config.alert_webhook)
     keys_to_targets = targets_by_key(loaded, translator)
     jobs = rebuild_jobs(loaded, translator)
+    applies = config.sweep.recovery_apply
 
-    @sensor(name="chmv_recovery", minimum_interval_seconds=config.sweep.recovery_interval_seconds,
-            jobs=_jobs(loaded, translator), default_status=DefaultSensorStatus.RUNNING,
-            description="Tiered repair of failed parity / persistent staleness: fix the MV, rebuild the partitions "
-                        "through the planner, then the partitions of the targets further down the chain.")  # fmt: skip
+    @sensor(
+        name="chmv_recovery",
+        minimum_interval_seconds=config.sweep.recovery_interval_seconds,
+        jobs=[*_jobs(loaded, translator), apply],
+        default_status=DefaultSensorStatus.RUNNING,
+        description="The one request path of rebuilds: failed parity, persistent staleness, repaired upstream "
+        "partitions, deduplicated with the runs in progress; MVs missing or detached are restored by a chmv_apply "
+        "run; a changed SELECT waits for chmv apply.",
+    )
     def _recovery(context: SensorEvaluationContext, clickhouse: ClickHouseResource):
-        cursor = _cursor(context)
-        outcomes, last_event = parity_outcomes(context, keys_to_targets, int(cursor.get("verdicts_after", 0)))
+        budget = TickBudget()
+        state = _RecoveryState.read(context)
+        ledger, stale_ticks = state.ledger, state.stale_ticks
+        outcomes, last_event = parity_outcomes(context, keys_to_targets, state.verdicts_after)
         failing = {k: "parity_failed" for k, passed in outcomes.items() if not passed}
         resolved = {k for k, passed in outcomes.items() if passed}
-        stale_ticks: dict = cursor.get("stale_ticks", {})
-        ledger: dict = cursor.get("ledger", {})
         # a partition this loop rebuilt now passes: the targets reading it re-derive the same rows next
         for key in sorted(resolved - set(failing)):
             entry = ledger.get(key)
@@ -324,12 +334,11 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> 
                 for child_key in downstream_entries(loaded, translator, target, partition):
                     failing.setdefault(child_key, f"upstream_repaired:{target.fqn}")
                     context.log.info(f"{key} repaired: {child_key} reads it and is rebuilt next")
+        flight = in_flight(context.instance, loaded, translator, keys_to_targets)
         requests: list[RunRequest] = []
-        due: dict[ObjectRef, list[_Due]] = {}
         try:
-            with sensor_client(clickhouse, context) as client:
-                lags = measure_staleness(client, loaded)
-                for lag in lags:
+            with sensor_client(clickhouse, context, budget) as client:
+                for lag in measure_staleness(client, loaded):
                     fqn = lag.target.fqn
                     stale_ticks[fqn] = stale_ticks.get(fqn, 0) + 1 if lag.stale else 0
                     if lag.stale and stale_ticks[fqn] >= STALE_TICKS:
@@ -337,78 +346,207 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> 
                         for partition in partitions:
                             failing.setdefault(entry_key(lag.target, partition), "stale")
                     elif not lag.stale:
-                        resolved |= {k for k, e in ledger.items() if e.get("reason") == "stale" and k.startswith(fqn + "|")}
-                decisions = plan(ledger, failing, resolved, time.time(), max_attempts=config.recovery_max_attempts,
-                                 cooldown_seconds=config.recovery_cooldown_minutes * 60)  # fmt: skip
-                repaired: dict[ObjectRef, tuple[str, ...]] = {}
-                blocked: set[ObjectRef] = set()
-                for decision in decisions:
-                    target, partition = split_key(decision.key)
-                    where = f"{target.fqn} partition {partition or '(all)'}"
-                    if decision.action == "cooldown":
-                        context.log.info(f"{where}: {decision.reason}, attempt {decision.attempt} waits for the cooldown")
-                        continue
-                    if decision.action == "gave_up":
-                        continue
-                    if decision.action == "exhausted":
-                        message = (f"{where}: recovery gave up after {decision.attempt} attempt(s) ({decision.reason}); "
-                                   "fix it by hand, then clear the ledger entry by a passing parity check")  # fmt: skip
-                        context.log.error(message)
-                        sink.send(Alert("recovery_exhausted", "error", target.fqn, message,
-                                        {"partition": partition, "attempts": decision.attempt,
-                                         "reason": decision.reason}), context.log)  # fmt: skip
-                        continue
-                    entry = ledger[decision.key]
-                    rebuild = planned_rebuild(client, loaded, translator, target, partition)
-                    if rebuild.refused:  # never request what the planner would refuse: the run would only fail
-                        entry["attempts"] = decision.attempt - 1
-                        if entry.get("refused") != rebuild.refusal():
-                            entry["refused"] = rebuild.refusal()
-                            context.log.error(f"{where}: not rebuilt, the planner refuses it:\n{rebuild.refusal()}")
-                            sink.send(Alert("recovery_refused", "error", target.fqn, rebuild.refusal(),
-                                            {"partition": partition, "reason": decision.reason}), context.log)  # fmt: skip
-                        continue
-                    entry.pop("refused", None)
-                    if target not in repaired:
-                        repair = tier1_repair(client, loaded.project, target, log=context.log.info)
-                        repaired[target] = repair.actions
-                        for blocker in repair.blockers:
-                            sink.send(Alert("recovery", "error", target.fqn, blocker), context.log)
-                        if repair.blockers:
-                            blocked.add(target)
-                    if target in blocked:
-                        continue  # the attempt is counted: the limit ends the loop if nobody deploys the object
-                    actions = repaired[target]
-                    engines = ", ".join(sorted({str(step.engine) for step in rebuild.steps}))
-                    context.log.info(f"{where}: {decision.reason} → rebuild attempt {decision.attempt}/"
-                                     f"{config.recovery_max_attempts} ({engines})"
-                                     + (f" after tier 1: {'; '.join(actions)}" if actions else ""))  # fmt: skip
-                    sink.send(Alert("recovery", "info", target.fqn, f"{where}: {decision.reason}, rebuild attempt "
-                                    f"{decision.attempt}", {"partition": partition, "tier1": list(actions),
-                                                            "engine": engines}), context.log)  # fmt: skip
-                    due.setdefault(target, []).append(_Due(decision, partition, engines, actions))
-                requests = [request for target, items in due.items()
-                            for request in recovery_requests(loaded, translator, jobs[target].name, target, items)]  # fmt: skip
+                        resolved |= {
+                            k for k, e in ledger.items() if e.get("reason") == "stale" and k.startswith(fqn + "|")
+                        }
+                budget.check("reading the drift of the failing targets")
+                open_keys = (set(ledger) - (resolved - set(failing))) | set(failing)
+                # "changes": every pending change is applied, failing or not; else only what failing targets need
+                scope = set(loaded.project.targets) if applies == "changes" else {split_key(k)[0] for k in open_keys}
+                repairs = _ddl_repairs(client, loaded, scope)
+                held = _held(open_keys, repairs, flight, applies)
+                now = time.time()
+                decisions = plan(
+                    ledger,
+                    failing,
+                    resolved,
+                    now,
+                    max_attempts=config.recovery_max_attempts,
+                    cooldown_seconds=config.recovery_cooldown_minutes * 60,
+                    held=held,
+                )
+                requests += _repair_requests(context, state, repairs, flight, applies, now, sink)
+                due: dict[ObjectRef, list[Due]] = {}
+                for number, decision in enumerate(decisions):
+                    if decision.action == "rebuild" and budget.remaining() < _PLAN_RESERVE_SECONDS:
+                        waiting = [d for d in decisions[number:] if d.action == "rebuild"]
+                        for later in waiting:  # not requested: their attempt is not used
+                            ledger[later.key]["attempts"] = later.attempt - 1
+                        context.log.warning(
+                            f"the tick's budget is spent: {len(waiting)} rebuild(s) wait for the next tick"
+                        )
+                        break
+                    item = _decide(context, client, decision, ledger, sink)
+                    if item is not None:
+                        due.setdefault(split_key(decision.key)[0], []).append(item)
+                for target, items in due.items():
+                    requests += rebuild_requests(loaded, translator, jobs[target].name, target, items)
+                _alert_held(context, state, decisions, sink)
         except SensorSkip as skip:
             return SkipReason(str(skip))
-        new_cursor = json.dumps({"verdicts_after": last_event, "ledger": ledger, "stale_ticks": stale_ticks},
-                                sort_keys=True)  # fmt: skip
+        state.verdicts_after = last_event
         if not requests:
-            return SensorResult(skip_reason=SkipReason(f"{len(ledger)} partition(s) in the recovery ledger, no run due"),
-                                cursor=new_cursor)  # fmt: skip
-        return SensorResult(run_requests=requests, cursor=new_cursor)
+            summary = f"{len(ledger)} partition(s) in the recovery ledger, no run due"
+            return SensorResult(skip_reason=SkipReason(summary), cursor=state.dumps())
+        return SensorResult(run_requests=requests, cursor=state.dumps())
+
+    def _decide(context, client, decision: Decision, ledger: dict, sink) -> Due | None:
+        """A ``rebuild`` decision after the planner's word (a refusal is alerted, not requested); else log it."""
+        target, partition = split_key(decision.key)
+        where = f"{target.fqn} partition {partition or '(all)'}"
+        if decision.action == "cooldown":
+            context.log.info(f"{where}: {decision.reason}, attempt {decision.attempt} waits for the cooldown")
+            return None
+        if decision.action == "held":
+            context.log.info(f"{where}: waits ({decision.reason})")
+            return None
+        if decision.action == "gave_up":
+            return None
+        if decision.action == "exhausted":
+            message = (
+                f"{where}: recovery gave up after {decision.attempt} attempt(s) ({decision.reason}); "
+                "fix it by hand, then clear the ledger entry by a passing parity check"
+            )
+            context.log.error(message)
+            details = {"partition": partition, "attempts": decision.attempt, "reason": decision.reason}
+            sink.send(Alert("recovery_exhausted", "error", target.fqn, message, details), context.log)
+            return None
+        entry = ledger[decision.key]
+        rebuild = planned_rebuild(client, loaded, translator, target, partition)
+        if rebuild.refused:  # never request what the planner would refuse: the run would only fail
+            entry["attempts"] = decision.attempt - 1
+            if entry.get("refused") != rebuild.refusal():
+                entry["refused"] = rebuild.refusal()
+                context.log.error(f"{where}: not rebuilt, the planner refuses it:\n{rebuild.refusal()}")
+                details = {"partition": partition, "reason": decision.reason}
+                sink.send(Alert("recovery_refused", "error", target.fqn, rebuild.refusal(), details), context.log)
+            return None
+        entry.pop("refused", None)
+        engines = ", ".join(sorted({str(step.engine) for step in rebuild.steps}))
+        context.log.info(
+            f"{where}: {decision.reason} → rebuild attempt {decision.attempt}/"
+            f"{config.recovery_max_attempts} ({engines})"
+        )
+        details = {"partition": partition, "engine": engines}
+        message = f"{where}: {decision.reason}, rebuild attempt {decision.attempt}"
+        sink.send(Alert("recovery", "info", target.fqn, message, details), context.log)
+        return Due(decision, partition, engines, int(entry.get("since", 0)))
+
+    def _repair_requests(
+        context,
+        state: _RecoveryState,
+        repairs: dict[ObjectRef, DdlRepair],
+        flight: InFlight,
+        applies: str,
+        now: float,
+        sink,
+    ) -> list[RunRequest]:
+        """One ``chmv_apply`` run for the objects this tick's repairs need (none while one is in progress)."""
+        objects: set[ObjectRef] = set()
+        why: list[str] = []
+        for target, repair in sorted(repairs.items(), key=lambda kv: kv[0].fqn):
+            if repair.restore and applies in ("restore", "changes"):
+                objects |= set(repair.restore)
+                why.append(f"{target.fqn}: {repair.describe()}")
+            if repair.pending and applies == "changes":
+                objects |= {
+                    ObjectRef(database=i.object.split(".")[0], name=i.object.split(".", 1)[1]) for i in repair.pending
+                }
+                why.append(f"{target.fqn}: {repair.describe()}")
+        signature = ",".join(sorted(o.fqn for o in objects))
+        state.repairs = {k: v for k, v in state.repairs.items() if k == signature}
+        if not objects or flight.apply_running():
+            return []
+        entry = state.repairs.setdefault(signature, {"attempts": 0, "last": 0.0, "since": now, "exhausted": False})
+        attempts = int(entry["attempts"])
+        if entry["exhausted"]:
+            return []
+        if attempts >= config.recovery_max_attempts:
+            entry["exhausted"] = True
+            message = (
+                f"the chmv_apply run restoring {signature} failed {attempts} time(s); see its runs, fix the "
+                "cause, then run chmv apply"
+            )
+            sink.send(Alert("recovery_exhausted", "error", signature, message), context.log)
+            return []
+        if attempts and now - float(entry["last"]) < config.recovery_cooldown_minutes * 60:
+            return []
+        entry["attempts"], entry["last"] = attempts + 1, now
+        reason = "; ".join(why)
+        context.log.info(f"requesting a chmv_apply run for {signature} (attempt {attempts + 1}): {reason}")
+        sink.send(Alert("recovery", "info", signature, f"DDL repair through chmv_apply: {reason}"), context.log)
+        return [apply_request(objects, f"restore: {reason}", episode=int(entry["since"]), attempt=attempts + 1)]
+
+    def _alert_held(context, state: _RecoveryState, decisions: list[Decision], sink) -> None:
+        """Alert once per target and reason why its partitions wait (a pending change, a repair)."""
+        reasons: dict[str, str] = {}
+        for decision in decisions:
+            if decision.action == "held" and not decision.reason.startswith("a run"):
+                reasons.setdefault(split_key(decision.key)[0].fqn, decision.reason)
+        for fqn, reason in reasons.items():
+            if state.alerted.get(fqn) != reason:
+                sink.send(Alert("recovery_held", "error", fqn, reason), context.log)
+        state.alerted = reasons
 
     return _recovery
 
 
+def _ddl_repairs(client, loaded: LoadedProject, targets: set[ObjectRef]) -> dict[ObjectRef, DdlRepair]:
+    """Per target, what it needs of DDL first (three catalog queries for all of them, one more if an MV is missing)."""
+    if not targets:
+        return {}
+    report = drift_report(client, loaded.project, sorted(targets, key=lambda t: t.fqn))
+    detached: set[ObjectRef] = set()
+    missing_views = {i.object for items in report.values() for i in items if i.kind == "missing_object"}
+    if any(v.ref.fqn in missing_views for v in loaded.project.views.values()):
+        detached = set(detached_refs(client, {fqn.split(".")[0] for fqn in missing_views}))
+    return {t: ddl_repair(loaded.project, report[t], detached) for t in targets}
+
+
+def detached_refs(client, databases: set[str]) -> list[ObjectRef]:
+    rows = client.query(
+        "SELECT database, table FROM system.detached_tables WHERE database IN {dbs:Array(String)}",
+        parameters={"dbs": sorted(databases)},
+    ).result_rows
+    return [ObjectRef(database=d, name=n) for d, n in rows]
+
+
+def _held(keys: set[str], repairs: dict[ObjectRef, DdlRepair], flight: InFlight, applies: str) -> dict[str, str]:
+    """Which open ledger entries wait this tick, and why (no attempt is used meanwhile)."""
+    held = {}
+    for key in keys:
+        target, partition = split_key(key)
+        repair = repairs.get(target)
+        if flight.apply_running():
+            held[key] = "a chmv_apply run is in progress; rebuilds wait for it"
+        elif repair is not None and repair.pending:
+            held[key] = describe_pending(repair.pending) + (
+                "" if applies == "changes" else " (recovery does not apply changes: [sweep] recovery_apply)"
+            )
+        elif repair is not None and repair.restore:
+            how = "a chmv_apply run restores them" if applies != "never" else "run chmv apply ([sweep] recovery_apply)"
+            held[key] = f"{repair.describe()}: {how}"
+        elif flight.covers(target, partition):
+            held[key] = "a run in progress already materializes it"
+    return held
+
+
 def build_drift_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> SensorDefinition:
-    """Re-evaluate drift whenever the DDL directory's files change."""
+    """Re-evaluate drift whenever the DDL directory's files change; the first tick evaluates lint and part counts
+    too, so every check shows a verdict from the start."""
     config = loaded.config
     sink = sink_for(config.alert_webhook)
     drift_keys = [check_key(translator, t, DRIFT) for t in loaded.project.targets]
+    first_keys = [check_key(translator, t, name) for t in loaded.project.targets for name in (LINT, PARTS)]
 
-    @sensor(name="chmv_drift", minimum_interval_seconds=60, target=AssetSelection.checks(*drift_keys), default_status=DefaultSensorStatus.RUNNING,
-            description="When the DDL directory changes: re-parse it, diff it against the server, run the drift checks.")  # fmt: skip
+    @sensor(
+        name="chmv_drift",
+        minimum_interval_seconds=60,
+        target=AssetSelection.checks(*drift_keys, *first_keys),
+        default_status=DefaultSensorStatus.RUNNING,
+        description="When the DDL directory changes: re-parse it, diff it against the server, run the drift checks "
+        "(and lint and part counts at the first tick).",
+    )
     def _drift(context: SensorEvaluationContext, clickhouse: ClickHouseResource):
         cursor = _cursor(context)
         digest = ddl_hash(config.ddl_dir)
@@ -418,8 +556,9 @@ def build_drift_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> Sen
             current = load(config.ddl_dir)
         except DDLError as err:
             sink.send(Alert("drift", "error", "chmv", f"the changed DDL directory does not parse: {err}"), context.log)
-            return SensorResult(skip_reason=SkipReason("DDL directory does not parse"),
-                                cursor=json.dumps({"hash": digest}))  # fmt: skip
+            return SensorResult(
+                skip_reason=SkipReason("DDL directory does not parse"), cursor=json.dumps({"hash": digest})
+            )
         try:
             with sensor_client(clickhouse, context) as client:
                 report = drift_report(client, current.project, current.project.targets)
@@ -427,24 +566,44 @@ def build_drift_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> Sen
             return SkipReason(str(skip))
         drifted = {t: items for t, items in report.items() if items}
         for target, items in drifted.items():
-            sink.send(Alert("drift", "error", target.fqn, f"{len(items)} difference(s) from the DDL: "
-                            + "; ".join(str(i) for i in items[:5]), {"items": [str(i) for i in items]}), context.log)  # fmt: skip
+            sink.send(
+                Alert(
+                    "drift",
+                    "error",
+                    target.fqn,
+                    f"{len(items)} difference(s) from the DDL: " + "; ".join(str(i) for i in items[:5]),
+                    {"items": [str(i) for i in items]},
+                ),
+                context.log,
+            )
         context.log.info(f"DDL directory changed ({digest[:12]}): {len(drifted)} target(s) drift from it")
-        stamp = datetime.now().strftime("%Y%m%dT%H%M%S")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        keys = drift_keys if "hash" in cursor else [*drift_keys, *first_keys]
         return SensorResult(
-            run_requests=[RunRequest(run_key=f"chmv-drift:{digest}:{stamp}", asset_selection=[],
-                                     asset_check_keys=drift_keys, tags={"chmv/reason": "ddl_changed"})]
-            if drift_keys else [],
+            run_requests=[
+                RunRequest(
+                    run_key=f"chmv-drift:{digest}:{stamp}",
+                    asset_selection=[],
+                    asset_check_keys=keys,
+                    tags={"chmv/reason": "ddl_changed"},
+                )
+            ]
+            if drift_keys
+            else [],
             cursor=json.dumps({"hash": digest, "drifted": sorted(t.fqn for t in drifted)}),
-        )  # fmt: skip
+        )
 
     return _drift
 
 
-def build_sensors(loaded: LoadedProject, translator: ChmvTranslator) -> list[SensorDefinition]:
-    """The sensors of this module: staleness, recovery and drift (the live-state sensor is in live_state)."""
+def build_sensors(loaded: LoadedProject, translator: ChmvTranslator, apply: JobDefinition) -> list[SensorDefinition]:
+    """The sensors of this module: staleness, recovery and drift (the live-state sensor is in live_state).
+
+    Args:
+        apply: The ``chmv_apply`` job (``chmv_assets.orchestration.jobs``): recovery's DDL repairs are its runs.
+    """
     return [
         build_staleness_sensor(loaded, translator),
-        build_recovery_sensor(loaded, translator),
+        build_recovery_sensor(loaded, translator, apply),
         build_drift_sensor(loaded, translator),
     ]

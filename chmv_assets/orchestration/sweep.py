@@ -44,6 +44,7 @@ from asset_checks.inline import latest_materializations, parity_alert, parity_ev
 from asset_checks.parity import parity_for_partitions
 from chmv_assets.alerts import sink_for
 from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.engine.drift import apply_pending
 from chmv_assets.engine.sweep import SweepState, decide, window_of
 from chmv_assets.orchestration.sensor_client import SensorSkip, sensor_client
 from chmv_assets.orchestration.translator import ChmvTranslator
@@ -73,6 +74,8 @@ def build_sweep(loaded: LoadedProject, translator: ChmvTranslator) -> tuple[Sens
     def sweep_op(context: OpExecutionContext, config: SweepRunConfig, clickhouse: ClickHouseResource) -> None:
         failed, checked = [], 0
         with clickhouse.get_client() as client:
+            chosen = [by_fqn[f] for f in config.partitions if f in by_fqn]
+            pending = apply_pending(client, loaded.project, chosen)  # for every target of the run, in two queries
             for fqn, keys in config.partitions.items():
                 target = by_fqn.get(fqn)
                 if target is None:
@@ -80,7 +83,9 @@ def build_sweep(loaded: LoadedProject, translator: ChmvTranslator) -> tuple[Sens
                     continue
                 key = translator.get_asset_key(target)
                 windows = [window_of(loaded, target, k or None) for k in keys]
-                results = parity_for_partitions(client, loaded, target, windows, coverage_first=False)
+                results = parity_for_partitions(
+                    client, loaded, target, windows, coverage_first=False, pending=pending[target]
+                )
                 partitions = [k or None for k in keys]
                 records = latest_materializations(context.instance, key, partitions)
                 for partition, result in zip(partitions, results, strict=True):

@@ -28,8 +28,11 @@ CREATE MATERIALIZED VIEW shop.inner_mv ENGINE = MergeTree ORDER BY ts POPULATE A
 """
 
 
-def test_example_project_is_clean_with_default_budgets(example) -> None:
-    assert lint_project(example) == []  # all_events feeds exactly 3 MVs: within the default budget
+def test_example_project_is_clean_with_default_budgets_but_its_group_by_into_a_merge_tree(example) -> None:
+    findings = lint_project(example)  # all_events feeds exactly 3 MVs: within the default budget
+    assert [(f.rule, f.subject) for f in findings] == [("group_by_into_merge_tree", "analytics.mv_events_agg")]
+    assert "GROUP BY event_date, event_hour, event_type, user_id" in findings[0].reason
+    assert "SummingMergeTree" in findings[0].fix
 
 
 def test_tighter_budgets_warn_with_reason_and_fix() -> None:

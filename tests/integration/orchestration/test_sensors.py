@@ -10,9 +10,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-from chmv_check_helpers import TRANSLATOR, engine_held_by_another_process, ref, tick
+from chmv_check_helpers import TRANSLATOR, engine_held_by_another_process, evaluations, execute, ref, run_parity, tick
+from chmv_check_helpers import requested as requested_range
 from conftest import EXAMPLE_DDL, make_engine
-from dagster import DagsterInstance
+from dagster import DagsterInstance, DagsterRunStatus
 
 from asset_checks.definitions import DRIFT, LINT, PARITY, PARTS
 from chmv_assets.alerts import sink_for
@@ -44,31 +45,78 @@ class _Hook(BaseHTTPRequestHandler):
         pass
 
 
-def test_staleness_alerts_the_webhook_and_requests_catch_up_once(tmp_path: Path) -> None:
+def test_repeated_stale_ticks_request_each_partition_once(tmp_path: Path) -> None:
+    """A detached MV while rows keep arriving: the staleness sensor alerts once and requests nothing; recovery, the one
+    request path, restores the MV through a chmv_apply run, then rebuilds each lagging partition once."""
     handler = type("Hook", (_Hook,), {"received": []})
     server = HTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         loaded = load(EXAMPLE_DDL, alert_webhook=f"http://127.0.0.1:{server.server_port}/alerts")
         engine = make_engine(tmp_path / "chdb", loaded, rows=20_000)
-        instance = DagsterInstance.ephemeral()
+        instance = DagsterInstance.local_temp(str(tmp_path))
         assert not tick(loaded, "chmv_staleness", engine, instance, None).run_requests  # fresh engine: nothing stale
         with engine.get_client() as client:
             client.command("DETACH TABLE analytics.audit_mv PERMANENTLY")
-            client.command("INSERT INTO analytics.all_events SELECT toDateTime('2026-11-02 00:00:00') + number * 60, "
-                           "'click', 'info', 1, 'a' FROM numbers(30)")  # fmt: skip
-        data = tick(loaded, "chmv_staleness", engine, instance, None)
-        requests = sorted(data.run_requests, key=lambda r: r.partition_key)
-        assert [r.partition_key for r in requests] == ["2026-10-01", "2026-11-01"]
-        assert all(r.tags["chmv/reason"] == "stale" and r.job_name == "chmv_rebuild_month" for r in requests)
-        again = tick(loaded, "chmv_staleness", engine, instance, data.cursor)
-        assert not again.run_requests and "nothing new" in again.skip_message
+        cursors: dict[str, str | None] = {"chmv_staleness": None, "chmv_recovery": None}
+        requested: list = []
+        for n in range(6):  # rows keep arriving while the MV is detached: the newest expected value moves every tick
+            with engine.get_client() as client:
+                client.command(f"INSERT INTO analytics.all_events SELECT toDateTime('2026-11-02 00:00:00') + {n * 600} "
+                               "+ number * 60, 'click', 'info', 1, 'a' FROM numbers(10)")  # fmt: skip
+            for name in cursors:
+                data = tick(loaded, name, engine, instance, cursors[name])
+                cursors[name] = data.cursor or cursors[name]
+                requested += [(name, r) for r in data.run_requests]
+        assert [name for name, _ in requested] == ["chmv_recovery"]  # the repair, once; no rebuild while detached
+        (_, repair), = requested
+        assert repair.job_name == "chmv_apply" and repair.tags["chmv/objects"] == "analytics.audit_mv"
+        assert "missing on the server: analytics.audit_mv (detached)" in repair.tags["chmv/reason"]
+        with engine.get_client() as client:  # no DDL in the ticks: the MV is still detached
+            assert not client.query("SELECT 1 FROM system.tables WHERE name = 'audit_mv'").result_rows
+        assert execute(loaded, engine, instance, repair).success
+        rebuilds = []
+        for _ in range(4):
+            data = tick(loaded, "chmv_recovery", engine, instance, cursors["chmv_recovery"])
+            cursors["chmv_recovery"] = data.cursor
+            rebuilds += data.run_requests
+        assert [requested_range(r) for r in rebuilds] == ["2026-10-01..2026-11-01"]  # each partition once
+        assert rebuilds[0].tags["chmv/reason"] == "stale" and rebuilds[0].job_name == "chmv_rebuild_month"
+        assert execute(loaded, engine, instance, rebuilds[0]).success
+        with engine.get_client() as client:
+            assert client.command("SELECT count() FROM analytics.audit_log WHERE timestamp >= '2026-11-02'") == 60
         assert sink_for(loaded.config.alert_webhook).flush(10)
         stale = [a for a in handler.received if a["kind"] == "stale"]
-        assert [a["subject"] for a in stale] == ["analytics.audit_log"]
+        assert [a["subject"] for a in stale] == ["analytics.audit_log"]  # one alert for the episode
         assert stale[0]["details"]["lag_seconds"] > 5 * 60
     finally:
         server.shutdown()
+
+
+def test_a_partition_a_run_already_covers_is_not_requested_again(tmp_path: Path) -> None:
+    """With no cooldown, a failed partition whose rebuild is queued is held (no attempt used) until the run ends."""
+    loaded = load(EXAMPLE_DDL, recovery_cooldown_minutes=0)
+    engine = make_engine(tmp_path / "chdb", loaded, rows=20_000)
+    with engine.get_client() as client:
+        client.command("INSERT INTO analytics.error_events VALUES ('2026-08-07 01:00:00', 'error', 'ghost')")
+    instance = DagsterInstance.local_temp(str(tmp_path))
+    assert not evaluations(run_parity(loaded, engine, ref("error_events"), instance, "2026-08-07", "2026-08-07"))[0].passed
+    first = tick(loaded, "chmv_recovery", engine, instance, None)
+    (request,) = first.run_requests
+    assert request.tags["chmv/attempt"] == "1" and request.partition_key == "2026-08-07"
+    job = build_definitions(loaded, clickhouse=engine, translator=TRANSLATOR).resolve_job_def(request.job_name)
+    queued = instance.create_run_for_job(job, status=DagsterRunStatus.NOT_STARTED, tags={"dagster/partition": "2026-08-07"},
+                                         asset_selection=frozenset(request.asset_selection))  # fmt: skip
+    cursor = first.cursor
+    for _ in range(3):
+        data = tick(loaded, "chmv_recovery", engine, instance, cursor)
+        assert not data.run_requests
+        cursor = data.cursor
+    assert json.loads(cursor)["ledger"]["analytics.error_events|2026-08-07"]["attempts"] == 1
+    instance.report_run_failed(instance.get_run_by_id(queued.run_id))
+    again = tick(loaded, "chmv_recovery", engine, instance, cursor)
+    assert [r.tags["chmv/attempt"] for r in again.run_requests] == ["2"]
+    assert again.run_requests[0].run_key != request.run_key
 
 
 def test_busy_engine_skips_the_tick_with_the_reason(tmp_path: Path, example) -> None:
@@ -97,13 +145,16 @@ def test_drift_sensor_reevaluates_when_the_ddl_changes(tmp_path: Path) -> None:
     instance = DagsterInstance.ephemeral()
     first = tick(loaded, "chmv_drift", engine, instance, None)
     (request,) = first.run_requests
-    assert {k.name for k in request.asset_check_keys} == {DRIFT} and request.tags["chmv/reason"] == "ddl_changed"
+    # the first tick evaluates lint and part counts too: every check has a verdict from the start
+    assert {k.name for k in request.asset_check_keys} == {DRIFT, LINT, PARTS}
+    assert request.tags["chmv/reason"] == "ddl_changed"
     assert json.loads(first.cursor)["drifted"] == []
     assert "unchanged" in tick(loaded, "chmv_drift", engine, instance, first.cursor).skip_message
     sql = ddl / "40_all_events.sql"
     sql.write_text(sql.read_text().replace("WHERE is_audit = 1", "WHERE is_audit = 1 AND level != 'debug'"))
     changed = tick(loaded, "chmv_drift", engine, instance, first.cursor)
     assert len(changed.run_requests) == 1
+    assert {k.name for k in changed.run_requests[0].asset_check_keys} == {DRIFT}
     assert json.loads(changed.cursor)["drifted"] == ["analytics.audit_log"]
 
 

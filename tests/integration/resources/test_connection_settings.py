@@ -61,8 +61,9 @@ def test_chmv_plan_gives_up_on_a_silent_server_within_its_read_timeout(silent_se
     assert elapsed < 6, f"gave up after {elapsed:.1f}s with a 2 s read timeout"  # clickhouse-connect's own: 300 s
 
 
-def test_a_sensor_tick_skips_with_the_reason_before_dagsters_deadline(silent_server: int, tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_a_sensor_tick_skips_with_the_reason_before_dagsters_deadline(
+    silent_server: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS", "20")  # the tick's budget: 20 - 15 = 5 s
     loaded = load(EXAMPLE_DDL)
     resource = ClickHouseResource(dsn=f"http://127.0.0.1:{silent_server}")  # the default read timeout: 30 s
@@ -79,8 +80,9 @@ def test_credentials_fields_win_over_the_dsns_and_the_dsn_keeps_its_database_and
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("CH_PW", "from-env")
-    resource = ClickHouseResource(dsn="https://dsn-user:dsn-pw@ch.example.com:8443/sales?connect_timeout=3",
-                                  password=EnvVar("CH_PW"))  # fmt: skip
+    resource = ClickHouseResource(
+        dsn="https://dsn-user:dsn-pw@ch.example.com:8443/sales?connect_timeout=3", password=EnvVar("CH_PW")
+    )
     args = resource.server_client_args()
     assert args["password"] == "from-env" and args["username"] == "dsn-user"
     assert args["dsn"] == "https://ch.example.com:8443" and args["connect_timeout"] == 3

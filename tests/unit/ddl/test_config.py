@@ -43,7 +43,7 @@ def test_broken_toml_names_file_and_line(tmp_path: Path):
 def test_every_problem_is_reported_at_its_own_line_and_key(tmp_path: Path) -> None:
     (tmp_path / "chmv.toml").write_text(
         '# the project\ndefault_database = "a"\npartition_start = "yesterday"\n\n[sweep]\n'
-        'interval_seconds = 1\n\n[lint]\nmax_chain_dept = 4\n'
+        "interval_seconds = 1\n\n[lint]\nmax_chain_dept = 4\n"
     )
     with pytest.raises(DDLError) as raised:
         load_config(tmp_path)

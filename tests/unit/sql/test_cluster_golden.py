@@ -33,8 +33,7 @@ from chmv_assets.engine.lifecycle import Action
 from chmv_assets.engine.lifecycle_planner import next_version_ref, old_version_ref, plan_from_state
 from chmv_assets.engine.planner import Swap, plan_from_source
 from chmv_assets.engine.rebuild import swapped_partition
-from chmv_assets.engine.recovery import repair_statements
-from chmv_assets.sql.cluster import next_version_path, version_keeper_path
+from chmv_assets.sql.cluster import attach_view_sql, next_version_path, version_keeper_path
 from chmv_assets.sql.lifecycle_sql import cut_over_sql, discard_beside_sql, finish_swap_sql, keep_old_sql
 from chmv_assets.sql.meta import meta_ddl_for
 from chmv_assets.sql.rebuild_sql import (
@@ -220,20 +219,14 @@ def test_drops_of_an_old_version_and_a_column_run_on_the_cluster(tmp_path):
     assert_golden("plan_drops.sql", render_plan(plan))
 
 
-def test_tier1_repairs_carry_the_mvs_cluster():
+def test_the_reattach_of_a_repair_carries_the_mvs_cluster():
+    """The chmv_apply job's repair runs re-attach a detached MV on every host (the detach was seen on one)."""
     project = load_cluster().project
     text = ""
     for view in project.views.values():
-        for kind, detached in (("missing_object", True), ("missing_object", False), ("select_changed", False),
-                               ("target_changed", False)):  # fmt: skip
-            repair = repair_statements(view, kind, detached=detached)
-            assert repair is not None
-            statements, action = repair
-            action = action.replace(
-                f"{CLUSTER_DDL}/", "ddl/"
-            )  # the file as the fixture names it, not this machine's path
-            text += section(f"{action}{' (detached)' if detached else ''}", statements)
-            assert all(ON_MAIN.search(s) for s in statements)
+        statement = attach_view_sql(view.ref, view.on_cluster)
+        assert ON_MAIN.search(statement)
+        text += section(f"re-attach the detached MV {view.ref.fqn}", [statement])
     assert_golden("recovery.sql", text)
 
 
