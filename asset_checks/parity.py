@@ -21,7 +21,7 @@ because the source was truncated.
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
@@ -33,6 +33,7 @@ from chmv_assets.ddl.models import MaterializedView, ObjectRef, Table
 from chmv_assets.ddl.partitioning import PartitionWindow, partition_scheme
 from chmv_assets.engine import landing
 from chmv_assets.engine.catalog import existing_objects, live_table
+from chmv_assets.engine.clock import wall_now
 from chmv_assets.engine.coverage import mappings, observe_coverage
 from chmv_assets.engine.drift import DriftItem, apply_pending, describe_pending
 from chmv_assets.engine.lake_read import lake_relation
@@ -347,7 +348,7 @@ def parity_for_partitions(
         names = tuple(sorted(m.fqn for m in missing))
         return [ParityResult(target_ref.fqn, w.key if w else None, tolerance=config.tolerance, missing=names)
                 for w in windows]  # fmt: skip
-    now = now or datetime.now(UTC).replace(tzinfo=None)
+    now = now or wall_now(client)  # the server's wall clock, as the windows (chmv_assets.engine.clock)
     root = root if root is not None else landing.landing_dir(loaded)
     notes: tuple[str, ...] = ()
     results: dict[str | None, ParityResult] = {}
@@ -416,7 +417,7 @@ def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: Obje
         loaded: The parsed project.
         target_ref: The MV target.
         window: The partition (None: the whole table).
-        now: The current time (naive UTC) for the grace period; default: the clock.
+        now: The current time (the server's wall clock, naive) for the grace period; default: the clock.
         root: The landing zone; default: the configured one (``landing.landing_dir``).
         live: The table to compare instead of the target's own (a new version built beside it).
 
@@ -465,7 +466,7 @@ def _parity_each(
     if missing:
         return [ParityResult(target_ref.fqn, w.key if w else None, tolerance=config.tolerance,
                              missing=tuple(sorted(m.fqn for m in missing))) for w in windows]  # fmt: skip
-    now = now or datetime.now(UTC).replace(tzinfo=None)
+    now = now or wall_now(client)  # the server's wall clock, as the windows (chmv_assets.engine.clock)
     root = root if root is not None else landing.landing_dir(loaded)
     try:
         live = live or live_table(client, loaded.project, target_ref)

@@ -21,20 +21,23 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
 
+from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme
 from chmv_assets.engine import landing
+from chmv_assets.engine.clock import server_zone, wall, wall_now
 from chmv_assets.engine.gates import ingestion_source_id
 from chmv_assets.engine.timeline import floor, ttl_horizon
 from chmv_assets.sql.coverage_sql import (
     TimeMapping,
+    sub_grain_of,
     table_branch,
     time_mapping,
     union,
@@ -74,6 +77,9 @@ class Facts:
         mapped: The triggers whose rows the probe could place in windows.
         watermarks: Per trigger read from the landing zone, its ingestion watermark (newest event time loaded;
             None: none yet). A Spark rebuild reads the source itself after ``watermark - late tolerance``.
+        sub_grain: The bucket inside a window the probe counted rows per (a day of a month, an hour of a day), when
+            the MVs' time mapping allows it (:func:`chmv_assets.sql.coverage_sql.sub_grain_of`); None: per window.
+        buckets: ``(trigger, bucket start)`` of every bucket holding rows (``None``: the target's).
         sql: The statement run.
         seconds: Its wall time.
     """
@@ -86,6 +92,17 @@ class Facts:
     watermarks: tuple[tuple[ObjectRef, datetime | None], ...] = ()
     sql: str = field(default="", compare=False)
     seconds: float = field(default=0.0, compare=False)
+    sub_grain: Grain | None = None
+    buckets: tuple[tuple[ObjectRef | None, datetime], ...] = ()
+
+    def holes(self, window: PartitionWindow) -> list[datetime]:
+        """The ``sub_grain`` buckets of ``window`` where the target holds rows and no trigger does (rows the
+        sources lost inside the window: a DELETE, a dropped day); empty when the probe did not look inside."""
+        if self.sub_grain is None:
+            return []
+        inside = [(s, k) for s, k in self.buckets if window.start <= k < window.end]
+        held = {k for s, k in inside if s is not None}
+        return sorted({k for s, k in inside if s is None and k not in held})
 
     def table(self, source: ObjectRef) -> Stats | None:
         return dict(self.tables).get(source)
@@ -232,30 +249,40 @@ def probe(client: Client, loaded: LoadedProject, target: ObjectRef, live: Object
     maps = mappings(loaded, target)
     sources = triggers(loaded, target)
     timed = [w for w in windows if w is not None] if scheme.grain is not None else []
+    table = loaded.project.table(target)
+    column = table.column(scheme.column) if table is not None and scheme.column else None
+    sub = None
+    if timed and column is not None and all(s in maps for s in sources):
+        sub = sub_grain_of(scheme.grain, [maps[s] for s in sources], column.type)
     branches = []
     for index, source in enumerate(sources):
         mapping = maps.get(source)
         branches.append(table_branch("s", index, source, _time_column(loaded, source, mapping)))
         if mapping is not None and timed:
             ranges = [(w.start, *mapping.source_range(w)) for w in timed]
-            branches += windows_branches("w", index, source, mapping.column, mapping.column_type, scheme.grain,
-                                         ranges, bucketed=mapping.exact)  # fmt: skip
+            branches += windows_branches(
+                "w", index, source, mapping.column, mapping.column_type, scheme.grain, ranges,
+                bucketed=mapping.exact, sub_grain=sub if mapping.exact else None,
+            )  # fmt: skip
     ingestible = set(landing.ingestible_sources(loaded)) if root is not None else set()
     for index, source in enumerate(sources):
         if source in ingestible:
             branches.append(watermark_branch("m", index, ingestion_source_id(source), source.fqn))
-    table = loaded.project.table(target)
-    column = table.column(scheme.column) if table is not None and scheme.column else None
     if timed and column is not None:
         branches += windows_branches("t", 0, live, column.name, column.type, scheme.grain,
-                                     [(w.start, w.start, w.end) for w in timed], bucketed=True)  # fmt: skip
+                                     [(w.start, w.start, w.end) for w in timed], bucketed=True, sub_grain=sub)  # fmt: skip
     else:
         branches.append(table_branch("t", 0, live, None))
     sql = union(branches)
     started = time.monotonic()
     rows = client.query(sql).result_rows
     seconds = time.monotonic() - started
-    now = rows[0][6] if rows else datetime.now(UTC)
+    zone = server_zone(client)  # the server's wall clock, as the windows (chmv_assets.engine.clock)
+    now = wall(rows[0][6], zone) if rows else wall_now(client)
+
+    def _naive(value: datetime | None) -> datetime | None:
+        return wall(value, zone)
+
     tables, source_windows, target_windows, marks = [], [], [], []
     for side, index, raw_key, count, oldest, newest, _now in rows:
         key = _naive(raw_key) if raw_key is not None else None
@@ -268,17 +295,41 @@ def probe(client: Client, loaded: LoadedProject, target: ObjectRef, live: Object
             source_windows.append((sources[index], key, stats))
         elif side == "t" and (count or key is None):
             target_windows.append((key, stats))
+    buckets: tuple[tuple[ObjectRef | None, datetime], ...] = ()
+    if sub is not None and scheme.grain is not None:  # buckets inside the windows: fold them into their windows
+        buckets = tuple((s, k) for s, k, _ in source_windows) + tuple((None, k) for k, _ in target_windows if k)
+        source_windows = _fold(source_windows, scheme.grain)
+        target_windows = [(k, s) for _, k, s in _fold([(None, k, s) for k, s in target_windows], scheme.grain)]
     if timed and column is not None:  # a window the grouped branch did not return has no rows
         seen = {k for k, _s in target_windows}
         target_windows += [(w.start, Stats()) for w in timed if w.start not in seen]
-    return Facts(now=_naive(now), tables=tuple(tables), source_windows=tuple(source_windows),
-                 target_windows=tuple(target_windows), mapped=tuple(s for s in sources if s in maps),
-                 watermarks=tuple(marks), sql=sql, seconds=seconds)  # fmt: skip
+    return Facts(
+        now=now,
+        tables=tuple(tables),
+        source_windows=tuple(source_windows),
+        target_windows=tuple(target_windows),
+        mapped=tuple(s for s in sources if s in maps),
+        watermarks=tuple(marks),
+        sql=sql,
+        seconds=seconds,
+        sub_grain=sub,
+        buckets=buckets,
+    )
 
 
-def _naive(value: datetime | None) -> datetime | None:
-    """Naive UTC, as every time chmv computes with."""
-    return value.astimezone(UTC).replace(tzinfo=None) if value is not None and value.tzinfo is not None else value
+def _fold(rows: list, grain: Grain) -> list:
+    """``(source, bucket start, stats)`` rows folded into ``(source, window start, stats)``, one per window."""
+    folded: dict[tuple, Stats] = {}
+    for source, start, stats in rows:
+        key = (source, floor(start, grain) if start is not None else None)
+        previous = folded.get(key)
+        if previous is None:
+            folded[key] = stats
+            continue
+        olds = [t for t in (previous.oldest, stats.oldest) if t is not None]
+        news = [t for t in (previous.newest, stats.newest) if t is not None]
+        folded[key] = Stats(previous.rows + stats.rows, min(olds, default=None), max(news, default=None))
+    return [(source, start, stats) for (source, start), stats in folded.items()]
 
 
 def assess(loaded: LoadedProject, target: ObjectRef, windows: Sequence[PartitionWindow | None], facts: Facts,
@@ -293,20 +344,51 @@ def assess(loaded: LoadedProject, target: ObjectRef, windows: Sequence[Partition
     out = []
     for window in dict.fromkeys(windows):
         target_stats = facts.target_window(window.start if window else None)
+        holes = facts.holes(window) if window is not None else []
         sources = []
         for source in triggers(loaded, target):
             table_stats = facts.table(source)
             mapping = maps.get(source) if source in facts.mapped else None
             window_stats = facts.source_window(source, window.start) if window and mapping else None
+            verdict = _table_verdict(loaded, source, window, mapping, table_stats, window_stats, target_stats, facts.now)
+            if holes and verdict.holding == Holding.ENTIRELY:
+                verdict = _holed(source, holes, facts.sub_grain, verdict)
             sources.append(SourceCoverage(
                 source,
-                _table_verdict(loaded, source, window, mapping, table_stats, window_stats, target_stats, facts.now),
+                verdict,
                 lake.verdict(source, window, mapping, window_stats, target_stats, table_stats),
                 table_stats.oldest if table_stats else None,
             ))  # fmt: skip
         out.append(WindowCoverage(window, tuple(sources), target_stats.rows if target_stats else None,
                                   target_stats.oldest if target_stats else None))  # fmt: skip
     return Coverage(target, tuple(out), facts.now, queries=1 if facts.sql else 0, seconds=facts.seconds)
+
+
+def _holed(source: ObjectRef, holes: list[datetime], grain: Grain | None, verdict: Verdict) -> Verdict:
+    """A window the source holds only partly: some of its buckets have rows in the target and none in any trigger."""
+    return Verdict(
+        Holding.PARTLY,
+        f"{source.fqn} holds no rows of {_spans(holes, grain)} inside the window, where the target partition holds "
+        f"rows (deleted or dropped from the source); {verdict.reason}",
+    )
+
+
+def _spans(starts: list[datetime], grain: Grain | None) -> str:
+    """Consecutive buckets as ranges: ``2026-01-10 … 2026-01-15 (6 days)``."""
+    step = timedelta(seconds=grain.seconds) if grain is not None and grain is not Grain.MONTH else timedelta(days=1)
+    fmt = "%Y-%m-%d %H:00" if grain is Grain.HOUR else "%Y-%m-%d"
+    unit = "hour" if grain is Grain.HOUR else "day"
+    runs: list[list[datetime]] = []
+    for start in starts:
+        if runs and start - runs[-1][-1] == step:
+            runs[-1].append(start)
+        else:
+            runs.append([start])
+    parts = []
+    for run in runs:
+        count = f" ({len(run)} {unit}s)" if len(run) > 1 else ""
+        parts.append(f"{run[0]:{fmt}}" + (f" … {run[-1]:{fmt}}{count}" if len(run) > 1 else ""))
+    return ", ".join(parts[:5]) + (f" and {len(parts) - 5} more span(s)" if len(parts) > 5 else "")
 
 
 def observe_coverage(client: Client, loaded: LoadedProject, target: ObjectRef, live: ObjectRef,

@@ -14,7 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from chmv_assets.engine.clock import server_zone
 
 DEFAULT_START = date(2026, 8, 1)
 DEFAULT_DAYS = 92
@@ -155,14 +158,28 @@ def batches(table: pa.Table, rows: int) -> Iterator[pa.Table]:
 
 
 def load_into_clickhouse(client, tables: dict[str, pa.Table], *, batch_rows: int = 50_000) -> dict[str, int]:
-    """Insert generated rows into the source tables in blocks, so the live MVs fire per block as in production."""
+    """Insert generated rows into the source tables in blocks, so the live MVs fire per block as in production.
+
+    The generated times are wall-clock times: they are inserted as that wall clock in the server's zone (an Arrow
+    timestamp without a zone would be read as UTC), so the demo holds the same rows whatever the server's zone.
+    """
     counts = {}
+    zone = str(server_zone(client))
     for source, table in tables.items():
+        if zone not in ("UTC", "Etc/UTC"):
+            table = _as_server_wall_clock(table, zone)
         database, _, name = source.partition(".")
         for batch in batches(table, batch_rows):
             client.insert_arrow(name, batch, database=database, settings={"max_partitions_per_insert_block": 0})
         counts[source] = table.num_rows
     return counts
+
+
+def _as_server_wall_clock(table: pa.Table, zone: str) -> pa.Table:
+    for index, column in enumerate(table.schema):
+        if pa.types.is_timestamp(column.type) and column.type.tz is None:
+            table = table.set_column(index, column.name, pc.assume_timezone(table.column(index), zone))
+    return table
 
 
 def write_landing_zone(root: str | Path, tables: dict[str, pa.Table], *, late_share: float = 0.02,

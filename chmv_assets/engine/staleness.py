@@ -18,6 +18,7 @@ from clickhouse_connect.driver.client import Client
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import MaterializedView, ObjectRef
 from chmv_assets.ddl.partitioning import partition_scheme
+from chmv_assets.engine.clock import server_zone, wall
 from chmv_assets.sql.meta import WATERMARKS
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rebuild_sql import view_select
@@ -109,6 +110,7 @@ def measure_staleness(client: Client, loaded: LoadedProject, *, targets: list[Ob
         targets: Restrict to these targets.
     """
     project, sla = loaded.project, loaded.config.sla_minutes * 60
+    zone = server_zone(client)  # every time below is the server's wall clock (chmv_assets.engine.clock)
     targets = list(targets or project.targets)
     plan = {t: probes(loaded, t) for t in targets}
     needed = set(targets) | {s for ps in plan.values() for p in ps for s in p.view.source_refs} | {WATERMARKS}
@@ -123,7 +125,8 @@ def measure_staleness(client: Client, loaded: LoadedProject, *, targets: list[Ob
     ).result_rows:
         ref = ObjectRef(database=database, name=name)
         existing.add(ref)
-        value = max(max_time, datetime.combine(max_date, datetime.min.time())) if max_time or max_date else None
+        times = [t for t in (wall(max_time, zone), wall(max_date)) if t is not None]
+        value = max(times) if times else None
         if value is not None and value > _EPOCH:
             newest[ref] = value
     lags = {t: TargetLag(target=t) for t in targets}
@@ -179,13 +182,14 @@ def measure_staleness(client: Client, loaded: LoadedProject, *, targets: list[Ob
             branch("expected", (target, n), quote(probe.target_column), f"({select})")
     if branches:
         for i, v in client.query(" UNION ALL ".join(branches), settings=BIG_QUERY_SETTINGS).result_rows:
+            v = wall(v, zone)
             values[slots[i]] = v if v is not None and v > _EPOCH else None
     watermarks: dict[str, datetime] = {}
     if WATERMARKS in existing:
         for name, ts in client.query(
             f"SELECT target_table, max(last_processed_ts) FROM {qualified(WATERMARKS)} FINAL GROUP BY target_table"
         ).result_rows:
-            watermarks[name] = ts.replace(tzinfo=None) if ts is not None else None
+            watermarks[name] = wall(ts, zone)
     for target, ps in plan.items():
         lag = lags[target]
         if lag.missing or not ps:

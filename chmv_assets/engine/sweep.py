@@ -35,9 +35,11 @@ from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionWindow, partition_scheme, window_for_partition_key
 from chmv_assets.engine.catalog import inner_table_names
+from chmv_assets.engine.clock import server_zone
 from chmv_assets.engine.coverage import mappings, triggers
 from chmv_assets.engine.planner import windows_covering
 from chmv_assets.engine.staleness import BIG_QUERY_SETTINGS
+from chmv_assets.sql.time_sql import wall_seconds_sql
 
 #: Cursor format version: a cursor of another version is ignored (everything is swept once more).
 CURSOR_VERSION = 1
@@ -56,7 +58,7 @@ class Part:
     min_block: int
     max_block: int
     data_version: int
-    first: int  # unix seconds of the part's oldest row by its partition key's time column; 0: not indexed
+    first: int  # wall seconds (engine.clock) of the part's oldest row by its partition key's time column; 0: none
     last: int
 
     @property
@@ -182,8 +184,8 @@ def read_parts(client: Client, loaded: LoadedProject, tables: list[ObjectRef]) -
     inner = [t for t in tables if t in loaded.project.views and loaded.project.views[t].target is None]
     sql = (
         "SELECT 'p' AS kind, database, table, partition_id, rows, toInt64(min_block_number), "
-        "toInt64(max_block_number), toInt64(data_version), toInt64(toUnixTimestamp(min_time)), "
-        "toInt64(toUnixTimestamp(max_time)), toString(min_date), toString(max_date) FROM system.parts "
+        f"toInt64(max_block_number), toInt64(data_version), {wall_seconds_sql('min_time')}, "
+        f"{wall_seconds_sql('max_time')}, toString(min_date), toString(max_date) FROM system.parts "
         "WHERE active AND database IN {dbs:Array(String)} AND (table IN {names:Array(String)} "
         "OR startsWith(table, '.inner'))"
     )  # fmt: skip
@@ -332,7 +334,8 @@ def decide(client: Client, loaded: LoadedProject, targets: list[ObjectRef], stat
         loaded: The parsed project.
         targets: The targets to sweep.
         state: The previous tick's state (empty: everything is marked once).
-        now: Unix seconds (the grace period and the pending partitions' turn are measured against it).
+        now: Unix seconds (the grace period and the pending partitions' turn are measured against it, on the
+            server's wall clock: windows are wall-clock spans, see :mod:`chmv_assets.engine.clock`).
         max_partitions: Most partitions to choose (0: only mark, e.g. while the previous tick's run is busy).
         max_rows: Most rows (estimated) the chosen evaluations read; the first one always fits.
 
@@ -341,6 +344,8 @@ def decide(client: Client, loaded: LoadedProject, targets: list[ObjectRef], stat
     """
     tables = tracked_tables(loaded, targets)
     parts = read_parts(client, loaded, tables)
+    offset = server_zone(client).utcoffset(datetime.fromtimestamp(now, UTC))
+    now += offset.total_seconds() if offset is not None else 0.0  # wall seconds from here on
     marker = _Marker(loaded)
     grace = loaded.config.parity.grace_minutes * 60
     changes = {ref: _changes(parts[ref], state.tables.get(ref.fqn)) for ref in tables}

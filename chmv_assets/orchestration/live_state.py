@@ -55,10 +55,12 @@ from dagster import (
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.catalog import inner_table_names
+from chmv_assets.engine.clock import from_wall_seconds
 from chmv_assets.engine.staleness import BIG_QUERY_SETTINGS
 from chmv_assets.orchestration.sensor_client import SensorSkip, sensor_client
 from chmv_assets.orchestration.translator import ChmvTranslator
 from chmv_assets.sql.quoting import qualified, quote
+from chmv_assets.sql.time_sql import wall_seconds_sql
 from resources.clickhouse import ClickHouseResource
 
 #: Most events one tick reports; the rest follow at the next ticks (a cold start of thousands of partitions).
@@ -101,13 +103,13 @@ class PartState:
     bytes: int
     newest_write: int  # unix seconds of the newest part's modification time
     max_block: int
-    min_time: int
+    min_time: int  # wall seconds (chmv_assets.engine.clock) of the parts' min/max index
     min_date: str
     max_time: int = 0
     max_date: str = ""
 
     def time_bounds(self) -> tuple[int, int] | None:
-        """``[first, last]`` unix seconds of the rows, from the parts' min/max index; None when not indexed."""
+        """``[first, last]`` wall seconds of the rows, from the parts' min/max index; None when not indexed."""
         if self.min_time > 0:
             return self.min_time, self.max_time
         if self.min_date and self.min_date != "1970-01-01":
@@ -197,8 +199,8 @@ def read_state(client: _Counted, loaded: LoadedProject, tracked: list[Tracked]) 
         branches.append(
             "SELECT 'p' AS kind, database, table AS name, partition_id, any(partition) AS value, sum(rows) AS rows, "
             "count() AS parts, sum(bytes_on_disk) AS bytes, toInt64(toUnixTimestamp(max(modification_time))) AS newest, "
-            "toInt64(max(max_block_number)) AS max_block, toInt64(toUnixTimestamp(min(min_time))) AS min_time, "
-            "toString(min(min_date)) AS min_date, toInt64(toUnixTimestamp(max(max_time))) AS max_time, "
+            f"toInt64(max(max_block_number)) AS max_block, {wall_seconds_sql('min(min_time)')} AS min_time, "
+            f"toString(min(min_date)) AS min_date, {wall_seconds_sql('max(max_time)')} AS max_time, "
             "toString(max(max_date)) AS max_date FROM system.parts WHERE active AND database IN {dbs:Array(String)} "
             "AND (table IN {names:Array(String)} OR startsWith(table, '.inner')) GROUP BY database, table, partition_id"
         )  # fmt: skip
@@ -346,8 +348,9 @@ def _day_counts(client: _Counted, requests: list[_DayRequest]) -> dict[ObjectRef
         column = quote(request.tracked.time_column or "")
         where = ""
         if request.bounds is not None:
-            where = f" WHERE {column} >= fromUnixTimestamp({{lo_{i}:Int64}}) AND {column} <= fromUnixTimestamp({{hi_{i}:Int64}})"
-            params[f"lo_{i}"], params[f"hi_{i}"] = request.bounds
+            # wall seconds (engine.clock): bound as the wall clock, which the server reads in the column's zone
+            where = f" WHERE {column} >= toDateTime({{lo_{i}:String}}) AND {column} <= toDateTime({{hi_{i}:String}})"
+            params[f"lo_{i}"], params[f"hi_{i}"] = (f"{from_wall_seconds(b):%Y-%m-%d %H:%M:%S}" for b in request.bounds)
         branches.append(f"SELECT {i} AS source, toString(toDate({column})) AS day, count() AS rows "
                         f"FROM {qualified(request.tracked.ref)}{where} GROUP BY day")  # fmt: skip
     out: dict[ObjectRef, dict[str, int]] = {r.tracked.ref: {} for r in requests}

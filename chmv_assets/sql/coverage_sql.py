@@ -22,6 +22,7 @@ from clickhouse_connect.driver.binding import format_query_value
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
+from chmv_assets.ddl.types import parse_type
 from chmv_assets.sql.meta import WATERMARKS
 from chmv_assets.sql.quoting import qualified, quote, time_literal
 
@@ -76,6 +77,28 @@ def time_mapping(view: MaterializedView, project: Project, scheme: PartitionSche
     return TimeMapping(column.name, column.type, grain, exact)
 
 
+#: The bucket coverage looks at inside a window of each partition grain (a source's hole inside a window).
+SUB_GRAINS = {Grain.MONTH: Grain.DAY, Grain.DAY: Grain.HOUR}
+
+
+def sub_grain_of(grain: Grain | None, mappings: Sequence[TimeMapping], target_type: str | None) -> Grain | None:
+    """The bucket inside a window at which a source's rows and the target's rows can be compared, or None.
+
+    Every trigger's rows must land in the window of their own time (exact mappings), and the target's partition
+    column must keep the bucket's resolution: a truncation no coarser than the bucket, and no ``Date`` column for
+    hours. Then a bucket where the target holds rows and no trigger does is rows a trigger lost.
+    """
+    sub = SUB_GRAINS.get(grain) if grain is not None else None
+    if sub is None or not mappings or not all(m.exact for m in mappings):
+        return None
+    if any(m.grain is not None and m.grain.seconds > sub.seconds for m in mappings):
+        return None
+    types = [m.column_type for m in mappings] + ([target_type] if target_type else [])
+    if sub is Grain.HOUR and any(parse_type(t).is_date for t in types):
+        return None
+    return sub
+
+
 def _branch(side: str, index: int, table: ObjectRef, *, key: str, column: str | None, where: str | None = None,
             grouped: bool = False) -> str:  # fmt: skip
     # Aliases carry a prefix no column has, so a column called ``n`` or ``k`` is never shadowed by one.
@@ -96,13 +119,16 @@ def table_branch(side: str, index: int, table: ObjectRef, column: str | None) ->
 
 
 def windows_branches(side: str, index: int, table: ObjectRef, column: str, column_type: str, grain: Grain,
-                     ranges: Sequence[tuple[datetime, datetime, datetime]], *, bucketed: bool) -> list[str]:  # fmt: skip
+                     ranges: Sequence[tuple[datetime, datetime, datetime]], *, bucketed: bool,
+                     sub_grain: Grain | None = None) -> list[str]:  # fmt: skip
     """Per-window rows, oldest and newest time of ``column`` in ``table``.
 
     Args:
         grain: The partition grain; with ``bucketed`` each row is counted in the window its own time
             floors to (one grouped branch), else one branch per window.
         ranges: ``(window start, lo, hi)`` per window: the rows with ``lo <= column < hi`` are the window's.
+        sub_grain: With ``bucketed``, count the rows per ``sub_grain`` bucket instead (a day of a monthly window):
+            the caller folds the buckets into windows and sees which buckets hold rows (:func:`sub_grain_of`).
     """
     name = quote(column)
 
@@ -111,7 +137,7 @@ def windows_branches(side: str, index: int, table: ObjectRef, column: str, colum
 
     if bucketed:
         where = " OR ".join(bounds(lo, hi) for _start, lo, hi in ranges)
-        key = f"CAST(toDateTime({FLOOR_FUNCTIONS[grain]}({name})) AS Nullable(DateTime))"
+        key = f"CAST(toDateTime({FLOOR_FUNCTIONS[sub_grain or grain]}({name})) AS Nullable(DateTime))"
         return [_branch(side, index, table, key=key, column=column, where=where, grouped=True)]
     return [_branch(side, index, table, key=f"CAST(toDateTime('{start:%Y-%m-%d %H:%M:%S}') AS Nullable(DateTime))",
                     column=column, where=bounds(lo, hi)) for start, lo, hi in ranges]  # fmt: skip

@@ -157,3 +157,29 @@ def test_the_shrink_guard_on_a_partition_whose_coverage_is_unknown(tmp_path):
         rebuild_partitions(engine, loaded, EVENTS_AGG, [AUGUST])
     with engine.get_client() as client:
         assert digest(client, loaded, EVENTS_AGG, AUG_WHERE) == before
+
+
+def test_a_hole_inside_a_month_is_partly_held_refused_without_a_lake_and_read_from_it_with_one(tmp_path, example):
+    """Six days deleted in the middle of August: the month's first and last rows are still in the source, but the
+    days in between are not; a plain backfill of the month is refused (never shrunk), or reads the landing zone."""
+    from chmv_assets.engine import demo_data
+
+    engine = make_engine(tmp_path / "chdb", example, rows=50_000)
+    with engine.get_client() as client:
+        before = digest(client, example, EVENTS_AGG, AUG_WHERE)
+        client.command("DELETE FROM analytics.raw_events WHERE timestamp >= '2026-08-10' AND timestamp < '2026-08-16'")
+        assert count(client, RAW_EVENTS, "toYYYYMM(timestamp) = 202608") > 0  # the month's edges are still there
+        coverage = observe_coverage(client, example, EVENTS_AGG, EVENTS_AGG, [AUGUST], None)
+    (source,) = coverage.windows[0].sources
+    assert source.table.holding == Holding.PARTLY
+    assert "holds no rows of 2026-08-10 … 2026-08-15 (6 days) inside the window" in source.table.reason
+    with pytest.raises(RebuildRefused, match="holds no rows of 2026-08-10 … 2026-08-15 \\(6 days\\)"):
+        rebuild_partitions(engine, example, EVENTS_AGG, [AUGUST])
+    with engine.get_client() as client:
+        assert digest(client, example, EVENTS_AGG, AUG_WHERE) == before and int(client.command(SHADOWS)) == 0
+    lake = tmp_path / "landing"
+    demo_data.write_landing_zone(lake, demo_data.generate_all(50_000))  # the lake still holds every day
+    plan = plan_for(engine, example, EVENTS_AGG, [AUGUST], root=lake)
+    assert plan.steps[0].engine == Engine.SPARK, plan.describe()
+    # a month without a hole, and a daily target of the same chain, keep reading the source
+    assert plan_for(engine, example, EVENTS_AGG, [SEPTEMBER]).steps[0].engine == Engine.CLICKHOUSE
