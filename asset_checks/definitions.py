@@ -84,8 +84,11 @@ def build_part_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list
     targets = targets_by_key(loaded, translator)
     if not targets:
         return []
-    specs = [AssetCheckSpec(PARTS, asset=key, description="Active parts vs the server's parts_to_delay/throw_insert.")
-             for key in targets]  # fmt: skip
+    description = (
+        "Not too many active parts: inserts slow down at the server's parts_to_delay_insert and fail at "
+        "parts_to_throw_insert; warns when the count keeps climbing, fails near the limit."
+    )
+    specs = [AssetCheckSpec(PARTS, asset=key, description=description) for key in targets]
 
     @multi_asset_check(specs=specs, name="chmv_part_checks", can_subset=True, pool=CLICKHOUSE_POOL)
     def _parts(context: AssetCheckExecutionContext, clickhouse: ClickHouseResource):
@@ -141,8 +144,12 @@ def build_lint_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list
     targets = targets_by_key(loaded, translator)
     if not targets:
         return []
-    specs = [AssetCheckSpec(LINT, asset=key, description="MV design rules of seed 001 (WARN, with the fix).")
-             for key in targets]  # fmt: skip
+    description = (
+        "How the MVs writing this table are designed: a JOIN where a dictionary would do, too many MVs on a source, "
+        "aggregates that count duplicates twice, GROUP BY into a plain MergeTree, an MV without TO… each finding "
+        "with its fix (a warning: it never blocks)."
+    )
+    specs = [AssetCheckSpec(LINT, asset=key, description=description) for key in targets]
 
     @multi_asset_check(specs=specs, name="chmv_lint_checks", can_subset=True)
     def _lint(context: AssetCheckExecutionContext):

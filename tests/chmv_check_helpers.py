@@ -76,7 +76,9 @@ def execute(loaded: LoadedProject, resource, instance: DagsterInstance, request:
             warnings.simplefilter("ignore")
             job = build_definitions(loaded, clickhouse=resource, translator=TRANSLATOR).get_job_def("chmv_apply")
             tags = dict(request.tags)
-            return job.execute_in_process(run_config=request.run_config, instance=instance, tags=tags, raise_on_error=False)
+            return job.execute_in_process(
+                run_config=request.run_config, instance=instance, tags=tags, raise_on_error=False
+            )
     (key,) = request.asset_selection
     assets = [a for a in build_chmv_assets(loaded, TRANSLATOR) if getattr(a, "keys", None) and key in a.keys]
     checks = [c for c in build_asset_checks(loaded, TRANSLATOR) if AssetCheckKey(key, PARITY) in c.check_keys]

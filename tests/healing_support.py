@@ -16,6 +16,7 @@ from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.orchestration.partitions import window_for_key
 from chmv_assets.orchestration.translator import ChmvTranslator
+from resources.clickhouse import ClickHouseResource
 
 AGG = ObjectRef(database="analytics", name="events_agg")
 DAILY = ObjectRef(database="analytics", name="events_daily")
@@ -47,13 +48,40 @@ class Healing:
         return f"detected {self.detected or 0:.0f}s; repaired {steps}; exact {self.exact or 0:.0f}s"
 
 
+#: The statements of the gap, run through chmv's resource in the zone of dagster dev's processes.
+PLANT = f"""
+from resources.clickhouse import ClickHouseResource
+import sys
+with ClickHouseResource(dsn=sys.argv[1]).get_client() as client:
+    client.command("DETACH TABLE analytics.mv_events_agg")
+    client.command({GAP_ROWS!r})
+    client.command("ATTACH TABLE analytics.mv_events_agg")
+"""
+#: Whether every partition of the chain passes parity, computed in the zone of dagster dev's processes.
+EXACT = """
+import sys
+from healing_support import chain_exact
+from chmv_assets.ddl.loader import load
+print(chain_exact(sys.argv[1], load(sys.argv[2])))
+"""
+
+
 def plant_gap(dev: DagsterDev) -> Healing:
     """Detach the chain's first MV, insert rows of an old day, attach it again (through chmv's resource)."""
-    with dev.engine().get_client() as client:
-        client.command("DETACH TABLE analytics.mv_events_agg")
-        client.command(GAP_ROWS)
-        client.command("ATTACH TABLE analytics.mv_events_agg")
+    dev.run_python(PLANT.replace("sys.argv[1]", repr(dev.engine().resolved_dsn)))
     return Healing(planted_at=time.time())
+
+
+def chain_exact(dsn: str, loaded: LoadedProject, translator: ChmvTranslator | None = None) -> bool:
+    """Every partition of the chain the gap lands in passes parity (on the engine at ``dsn``)."""
+    translator = translator or ChmvTranslator()
+    with ClickHouseResource(dsn=dsn).get_client() as client:
+        return all(
+            parity_for_partition(
+                client, loaded, target, window_for_key(translator.get_partitions_def(loaded, target), key)
+            ).passed
+            for target, key in GAP_PARTITIONS.items()
+        )
 
 
 def _recovery_runs(dev: DagsterDev, target: ObjectRef) -> list[dict]:
@@ -62,9 +90,8 @@ def _recovery_runs(dev: DagsterDev, target: ObjectRef) -> list[dict]:
 
 
 def _chain_exact(dev: DagsterDev, loaded: LoadedProject, translator: ChmvTranslator) -> bool:
-    with dev.engine().get_client() as client:
-        return all(parity_for_partition(client, loaded, target, window_for_key(translator.get_partitions_def(
-            loaded, target), key)).passed for target, key in GAP_PARTITIONS.items())  # fmt: skip
+    code = EXACT.replace("sys.argv[1]", repr(dev.engine().resolved_dsn)).replace("sys.argv[2]", repr(str(dev.ddl_dir)))
+    return dev.run_python(code).strip() == "True"
 
 
 def wait_for_repair(dev: DagsterDev, loaded: LoadedProject, translator: ChmvTranslator, healing: Healing,

@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +103,8 @@ class DagsterDev:
     process: subprocess.Popen
     up_at: float  # time.monotonic() when GraphQL first served the assets
     ddl_dir: Path = ROOT / "examples" / "ddl"
+    env: dict[str, str] = field(default_factory=dict)  # the environment of its processes
+    zone: str | None = None  # the time zone its processes run in (their TZ), None: this process's
 
     @property
     def url(self) -> str:
@@ -121,8 +123,22 @@ class DagsterDev:
         return data["data"]
 
     def engine(self) -> ClickHouseResource:
-        """The demo's engine, through the resource: it waits for the lock dagster dev's processes take in turn."""
+        """The demo's engine, through the resource: it waits for the lock dagster dev's processes take in turn.
+
+        The embedded engine computes in the zone of the process that opens it: when dagster dev runs in another zone
+        (``zone``), what depends on it (inserts that fire MVs, parity) belongs in :meth:`run_python`.
+        """
         return ClickHouseResource(dsn=f"chdb://{self.state / 'chdb'}")
+
+    def run_python(self, code: str, timeout: float = 300) -> str:
+        """Run ``code`` in a new Python process with the environment of dagster dev's processes; its stdout."""
+        env = {**self.env, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        )
+        if done.returncode != 0:
+            raise AssertionError(f"the script failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        return done.stdout
 
     def log_tail(self, chars: int = 4000) -> str:
         return self.log.read_text(errors="replace")[-chars:]
@@ -147,10 +163,17 @@ def wait_for(condition: Callable[[], Any], deadline_seconds: float, what: str, i
     raise AssertionError(f"timed out after {deadline_seconds:.0f}s waiting for {what}; last: {str(last)[:2000]}")
 
 
-def start_demo(workdir: Path, rows: int = 100_000, ddl_dir: Path | None = None) -> DagsterDev:
+def start_demo(
+    workdir: Path,
+    rows: int = 100_000,
+    ddl_dir: Path | None = None,
+    env: dict[str, str] | None = None,
+    zone: str | None = None,
+) -> DagsterDev:
     """Load the demo (`chmv load-demo`) into a private state directory and start `dagster dev` on it.
 
     ``ddl_dir``: a copy of examples/ddl to serve instead (another chmv.toml, say), through ``CHMV_DDL_DIR``.
+    ``env``: more environment of every process. ``zone``: the time zone of every process (their ``TZ``).
 
     The landing zone exists but is empty, as after `make demo` minus its files: the sources are the
     daily Spark ingestion assets, and the targets rebuild from the source tables (which hold every window).
@@ -159,11 +182,13 @@ def start_demo(workdir: Path, rows: int = 100_000, ddl_dir: Path | None = None) 
     (state / "landing").mkdir(parents=True)
     home.mkdir()
     shutil.copy(ROOT / "examples" / "dagster.yaml", home / "dagster.yaml")
+    extra = {**(env or {}), **({"TZ": zone} if zone else {})}
     env = {**os.environ, "DAGSTER_HOME": str(home), "CHMV_STATE_DIR": str(state), "DAGSTER_DISABLE_TELEMETRY": "1"}
     for name in ("CHMV_DDL_DIR", "CHMV_LANDING_DIR", "CHMV_CLICKHOUSE_DSN"):
         env.pop(name, None)
     if ddl_dir is not None:
         env["CHMV_DDL_DIR"] = str(ddl_dir)
+    env |= extra
     bin_dir = Path(sys.executable).parent
     subprocess.run([str(bin_dir / "chmv"), "load-demo", "--ddl-dir", str(ddl_dir or ROOT / "examples" / "ddl"), "--rows", str(rows)],
                    env=env, check=True, capture_output=True, timeout=300)  # fmt: skip
@@ -175,7 +200,7 @@ def start_demo(workdir: Path, rows: int = 100_000, ddl_dir: Path | None = None) 
         [str(bin_dir / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
         cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
-    dev = DagsterDev(port, home, state, log, process, 0.0, ddl_dir or ROOT / "examples" / "ddl")
+    dev = DagsterDev(port, home, state, log, process, 0.0, ddl_dir or ROOT / "examples" / "ddl", env, zone)
 
     def serving() -> bool:
         if process.poll() is not None:

@@ -18,28 +18,41 @@ same wall clock (:func:`wall`), whatever the zone of the chmv process (``TZ``) a
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from clickhouse_connect.driver.client import Client
 
 
 def server_zone(client: Client) -> tzinfo:
-    """The server's time zone as the client learned it when it connected (UTC when it did not say)."""
+    """The zone the server computes a bare ``DateTime`` in for this client's session: the ``session_timezone``
+    setting when the session sets one, else the server's zone as the client learned it (UTC when it did not say)."""
+    try:
+        session = client.get_client_setting("session_timezone")
+    except (AttributeError, NotImplementedError):
+        session = None
+    if session:
+        try:
+            return ZoneInfo(str(session))
+        except (ZoneInfoNotFoundError, ValueError):
+            pass
     return getattr(client, "server_tz", None) or UTC
 
 
 def wall(value: datetime | date | None, zone: tzinfo | None = None) -> datetime | None:
     """A time value read from the server as the naive wall clock of ``zone`` (default: the value's own zone).
 
-    A naive value is already a wall clock (clickhouse-connect returns naive times when the server is UTC); a
-    ``date`` is its midnight.
+    clickhouse-connect returns a time aware (in the server's zone) or naive in UTC (a UTC server); a ``date`` is
+    its midnight.
     """
     if value is None:
         return None
     if not isinstance(value, datetime):
         return datetime(value.year, value.month, value.day)
+    if zone is None:
+        return value.replace(tzinfo=None)
     if value.tzinfo is None:
-        return value
-    return (value.astimezone(zone) if zone is not None else value).replace(tzinfo=None)
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(zone).replace(tzinfo=None)
 
 
 def wall_now(client: Client) -> datetime:

@@ -261,16 +261,32 @@ def probe(client: Client, loaded: LoadedProject, target: ObjectRef, live: Object
         if mapping is not None and timed:
             ranges = [(w.start, *mapping.source_range(w)) for w in timed]
             branches += windows_branches(
-                "w", index, source, mapping.column, mapping.column_type, scheme.grain, ranges,
-                bucketed=mapping.exact, sub_grain=sub if mapping.exact else None,
-            )  # fmt: skip
+                "w",
+                index,
+                source,
+                mapping.column,
+                mapping.column_type,
+                scheme.grain,
+                ranges,
+                bucketed=mapping.exact,
+                sub_grain=sub if mapping.exact else None,
+            )
     ingestible = set(landing.ingestible_sources(loaded)) if root is not None else set()
     for index, source in enumerate(sources):
         if source in ingestible:
             branches.append(watermark_branch("m", index, ingestion_source_id(source), source.fqn))
     if timed and column is not None:
-        branches += windows_branches("t", 0, live, column.name, column.type, scheme.grain,
-                                     [(w.start, w.start, w.end) for w in timed], bucketed=True, sub_grain=sub)  # fmt: skip
+        branches += windows_branches(
+            "t",
+            0,
+            live,
+            column.name,
+            column.type,
+            scheme.grain,
+            [(w.start, w.start, w.end) for w in timed],
+            bucketed=True,
+            sub_grain=sub,
+        )
     else:
         branches.append(table_branch("t", 0, live, None))
     sql = union(branches)
@@ -350,7 +366,9 @@ def assess(loaded: LoadedProject, target: ObjectRef, windows: Sequence[Partition
             table_stats = facts.table(source)
             mapping = maps.get(source) if source in facts.mapped else None
             window_stats = facts.source_window(source, window.start) if window and mapping else None
-            verdict = _table_verdict(loaded, source, window, mapping, table_stats, window_stats, target_stats, facts.now)
+            verdict = _table_verdict(
+                loaded, source, window, mapping, table_stats, window_stats, target_stats, facts.now
+            )
             if holes and verdict.holding == Holding.ENTIRELY:
                 verdict = _holed(source, holes, facts.sub_grain, verdict)
             sources.append(SourceCoverage(

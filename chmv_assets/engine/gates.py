@@ -24,6 +24,7 @@ from filelock import FileLock, Timeout
 
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.names import ref_slug
+from chmv_assets.engine.clock import server_zone, wall
 from chmv_assets.engine.watermarks import COMMITTED, Watermark, read_watermark, write_watermark
 from chmv_assets.errors import EngineBusyError
 from chmv_assets.sql.quoting import qualified, quote
@@ -96,11 +97,11 @@ def source_max_time(client: Client, source: ObjectRef, time_column: str) -> date
 
 
 def source_min_time(client: Client, source: ObjectRef, time_column: str) -> datetime | None:
-    """Oldest event time in the source table, None when it is empty."""
+    """Oldest event time in the source table (the server's wall clock, as windows are), None when it is empty."""
     rows = client.query(
         f"SELECT count(), min({quote(time_column)}) FROM {qualified(source)}"
     ).result_rows
-    return rows[0][1] if rows and rows[0][0] else None
+    return wall(rows[0][1], server_zone(client)) if rows and rows[0][0] else None
 
 
 def current_watermark(client: Client, source: ObjectRef, time_column: str, *,

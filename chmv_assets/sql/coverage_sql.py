@@ -118,9 +118,18 @@ def table_branch(side: str, index: int, table: ObjectRef, column: str | None) ->
     return _branch(side, index, table, key=_NULL_TIME, column=column)
 
 
-def windows_branches(side: str, index: int, table: ObjectRef, column: str, column_type: str, grain: Grain,
-                     ranges: Sequence[tuple[datetime, datetime, datetime]], *, bucketed: bool,
-                     sub_grain: Grain | None = None) -> list[str]:  # fmt: skip
+def windows_branches(
+    side: str,
+    index: int,
+    table: ObjectRef,
+    column: str,
+    column_type: str,
+    grain: Grain,
+    ranges: Sequence[tuple[datetime, datetime, datetime]],
+    *,
+    bucketed: bool,
+    sub_grain: Grain | None = None,
+) -> list[str]:
     """Per-window rows, oldest and newest time of ``column`` in ``table``.
 
     Args:

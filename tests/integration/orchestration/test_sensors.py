@@ -62,14 +62,16 @@ def test_repeated_stale_ticks_request_each_partition_once(tmp_path: Path) -> Non
         requested: list = []
         for n in range(6):  # rows keep arriving while the MV is detached: the newest expected value moves every tick
             with engine.get_client() as client:
-                client.command(f"INSERT INTO analytics.all_events SELECT toDateTime('2026-11-02 00:00:00') + {n * 600} "
-                               "+ number * 60, 'click', 'info', 1, 'a' FROM numbers(10)")  # fmt: skip
+                client.command(
+                    f"INSERT INTO analytics.all_events SELECT toDateTime('2026-11-02 00:00:00') + {n * 600} "
+                    "+ number * 60, 'click', 'info', 1, 'a' FROM numbers(10)"
+                )
             for name in cursors:
                 data = tick(loaded, name, engine, instance, cursors[name])
                 cursors[name] = data.cursor or cursors[name]
                 requested += [(name, r) for r in data.run_requests]
         assert [name for name, _ in requested] == ["chmv_recovery"]  # the repair, once; no rebuild while detached
-        (_, repair), = requested
+        ((_, repair),) = requested
         assert repair.job_name == "chmv_apply" and repair.tags["chmv/objects"] == "analytics.audit_mv"
         assert "missing on the server: analytics.audit_mv (detached)" in repair.tags["chmv/reason"]
         with engine.get_client() as client:  # no DDL in the ticks: the MV is still detached
@@ -100,13 +102,19 @@ def test_a_partition_a_run_already_covers_is_not_requested_again(tmp_path: Path)
     with engine.get_client() as client:
         client.command("INSERT INTO analytics.error_events VALUES ('2026-08-07 01:00:00', 'error', 'ghost')")
     instance = DagsterInstance.local_temp(str(tmp_path))
-    assert not evaluations(run_parity(loaded, engine, ref("error_events"), instance, "2026-08-07", "2026-08-07"))[0].passed
+    assert not evaluations(run_parity(loaded, engine, ref("error_events"), instance, "2026-08-07", "2026-08-07"))[
+        0
+    ].passed
     first = tick(loaded, "chmv_recovery", engine, instance, None)
     (request,) = first.run_requests
     assert request.tags["chmv/attempt"] == "1" and request.partition_key == "2026-08-07"
     job = build_definitions(loaded, clickhouse=engine, translator=TRANSLATOR).resolve_job_def(request.job_name)
-    queued = instance.create_run_for_job(job, status=DagsterRunStatus.NOT_STARTED, tags={"dagster/partition": "2026-08-07"},
-                                         asset_selection=frozenset(request.asset_selection))  # fmt: skip
+    queued = instance.create_run_for_job(
+        job,
+        status=DagsterRunStatus.NOT_STARTED,
+        tags={"dagster/partition": "2026-08-07"},
+        asset_selection=frozenset(request.asset_selection),
+    )
     cursor = first.cursor
     for _ in range(3):
         data = tick(loaded, "chmv_recovery", engine, instance, cursor)

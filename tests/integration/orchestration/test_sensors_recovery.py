@@ -41,7 +41,9 @@ def loaded_fast():
     return load(EXAMPLE_DDL, recovery_cooldown_minutes=0, recovery_max_attempts=2)
 
 
-def test_a_live_select_that_differs_from_the_ddl_is_apply_pending_never_a_repair_by_ddl(tmp_path: Path, loaded_fast) -> None:
+def test_a_live_select_that_differs_from_the_ddl_is_apply_pending_never_a_repair_by_ddl(
+    tmp_path: Path, loaded_fast
+) -> None:
     """The server's MV runs another SELECT than the DDL (a throwing one here): parity does not judge it with the
     DDL's SELECT, recovery executes no DDL and rebuilds nothing; with ``recovery_apply = "changes"`` it requests a
     chmv_apply run for the MV, which restores the SELECT and re-derives the lost rows."""
@@ -56,8 +58,10 @@ def test_a_live_select_that_differs_from_the_ddl_is_apply_pending_never_a_repair
     result = run_parity(loaded_fast, engine, ERRORS, instance, "2026-08-01", "2026-08-06")
     by_partition = {e.partition: e for e in evaluations(result, PARITY)}  # one evaluation per partition
     assert len(by_partition) == 6 and all(e.passed for e in by_partition.values())
-    assert all("apply pending: analytics.errors_mv's live SELECT differs" in (e.description or "")
-               for e in by_partition.values())  # fmt: skip
+    assert all(
+        "apply pending: analytics.errors_mv's live SELECT differs" in (e.description or "")
+        for e in by_partition.values()
+    )
 
     cursor = None
     for _ in range(3):
@@ -67,7 +71,9 @@ def test_a_live_select_that_differs_from_the_ddl_is_apply_pending_never_a_repair
     with engine.get_client() as client:
         assert _live_select(client) == live_select  # no DDL in a tick
 
-    applying = load(EXAMPLE_DDL, recovery_cooldown_minutes=0, recovery_max_attempts=2, sweep={"recovery_apply": "changes"})
+    applying = load(
+        EXAMPLE_DDL, recovery_cooldown_minutes=0, recovery_max_attempts=2, sweep={"recovery_apply": "changes"}
+    )
     (request,) = tick(applying, "chmv_recovery", engine, instance, cursor).run_requests
     assert request.job_name == "chmv_apply" and request.tags["chmv/objects"] == "analytics.errors_mv"
     assert "select_changed" in request.tags["chmv/reason"]
@@ -111,7 +117,9 @@ def test_recovery_limit_stops_a_permanently_failing_partition(tmp_path: Path, lo
     assert entry["exhausted"] is True and entry["attempts"] == 2
 
 
-def test_detached_mv_is_reattached_by_an_apply_run_then_the_stale_partitions_rebuilt(tmp_path: Path, loaded_fast) -> None:
+def test_detached_mv_is_reattached_by_an_apply_run_then_the_stale_partitions_rebuilt(
+    tmp_path: Path, loaded_fast
+) -> None:
     engine = make_engine(tmp_path / "chdb", loaded_fast, rows=20_000)
     with engine.get_client() as client:
         client.command("DETACH TABLE analytics.enriched_requests_mv PERMANENTLY")
@@ -151,6 +159,13 @@ def test_plan_cooldown_and_limit() -> None:
     assert [d.action for d in plan(ledger, {}, set(), 1300.0, max_attempts=2, cooldown_seconds=60)] == ["gave_up"]
     plan(ledger, {}, {"a.b|1"}, 1400.0, max_attempts=2, cooldown_seconds=60)
     assert ledger == {}
-    held = plan(ledger, {"a.b|2": "stale"}, set(), 1500.0, max_attempts=2, cooldown_seconds=60,
-                held={"a.b|2": "a run in progress already materializes it"})  # fmt: skip
+    held = plan(
+        ledger,
+        {"a.b|2": "stale"},
+        set(),
+        1500.0,
+        max_attempts=2,
+        cooldown_seconds=60,
+        held={"a.b|2": "a run in progress already materializes it"},
+    )
     assert [(d.action, d.attempt) for d in held] == [("held", 1)] and ledger["a.b|2"]["attempts"] == 0

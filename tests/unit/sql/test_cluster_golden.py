@@ -15,7 +15,6 @@ from datetime import datetime
 
 import pytest
 from cluster_testing import (
-    CLUSTER_DDL,
     LIVE_SQL,
     assert_golden,
     copy_cluster_ddl,
