@@ -20,6 +20,7 @@ views), which is what makes the two checks complete. Verified on the embedded en
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -115,17 +116,17 @@ class RunningInsert:
 
 
 def running_inserts(client: Client, names: Iterable[str]) -> list[RunningInsert]:
-    """Inserts running now whose text names one of ``names`` (a source or a table whose MVs write it), chmv's own
-    shadow fills and metadata writes excepted. Matching the text may find too many (a longer name containing one):
-    that only makes a rebuild wait for an insert it did not need to."""
-    needles = sorted(set(names))
-    if not needles:
+    """Inserts running now whose text names one of ``names`` (a source or a table whose MVs write it) as a whole
+    word, chmv's own shadow fills and metadata writes excepted. Matching the text may find too many (a string that
+    spells a name): that only makes a rebuild wait for an insert it did not need to."""
+    patterns = sorted({f"(?i)(^|[^A-Za-z0-9_]){re.escape(name)}([^A-Za-z0-9_]|$)" for name in names})
+    if not patterns:
         return []
     rows = client.query(
         "SELECT query_id, elapsed, query FROM system.processes WHERE query_kind = 'Insert' "
-        "AND multiSearchAnyCaseInsensitive(query, {names:Array(String)}) "
+        "AND multiMatchAny(query, {patterns:Array(String)}) "
         "AND NOT multiSearchAny(query, ['_chmv_shadow_', 'chmv_meta.', '_chmv_preflight_'])",
-        parameters={"names": needles},
+        parameters={"patterns": patterns},
     ).result_rows
     return [RunningInsert(str(q), float(e), str(text)) for q, e, text in rows]
 
