@@ -163,3 +163,52 @@ class DuringFill:
         self._thread.join(timeout=self.timeout + 5)
         if self.error is not None:
             raise self.error
+
+
+class Racer:
+    """A writer that races every read once: when a new shadow fill of ``w`` shows in ``system.processes`` it inserts
+    a row at the start of the window that fill reads (its first ``toDateTime`` literal), through its own client.
+
+    The same read repeated (same text) is left alone, so a rebuild that reads a raced partition again succeeds; one
+    that does not detect the race loses the row's MV output.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.raced = 0
+        self.error: BaseException | None = None
+        self._seen: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="racer")
+
+    def _run(self) -> None:
+        import re
+
+        try:
+            client = clickhouse_connect.get_client(dsn=f"chdb://{self.path}")
+            while not self._stop.is_set():
+                for (query,) in client.query(
+                    "SELECT query FROM system.processes WHERE position(query, 'INSERT INTO `w`.`_chmv_shadow_') = 1"
+                ).result_rows:
+                    start = re.search(r"toDateTime\('([0-9-]+ [0-9:]+)'\)", query)
+                    if query in self._seen or start is None:
+                        continue
+                    self._seen.add(query)
+                    client.command(
+                        "INSERT INTO w.events SELECT toDateTime({t:String}) + 3600 + number, number, 2 FROM numbers(3)",
+                        parameters={"t": start.group(1)}, settings={"async_insert": 0},
+                    )  # fmt: skip
+                    self.raced += 1
+                time.sleep(0.002)
+        except BaseException as err:  # noqa: BLE001 - surfaced by __exit__
+            self.error = err
+
+    def __enter__(self) -> Racer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        if self.error is not None:
+            raise self.error
