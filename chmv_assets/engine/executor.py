@@ -214,21 +214,18 @@ class _Open:
 def _tidy(client: Client, loaded: LoadedProject, plan: RebuildPlan, say: Callable[[str], None]) -> None:
     """What interrupted runs left behind, once this run holds its leases: their shadows of this table (and the
     statements still filling them, on a server) are dropped, and stream consumers they paused are resumed."""
-    runs = leases.live_runs(client, "rebuild:") | {plan.run}
-    stale = []
-    for name in client.query(
+    shadows = [str(r[0]) for r in client.query(
         "SELECT name FROM system.tables WHERE database = {db:String} AND match(name, {pattern:String})",
         parameters={"db": plan.live.database, "pattern": shadows_pattern(plan.live)},
-    ).result_rows:
-        token = run_of_shadow(str(name[0]))
-        if token not in runs:
-            stale.append(ObjectRef(database=plan.live.database, name=str(name[0])))
+    ).result_rows]  # fmt: skip
+    consumers_ = tuple(dict.fromkeys(c for w in plan.writers for c in w.consumers))
+    runs = leases.live_runs(client, "rebuild:") | {plan.run} if shadows or consumers_ else {plan.run}
+    stale = [ObjectRef(database=plan.live.database, name=s) for s in shadows if run_of_shadow(s) not in runs]
     if stale:
         kill_filling(client, [s.name for s in stale])
         for shadow in stale:
             client.command(drop_shadow_sql(shadow))
         say(f"dropped {len(stale)} shadow(s) left by interrupted runs: {', '.join(s.name for s in stale)}")
-    consumers_ = tuple(dict.fromkeys(c for w in plan.writers for c in w.consumers))
     consumers.resume_leftovers(client, loaded.project, consumers_, runs, log=say)
 
 

@@ -25,16 +25,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import DatabaseError
 
 from chmv_assets.engine.clients import ClientFactory
 from chmv_assets.errors import LeaseHeld
 from chmv_assets.sql.meta import LEASES, meta_ddl
 from chmv_assets.sql.quoting import qualified
 
-#: Settings of a claim: deduplicated by its token, never an asynchronous insert (those dedup differently).
-_CLAIM = {"insert_deduplicate": 1, "async_insert": 0}
+#: Settings of a claim: deduplicated by its token, never an asynchronous insert (those dedup differently). Written
+#: into the statement (``INSERT … SETTINGS … VALUES``): passed apart, clickhouse-connect's chdb backend would read,
+#: set and restore the session's settings around it (~20 ms of an ~30 ms claim).
+_CLAIM = "insert_deduplicate = 1, async_insert = 0, insert_deduplication_token = {token:String}"
 #: Renewals and releases must all be kept.
-_APPEND = {"insert_deduplicate": 0, "async_insert": 0}
+_APPEND = "insert_deduplicate = 0, async_insert = 0"
 
 
 def rebuild_lease(table_fqn: str, partition: str | None) -> str:
@@ -85,22 +88,26 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _ensure_table(client: Client) -> None:
-    """``chmv_meta.leases`` on this server if missing (``chmv apply`` creates it where the deployment says)."""
-    if client.query(
-        "SELECT count() FROM system.tables WHERE database = {db:String} AND name = {name:String}",
-        parameters={"db": LEASES.database, "name": LEASES.name},
-    ).result_rows[0][0]:
-        return
+def _ensure_tables(client: Client) -> None:
+    """``chmv_meta`` on this server if missing (``chmv apply`` creates it where the deployment says)."""
     for sql in meta_ddl():
-        if "leases" in sql or "DATABASE" in sql:
-            client.command(sql)
+        client.command(sql)
 
 
 def read(client: Client, leases: Sequence[str]) -> dict[str, LeaseState]:
-    """The newest generation of each of ``leases`` that has one (one query)."""
+    """The newest generation of each of ``leases`` that has one (one query; ``chmv_meta`` is created if missing)."""
     if not leases:
         return {}
+    try:
+        return _read(client, leases)
+    except DatabaseError as error:
+        if "UNKNOWN_TABLE" not in str(error) and "UNKNOWN_DATABASE" not in str(error):
+            raise
+        _ensure_tables(client)
+        return _read(client, leases)
+
+
+def _read(client: Client, leases: Sequence[str]) -> dict[str, LeaseState]:
     rows = client.query(
         "SELECT lease, generation, holder, run, host, pid, expires_at, released, expires_at < now64(3) FROM ("
         "SELECT lease, generation, argMax(holder, version) AS holder, argMax(run, version) AS run, "
@@ -115,65 +122,95 @@ def read(client: Client, leases: Sequence[str]) -> dict[str, LeaseState]:
     }
 
 
-def _write(client: Client, lease: str, generation: int, me: Holder, ttl: float, *, released: bool = False,
-           claim: bool = False) -> None:  # fmt: skip
-    settings = {**_CLAIM, "insert_deduplication_token": f"{lease}#{generation}"} if claim else _APPEND
+_COLUMNS = "(lease, generation, holder, run, host, pid, expires_at, released, version)"
+
+
+def _write(client: Client, rows: dict[str, int], me: Holder, ttl: float, *, released: bool = False) -> None:
+    """Renewals (or releases) of the generations ``rows`` (lease → generation): one insert, every row kept."""
+    if not rows:
+        return
+    values, parameters = [], {"holder": me.owner, "run": me.run, "host": me.host, "pid": me.pid,
+                              "ttl": int(ttl * 1000), "released": int(released), "version": time.time_ns()}  # fmt: skip
+    for i, (lease, generation) in enumerate(sorted(rows.items())):
+        values.append(f"({{l{i}:String}}, {{g{i}:UInt64}}, {{holder:String}}, {{run:String}}, {{host:String}}, "
+                      "{pid:UInt32}, now64(3) + toIntervalMillisecond({ttl:UInt64}), {released:UInt8}, "
+                      "{version:UInt64})")  # fmt: skip
+        parameters |= {f"l{i}": lease, f"g{i}": generation}
+    client.command(f"INSERT INTO {qualified(LEASES)} {_COLUMNS} SETTINGS {_APPEND} VALUES {', '.join(values)}",
+                   parameters=parameters)  # fmt: skip
+
+
+def _claim(client: Client, lease: str, generation: int, me: Holder, ttl: float) -> None:
+    """Claim ``generation`` of ``lease``: an insert deduplicated by a token naming both (one claim per generation
+    survives, whoever sent it)."""
     client.command(
-        f"INSERT INTO {qualified(LEASES)} (lease, generation, holder, run, host, pid, expires_at, released, version) "
+        f"INSERT INTO {qualified(LEASES)} {_COLUMNS} SETTINGS {_CLAIM} "
         "VALUES ({lease:String}, {generation:UInt64}, {holder:String}, {run:String}, {host:String}, {pid:UInt32}, "
-        "now64(3) + toIntervalMillisecond({ttl:UInt64}), {released:UInt8}, {version:UInt64})",
+        "now64(3) + toIntervalMillisecond({ttl:UInt64}), 0, 0)",
         parameters={"lease": lease, "generation": generation, "holder": me.owner, "run": me.run, "host": me.host,
-                    "pid": me.pid, "ttl": int(ttl * 1000), "released": int(released),
-                    "version": 0 if claim else time.time_ns()},  # fmt: skip
-        settings=settings,
+                    "pid": me.pid, "ttl": int(ttl * 1000), "token": f"{lease}#{generation}"},  # fmt: skip
     )
 
 
-def acquire(client: Client, lease: str, me: Holder, *, ttl: float, wait: float,
-            log: Callable[[str], None] | None = None) -> int:  # fmt: skip
-    """Hold ``lease`` (claim its next generation), waiting up to ``wait`` seconds for another holder.
+def acquire(client: Client, leases: Iterable[str], me: Holder, *, ttl: float, wait: float,
+            log: Callable[[str], None] | None = None) -> dict[str, int]:  # fmt: skip
+    """Hold every lease of ``leases`` (claim its next generation), waiting up to ``wait`` seconds for other holders.
+
+    In name order: the free ones up to the first another run holds are claimed together (their states read once, and
+    once more to see which claims won), then that one is waited for; so two runs never wait on each other in a circle.
 
     Returns:
-        The generation held.
+        The generation held, per lease.
 
     Raises:
-        LeaseHeld: Another run held it for longer than ``wait``.
+        LeaseHeld: Another run held one for longer than ``wait`` (those this call took are released).
     """
+    wanted = sorted(set(leases))
+    held: dict[str, int] = {}
     deadline = time.monotonic() + wait
-    said = False
-    while True:
-        state = read(client, [lease]).get(lease)
-        if state is not None and state.holder.run == me.run and not state.released:
-            return state.generation  # this run holds it already
-        if state is None or state.free_for(me):
-            generation = (state.generation if state else 0) + 1
-            _write(client, lease, generation, me, ttl, claim=True)
-            won = read(client, [lease]).get(lease)
-            if won is not None and won.generation == generation and won.holder.run == me.run:
-                return generation
-            continue  # another run claimed this generation first: it holds the lease now
+    said: set[str] = set()
+    while pending := [lease for lease in wanted if lease not in held]:
+        states = read(client, pending)
+        claims: dict[str, int] = {}
+        blocked: LeaseState | None = None
+        for lease in pending:
+            state = states.get(lease)
+            if state is not None and state.holder.run == me.run and not state.released:
+                held[lease] = state.generation  # this run holds it already
+            elif state is None or state.free_for(me):
+                claims[lease] = (state.generation if state else 0) + 1
+            else:
+                blocked = state
+                break
+        for lease, generation in claims.items():
+            _claim(client, lease, generation, me, ttl)
+        won = read(client, list(claims)) if claims else {}
+        held |= {lease: g for lease, g in claims.items()
+                 if (w := won.get(lease)) is not None and w.generation == g and w.holder.run == me.run}  # fmt: skip
+        if blocked is None or any(lease not in held for lease in claims):
+            continue  # all taken, or a claim lost to another run: read again
         if time.monotonic() >= deadline:
+            release(client, held, me)
             raise LeaseHeld(
-                f"{lease.split(':', 1)[1]} is being rebuilt by {state.holder.describe()} (its lease runs until "
-                f"{state.expires_at:%Y-%m-%d %H:%M:%S} UTC unless renewed); this run waited {wait:.0f}s and changed "
-                "nothing. Wait for that run to finish and retry (a killed run's lease ends at that time)."
-            )
-        if not said and log is not None:
-            log(f"waiting for {lease}: held by {state.holder.describe()}")
-            said = True
+                f"{blocked.lease.split(':', 1)[1]} is being rebuilt by {blocked.holder.describe()} (its lease runs "
+                f"until {blocked.expires_at:%Y-%m-%d %H:%M:%S} UTC unless renewed); this run waited {wait:.0f}s and "
+                "changed nothing. Wait for that run to finish and retry (a killed run's lease ends at that time)."
+            )  # fmt: skip
+        if blocked.lease not in said and log is not None:
+            log(f"waiting for {blocked.lease}: held by {blocked.holder.describe()}")
+            said.add(blocked.lease)
         time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+    return held
 
 
 def renew(client: Client, held: dict[str, int], me: Holder, ttl: float) -> None:
     """Extend every lease of ``held`` (lease → generation) by ``ttl`` from now."""
-    for lease, generation in held.items():
-        _write(client, lease, generation, me, ttl)
+    _write(client, held, me, ttl)
 
 
 def release(client: Client, held: dict[str, int], me: Holder) -> None:
     """Give every lease of ``held`` up."""
-    for lease, generation in held.items():
-        _write(client, lease, generation, me, 0, released=True)
+    _write(client, held, me, 0, released=True)
 
 
 def live_runs(client: Client, prefix: str) -> set[str]:
@@ -193,7 +230,7 @@ def holding(connect: ClientFactory, leases: Iterable[str], me: Holder, *, ttl: f
             renewer: ClientFactory | None = None, log: Callable[[str], None] | None = None,
             on_held: Callable[[Client], None] | None = None,
             on_release: Callable[[Client], None] | None = None) -> Iterator[dict[str, int]]:  # fmt: skip
-    """Hold every lease of ``leases`` (in name order, so two runs never wait on each other in a circle) for the block.
+    """Hold every lease of ``leases`` for the block (:func:`acquire`).
 
     Args:
         connect: Opens a client for the claims (then ``on_held`` runs on it) and for the release.
@@ -210,9 +247,7 @@ def holding(connect: ClientFactory, leases: Iterable[str], me: Holder, *, ttl: f
     thread = None
     try:
         with connect.get_client() as client:
-            _ensure_table(client)
-            for lease in sorted(set(leases)):
-                held[lease] = acquire(client, lease, me, ttl=ttl, wait=wait, log=log)
+            held = acquire(client, leases, me, ttl=ttl, wait=wait, log=log)
             if on_held is not None:
                 on_held(client)
         if renewer is not None and held:

@@ -221,7 +221,7 @@ def test_a_lease_of_a_process_gone_from_this_host_is_taken_over_at_once(engine, 
     dead.join()
     gone = leases.Holder("chmv rebuild", "deadbeef", pid=2**22 + 17)  # no such process here (pid_max is 2**22)
     with engine.get_client() as client:
-        leases.acquire(client, leases.rebuild_lease("w.daily", "2026-01-01"), gone, ttl=600, wait=0)
+        leases.acquire(client, [leases.rebuild_lease("w.daily", "2026-01-01")], gone, ttl=600, wait=0)
     plan, results = rebuild_partitions(engine, loaded, DAILY, [JAN])
     assert results[0].method == "replace"
 
