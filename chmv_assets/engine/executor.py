@@ -174,7 +174,8 @@ def execute(plan: RebuildPlan, loaded: LoadedProject, clickhouse: ClientFactory 
     say(plan.describe())
     if plan.refused:
         raise RebuildRefused(plan.refusal())
-    connect: ClientFactory = _Open(client) if client is not None else clickhouse  # type: ignore[assignment]
+    connect: ClientFactory | None = _Open(client) if client is not None else clickhouse
+    assert connect is not None
     if plan.deferred:
         with connect.get_client() as c:
             deferrals.record(c, [Deferral(plan.target, s.key or "all", s.closes_at or datetime.max, s.reason)
@@ -231,7 +232,7 @@ def _tidy(client: Client, loaded: LoadedProject, plan: RebuildPlan, say: Callabl
 
 def _settled(client: Client, plan: RebuildPlan, results: Sequence[StepResult], say: Callable[[str], None]) -> None:
     """Deferrals of the partitions this run rebuilt are done."""
-    done = deferrals.settle(client, plan.target, [r.partition for r in results if r.method != "deferred"])
+    done = deferrals.settle(client, plan.target, [r.partition for r in results])
     if done:
         say(f"{plan.target.fqn}: deferred partitions now rebuilt: {', '.join(done)}")
 
