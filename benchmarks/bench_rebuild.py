@@ -4,10 +4,15 @@ Run: ``.venv/bin/python benchmarks/bench_rebuild.py [ROWS]``. A tmp embedded eng
 api_requests-like source (10M rows over 10 days, one monthly partition) and a daily
 AggregatingMergeTree target. Timed in the same process, alternating, best of 3:
 
-* chmv: ``rebuild()`` of one day (shadow table, the MV's own SELECT, REPLACE PARTITION, cleanup), and
-  of all 10 days one after another;
+* chmv: ``rebuild()`` of one day (shadow table, the MV's own SELECT, REPLACE PARTITION, cleanup, the read checked
+  for racing writes before and after the swap), and of all 10 days one after another;
+* chmv with the executor: ``execute()`` of the same plan on the same open client, i.e. also the partition's lease on
+  the server (claimed, a killed run's shadows looked for, released) and the deferrals settled;
 * baseline: ``INSERT INTO target SELECT …`` with exactly the SELECT chmv generated, into a plain
   table of the same structure (no shadow, no swap).
+
+Then the retries: every day rebuilt while a writer inserts into the source's open month (never racing a closed
+day's read), and while a writer inserts late rows into the days being rebuilt every 50 ms.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ def main() -> None:
     from chmv_assets.ddl.models import ObjectRef
     from chmv_assets.ddl.partitioning import PartitionWindow, partition_scheme
     from chmv_assets.engine.apply import apply
+    from chmv_assets.engine.executor import execute
+    from chmv_assets.engine.planner import Observations, plan_rebuild
     from chmv_assets.engine.rebuild import rebuild
     from chmv_assets.sql.rebuild_sql import view_select
     from resources.clickhouse import ClickHouseResource
@@ -85,25 +92,74 @@ def main() -> None:
             def chmv(window: PartitionWindow) -> None:
                 rebuild(client, project, target, window)
 
-            results: dict[str, list[float]] = {"bare-1": [], "chmv-1": [], "bare-all": [], "chmv-all": []}
+            def executor(window: PartitionWindow) -> list:
+                plan = plan_rebuild(loaded, target, [window], Observations(live=target), engine="clickhouse")
+                return execute(plan, loaded, client=client)
+
+            results: dict[str, list[float]] = {f"{n}-{w}": [] for n in ("bare", "chmv", "exec") for w in ("1", "all")}
             for _ in range(3):
-                for name, fn in (("bare", bare), ("chmv", chmv)):
+                for name, fn in (("bare", bare), ("chmv", chmv), ("exec", executor)):
                     t = time.perf_counter()
                     fn(windows[4])
                     results[f"{name}-1"].append(time.perf_counter() - t)
-                for name, fn in (("bare", bare), ("chmv", chmv)):
+                for name, fn in (("bare", bare), ("chmv", chmv), ("exec", executor)):
                     t = time.perf_counter()
                     for window in windows:
                         fn(window)
                     results[f"{name}-all"].append(time.perf_counter() - t)
             check = client.query("SELECT sumMerge(requests) FROM bench.daily_stats").result_rows[0][0]
             assert check == rows, (check, rows)
+            retries = {label: _reads_under_writer(Path(tmp) / "chdb", sql, interval, executor, windows)
+                       for label, sql, interval in WRITERS}  # fmt: skip
         per_day = rows // DAYS
         best = {k: min(v) for k, v in results.items()}
         print(f"one partition ({per_day:,} source rows): bare INSERT…SELECT {best['bare-1']:.3f}s, "
               f"chmv rebuild {best['chmv-1']:.3f}s, ratio {best['chmv-1'] / best['bare-1']:.2f}")  # fmt: skip
         print(f"all {DAYS} partitions ({rows:,} rows): bare {best['bare-all']:.3f}s, chmv {best['chmv-all']:.3f}s, "
               f"ratio {best['chmv-all'] / best['bare-all']:.2f} (goal <= 1.1)")  # fmt: skip
+        print(f"with the lease (executor): one partition {best['exec-1']:.3f}s, ratio {best['exec-1'] / best['bare-1']:.2f}; "
+              f"all {DAYS}: {best['exec-all']:.3f}s, ratio {best['exec-all'] / best['bare-all']:.2f} (goal <= 1.1)")  # fmt: skip
+        for label, (reads, raced) in retries.items():
+            print(f"reads per partition, {label}: {reads} for {DAYS} partitions; raced out: {raced}")
+
+
+#: Writers for the retry count: (label, insert, seconds between inserts).
+WRITERS = (
+    ("a writer into the open month every 5 ms", "INSERT INTO bench.api_requests SELECT now(), '/w', 1, 1, 200", 0.005),
+    ("late rows into the rebuilt days every 50 ms",
+     "INSERT INTO bench.api_requests SELECT toDateTime('2026-09-01 00:00:00') + rand() % 864000, '/w', 1, 1, 200",
+     0.05),
+)
+
+
+def _reads_under_writer(path: Path, sql: str, interval: float, executor, windows) -> tuple[list[int], int]:
+    """Every partition rebuilt while a thread with its own client runs ``sql`` every ``interval`` seconds."""
+    import threading
+
+    import clickhouse_connect
+
+    from chmv_assets.errors import RacedWrites
+
+    stop = threading.Event()
+
+    def write() -> None:
+        writer = clickhouse_connect.get_client(dsn=f"chdb://{path}")
+        while not stop.wait(interval):
+            writer.command(sql, settings={"async_insert": 0})
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    reads, raced = [], 0
+    try:
+        for window in windows:
+            try:
+                reads += [r.attempts for r in executor(window)]
+            except RacedWrites:
+                raced += 1
+    finally:
+        stop.set()
+        thread.join()
+    return reads, raced
 
 
 if __name__ == "__main__":

@@ -229,6 +229,9 @@ def _rebuild(args: argparse.Namespace, loaded, resource) -> int:
         if plan.refused:  # what the run would say; exit 1 as the run would
             print(f"chmv: {plan.refusal()}", file=sys.stderr)
             return 1
+        if plan.deferred and len(plan.deferred) == len(plan.steps):
+            print(f"chmv: {plan.deferral()}", file=sys.stderr)
+            return 1
         return 0
     stager = None
     if any(step.engine == "spark" for step in plan.steps):
@@ -236,7 +239,7 @@ def _rebuild(args: argparse.Namespace, loaded, resource) -> int:
         from spark.staging import SparkStager
 
         stager = SparkStager(get_spark_session)
-    results = execute(plan, loaded, resource, stager=stager, log=print)
+    results = execute(plan, loaded, resource, stager=stager, log=print, owner="chmv rebuild")
     for r in results:
         print(f"rebuild: {r.target} {r.partition or '(all)'}: {r.engine}, {r.method}, {r.rows_written} rows")
     return 0

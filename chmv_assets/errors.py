@@ -68,3 +68,16 @@ class RebuildRefused(ChmvError):
 
 class ShrinkRefused(ChmvError):
     """A swap refused: the rebuilt partition would hold fewer rows than the live one, beyond what parity explains."""
+
+
+class LeaseHeld(ChmvError):
+    """Another run holds a partition this run was to rebuild (a lease on the server): nothing of it was changed."""
+
+
+class RacedWrites(ChmvError):
+    """Writes kept arriving in a partition while it was rebuilt, through every attempt; the message says whether the
+    last attempt swapped (a row's MV output may then be missing until the partition is rebuilt again) or not."""
+
+
+class RebuildDeferred(ChmvError):
+    """Every partition of a rebuild is still open to writers chmv does not control: nothing was rebuilt yet."""

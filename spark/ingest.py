@@ -12,7 +12,10 @@ One load of one source:
    watermark advances to the newest staged event time (``committed``), only after the insert returned.
 
 The anti-join is the batch's idempotency: replaying a batch, or re-running after a kill between the
-insert and the commit, inserts nothing that is already there. (Measured on chdb 26.9: an
+insert and the commit, inserts nothing that is already there. The insert carries a query_id derived from the
+source and the batch (:func:`chmv_assets.engine.statements.statement_id`): a client killed during it leaves it
+running on a server, so the next load first waits for its own batch's and an interrupted batch's insert to end
+(else its anti-join would not see their rows yet and insert them again). (Measured on chdb 26.9: an
 ``insert_deduplication_token`` skips the source block, but the MVs still fire on it, so a token alone
 would double-count the targets.) A load that died *during* its insert (``loading`` is the latest
 record) may have left a block in the source whose MV output was not written; the re-run completes the
@@ -42,6 +45,7 @@ from chmv_assets.engine.gates import (
     ingestion_source_id,
     source_gate,
 )
+from chmv_assets.engine.statements import statement_id, wait_for_orphans
 from chmv_assets.engine.watermarks import begin_load, commit_load
 from chmv_assets.errors import LandingZoneError
 from chmv_assets.sql.quoting import qualified, quote
@@ -127,12 +131,18 @@ def ingest(spark, clickhouse: ClientFactory, loaded: LoadedProject, source: Obje
         lower = cutoff_of(mark, tolerance)
         before = mark.last_processed_ts if mark else None
         interrupted = mark is not None and mark.interrupted
+        earlier = {batch_id, *([mark.batch_id] if interrupted and mark is not None else [])}
+        waited = wait_for_orphans(client, [insert_id(source, b) for b in earlier],
+                                  timeout=loaded.config.rebuild.insert_wait_seconds)  # fmt: skip
+        if waited:
+            say(f"{source.fqn}: waited for the insert of an interrupted load still running on the server: {waited}")
         sid = ingestion_source_id(source)
         intent = begin_load(client, sid, source.fqn, batch_id, mark)
         crash_point("ingest:intent")
         inserted, newest, oldest = 0, None, None
         if rows_staged:
-            inserted, newest, oldest = _insert(client, table.ref, folder, table, columns, tcol, keys, lower)
+            inserted, newest, oldest = _insert(client, table.ref, folder, table, columns, tcol, keys, lower,
+                                               insert_id(source, batch_id))  # fmt: skip
         crash_point("ingest:inserted")
         if interrupted:
             say(f"{source.fqn}: the previous load died during its insert; rebuilding the partitions it touched")
@@ -148,8 +158,13 @@ def ingest(spark, clickhouse: ClientFactory, loaded: LoadedProject, source: Obje
     return result
 
 
+def insert_id(source: ObjectRef, batch_id: str) -> str:
+    """The query_id of a batch's insert: the same on every host and every re-run of the batch."""
+    return statement_id("ingest", source.fqn, batch_id)
+
+
 def _insert(client, ref: ObjectRef, folder: Path, table, columns: list[str], tcol: str, keys: list[str],
-            lower: datetime | None) -> tuple[int, datetime | None, datetime | None]:  # fmt: skip
+            lower: datetime | None, query_id: str) -> tuple[int, datetime | None, datetime | None]:  # fmt: skip
     """The one INSERT of a load; returns (rows inserted, newest and oldest staged event time)."""
     cols = ", ".join(quote(c) for c in columns)
     key_sql = "(" + ", ".join(quote(k) for k in keys) + ")"
@@ -167,7 +182,7 @@ def _insert(client, ref: ObjectRef, folder: Path, table, columns: list[str], tco
         f"WHERE {window} AND {key_sql} NOT IN (SELECT {', '.join(quote(k) for k in keys)} FROM {qualified(ref)} "
         f"WHERE {window})",
         parameters=params,
-        settings=INSERT_SETTINGS,
+        settings={**INSERT_SETTINGS, "query_id": query_id},
     )
     after = int(client.query(count_sql, parameters=params).result_rows[0][0])
     return after - before, (stats[1] if stats[0] else None), (stats[2] if stats[0] else None)

@@ -7,6 +7,7 @@ import re
 import tomllib
 from datetime import date
 from pathlib import Path
+from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -62,6 +63,44 @@ class SweepConfig(BaseModel):
     )
 
 
+class WritersConfig(BaseModel):
+    """Who inserts into the source tables besides chmv (README "Who writes your sources").
+
+    A source no MV writes gets ``default`` unless it is named in ``chmv`` or ``others``; a table an MV writes (a chain,
+    a stream consumer's target) is written by what writes that MV's trigger, plus ``others`` if it is named there.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    default: Literal["others", "chmv"] = Field(
+        default="others",
+        description="others: applications, other hosts or tools may insert into a source (chmv cannot hold them, so "
+        "it never swaps an open partition under them); chmv: only chmv's ingestion writes it, under the source's gate.",
+    )
+    chmv: tuple[str, ...] = Field(default=(), description="Sources (db.table) written only through chmv.")
+    others: tuple[str, ...] = Field(default=(), description="Sources (db.table) written by others too.")
+    close_after_minutes: int = Field(
+        default=15, ge=0, description="How long after a window's end a row of it may still arrive from writers chmv "
+        "does not control: the partition is open until then, and rebuilt only once it has closed.",
+    )
+
+
+class RebuildSettings(BaseModel):
+    """How a rebuild stays exact under writers and other runs (README "Who writes your sources")."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    race_attempts: int = Field(default=4, ge=1, description="Reads of a partition while writes keep racing it.")
+    race_backoff_seconds: float = Field(default=1.0, ge=0, description="First wait after a raced read (doubles, "
+                                        "with jitter, up to 30 s).")
+    insert_wait_seconds: float = Field(default=60.0, ge=0, description="Longest wait for inserts already running "
+                                       "into a source before a read (their blocks may not have reached the MVs yet).")
+    lease_ttl_seconds: float = Field(default=300.0, ge=10, description="How long a partition's lease lasts unless "
+                                     "its run renews it (it renews every third of it while it runs).")
+    lease_wait_seconds: float = Field(default=60.0, ge=0, description="How long a run waits for another run's "
+                                      "lease on a partition before it stops, naming that run.")
+
+
 class ChmvConfig(BaseModel):
     """Everything chmv reads besides the DDL itself.
 
@@ -76,6 +115,8 @@ class ChmvConfig(BaseModel):
         recovery_max_attempts: Rebuilds of one partition before recovery gives up and alerts.
         recovery_cooldown_minutes: Least time between two rebuilds of one partition.
         sweep: The parity sweep's cadence and per-tick budget.
+        writers: Who inserts into the sources besides chmv.
+        rebuild: Race retries and partition leases.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -93,6 +134,8 @@ class ChmvConfig(BaseModel):
     parity: ParityConfig = ParityConfig()
     ingestion: IngestionConfig = IngestionConfig()
     sweep: SweepConfig = SweepConfig()
+    writers: WritersConfig = WritersConfig()
+    rebuild: RebuildSettings = RebuildSettings()
 
     @field_validator("partition_start")
     @classmethod

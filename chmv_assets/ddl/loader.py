@@ -23,10 +23,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from chmv_assets.ddl.config import ChmvConfig, load_config
+from chmv_assets.ddl.config import CONFIG_FILE, ChmvConfig, load_config
 from chmv_assets.ddl.lineage import LineageGraph
 from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.ddl.parser import load_project
+from chmv_assets.ddl.writers import SourceWriters, source_writers, undefined_writer_names
 from chmv_assets.errors import DDLError, DDLProblem
 from resources.state import default_state_dir
 
@@ -75,6 +76,10 @@ class LoadedProject:
                 columns[ref] = column
         return MappingProxyType(columns)
 
+    def writers(self, source: ObjectRef) -> SourceWriters:
+        """Who writes ``source`` (:func:`chmv_assets.ddl.writers.source_writers`), derived once per load."""
+        return self.derived(("writers", source), lambda: source_writers(self.project, self.config.writers, source))
+
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
@@ -108,7 +113,23 @@ def load(ddl_dir: str | Path, **overrides: object) -> LoadedProject:
             project = load_project(config.ddl_dir, default_database=config.default_database, external=config.external)
             if key:
                 _write_cache(key, project)
+    _check_writers(config, project)
     return LoadedProject(config=config, project=project)
+
+
+def _check_writers(config: ChmvConfig, project: Project) -> None:
+    """Every table ``[writers]`` names is one the project defines (or declares external)."""
+    undefined = undefined_writer_names(project, config.writers)
+    if not undefined:
+        return
+    path = Path(config.ddl_dir) / CONFIG_FILE
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    problems = []
+    for key, name in undefined:
+        line = next((i for i, row in enumerate(text.splitlines(), 1) if f'"{name}"' in row or f"'{name}'" in row), 1)
+        problems.append(DDLProblem(str(path), line, 1, f"[writers] {key} names {name}, which the DDL directory does "
+                                   "not define", "fix the name (db.table) or declare the table in external"))
+    raise DDLError(problems)
 
 
 def require_views(loaded: LoadedProject) -> None:

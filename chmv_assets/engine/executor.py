@@ -32,12 +32,14 @@ from clickhouse_connect.driver.client import Client
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionWindow
-from chmv_assets.engine import landing
+from chmv_assets.engine import consumers, deferrals, landing, leases
 from chmv_assets.engine import staging_area as staging
 from chmv_assets.engine.catalog import live_table
 from chmv_assets.engine.clients import ClientFactory
+from chmv_assets.engine.deferrals import Deferral
 from chmv_assets.engine.drift import pending_refusals
 from chmv_assets.engine.gates import crash_point, current_watermark, cutoff_of, source_gate
+from chmv_assets.engine.leases import Holder, rebuild_lease
 from chmv_assets.engine.planner import (
     Engine,
     EngineOption,
@@ -51,10 +53,11 @@ from chmv_assets.engine.planner import (
     triggers_of,
     windows_covering,
 )
-from chmv_assets.engine.rebuild import run_step, run_steps
+from chmv_assets.engine.rebuild import RaceRules, run_step, run_steps
+from chmv_assets.engine.statements import kill_filling
 from chmv_assets.engine.watermarks import COMMITTED, read_watermark, write_watermark
-from chmv_assets.errors import ChmvError, LandingZoneError, RebuildRefused
-from chmv_assets.sql.rebuild_sql import staged_relation
+from chmv_assets.errors import ChmvError, LandingZoneError, RebuildDeferred, RebuildRefused
+from chmv_assets.sql.rebuild_sql import drop_shadow_sql, run_of_shadow, shadows_pattern, staged_relation
 
 
 class Stager(Protocol):
@@ -79,6 +82,7 @@ class StepResult:
     seconds: float
     rows_read: int = 0
     statements: list[str] = field(default_factory=list)
+    attempts: int = 1
 
 
 @dataclass
@@ -96,8 +100,8 @@ class _Staged:
 def rebuild_partitions(clickhouse: ClientFactory, loaded: LoadedProject, target: ObjectRef,
                        windows: Sequence[PartitionWindow | None], *, engine: EngineOption = "auto",
                        root: Path | None = None, stager: Stager | None = None,
-                       log: Callable[[str], None] | None = None,
-                       force: bool = False) -> tuple[RebuildPlan, list[StepResult]]:  # fmt: skip
+                       log: Callable[[str], None] | None = None, force: bool = False,
+                       owner: str = "chmv") -> tuple[RebuildPlan, list[StepResult]]:  # fmt: skip
     """Plan and run the rebuild of ``windows`` of ``target``, exact while ingestion keeps loading its sources.
 
     Args:
@@ -106,15 +110,18 @@ def rebuild_partitions(clickhouse: ClientFactory, loaded: LoadedProject, target:
         engine: ``auto``, ``clickhouse`` or ``spark`` (see :func:`chmv_assets.engine.planner.plan_rebuild`).
         root: Landing zone root; default from the configuration.
         stager: Provider of staged landing rows; needed only if a step uses Spark.
-        force: Rebuild partitions coverage refuses from the source, and swap even where it shrinks them.
+        force: Rebuild partitions coverage refuses from the source, and swap even where it shrinks them; rebuild
+            partitions still open to writers chmv does not control now.
+        owner: Who runs it (named to another run that waits for one of its partitions).
 
     Raises:
         RebuildRefused: A partition's rows live neither in the source table nor in the landing zone.
         ShrinkRefused: A rebuilt partition would hold fewer rows than the live one (earlier ones stay swapped).
+        RebuildDeferred, LeaseHeld, RacedWrites: see :func:`execute`.
     """
     root = root or landing.landing_dir(loaded)
     plan = plan_for(clickhouse, loaded, target, windows, engine=engine, root=root, force=force)
-    return plan, execute(plan, loaded, clickhouse, stager=stager, log=log)
+    return plan, execute(plan, loaded, clickhouse, stager=stager, log=log, owner=owner)
 
 
 def plan_for(clickhouse: ClientFactory, loaded: LoadedProject, target: ObjectRef,
@@ -133,24 +140,35 @@ def plan_for(clickhouse: ClientFactory, loaded: LoadedProject, target: ObjectRef
 def execute(plan: RebuildPlan, loaded: LoadedProject, clickhouse: ClientFactory | None = None, *,
             client: Client | None = None, stager: Stager | None = None,
             cutoffs: dict[ObjectRef, datetime | None] | None = None,
-            log: Callable[[str], None] | None = None, one_read: bool = False) -> list[StepResult]:  # fmt: skip
+            log: Callable[[str], None] | None = None, one_read: bool = False, owner: str = "chmv") -> list[StepResult]:  # fmt: skip
     """Run every step of ``plan``; results in the plan's partition order.
+
+    The partitions run under a lease each on the server (:mod:`chmv_assets.engine.leases`: one run per partition,
+    whatever the hosts; a killed run's shadows are dropped first), every read is checked for racing writes
+    (:mod:`chmv_assets.engine.rebuild`), stream consumers writing an open partition are paused around its swap
+    (:mod:`chmv_assets.engine.consumers`), and deferred partitions are recorded for recovery
+    (:mod:`chmv_assets.engine.deferrals`).
 
     Args:
         plan: From the planner.
         loaded: The project the plan was made from.
-        clickhouse: Opens a client per group of steps, after the gates (unless ``client`` is given).
-        client: An open client whose gates the caller already holds (the repair of an interrupted load).
+        clickhouse: Opens a client per group of steps, after the gates (unless ``client`` is given); with ``client``
+            too, it renews the leases from a thread of its own.
+        client: An open client whose gates the caller already holds (``chmv apply``, the repair of a load).
         stager: Provider of staged rows for Spark steps.
         cutoffs: Fixed cutoffs per trigger for Spark steps, instead of reading the watermarks.
         log: Progress sink.
         one_read: Rebuild the ClickHouse-engine partitions with one read of the source for all of them
             (:func:`chmv_assets.engine.rebuild.run_steps`), not one per partition: for a caller that sized the
             plan's range to what one hold of the gates may take (``chmv apply``'s batches).
+        owner: Who runs it, as another run waiting for a partition is told (``dagster run <id>``, ``chmv rebuild``).
 
     Raises:
         RebuildRefused: The plan refuses partitions (nothing is run).
+        RebuildDeferred: Every partition of the plan is deferred (recorded; nothing else is run).
+        LeaseHeld: Another run holds a partition (nothing is run).
         ShrinkRefused: A step's swap would shrink its partition (see :mod:`chmv_assets.engine.guard`).
+        RacedWrites: Writes kept racing a partition through every read (see :mod:`chmv_assets.engine.rebuild`).
     """
     say = log or (lambda _msg: None)
     if client is None and clickhouse is None:
@@ -158,30 +176,111 @@ def execute(plan: RebuildPlan, loaded: LoadedProject, clickhouse: ClientFactory 
     say(plan.describe())
     if plan.refused:
         raise RebuildRefused(plan.refusal())
+    connect: ClientFactory | None = _Open(client) if client is not None else clickhouse
+    assert connect is not None
+    if plan.deferred:
+        with connect.get_client() as c:
+            deferrals.record(c, [Deferral(plan.target, s.key or "all", s.closes_at or datetime.max, s.reason)
+                                 for s in plan.deferred])  # fmt: skip
+        say(plan.deferral())
+    runnable = [s for s in plan.steps if s.engine != Engine.DEFERRED]
+    if not runnable:
+        raise RebuildDeferred(plan.deferral() + "\nNothing was rebuilt now; recovery requests each partition once it "
+                              "closes (or rebuild it now with force).")  # fmt: skip
+    settings = loaded.config.rebuild
+    rules = RaceRules.of(settings)
     results: list[StepResult] = []
-    direct = [s for s in plan.steps if s.engine != Engine.SPARK]
-    if direct:
-        with _session(plan, clickhouse, client) as c:
-            if one_read:
-                rebuilt = run_steps(c, loaded.project, plan, direct, log=say)
-            else:
-                rebuilt = [run_step(c, loaded.project, plan, step, log=say) for step in direct]
-            for step, r in zip(direct, rebuilt, strict=True):
-                results.append(StepResult(plan.target.fqn, r.partition, str(step.engine), r.method, 0, r.rows_written,
-                                          None, "", r.seconds, 0, r.statements))  # fmt: skip
-    spark_steps = plan.steps_by(Engine.SPARK)
-    if spark_steps:
-        if stager is None:
-            raise ChmvError(f"{plan.target.fqn}: {len(spark_steps)} partition(s) need Spark (the landing zone), "
-                            "but no Spark session is configured; give the run the pyspark resource")  # fmt: skip
-        assert plan.landing_root is not None
-        say(f"{plan.target.fqn}: {len(spark_steps)} partition(s) from the landing zone (spark engine)")
-        if cutoffs is None:
-            with _session(plan, clickhouse, client) as c:
-                cutoffs = _read_cutoffs(c, loaded, plan, spark_steps)
-        results += _run_spark_steps(plan, loaded, spark_steps, cutoffs, stager, clickhouse, client, say)
+    keys = [rebuild_lease(plan.live.fqn, s.key) for s in runnable]
+    with leases.holding(connect, keys, Holder(owner, plan.run), ttl=settings.lease_ttl_seconds,
+                        wait=settings.lease_wait_seconds, renewer=clickhouse, log=say,
+                        on_held=lambda c: _tidy(c, loaded, plan, say),
+                        on_release=lambda c: _settled(c, plan, results, say)):  # fmt: skip
+        results += _run_direct(plan, loaded, runnable, clickhouse, client, rules, say, one_read)
+        spark_steps = [s for s in runnable if s.engine == Engine.SPARK]
+        if spark_steps:
+            results += _run_spark(plan, loaded, spark_steps, cutoffs, stager, clickhouse, client, rules, say)
     order = {s.key: i for i, s in enumerate(plan.steps)}
     return sorted(results, key=lambda r: order.get(r.partition, 0))
+
+
+class _Open:
+    """A client factory over one open client, which stays open after each use (a caller's)."""
+
+    def __init__(self, client: Client):
+        self.client = client
+
+    @contextmanager
+    def get_client(self, *, lock_timeout_seconds: float | None = None) -> Iterator[Client]:
+        yield self.client
+
+
+def _tidy(client: Client, loaded: LoadedProject, plan: RebuildPlan, say: Callable[[str], None]) -> None:
+    """What interrupted runs left behind, once this run holds its leases: their shadows of this table (and the
+    statements still filling them, on a server) are dropped, and stream consumers they paused are resumed."""
+    shadows = [str(r[0]) for r in client.query(
+        "SELECT name FROM system.tables WHERE database = {db:String} AND match(name, {pattern:String})",
+        parameters={"db": plan.live.database, "pattern": shadows_pattern(plan.live)},
+    ).result_rows]  # fmt: skip
+    consumers_ = tuple(dict.fromkeys(c for w in plan.writers for c in w.consumers))
+    runs = leases.live_runs(client, "rebuild:") | {plan.run} if shadows or consumers_ else {plan.run}
+    stale = [ObjectRef(database=plan.live.database, name=s) for s in shadows if run_of_shadow(s) not in runs]
+    if stale:
+        kill_filling(client, [s.name for s in stale])
+        for shadow in stale:
+            client.command(drop_shadow_sql(shadow))
+        say(f"dropped {len(stale)} shadow(s) left by interrupted runs: {', '.join(s.name for s in stale)}")
+    consumers.resume_leftovers(client, loaded.project, consumers_, runs, log=say)
+
+
+def _settled(client: Client, plan: RebuildPlan, results: Sequence[StepResult], say: Callable[[str], None]) -> None:
+    """Deferrals of the partitions this run rebuilt are done."""
+    done = deferrals.settle(client, plan.target, [r.partition for r in results])
+    if done:
+        say(f"{plan.target.fqn}: deferred partitions now rebuilt: {', '.join(done)}")
+
+
+def _run_direct(plan: RebuildPlan, loaded: LoadedProject, steps: Sequence[PartitionStep],
+                clickhouse: ClientFactory | None, client: Client | None, rules: RaceRules,
+                say: Callable[[str], None], one_read: bool) -> list[StepResult]:  # fmt: skip
+    """The steps that read the source table (or refresh), under the gates, stream consumers paused where open."""
+    direct = [s for s in steps if s.engine != Engine.SPARK]
+    if not direct:
+        return []
+    with _session(plan, clickhouse, client) as c, _paused(c, loaded, plan, direct, say):
+        if one_read:
+            rebuilt = run_steps(c, loaded.project, plan, direct, log=say, rules=rules)
+        else:
+            rebuilt = [run_step(c, loaded.project, plan, step, log=say, rules=rules) for step in direct]
+    return [StepResult(plan.target.fqn, r.partition, str(step.engine), r.method, 0, r.rows_written, None, "",
+                       r.seconds, 0, r.statements, r.attempts) for step, r in zip(direct, rebuilt, strict=True)]  # fmt: skip
+
+
+@contextmanager
+def _paused(client: Client, loaded: LoadedProject, plan: RebuildPlan, steps: Sequence[PartitionStep],
+            say: Callable[[str], None]) -> Iterator[None]:  # fmt: skip
+    """The stream consumers writing an open partition of ``steps`` paused for the block."""
+    paused = tuple(dict.fromkeys(c for s in steps for c in s.pause))
+    if not paused:
+        yield
+        return
+    with consumers.paused(client, loaded.project, paused, plan.run, log=say):
+        yield
+
+
+def _run_spark(plan: RebuildPlan, loaded: LoadedProject, steps: Sequence[PartitionStep],
+               cutoffs: dict[ObjectRef, datetime | None] | None, stager: Stager | None,
+               clickhouse: ClientFactory | None, client: Client | None, rules: RaceRules,
+               say: Callable[[str], None]) -> list[StepResult]:  # fmt: skip
+    """The steps that read the landing zone: cutoffs under the gates, Spark staging without them, then the swaps."""
+    if stager is None:
+        raise ChmvError(f"{plan.target.fqn}: {len(steps)} partition(s) need Spark (the landing zone), "
+                        "but no Spark session is configured; give the run the pyspark resource")  # fmt: skip
+    assert plan.landing_root is not None
+    say(f"{plan.target.fqn}: {len(steps)} partition(s) from the landing zone (spark engine)")
+    if cutoffs is None:
+        with _session(plan, clickhouse, client) as c:
+            cutoffs = _read_cutoffs(c, loaded, plan, steps)
+    return _run_spark_steps(plan, loaded, steps, cutoffs, stager, clickhouse, client, rules, say)
 
 
 @contextmanager
@@ -215,7 +314,7 @@ def _read_cutoffs(client: Client, loaded: LoadedProject, plan: RebuildPlan,
 
 def _run_spark_steps(plan: RebuildPlan, loaded: LoadedProject, steps: Sequence[PartitionStep],
                      cutoffs: dict[ObjectRef, datetime | None], stager: Stager, clickhouse: ClientFactory | None,
-                     client: Client | None, say: Callable[[str], None]) -> list[StepResult]:  # fmt: skip
+                     client: Client | None, rules: RaceRules, say: Callable[[str], None]) -> list[StepResult]:  # fmt: skip
     """Stage each trigger's lake rows (Spark, no gate held), then swap each partition under the gates."""
     target = plan.target
     windows = [s.window for s in steps]
@@ -229,11 +328,11 @@ def _run_spark_steps(plan: RebuildPlan, loaded: LoadedProject, steps: Sequence[P
     crash_point("backfill:staged")
     results: list[StepResult] = []
     cutoff = min((v for v in cutoffs.values() if v is not None), default=None)
-    with _session(plan, clickhouse, client) as c:
+    with _session(plan, clickhouse, client) as c, _paused(c, loaded, plan, steps, say):
         for step in steps:
             started = time.monotonic()
             relations = {s: _relation(loaded, s, st, step.window) for s, st in staged.items()}
-            r = run_step(c, loaded.project, plan, step, trigger_relation=relations.get, log=say)
+            r = run_step(c, loaded.project, plan, step, trigger_relation=relations.get, log=say, rules=rules)
             rows_staged = sum(staging.staged_rows(_window_folder(st, step.window)) for st in staged.values())
             mark_id, mark_key = f"backfill:{target.fqn}", step.key or "all"
             write_watermark(c, mark_id, mark_key, last_processed_ts=cutoff, batch_id=batch_id, status=COMMITTED,
@@ -242,7 +341,7 @@ def _run_spark_steps(plan: RebuildPlan, loaded: LoadedProject, steps: Sequence[P
                 f"{r.rows_written} rows written, cutoff {cutoff}")  # fmt: skip
             results.append(StepResult(target.fqn, step.key, str(step.engine), r.method, rows_staged, r.rows_written,
                                       cutoff, batch_id, time.monotonic() - started,
-                                      sum(s.rows_read for s in staged.values()), r.statements))  # fmt: skip
+                                      sum(s.rows_read for s in staged.values()), r.statements, r.attempts))  # fmt: skip
             crash_point("backfill:swapped")
     for st in staged.values():
         staging.remove(st.folder)

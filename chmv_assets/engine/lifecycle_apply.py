@@ -57,9 +57,10 @@ from clickhouse_connect.driver.client import Client
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionWindow
-from chmv_assets.engine import journal
+from chmv_assets.engine import deferrals, journal, races
 from chmv_assets.engine.catalog import existing_objects
 from chmv_assets.engine.clients import ClientFactory
+from chmv_assets.engine.deferrals import Deferral
 from chmv_assets.engine.executor import Stager, execute
 from chmv_assets.engine.gates import crash_point, source_gate
 from chmv_assets.engine.guardrails import check_statement
@@ -71,6 +72,7 @@ from chmv_assets.engine.lifecycle_planner import (
     root_sources,
 )
 from chmv_assets.engine.planner import Engine, PartitionStep, RebuildPlan, downstream_targets, triggers_of
+from chmv_assets.engine.rebuild import race_ranges
 from chmv_assets.errors import ChmvError, EngineBusyError
 from chmv_assets.sql.lifecycle_sql import cut_over_sql, discard_beside_sql, finish_swap_sql, keep_old_sql
 from chmv_assets.sql.meta import meta_ddl_for
@@ -320,21 +322,30 @@ class _Apply:
         ).result_rows  # fmt: skip
         return bool(rows and rows[0][0])
 
-    def _rederive(self, target: ObjectRef, *, writes: ObjectRef | None = None) -> None:
-        """Re-derive ``target``'s history in batches of partitions, each batch under one hold of the gates and read
-        from the source once, each partition checked; planned in the first hold."""
+    def _rederive(self, target: ObjectRef, *, writes: ObjectRef | None = None, only: set[str] | None = None) -> None:
+        """Re-derive ``target``'s history (the partitions ``only`` names, if given) in batches of partitions, each
+        batch under one hold of the gates and read from the source once, each partition checked; planned in the first
+        hold."""
         if target in self.rederived and writes is None:
             return
         batches = _Batches(self.batch_seconds)
         with self._gated(target) as client:  # the plan's gates (the target's triggers) are among these
             rederive = rederive_now(client, self.loaded, target, writes=writes, new_version=writes is not None,
                                     allow_drop=self.plan.allow_drop, root=self.root)  # fmt: skip
+            if rederive is not None and only is not None:
+                steps = tuple(s for s in rederive.plan.steps if (s.key or "all") in only)
+                rederive = replace(rederive, plan=replace(rederive.plan, steps=steps),
+                                   partitions=tuple(p for p in rederive.partitions if (p.partition or "all") in only))
             if rederive is not None:
                 if rederive.lost_rows and not self.plan.allow_drop:
                     raise LifecycleError(f"{target.fqn}: the new version would lose {rederive.lost_rows:,} rows its "
                                          "sources no longer hold; the old version stays live (--allow-drop accepts "
                                          "it)")  # fmt: skip
                 self.say(f"  re-derive {target.fqn} into {rederive.plan.live.fqn}: {rederive.summary()}")
+                if rederive.plan.deferred:  # open to writers chmv does not control: recovery rebuilds them once closed
+                    deferrals.record(client, [Deferral(target, s.key or "all", s.closes_at or datetime.max, s.reason)
+                                              for s in rederive.plan.deferred])  # fmt: skip
+                    self.say(f"  {rederive.plan.deferral()}")
                 batches.start(rederive)
                 self._batch(client, target, rederive.plan, batches)
             if batches.done:
@@ -362,7 +373,8 @@ class _Apply:
         assert self.hold is not None  # the caller's
         while (steps := batches.take(self.hold)) is not None:
             started = time.monotonic()
-            execute(replace(plan, steps=steps), self.loaded, client=client, stager=self.stager, one_read=True)
+            execute(replace(plan, steps=steps), self.loaded, self.clickhouse, client=client, stager=self.stager,
+                    one_read=True, owner=f"chmv apply {self.id}")  # fmt: skip
             self._check(client, target, plan, steps)
             batches.ran(steps, time.monotonic() - started)
             for _ in steps:
@@ -406,14 +418,31 @@ class _Apply:
         with self._gated(target, target) as client:
             live_views = existing_objects(client, [v for v, _ in change.views])
             exchange, *views = cut_over_sql(self.project, target, beside, change.views, live_views)
+            seen = races.watch(client, triggers_of(self.project, target))
             self._run(client, exchange)
             crash_point("lifecycle:exchanged")
             for sql in views:
                 self._run(client, sql)
+            raced = self._raced_partitions(client, target, seen)
             journal.record(client, "new_version", target, journal.SWAPPED, self.id)
-            journal.record(client, "rederive", target, journal.DONE, self.id)
+            journal.record(client, "rederive", target, journal.PENDING if raced else journal.DONE, self.id)
             self._keep_old(beside, target, client)
         self._changed(target)
+        if raced:  # writers chmv does not hold: their rows went through the old SELECT into the new version
+            self.say(f"  rows reached {target.fqn} between the exchange and its new SELECT in {', '.join(raced)}: "
+                     "re-deriving those partitions")  # fmt: skip
+            self._rederive(target, only=set(raced))
+
+    def _raced_partitions(self, client: Client, target: ObjectRef, seen: races.Watch) -> list[str]:
+        """The partitions of ``target`` whose sources received rows since ``seen`` (none under chmv's gates)."""
+        if not races.new_parts(client, seen):
+            return []
+        rederive = rederive_now(client, self.loaded, target, root=self.root)
+        if rederive is None:
+            return []
+        steps = rederive.plan.steps
+        raced = races.raced_windows(client, seen, race_ranges(self.project, rederive.plan, steps))
+        return [steps[i].key or "all" for i in raced]
 
     def _keep_old(self, beside: ObjectRef, target: ObjectRef, client: Client | None = None) -> None:
         """The replaced version renamed aside (on ``client`` if given), then the new version's journal done."""
@@ -514,8 +543,9 @@ class _Batches:
         self.last: str = "(all)"
 
     def start(self, rederive: Rederive) -> None:
-        """Every partition of ``rederive``, weighed by the source rows it reads (the mean where unknown)."""
-        self.steps = list(rederive.plan.steps)
+        """Every partition of ``rederive`` that is not deferred, weighed by the source rows it reads (the mean where
+        unknown)."""
+        self.steps = [s for s in rederive.plan.steps if s.engine != Engine.DEFERRED]
         known = [p.rows for p in rederive.partitions if p.rows]
         default = sum(known) / len(known) if known else 1.0
         self.weights = {p.partition: float(p.rows or default) for p in rederive.partitions}

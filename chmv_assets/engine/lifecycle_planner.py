@@ -428,8 +428,9 @@ class _Planner:
         observations = (observe(self.client, self.loaded, target, root=self.root) if target in state.live
                         else Observations(live=target))  # fmt: skip
         if writes is not None:
-            observations = Observations(live=writes, oldest=observations.oldest)
-        plan = plan_rebuild(self.loaded, target, windows, observations, engine="auto", root=self.root)
+            observations = Observations(live=writes, oldest=observations.oldest, now=observations.now)
+        plan = plan_rebuild(self.loaded, target, windows, observations, engine="auto", root=self.root,
+                            defer_open=not new_version)  # a new version, not live yet, cannot wait for them
         reach = self._reach(target, scheme, triggers)
         estimates = tuple(PartitionEstimate(step.key, str(step.engine), _rounded(self._rows(triggers, step.window, reach)),
                                             step.reason) for step in plan.steps)  # fmt: skip

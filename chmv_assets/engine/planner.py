@@ -9,17 +9,21 @@ partition, from where its truth lives (:mod:`chmv_assets.engine.coverage`):
   rows that Spark stages, united with the source rows after the ingestion cutoff), or ``refresh``
   (a refreshable MV: the server recomputes it);
 - the relation that stands in for each trigger source in the MV's SELECT;
-- the shadow table and the swap (``REPLACE PARTITION`` — ``DROP PARTITION`` if the shadow is empty —,
-  ``EXCHANGE TABLES`` for an unpartitioned target, ``SYSTEM REFRESH VIEW``);
+- the shadow table, named for this run, and the swap (``REPLACE PARTITION`` — ``DROP PARTITION`` if the shadow is
+  empty —, ``tuple()`` for an unpartitioned target or an MV's inner table, ``SYSTEM REFRESH VIEW``);
 - the write gates to hold, and the targets further down a chain that read this one;
+- who writes the triggers (:mod:`chmv_assets.ddl.writers`): a partition still open to writers chmv does not control
+  is deferred until it closes (unless forced), a stream consumer writing an open partition is paused for its swap;
 - a refusal, where neither the source table nor the landing zone holds a partition whose target rows a
-  rebuild would lose (unless forced), and the shrink guard the executor applies before a swap.
+  rebuild would lose (unless forced), or where the trigger is a stream (never read), and the shrink guard the
+  executor applies before a swap.
 
 :mod:`chmv_assets.engine.executor` runs a plan; Spark is only a provider of staged rows there.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -29,13 +33,15 @@ from typing import Literal
 
 from clickhouse_connect.driver.client import Client
 
+from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme, windows_between
+from chmv_assets.ddl.writers import SourceWriters
 from chmv_assets.engine import landing
 from chmv_assets.engine.catalog import live_table
 from chmv_assets.engine.coverage import Coverage, Facts, Holding, WindowCoverage, assess, probe
-from chmv_assets.engine.gates import source_min_time
+from chmv_assets.engine.gates import server_now, source_min_time
 from chmv_assets.errors import ChmvError
 from chmv_assets.sql.rebuild_sql import shadow_ref, source_range_predicate
 
@@ -53,6 +59,8 @@ class Engine(StrEnum):
     """A refreshable MV: ``SYSTEM REFRESH VIEW`` + ``SYSTEM WAIT VIEW``."""
     REFUSED = "refused"
     """Nothing: neither the source table nor the landing zone holds the partition's rows (see the reason)."""
+    DEFERRED = "deferred"
+    """Nothing yet: the partition is still open to writers chmv does not control; rebuilt once it closes."""
 
 
 class Swap(StrEnum):
@@ -60,9 +68,8 @@ class Swap(StrEnum):
 
     REPLACE_PARTITION = "replace_partition"
     """``ALTER TABLE … REPLACE PARTITION … FROM shadow`` (``DROP PARTITION`` when the shadow is empty); ``tuple()``
-    for an unpartitioned ``Replicated*`` target (``EXCHANGE`` is not replicated)."""
-    EXCHANGE = "exchange"
-    """``EXCHANGE TABLES live AND shadow`` (an unpartitioned target)."""
+    for an unpartitioned target. Never ``EXCHANGE TABLES``: an MV without TO points at its inner table by UUID (the
+    old one would be dropped from under it), and an exchange is not replicated."""
     REFRESH = "refresh"
     """The server refreshes the MV itself; no shadow."""
     NONE = "none"
@@ -112,6 +119,11 @@ class PartitionStep:
     relations: tuple[TriggerRelation, ...]
     reason: str
     guard: str | None = None
+    closes_at: datetime | None = None
+    """When the partition closes to writers chmv does not control (its window's end, how far past it rows still map
+    into it, and ``[writers] close_after_minutes``); None for an unpartitioned target, which never closes."""
+    pause: tuple[ObjectRef, ...] = ()
+    """Stream consumer MVs paused around the step's read and swap (the partition is open and they write it)."""
 
     @property
     def key(self) -> str | None:
@@ -134,6 +146,8 @@ class RebuildPlan:
         cutoff_rule: How Spark steps split lake rows from source rows (fixed when they run, under the gate).
         coverage: Where the truth of each partition lives (None: not observed, as for a repair's plan).
         force: Refusals became rebuilds from the source and the executor's shrink guard is off.
+        writers: Who writes each trigger (chmv, stream consumers, others).
+        run: This run's token: it names the shadows (a run never reads another's), the leases and the statements.
     """
 
     target: ObjectRef
@@ -147,6 +161,8 @@ class RebuildPlan:
     notes: tuple[str, ...] = field(default=())
     coverage: Coverage | None = None
     force: bool = False
+    writers: tuple[SourceWriters, ...] = ()
+    run: str = ""
 
     def steps_by(self, engine: Engine) -> tuple[PartitionStep, ...]:
         return tuple(s for s in self.steps if s.engine == engine)
@@ -163,12 +179,25 @@ class RebuildPlan:
                 "nothing was changed")  # fmt: skip
         return "\n".join([head, *(f"- {s.key or '(whole table)'}: {s.reason}" for s in self.refused)])
 
+    @property
+    def deferred(self) -> tuple[PartitionStep, ...]:
+        """The partitions left until they close (writers chmv does not control still write them)."""
+        return self.steps_by(Engine.DEFERRED)
+
+    def deferral(self) -> str:
+        """Which partitions wait, until when, and why."""
+        count = len(self.deferred)
+        head = (f"{self.target.fqn}: {count} partition{'s' if count != 1 else ''} deferred until "
+                f"{'they close' if count != 1 else 'it closes'}")
+        return "\n".join([head, *(f"- {s.key}: {s.reason}" for s in self.deferred)])
+
     def describe(self) -> str:
         """A markdown rendering for run metadata, logs and ``chmv rebuild --dry-run``."""
         lines = [f"**Rebuild plan of `{self.target.fqn}`** (physical table `{self.live.fqn}`)", ""]
         grain = self.scheme.grain or "unpartitioned"
         lines.append(f"- partitioning: {grain}" + (f" on `{self.scheme.column}`" if self.scheme.column else ""))
         lines.append("- gates held: " + (", ".join(f"`{g.fqn}`" for g in self.gates) or "none"))
+        lines += [f"- writers: {w.describe()}" for w in self.writers]
         if self.cutoff_rule:
             lines.append(f"- cutoff: {self.cutoff_rule}")
         if self.downstream:
@@ -190,6 +219,8 @@ class RebuildPlan:
                       self.coverage.describe()]  # fmt: skip
         if self.refused:
             lines += ["", "**Refused**", "", self.refusal()]
+        if self.deferred:
+            lines += ["", "**Deferred**", "", self.deferral()]
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -212,6 +243,9 @@ class Observations:
     live: ObjectRef
     oldest: tuple[tuple[ObjectRef, datetime | None], ...] = ()
     coverage: Facts | None = None
+    now: datetime | None = None
+    """The server's time (naive UTC): which partitions are still open to writers. None: not observed (nothing is
+    deferred)."""
     pending: tuple[str, ...] = ()
 
     def oldest_of(self, source: ObjectRef) -> datetime | None:
@@ -243,22 +277,30 @@ def observe(client: Client, loaded: LoadedProject, target: ObjectRef, *, engine:
     Without ``windows`` only each trigger's oldest row is read, when ``auto`` may pick Spark (no coverage).
     """
     live = live_table(client, loaded.project, target)
+    if streamed_triggers(loaded, target):  # never read: the plan refuses it
+        return Observations(live=live)
     if windows is not None and not any(v.refreshable for v in loaded.project.views_into(target)):
         facts = probe(client, loaded, target, live, windows, root)
         oldest = tuple((source, stats.oldest) for source, stats in facts.tables)
-        return Observations(live=live, oldest=oldest, coverage=facts)
+        return Observations(live=live, oldest=oldest, coverage=facts, now=facts.now)
+    now = server_now(client)
     if engine != "auto" or not spark_capable(loaded, target, root):
-        return Observations(live=live)
+        return Observations(live=live, now=now)
     oldest = tuple(
         (source, source_min_time(client, source, landing.time_column(loaded, source)))
         for source in triggers_of(loaded.project, target)
     )
-    return Observations(live=live, oldest=oldest)
+    return Observations(live=live, oldest=oldest, now=now)
+
+
+def streamed_triggers(loaded: LoadedProject, target: ObjectRef) -> list[ObjectRef]:
+    """The triggers of ``target``'s MVs that are stream-engine tables (a consumer MV's target): never read."""
+    return [t for t in triggers_of(loaded.project, target) if loaded.project.is_stream(t)]
 
 
 def plan_rebuild(loaded: LoadedProject, target: ObjectRef, windows: Sequence[PartitionWindow | None],
                  observations: Observations, *, engine: EngineOption = "auto", root: Path | None = None,
-                 force: bool = False) -> RebuildPlan:  # fmt: skip
+                 force: bool = False, defer_open: bool = True, run: str | None = None) -> RebuildPlan:  # fmt: skip
     """Decide the rebuild of ``windows`` of ``target``.
 
     With coverage observed, per partition: the source table holds it entirely → ClickHouse; else the
@@ -273,7 +315,11 @@ def plan_rebuild(loaded: LoadedProject, target: ObjectRef, windows: Sequence[Par
         observations: From :func:`observe`.
         engine: ``auto``, ``clickhouse`` or ``spark``.
         root: The landing zone (``chmv_assets.engine.landing.landing_dir``).
-        force: Rebuild refused partitions from the source table and let shrinking swaps through.
+        force: Rebuild refused partitions from the source table and let shrinking swaps through; rebuild open
+            partitions under writers chmv does not control now (each read checked for racing writes).
+        defer_open: Defer the partitions still open to writers chmv does not control (with the server's time
+            observed); False rebuilds them now, race-checked (a new version, not yet live, cannot wait for them).
+        run: The run's token (names shadows and leases); default a new one.
 
     Raises:
         ChmvError: The target is not written by an MV of the DDL, or ``spark`` was asked for a target
@@ -287,9 +333,13 @@ def plan_rebuild(loaded: LoadedProject, target: ObjectRef, windows: Sequence[Par
     if observations.coverage is not None:
         coverage = assess(loaded, target, windows, observations.coverage, root)
 
+    streams = streamed_triggers(loaded, target)
+
     def choose(window: PartitionWindow | None) -> tuple[Engine, str, str | None]:
         if observations.pending:  # history is never recomputed with a SELECT the live MV does not run
             return Engine.REFUSED, "; ".join(observations.pending), None
+        if streams:
+            return Engine.REFUSED, _stream_refusal(loaded, streams), None
         covered = coverage.at(window) if coverage is not None else None
         if covered is None:
             return (*_engine_for(loaded, target, window, observations, engine, root), None)
@@ -298,9 +348,13 @@ def plan_rebuild(loaded: LoadedProject, target: ObjectRef, windows: Sequence[Par
     plan = _assemble(
         loaded.project, target, windows, observations.live, choose=choose,
         per_window=lambda source, ws: staged_per_window(loaded, target, source, ws),
-        downstream=downstream_targets(loaded, target), root=root,
+        downstream=downstream_targets(loaded, target), root=root, run=run,
     )  # fmt: skip
-    plan = replace(plan, coverage=coverage, force=force)
+    writers = tuple(loaded.writers(source) for source in plan.gates)
+    plan = replace(plan, coverage=coverage, force=force, writers=writers)
+    if observations.now is not None:
+        steps = tuple(_open_step(loaded, plan, s, observations.now, defer_open and not force) for s in plan.steps)
+        plan = replace(plan, steps=steps)
     if plan.steps_by(Engine.SPARK):
         tolerance = loaded.config.ingestion.late_tolerance_minutes
         rule = f"per trigger, its ingestion watermark - {tolerance} min, read under its gate when the Spark steps start"
@@ -367,17 +421,19 @@ def _refusal(covered: WindowCoverage, root: Path | None, *, asked: str = "", lak
 
 
 def plan_from_source(project: Project, target: ObjectRef, windows: Sequence[PartitionWindow | None],
-                     live: ObjectRef) -> RebuildPlan:  # fmt: skip
+                     live: ObjectRef, *, run: str | None = None) -> RebuildPlan:  # fmt: skip
     """A plan that rebuilds every partition from the source table (the ClickHouse engine)."""
     return _assemble(project, target, windows, live,
                      choose=lambda _w: (Engine.CLICKHOUSE, "from the source table", None),
-                     per_window=lambda _s, _ws: False)  # fmt: skip
+                     per_window=lambda _s, _ws: False, run=run)  # fmt: skip
 
 
 def _assemble(project: Project, target: ObjectRef, windows: Sequence[PartitionWindow | None], live: ObjectRef, *,
               choose: Callable[[PartitionWindow | None], tuple[Engine, str, str | None]],
               per_window: Callable[[ObjectRef, Sequence[PartitionWindow | None]], bool],
-              downstream: tuple[ObjectRef, ...] = (), root: Path | None = None) -> RebuildPlan:  # fmt: skip
+              downstream: tuple[ObjectRef, ...] = (), root: Path | None = None,
+              run: str | None = None) -> RebuildPlan:  # fmt: skip
+    run = run or new_run_token()
     views = project.views_into(target)
     if not views:
         raise ChmvError(f"{target.fqn} is not written by any materialized view in the DDL directory")
@@ -388,7 +444,7 @@ def _assemble(project: Project, target: ObjectRef, windows: Sequence[PartitionWi
     scheme = partition_scheme(table, views) if table is not None else PartitionScheme(grain=None)
     if refreshable:
         step = PartitionStep(None, Engine.REFRESH, Swap.REFRESH, None, (), "refreshable MV: the server recomputes it")
-        return RebuildPlan(target, live, scheme, (step,), (), downstream, root)
+        return RebuildPlan(target, live, scheme, (step,), (), downstream, root, run=run)
     if scheme.grain is None:
         windows = [None]
     triggers = tuple(triggers_of(project, target))
@@ -403,11 +459,73 @@ def _assemble(project: Project, target: ObjectRef, windows: Sequence[PartitionWi
                               for s in triggers)  # fmt: skip
         else:
             relations = tuple(_source_relation(project, target, s, scheme, window) for s in triggers)
-        replicated = table is not None and table.engine is not None and table.engine.replicated
-        swap = Swap.REPLACE_PARTITION if window is not None or replicated else Swap.EXCHANGE
-        shadow = shadow_ref(live, window.key if window else None)
-        steps.append(PartitionStep(window, chosen, swap, shadow, relations, reason, guard))
-    return RebuildPlan(target, live, scheme, tuple(steps), triggers, downstream, root)
+        shadow = shadow_ref(live, window.key if window else None, run)
+        steps.append(PartitionStep(window, chosen, Swap.REPLACE_PARTITION, shadow, relations, reason, guard))
+    return RebuildPlan(target, live, scheme, tuple(steps), triggers, downstream, root, run=run)
+
+
+def new_run_token() -> str:
+    """A run's token: 8 hex digits, in its shadows' names (``_chmv_shadow_<table>_<partition>_<token>``)."""
+    return secrets.token_hex(4)
+
+
+def reach(loaded: LoadedProject, target: ObjectRef, scheme: PartitionScheme) -> timedelta:
+    """How far past a window's end a trigger row may still map into the window: the grain by which an MV truncates
+    its time into the target's partition column, where that grain is coarser than the partition's (a week that
+    starts in one month and ends in the next)."""
+    if scheme.grain is None or scheme.column is None:
+        return timedelta(0)
+    seconds = 0
+    for view in loaded.project.views_into(target):
+        out = view.output(scheme.column)
+        grain = out.truncation[1] if out is not None and out.truncation is not None else None
+        if grain is not None and not Grain(grain).within(scheme.grain):
+            seconds = max(seconds, Grain(grain).seconds)
+    return timedelta(seconds=seconds)
+
+
+def closes_at(loaded: LoadedProject, target: ObjectRef, scheme: PartitionScheme,
+              window: PartitionWindow | None) -> datetime | None:  # fmt: skip
+    """When no row of ``window`` can arrive any more from writers chmv does not control: the window's end, its
+    :func:`reach` and ``[writers] close_after_minutes``. None for an unpartitioned target (it never closes)."""
+    if window is None:
+        return None
+    return window.end + reach(loaded, target, scheme) + timedelta(minutes=loaded.config.writers.close_after_minutes)
+
+
+def _open_step(loaded: LoadedProject, plan: RebuildPlan, step: PartitionStep, now: datetime,
+               defer: bool) -> PartitionStep:  # fmt: skip
+    """A step of ``plan`` as the sources' writers allow at ``now``: a partition still open to writers chmv does not
+    control is deferred (``defer``), a stream consumer writing it is paused for its swap, a closed one is unchanged."""
+    if step.engine not in (Engine.CLICKHOUSE, Engine.SPARK):
+        return step
+    closes = closes_at(loaded, plan.target, plan.scheme, step.window)
+    if closes is not None and now >= closes:
+        return step
+    others = [w.source.fqn for w in plan.writers if w.uncontrolled]
+    consumers = tuple(dict.fromkeys(c for w in plan.writers for c in w.consumers))
+    until = f"until {closes:%Y-%m-%d %H:%M} UTC" if closes is not None else "(an unpartitioned target never closes)"
+    if others and defer and step.window is not None:
+        reason = (f"open {until}: {', '.join(others)} {'is' if len(others) == 1 else 'are'} written by others, whose "
+                  "rows a swap now could lose; rebuilt once it closes (recovery requests it then), or now with "
+                  "force (each read checked for racing writes)")
+        return replace(step, engine=Engine.DEFERRED, swap=Swap.NONE, shadow=None, relations=(), reason=reason,
+                       guard=None, closes_at=closes)  # fmt: skip
+    notes = []
+    if others:
+        notes.append(f"open {until} to writers chmv does not control ({', '.join(others)}): a read that races a "
+                     "write is not swapped, and read again")
+    if consumers:
+        notes.append(f"stream consumers {', '.join(c.fqn for c in consumers)} paused for the swap")
+    return replace(step, reason="; ".join([step.reason, *notes]), closes_at=closes, pause=consumers)
+
+
+def _stream_refusal(loaded: LoadedProject, streams: Sequence[ObjectRef]) -> str:
+    """Why a stream consumer's target is never rebuilt from its trigger."""
+    engines = ", ".join(f"{s.fqn} ({loaded.project.tables[s].engine.name})" for s in streams)  # type: ignore[union-attr]
+    return (f"its trigger {engines} is a stream: chmv never reads one (a SELECT consumes messages its consumer then "
+            "never sees), and the target holds the only copy of those rows; the tables it writes are the sources the "
+            "targets further down are rebuilt from")
 
 
 def _engine_for(loaded: LoadedProject, target: ObjectRef, window: PartitionWindow | None, observations: Observations,

@@ -136,7 +136,10 @@ def _group_asset(loaded: LoadedProject, group: list[ObjectRef], specs: list[Asse
                     continue
                 try:
                     plan = plan_for(clickhouse, loaded, ref, windows, engine=config.engine, root=root, force=config.force)
-                    results = execute(plan, loaded, clickhouse, stager=stager, log=context.log.info)
+                    results = execute(plan, loaded, clickhouse, stager=stager, log=context.log.info,
+                                      owner=f"dagster run {context.run_id}")  # fmt: skip
+                    if plan.deferred:
+                        context.log.warning(plan.deferral())
                     yield MaterializeResult(asset_key=key, metadata=rebuild_metadata(plan, results))
                 except Exception as err:  # noqa: BLE001 - reported per target, re-raised together below
                     context.log.error(f"{ref.fqn}: rebuild failed: {err}")
@@ -195,6 +198,8 @@ def rebuild_metadata(plan: RebuildPlan, results: list[StepResult]) -> dict:
         "chmv/cutoff": str(min((r.cutoff for r in results if r.cutoff), default="")),
         "chmv/batch_id": ", ".join(sorted({r.batch_id for r in results if r.batch_id})),
         "chmv/plan": MetadataValue.md(plan.describe()),
+        "chmv/deferred": MetadataValue.md(plan.deferral() if plan.deferred else "none"),
+        "chmv/attempts": max((r.attempts for r in results), default=0),
         "chmv/progress": MetadataValue.md(table + "\n".join(rows)),
         # the last read's statements (partitions rebuilt by one read share them: the first one carries them)
         "chmv/statements": MetadataValue.md("```sql\n" + ";\n".join(

@@ -144,7 +144,8 @@ def shadow_engine(table: Table, shadow: ObjectRef) -> str:
     """The ``ENGINE = …`` of a shadow of the ``Replicated*`` table ``table``, created on one server.
 
     With a Keeper path the server can expand alone, the same engine with a path of its own
-    (``<path>__chmv_shadow_<target>_<partition>``, the replica name as written, the engine's own parameters
+    (``<path>__chmv_shadow_<target>_<partition>_r<run>``: one per run, so a leftover shadow of a killed run on another
+    replica is never joined), the replica name as written, the engine's own parameters
     after them); else (no arguments, or ``{uuid}``) the plain family with the engine's own parameters: a
     ``Replicated*`` table without a written path can only be created ``ON CLUSTER``.
     """

@@ -6,6 +6,7 @@ swapped for a window of that table (or for staged rows), and its output filtered
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -194,15 +195,37 @@ def insert_sql(shadow: ObjectRef, view: MaterializedView, select: str) -> str:
     return f"INSERT INTO {qualified(shadow)} ({columns}) {select}"
 
 
-def shadow_ref(target: ObjectRef, partition: str | None) -> ObjectRef:
-    """A deterministic shadow name per (target, partition), so a killed run's leftover is found and dropped.
+def shadow_ref(target: ObjectRef, partition: str | None, run: str = "") -> ObjectRef:
+    """The shadow of one run's rebuild of a (target, partition): ``_chmv_shadow_<table>_<partition>_r<run>``.
 
-    Distinct targets of a database get distinct shadows (``a-b`` and ``a_b`` too: see
-    :func:`~chmv_assets.ddl.names.safe_name`); the partition key's digits (``2026-09-01-13:00`` →
-    ``202609011300``) follow the last ``_``, which the key part never contains.
+    Named for the run, so two runs never write into one shadow (both would swap its rows in); a killed run's
+    leftover is found by :func:`shadows_pattern` and dropped by the next run of the table. Distinct targets of a
+    database get distinct shadows (``a-b`` and ``a_b`` too: see :func:`~chmv_assets.ddl.names.safe_name`); the
+    partition key's digits (``2026-09-01-13:00`` → ``202609011300``, ``all``, ``range``) and ``r<run>`` follow the last
+    two ``_``, which neither contains.
     """
-    suffix = "".join(c for c in partition or "all" if c.isascii() and c.isalnum())
-    return ObjectRef(database=target.database, name=f"_chmv_shadow_{safe_name(target.name.lstrip('.'))}_{suffix}")
+    name = f"{_shadow_prefix(target)}_{_partition_digits(partition)}" + (f"_r{run}" if run else "")
+    return ObjectRef(database=target.database, name=name)
+
+
+def shadows_pattern(target: ObjectRef) -> str:
+    """A regular expression (RE2) matching the names of every shadow of ``target``, of any partition and run (and
+    the run-less names of chmv before runs had shadows of their own), and of no other table's."""
+    return f"^{re.escape(_shadow_prefix(target))}_[A-Za-z0-9]+(_r[0-9a-f]+)?$"
+
+
+def run_of_shadow(name: str) -> str | None:
+    """The run token in a shadow's name, None for a run-less name."""
+    match = re.search(r"_r([0-9a-f]+)$", name)
+    return match.group(1) if match else None
+
+
+def _shadow_prefix(target: ObjectRef) -> str:
+    return f"_chmv_shadow_{safe_name(target.name.lstrip('.'))}"
+
+
+def _partition_digits(partition: str | None) -> str:
+    return "".join(c for c in partition or "all" if c.isascii() and c.isalnum())
 
 
 def create_shadow_sql(shadow: ObjectRef, live: ObjectRef, table: Table) -> str:

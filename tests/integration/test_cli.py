@@ -103,7 +103,7 @@ def test_apply_is_idempotent(tmp_path):
         assert len(rows) == 26
         assert ("events_weekly", "AggregatingMergeTree") in rows
         assert ("mv_events_weekly", "MaterializedView") in rows
-        assert int(client.command("SELECT count() FROM system.tables WHERE database = 'chmv_meta'")) == 1
+        assert int(client.command("SELECT count() FROM system.tables WHERE database = 'chmv_meta'")) == 2  # watermarks, leases
 
 
 def test_rebuild_plans_then_runs_through_the_planner(tmp_path, example):

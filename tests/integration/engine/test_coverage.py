@@ -138,7 +138,7 @@ def test_the_shrink_guard_stops_an_unpartitioned_swap_that_would_lose_rows(fresh
     with fresh_engine.get_client() as client:
         assert digest(client, example, latest) == before and int(client.command(SHADOWS)) == 0
     _plan, results = rebuild_partitions(fresh_engine, example, latest, [None], force=True)
-    assert results[0].method == "exchange"
+    assert results[0].method == "replace"
     with fresh_engine.get_client() as client:
         assert int(client.command("SELECT count() FROM analytics.entity_latest FINAL")) == rebuilt
 

@@ -290,9 +290,10 @@ def test_unpartitioned_replacing_target_rebuilds_whole_table(engine, example):
             assert set(got) == set(expected)
             for entity, (updated_at, payload) in got.items():
                 assert updated_at == expected[entity][0] and payload in expected[entity][1], entity
-            assert (result.method, result.partition) == ("exchange", None)
+            assert (result.method, result.partition) == ("replace", None)
+            assert any("REPLACE PARTITION tuple() FROM" in s for s in result.statements)
         # A window passed for an unpartitioned target rebuilds the whole table.
-        assert rebuild(client, example.project, target, window(example, ref("audit_log"), "2026-09-01")).method == "exchange"
+        assert rebuild(client, example.project, target, window(example, ref("audit_log"), "2026-09-01")).method == "replace"
         assert int(client.command("SELECT count() FROM system.tables WHERE name LIKE '_chmv_shadow_%'")) == 0
 
 
@@ -407,7 +408,7 @@ def test_fan_in_target_rebuilds_from_every_view(shop):
         for _ in range(2):
             result = rebuild(client, loaded.project, target, window(loaded, target, "2026-04-01"))
             assert sorted(rows(client, finalized)) == expected
-        assert sum("INSERT INTO `shop`.`_chmv_shadow_sales_daily_20260401`" in s for s in result.statements) == 2
+        assert sum("INSERT INTO `shop`.`_chmv_shadow_sales_daily_20260401_r" in s for s in result.statements) == 2
 
 
 def test_inner_table_view_rebuilds(shop):

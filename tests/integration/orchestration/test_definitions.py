@@ -180,7 +180,7 @@ def test_materialize_target_partition_produces_the_right_rows(fresh_engine, exam
     latest = assets[key("entity_latest")]
     result = materialize([latest], selection=[key("entity_latest")], resources={"clickhouse": fresh_engine})
     assert result.success
-    assert result.asset_materializations_for_node(latest.node_def.name)[0].metadata["chmv/method"].value == "exchange"
+    assert result.asset_materializations_for_node(latest.node_def.name)[0].metadata["chmv/method"].value == "replace"
 
 
 def test_chmv_apply_job_runs(tmp_path, example):

@@ -57,20 +57,22 @@ def observed(live: ObjectRef = STATS, oldest: datetime | None = None, source: Ob
 
 
 def test_clickhouse_engine_reads_each_window_of_the_source(example):
-    plan = plan_rebuild(example, STATS, DAYS[:2], Observations(live=STATS), engine="clickhouse")
+    plan = plan_rebuild(example, STATS, DAYS[:2], Observations(live=STATS), engine="clickhouse", run="0a1b2c3d")
     view = example.project.views_into(STATS)[0]
     scheme = PartitionScheme(grain="day", column="hour")
     assert plan == RebuildPlan(
         target=STATS, live=STATS, scheme=scheme,
         steps=tuple(
-            PartitionStep(w, Engine.CLICKHOUSE, Swap.REPLACE_PARTITION, shadow_ref(STATS, w.key),
+            PartitionStep(w, Engine.CLICKHOUSE, Swap.REPLACE_PARTITION, shadow_ref(STATS, w.key, "0a1b2c3d"),
                           (TriggerRelation(REQUESTS, "source_window",
                                            source_range_predicate(view, example.project, scheme, w)),),
                           "engine=clickhouse asked for")
             for w in DAYS[:2]
         ),
         gates=(REQUESTS,), downstream=(), landing_root=None, cutoff_rule="",
+        writers=(example.writers(REQUESTS),), run="0a1b2c3d",
     )  # fmt: skip
+    assert plan.steps[0].shadow.name == "_chmv_shadow_hourly_endpoint_stats_20260901_r0a1b2c3d"
     assert plan.steps[0].relations[0].predicate == (
         "`timestamp` >= toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-09-02 00:00:00') "
         "+ INTERVAL 1 HOUR"
@@ -140,12 +142,12 @@ def test_spark_for_a_chain_target_whose_trigger_the_lake_does_not_cover(lake):
         plan_rebuild(loaded, daily, DAYS, Observations(live=daily), engine="spark", root=root)
 
 
-def test_unpartitioned_target_is_one_exchange_of_the_whole_table(example):
+def test_unpartitioned_target_is_one_partition_swap_of_the_whole_table(example):
     target, source = ref("analytics.entity_latest"), ref("analytics.raw_webhooks")
-    plan = plan_rebuild(example, target, DAYS, Observations(live=target), engine="clickhouse")
+    plan = plan_rebuild(example, target, DAYS, Observations(live=target), engine="clickhouse", run="feed")
     assert plan.scheme == PartitionScheme(grain=None)
     assert plan.steps == (
-        PartitionStep(None, Engine.CLICKHOUSE, Swap.EXCHANGE, shadow_ref(target, None),
+        PartitionStep(None, Engine.CLICKHOUSE, Swap.REPLACE_PARTITION, shadow_ref(target, None, "feed"),
                       (TriggerRelation(source, "source"),), "engine=clickhouse asked for"),
     )  # fmt: skip
     assert plan.steps[0].key is None
@@ -156,7 +158,7 @@ def test_unpartitioned_target_from_the_lake_when_its_source_is_empty(example, tm
     write_landing(root, "analytics.raw_webhooks", [D(2026, 9, 1, 3)])
     target, source = ref("analytics.entity_latest"), ref("analytics.raw_webhooks")
     plan = plan_rebuild(with_landing(example, root), target, [None], observed(target, None, source), root=root)
-    assert [(s.window, s.engine, s.swap) for s in plan.steps] == [(None, Engine.SPARK, Swap.EXCHANGE)]
+    assert [(s.window, s.engine, s.swap) for s in plan.steps] == [(None, Engine.SPARK, Swap.REPLACE_PARTITION)]
     assert plan.steps[0].relations == (TriggerRelation(source, "lake_then_source", staged_per_window=False),)
 
 
@@ -164,8 +166,15 @@ def test_shadows_are_named_after_the_physical_table(example):
     inner = ObjectRef(database="analytics", name=".inner_id.0a1b")
     plan = plan_rebuild(example, STATS, DAYS, Observations(live=inner), engine="clickhouse")
     assert plan.live == inner and plan.target == STATS
-    assert [s.shadow for s in plan.steps] == [shadow_ref(inner, w.key) for w in DAYS]
+    assert [s.shadow for s in plan.steps] == [shadow_ref(inner, w.key, plan.run) for w in DAYS]
     assert len({s.shadow for s in plan.steps}) == 3
+
+
+def test_each_run_names_its_own_shadows(example):
+    """Two runs of one partition never write into one shadow (both would swap its rows in: the partition doubled)."""
+    first, second = (plan_rebuild(example, STATS, DAYS[:1], Observations(live=STATS), engine="clickhouse")
+                     for _ in range(2))  # fmt: skip
+    assert first.run != second.run and first.steps[0].shadow != second.steps[0].shadow
 
 
 REFRESHABLE = """
@@ -266,8 +275,8 @@ def test_describe_of_an_unpartitioned_plan(example):
     assert "- partitioning: unpartitioned" in text
     assert "downstream" not in text and "cutoff" not in text
     shadow = plan.steps[0].shadow.fqn
-    assert text.splitlines()[-1] == (f"| (all) | clickhouse | analytics.raw_webhooks (whole table) | `{shadow}` | exchange "
-                                     "| engine=clickhouse asked for |")  # fmt: skip
+    assert text.splitlines()[-1] == (f"| (all) | clickhouse | analytics.raw_webhooks (whole table) | `{shadow}` | "
+                                     "replace_partition | engine=clickhouse asked for |")  # fmt: skip
 
 
 def test_describe_names_the_downstream_targets(example):
@@ -278,8 +287,8 @@ def test_describe_names_the_downstream_targets(example):
 
 def test_plans_are_frozen_hashable_and_equal_when_decided_alike(lake):
     loaded, root = lake
-    first = plan_rebuild(loaded, STATS, DAYS, observed(oldest=D(2026, 9, 2)), engine="auto", root=root)
-    again = plan_rebuild(loaded, STATS, DAYS, observed(oldest=D(2026, 9, 2)), engine="auto", root=root)
+    first = plan_rebuild(loaded, STATS, DAYS, observed(oldest=D(2026, 9, 2)), engine="auto", root=root, run="1")
+    again = plan_rebuild(loaded, STATS, DAYS, observed(oldest=D(2026, 9, 2)), engine="auto", root=root, run="1")
     assert first == again and hash(first) == hash(again)
     assert len({first, again, first.steps[0], first.steps[0].relations[0]}) == 3
     for obj, attribute in [(first, "steps"), (first.steps[0], "engine"), (first.steps[0].relations[0], "kind"),
@@ -291,7 +300,7 @@ def test_plans_are_frozen_hashable_and_equal_when_decided_alike(lake):
 
 def test_plan_from_source_is_all_clickhouse(example):
     plan = plan_from_source(example.project, STATS, DAYS, STATS)
-    asked = plan_rebuild(example, STATS, DAYS, Observations(live=STATS), engine="clickhouse")
+    asked = plan_rebuild(example, STATS, DAYS, Observations(live=STATS), engine="clickhouse", run=plan.run)
     assert plan.steps == tuple(dataclasses.replace(s, reason="from the source table") for s in asked.steps)
     assert [s.engine for s in plan.steps] == [Engine.CLICKHOUSE] * 3
 

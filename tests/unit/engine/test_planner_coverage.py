@@ -103,7 +103,7 @@ def test_unknown_coverage_rebuilds_from_the_source_behind_the_guard(tmp_path):
     plan = plan_rebuild(project(tmp_path), LATEST, [None], Observations(live=LATEST, coverage=facts(
         whole(), target={None: Stats(50)})))  # fmt: skip
     (step,) = plan.steps
-    assert (step.engine, step.swap) == (Engine.CLICKHOUSE, Swap.EXCHANGE)
+    assert (step.engine, step.swap) == (Engine.CLICKHOUSE, Swap.REPLACE_PARTITION)
     assert step.reason.startswith("coverage unknown: an unpartitioned target") and step.guard
     assert "- shrink guard: a partition whose source may not hold it entirely is not swapped" in plan.describe()
 

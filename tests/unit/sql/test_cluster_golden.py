@@ -53,7 +53,7 @@ LIVE_PATHS = ("'/clickhouse/tables/{shard}/shop/latest_order'", "'/clickhouse/ta
 def rebuild_statements(loaded, target, window, *, live=None, empty: bool = False) -> list[str]:
     """The statements :func:`chmv_assets.engine.rebuild.run_step` sends for one step, in its order."""
     project = loaded.project
-    plan = plan_from_source(project, target, [window], live or target)
+    plan = plan_from_source(project, target, [window], live or target, run="5eed")
     (step,) = plan.steps
     table = project.table(target)
     statements = [drop_shadow_sql(step.shadow), create_shadow_sql(step.shadow, plan.live, table)]
@@ -97,14 +97,14 @@ def test_rebuild_of_a_partition_keeps_the_swap_on_this_server_and_gives_shadows_
         assert not any(path in s for s in statements for path in LIVE_PATHS), "a shadow under the target's path"
     assert_golden("rebuild.sql", text)
     latest = rebuild_statements(loaded, ref("shop.latest_order"), AUGUST)
-    assert "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/shop/latest_order__chmv_shadow_latest_order_20260801', " \
+    assert "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/shop/latest_order__chmv_shadow_latest_order_20260801_r5eed', " \
            "'{replica}', ts)" in latest[1]  # fmt: skip
     daily = rebuild_statements(loaded, ref("shop.customer_daily"), AUGUST)
     assert "ENGINE = AggregatingMergeTree() PARTITION BY toYYYYMM(day) ORDER BY (customer, day) TTL" in daily[1]
     totals = rebuild_statements(loaded, ref("shop.customer_totals"), None)
     assert (
         totals[-2]
-        == "ALTER TABLE `shop`.`customer_totals` REPLACE PARTITION tuple() FROM `shop`.`_chmv_shadow_customer_totals_all`"
+        == "ALTER TABLE `shop`.`customer_totals` REPLACE PARTITION tuple() FROM `shop`.`_chmv_shadow_customer_totals_all_r5eed`"
     )
     assert plan_from_source(loaded.project, ref("shop.customer_totals"), [None], ref("shop.customer_totals")).steps[0].swap \
         == Swap.REPLACE_PARTITION  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 import pytest
@@ -14,8 +15,10 @@ from chmv_assets.sql.rebuild_sql import (
     insert_sql,
     partition_expression,
     range_select,
+    run_of_shadow,
     select_with_source,
     shadow_ref,
+    shadows_pattern,
     source_range_predicate,
     source_relation,
     span_holds_all_sql,
@@ -405,3 +408,15 @@ def test_swaps_sql_swaps_every_partition_in_one_alter_in_order():
                    "DROP PARTITION tuple(20260802), "
                    "REPLACE PARTITION tuple(20260803) FROM `a-b`.`_chmv_shadow_t_range`")  # fmt: skip
     assert swap_sql(live, shadow, "tuple(20260801)") == swaps_sql(live, shadow, [("tuple(20260801)", False)])
+
+
+def test_shadow_names_carry_the_run_and_match_only_their_tables_pattern():
+    daily = ObjectRef(database="w", name="daily")
+    shadow = shadow_ref(daily, "2026-01-01", "0a1b2c3d")
+    assert shadow.name == "_chmv_shadow_daily_20260101_r0a1b2c3d" and run_of_shadow(shadow.name) == "0a1b2c3d"
+    pattern = re.compile(shadows_pattern(daily))
+    for name in (shadow.name, "_chmv_shadow_daily_range_rfeed", "_chmv_shadow_daily_all", "_chmv_shadow_daily_20260101"):
+        assert pattern.match(name), name
+    for name in ("_chmv_shadow_daily_x_20260101_r0a1b2c3d", "_chmv_shadow_daily_2026_all_r1", "daily"):
+        assert not pattern.match(name), name
+    assert run_of_shadow("_chmv_shadow_daily_range") is None and run_of_shadow("_chmv_shadow_daily_all") is None

@@ -13,3 +13,17 @@ CREATE TABLE IF NOT EXISTS chmv_meta.watermarks ON CLUSTER `main`
 )
 ENGINE = ReplicatedReplacingMergeTree(version)
 ORDER BY (source_id, target_table);
+CREATE TABLE IF NOT EXISTS chmv_meta.leases ON CLUSTER `main`
+(
+    lease String,
+    generation UInt64,
+    holder String,
+    run String,
+    host String,
+    pid UInt32,
+    expires_at DateTime64(3, 'UTC'),
+    released UInt8 DEFAULT 0,
+    version UInt64
+)
+ENGINE = ReplicatedReplacingMergeTree(version)
+ORDER BY (lease, generation);
