@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from clickhouse_connect.driver.exceptions import ClickHouseError
 from dagster import (
     AssetCheckKey,
     AssetKey,
@@ -45,6 +46,7 @@ from asset_checks.definitions import DRIFT, LINT, PARITY, PARTS, check_key, targ
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine import deferrals
 from chmv_assets.engine.coverage import mappings
 from chmv_assets.engine.drift import describe_pending, drift_report
 from chmv_assets.engine.landing import landing_dir
@@ -349,6 +351,8 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator, app
                         resolved |= {
                             k for k, e in ledger.items() if e.get("reason") == "stale" and k.startswith(fqn + "|")
                         }
+                for key in due_deferrals(client, loaded):  # partitions a rebuild left until they closed
+                    failing.setdefault(key, "deferred")
                 budget.check("reading the drift of the failing targets")
                 open_keys = (set(ledger) - (resolved - set(failing))) | set(failing)
                 # "changes": every pending change is applied, failing or not; else only what failing targets need
@@ -489,6 +493,17 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator, app
         state.alerted = reasons
 
     return _recovery
+
+
+def due_deferrals(client, loaded: LoadedProject) -> list[str]:
+    """Ledger keys of the partitions rebuilds deferred while they were open and that have closed since
+    (:mod:`chmv_assets.engine.deferrals`; one query; none while chmv_meta does not exist)."""
+    targets = set(loaded.project.targets)
+    try:
+        found = deferrals.pending(client, due_by=datetime.now(UTC).replace(tzinfo=None))  # deferrals keep naive UTC
+    except ClickHouseError:
+        return []
+    return [entry_key(d.target, d.partition) for d in found if d.target in targets]
 
 
 def _ddl_repairs(client, loaded: LoadedProject, targets: set[ObjectRef]) -> dict[ObjectRef, DdlRepair]:

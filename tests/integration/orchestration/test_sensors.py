@@ -173,3 +173,28 @@ def test_missing_target_is_an_alert_not_a_crash(tmp_path: Path, example, name: s
         client.command("DROP TABLE analytics.audit_log SYNC")
     data = tick(example, name, engine, DagsterInstance.ephemeral(), None)
     assert not data.run_requests and data.skip_message
+
+
+def test_a_deferred_partition_is_requested_once_it_has_closed(tmp_path: Path, example) -> None:
+    """A rebuild left an open partition until it closes (engine/deferrals.py): recovery requests it then, once; one
+    that closes in 2099 waits."""
+    from datetime import datetime
+
+    from chmv_assets.engine.deferrals import Deferral, record
+
+    engine = make_engine(tmp_path / "chdb", example, rows=0)
+    errors, audit = ref("error_events"), ref("audit_log")
+    with engine.get_client() as client:
+        record(
+            client,
+            [
+                Deferral(errors, "2026-08-07", datetime(2026, 8, 8, 0, 15), "open to writers"),
+                Deferral(audit, "2099-01-01", datetime(2099, 2, 1), "open to writers"),
+            ],
+        )
+    instance = DagsterInstance.local_temp(str(tmp_path))
+    first = tick(example, "chmv_recovery", engine, instance, None)
+    assert [(r.tags["chmv/target"], r.partition_key, r.tags["chmv/reason"]) for r in first.run_requests] == [
+        ("analytics.error_events", "2026-08-07", "deferred")
+    ]
+    assert not tick(example, "chmv_recovery", engine, instance, first.cursor).run_requests  # the cooldown holds it
