@@ -29,7 +29,8 @@ class Alert:
     """One alert.
 
     Attributes:
-        kind: ``check_failed``, ``check_warned``, ``stale``, ``recovery``, ``recovery_exhausted``, ``drift``.
+        kind: ``check_failed``, ``check_warned``, ``stale``, ``recovery``, ``recovery_exhausted``, ``recovery_refused``,
+            ``recovery_held`` (a pending change or a DDL repair comes first), ``drift``.
         severity: ``info``, ``warning`` or ``error``.
         subject: The object concerned (``db.table``), or ``chmv``.
         message: One readable sentence: what is wrong and what happens next.

@@ -6,6 +6,7 @@ preflights and applies only the changes that touch them, after re-attaching thos
 """
 
 from contextlib import ExitStack
+from dataclasses import replace
 
 from clickhouse_connect.driver.client import Client
 from dagster import (
@@ -68,6 +69,8 @@ def _apply_job(loaded: LoadedProject) -> JobDefinition:
         with clickhouse.get_client() as client:
             attach = detached_views(client, loaded, objects)
             plan = scoped(plan_lifecycle(client, loaded, root=landing_dir(loaded)), objects)
+        # what the apply step plans once they are attached again: no CREATE of them (nor its re-derivation)
+        plan = without(plan, {v.ref for v in attach})
         text = plan.describe(markdown=True)
         if attach:
             lines = [f"- **re-attach** {v.ref.fqn} (detached), then plan again" for v in attach]
@@ -136,6 +139,13 @@ def _refs(names: list[str]) -> list[ObjectRef]:
 def scoped(plan: LifecyclePlan, objects: list[ObjectRef]) -> LifecyclePlan:
     """The part of ``plan`` that touches ``objects`` (all of it when there are none)."""
     return plan.touching(objects) if objects else plan
+
+
+def without(plan: LifecyclePlan, refs: set[ObjectRef]) -> LifecyclePlan:
+    """``plan`` without the changes of ``refs`` (MVs to re-attach: the server has them, detached)."""
+    if not refs:
+        return plan
+    return replace(plan, changes=tuple(c for c in plan.changes if c.ref not in refs))
 
 
 def detached_views(client: Client, loaded: LoadedProject, objects: list[ObjectRef]) -> list[MaterializedView]:

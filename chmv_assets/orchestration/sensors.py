@@ -47,6 +47,7 @@ from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine import deferrals
+from chmv_assets.engine.clock import wall_now
 from chmv_assets.engine.coverage import mappings
 from chmv_assets.engine.drift import describe_pending, drift_report
 from chmv_assets.engine.landing import landing_dir
@@ -426,6 +427,10 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator, app
                 sink.send(Alert("recovery_refused", "error", target.fqn, rebuild.refusal(), details), context.log)
             return None
         entry.pop("refused", None)
+        if rebuild.deferred and len(rebuild.deferred) == len(rebuild.steps):  # open to writers: it would only wait
+            entry["attempts"] = decision.attempt - 1
+            context.log.info(f"{where}: {decision.reason}, not requested yet: {rebuild.deferral()}")
+            return None
         engines = ", ".join(sorted({str(step.engine) for step in rebuild.steps}))
         context.log.info(
             f"{where}: {decision.reason} → rebuild attempt {decision.attempt}/"
@@ -500,7 +505,7 @@ def due_deferrals(client, loaded: LoadedProject) -> list[str]:
     (:mod:`chmv_assets.engine.deferrals`; one query; none while chmv_meta does not exist)."""
     targets = set(loaded.project.targets)
     try:
-        found = deferrals.pending(client, due_by=datetime.now(UTC).replace(tzinfo=None))  # deferrals keep naive UTC
+        found = deferrals.pending(client, due_by=wall_now(client))  # a window's close, on the server's wall clock
     except ClickHouseError:
         return []
     return [entry_key(d.target, d.partition) for d in found if d.target in targets]
