@@ -129,7 +129,7 @@ def _rebuild_jobs(loaded: LoadedProject, translator: ChmvTranslator) -> dict[Obj
             name,
             selection=AssetSelection.assets(*(translator.get_asset_key(t) for t in targets)),
             partitions_def=defs[name],
-            description="Rebuild of MV targets requested by the chmv staleness/recovery sensors.",
+            description="Rebuild of MV targets requested by the chmv_recovery sensor (failed parity, staleness, repairs).",
         )
         jobs.update({t: job for t in targets})
     return jobs
