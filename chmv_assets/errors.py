@@ -68,3 +68,7 @@ class RebuildRefused(ChmvError):
 
 class ShrinkRefused(ChmvError):
     """A swap refused: the rebuilt partition would hold fewer rows than the live one, beyond what parity explains."""
+
+
+class ParserUnavailable(ChmvError):
+    """ClickHouse's own parser (the child process the DDL layer asks where sqlglot fails) could not be asked."""

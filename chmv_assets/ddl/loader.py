@@ -27,6 +27,7 @@ from chmv_assets.ddl.config import ChmvConfig, load_config
 from chmv_assets.ddl.lineage import LineageGraph
 from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.ddl.parser import load_project
+from chmv_assets.ddl.server_grammar import grammar_version
 from resources.state import default_state_dir
 
 T = TypeVar("T")
@@ -114,8 +115,10 @@ def _cache_key(config: ChmvConfig) -> str | None:
     """A digest of the DDL directory (its path, file names and bytes), the parse options and the ddl package's code."""
     if os.environ.get(CACHE_ENV, "1") == "0":
         return None
-    # The directory's own path too: the model records each statement's file (errors and metadata name it).
+    # The directory's own path too: the model records each statement's file (errors and metadata name it); and the
+    # version of ClickHouse's parser, which reads what sqlglot cannot (chmv_assets.ddl.server_grammar).
     options = f"{sys.version_info[:2]}|{config.ddl_dir}|{config.default_database}|{sorted(config.external)}"
+    options += f"|{grammar_version()}"
     digest = hashlib.sha256(options.encode())
     for folder, pattern in ((_CODE, "*.py"), (Path(config.ddl_dir), "*.sql")):
         for path in sorted(folder.rglob(pattern)):
