@@ -3,11 +3,28 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import deque
 from functools import cached_property
 from graphlib import CycleError, TopologicalSorter
 
-from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project
+from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table
+
+
+def merged_tables(project: Project, table: Table) -> list[ObjectRef]:
+    """The tables of the project a ``Merge(db, 'regexp')`` table reads: those of ``db`` whose names match."""
+    engine = table.engine
+    if engine is None or engine.name != "Merge" or len(engine.arguments) < 2:
+        return []
+    database = engine.arguments[0].strip("'`\"")
+    if database.replace(" ", "").lower() in ("currentdatabase()", "current_database()"):
+        database = table.ref.database
+    try:
+        pattern = re.compile(engine.arguments[1].strip("'"))
+    except re.error:
+        return []
+    return [r for r in project.tables if r.database == database and r != table.ref and pattern.search(r.name)]
+
 
 #: Node kinds that are not a step of the data flow: an MV reading them is no deeper than its other sources.
 _LOOKUPS = frozenset({"dictionary", "function"})
@@ -27,6 +44,10 @@ class LineageGraph:
         self.upstream: dict[str, set[str]] = {}
         for ref in project.tables:
             self._node(ref, "table")
+        for ref, table in project.tables.items():  # a table over others: Distributed, Buffer, Merge, AS other
+            for source in (*table.reads, *merged_tables(project, table), *([table.as_table] if table.as_table else ())):
+                if source != ref and (source in project.tables or source in project.views):
+                    self._edge(source, ref, "table")
         for ref in project.external:
             self._node(ref, "external")
         for ref, dictionary in project.dictionaries.items():

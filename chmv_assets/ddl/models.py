@@ -278,6 +278,15 @@ class Table(_Frozen):
         default=None,
         description="Span of the Keeper path literal (quotes included) of a ``Replicated*`` engine in ``statement``.",
     )
+    as_table: ObjectRef | None = Field(
+        default=None, description="The table whose structure ``CREATE TABLE t AS other`` copies (None without one)."
+    )
+    as_table_span: Span | None = Field(default=None, description="Span of ``as_table``'s name in ``statement``.")
+    reads: tuple[ObjectRef, ...] = Field(
+        default=(),
+        description="Tables its engine reads or writes through: a Distributed's or a Buffer's table, a Merge's tables "
+        "of the DDL whose names match, a Dictionary engine's dictionary.",
+    )
 
     def column(self, name: str) -> Column | None:
         """The column called ``name``, or None."""
@@ -531,8 +540,32 @@ class KeptObject(_Frozen):
         return f"{self.kind} {self.name}"
 
 
+class StandIn(_Frozen):
+    """What the local twin runs in place of a production object (:mod:`chmv_assets.ddl.twin`).
+
+    Attributes:
+        object: The object (``shop.orders_queue``, ``function f``, ``role reader``).
+        production: What the DDL says (``Kafka``, ``ReplicatedMergeTree('/p', '{replica}')``, ``ON CLUSTER main``).
+        local: What the embedded engine gets instead (``Null table …``), or ``not deployed``.
+        why: What the stand-in is for, or why it is needed.
+    """
+
+    object: str
+    production: str
+    local: str
+    why: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.object}: {self.production} → {self.local}" + (f" ({self.why})" if self.why else "")
+
+
 class Project(_Frozen):
-    """A parsed DDL directory: every object by reference, and the configuration it was read with."""
+    """A parsed DDL directory: every object by reference, and the configuration it was read with.
+
+    Attributes:
+        twin: The local twin of the directory (:mod:`chmv_assets.ddl.twin`): what the embedded engine runs, with
+            ``stand_ins`` for what needs a cluster, Keeper or a remote system. False: the DDL as written (a server).
+    """
 
     ddl_dir: str
     default_database: str
@@ -543,6 +576,8 @@ class Project(_Frozen):
     kept: tuple[KeptObject, ...] = Field(default=(), description="Statements chmv keeps as written, in file order.")
     external: tuple[ObjectRef, ...] = ()
     extra: Mapping[str, Any] = Field(default_factory=dict)
+    twin: bool = False
+    stand_ins: tuple[StandIn, ...] = ()
 
     def table(self, ref: ObjectRef) -> Table | None:
         """The table (or inner MV table) that holds ``ref``'s rows."""

@@ -1062,7 +1062,37 @@ def _parse_table(node: exp.Create, located: _Located, ctx: _Context, description
     target = schema.this if isinstance(schema, exp.Schema) else schema
     ref = _table_ref(target, ctx.default_database)
     columns = _columns(schema, located.statement.text, tokens)
-    return _table_properties(node, located, ref, columns, description, tokens, _name_span(target))
+    table = _table_properties(node, located, ref, columns, description, tokens, _name_span(target))
+    source = node.expression
+    update: dict = {}
+    if isinstance(source, exp.Table) and _is_real_table(source):  # CREATE TABLE t AS other
+        update = {"as_table": _table_ref(source, ctx.default_database), "as_table_span": _name_span(source)}
+    reads = _engine_reads(table.engine, ref)
+    if reads:
+        update["reads"] = reads
+    return table.model_copy(update=update) if update else table
+
+
+def _engine_reads(engine: Engine | None, ref: ObjectRef) -> tuple[ObjectRef, ...]:
+    """What a table's engine reads or writes through: ``Distributed(cluster, db, t…)``, ``Buffer(db, t, …)``,
+    ``Dictionary(d)`` (a Merge's tables are matched against the project by :mod:`chmv_assets.ddl.lineage`)."""
+    if engine is None:
+        return ()
+    args = [_unquote_argument(a, ref.database) for a in engine.arguments]
+    if engine.name == "Distributed" and len(args) >= 3:
+        return (ObjectRef(database=args[1], name=args[2]),)
+    if engine.name == "Buffer" and len(args) >= 2:
+        return (ObjectRef(database=args[0], name=args[1]),)
+    if engine.name == "Dictionary" and args:
+        return (_ref(args[0], ref.database),)
+    return ()
+
+
+def _unquote_argument(text: str, database: str) -> str:
+    """An engine argument naming a database or a table: an identifier or a string; ``currentDatabase()`` too."""
+    if text.replace(" ", "").lower() in ("currentdatabase()", "current_database()"):
+        return database
+    return text.strip().strip("'`\"")
 
 
 def _text(value: exp.Expression | str | None) -> str:

@@ -21,8 +21,9 @@ from chmv_assets.ddl.select_facts import AGGREGATES, SelectFacts, is_dictionary_
 from chmv_assets.ddl.sql_text import TableMention, select_layout, table_mentions, tokenize
 
 #: ``IN`` and its kin: a bare name as their second argument is a table (``k IN db.allowed``).
-IN_FUNCTIONS = frozenset({"in", "notIn", "globalIn", "globalNotIn", "nullIn", "notNullIn", "globalNullIn",
-                          "globalNotNullIn"})  # fmt: skip
+IN_FUNCTIONS = frozenset(
+    {"in", "notIn", "globalIn", "globalNotIn", "nullIn", "notNullIn", "globalNullIn", "globalNotNullIn"}
+)
 _ATTRIBUTE = re.compile(r"([a-z_]+): ")
 #: Sections of the tree whose direct IDENTIFIER children are tables.
 _TABLE_SECTIONS = frozenset({"JOIN TREE", "TABLE EXPRESSION", "LEFT TABLE EXPRESSION", "RIGHT TABLE EXPRESSION"})
@@ -301,8 +302,11 @@ def analyze_query_tree(dump: str, select_sql: str, default_database: str) -> Sel
 
     joined: list[ObjectRef] = []
     for join in tree.joins():
-        sides = [join.section("RIGHT TABLE EXPRESSION")] if join.kind == "JOIN" else [
-            s for s in join.children if s.kind == "TABLE EXPRESSION"][1:]  # fmt: skip
+        sides = (
+            [join.section("RIGHT TABLE EXPRESSION")]
+            if join.kind == "JOIN"
+            else [s for s in join.children if s.kind == "TABLE EXPRESSION"][1:]
+        )
         for side in sides:
             for node in side.walk() if side is not None else ():
                 joined += [ref_of(t) for t in real if t.node is node]
@@ -332,15 +336,20 @@ def analyze_query_tree(dump: str, select_sql: str, default_database: str) -> Sel
         if function is not None:
             split = split_combinators(function.attrs["function_name"])
             assert split is not None
-            aggregates.append(AggregateCall(output=name, function=function.attrs["function_name"], base=split[0],
-                                            combinators=split[1]))  # fmt: skip
-        outputs.append(OutputColumn(
-            name=name,
-            expression=_expression_text(item, text, name),
-            source_columns=tuple(_column_sources(item, tree, aliases, trigger)),
-            truncation=_truncation(item),
-            is_aggregate=_is_aggregate(item),
-        ))  # fmt: skip
+            aggregates.append(
+                AggregateCall(
+                    output=name, function=function.attrs["function_name"], base=split[0], combinators=split[1]
+                )
+            )
+        outputs.append(
+            OutputColumn(
+                name=name,
+                expression=_expression_text(item, text, name),
+                source_columns=tuple(_column_sources(item, tree, aliases, trigger)),
+                truncation=_truncation(item),
+                is_aggregate=_is_aggregate(item),
+            )
+        )
     return SelectFacts(
         sources=sources,
         trigger=trigger,
@@ -415,11 +424,13 @@ def _expression_text(item: Node, text: str | None, name: str) -> str:
     return words
 
 
-def _column_sources(item: Node, tree: _Tree, aliases: dict[str, ObjectRef],
-                    trigger: ObjectRef | None) -> Iterator[tuple[str, str]]:  # fmt: skip
+def _column_sources(
+    item: Node, tree: _Tree, aliases: dict[str, ObjectRef], trigger: ObjectRef | None
+) -> Iterator[tuple[str, str]]:
     """``(table, column)`` for each column the item reads (lambda parameters and the query's aliases are not)."""
-    parameters = {a.attrs.get("name", "") for n in item.walk() if n.kind == "LAMBDA" for a in n.walk()
-                  if a.kind == "ARGUMENT"}  # fmt: skip
+    parameters = {
+        a.attrs.get("name", "") for n in item.walk() if n.kind == "LAMBDA" for a in n.walk() if a.kind == "ARGUMENT"
+    }
     nodes = [item, *item.bfs()] if item.kind not in ("QUERY", "UNION") else []
     others = tree.aliases - {item.attrs.get("alias")}  # `sumMergeState(events) AS events` reads the column
     for node in nodes:

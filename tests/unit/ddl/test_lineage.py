@@ -145,7 +145,7 @@ def test_json_inner_table_view_has_null_target_and_dictionaries(tmp_path):
     data = LineageGraph(load_project(ddl, default_database="d")).to_dict()
     views = {v["name"]: v for v in data["views"]}
     assert views["d.v"] == {"name": "d.v", "target": None, "sources": ["d.s"], "trigger": "d.s",
-                            "dictionaries": ["d.dct"], "refreshable": False, "depth": 1, "functions": []}  # fmt: skip
+                            "dictionaries": ["d.dct"], "refreshable": False, "depth": 1, "functions": []}
     assert views["d.r"]["refreshable"] is True
 
 
