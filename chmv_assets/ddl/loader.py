@@ -164,4 +164,6 @@ def twin_of(loaded: LoadedProject) -> LoadedProject:
     """
     if loaded.project.twin:
         return loaded
-    return loaded.derived(("chmv/twin",), lambda: LoadedProject(config=loaded.config, project=local_twin(loaded.project)))
+    return loaded.derived(
+        ("chmv/twin",), lambda: LoadedProject(config=loaded.config, project=local_twin(loaded.project))
+    )

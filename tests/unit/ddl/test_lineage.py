@@ -119,7 +119,8 @@ def test_json_shape_exactly_as_specified(example):
     assert set(data) == {"views", "tables", "functions", "kept", "layers"}
     assert len(data["views"]) == 10
     for view in data["views"]:
-        assert set(view) == {"name", "target", "sources", "trigger", "dictionaries", "refreshable", "depth", "functions"}
+        keys = {"name", "target", "sources", "trigger", "dictionaries", "refreshable", "depth", "functions"}
+        assert set(view) == keys
         assert re.fullmatch(r"[^.`\"]+\.[^.`\"]+", view["name"])  # database.name unquoted
         assert isinstance(view["sources"], list) and isinstance(view["dictionaries"], list)
         assert isinstance(view["refreshable"], bool) and isinstance(view["depth"], int)
@@ -145,7 +146,7 @@ def test_json_inner_table_view_has_null_target_and_dictionaries(tmp_path):
     data = LineageGraph(load_project(ddl, default_database="d")).to_dict()
     views = {v["name"]: v for v in data["views"]}
     assert views["d.v"] == {"name": "d.v", "target": None, "sources": ["d.s"], "trigger": "d.s",
-                            "dictionaries": ["d.dct"], "refreshable": False, "depth": 1, "functions": []}
+                            "dictionaries": ["d.dct"], "refreshable": False, "depth": 1, "functions": []}  # fmt: skip
     assert views["d.r"]["refreshable"] is True
 
 
