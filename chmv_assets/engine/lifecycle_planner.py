@@ -252,7 +252,7 @@ class _Planner:
         for ref, view in project.views.items():
             self._view(ref, view, live.get(ref))
         for obj in project.kept:
-            self._kept(obj)
+            self._kept_statement(obj)
         self._finish_new_versions()
         self._downstream()
         self._extras()
@@ -572,7 +572,7 @@ class _Planner:
 
     # -- statements chmv keeps as written ---------------------------------------------------------------
 
-    def _kept(self, obj: KeptObject) -> None:
+    def _kept_statement(self, obj: KeptObject) -> None:
         """Created when missing; reported (``manual``) when the server's differs: chmv does not change them."""
         label = kept_change_kind(obj.kind)
         ref = obj.ref or ObjectRef(database="", name=obj.name)
