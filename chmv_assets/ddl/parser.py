@@ -693,7 +693,7 @@ def _server_view(located: _Located, ctx: _Context, tokens, populate: bool) -> Ma
     facts = analyze_query_tree(dump, select_sql, ctx.default_database)
     header = text[:start] + "SELECT 1"
     node, header_populate, reduced = _readable(header, tokenize(header))
-    description = comment[1] if comment else None
+    description = comment[1] if comment else "\n".join(c for c in stmt.comments if c) or None
     try:
         view = _parse_view(
             node,

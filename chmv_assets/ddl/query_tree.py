@@ -308,7 +308,7 @@ def analyze_query_tree(dump: str, select_sql: str, default_database: str) -> Sel
             else [s for s in join.children if s.kind == "TABLE EXPRESSION"][1:]
         )
         for side in sides:
-            for node in side.walk() if side is not None else ():
+            for node in _through_ctes(side, tree) if side is not None else ():
                 joined += [ref_of(t) for t in real if t.node is node]
 
     dictionaries = []
@@ -363,6 +363,15 @@ def analyze_query_tree(dump: str, select_sql: str, default_database: str) -> Sel
         has_order_by=any(b.section("ORDER BY") is not None for b in tree.branches),
         functions=tuple(dict.fromkeys(f.attrs.get("function_name", "") for f in tree.functions)),
     )
+
+
+def _through_ctes(node: Node, tree: _Tree) -> Iterator[Node]:
+    """The nodes under ``node``, and those of the CTEs it names (``JOIN u`` of ``WITH u AS (…)`` reads u's tables)."""
+    for inner in node.walk():
+        yield inner
+        name = inner.attrs.get("identifier", "") if inner.kind == "IDENTIFIER" else ""
+        if name and "." not in name and name in tree.ctes:
+            yield from tree.ctes[name].walk()
 
 
 def _match_mentions(tables: list[_TableRef], mentions: list[TableMention]) -> None:

@@ -55,9 +55,16 @@ class Refusal:
 class ServerGrammar:
     """One worker process and the questions asked of it, one at a time."""
 
-    def __init__(self, timeout: float = TIMEOUT_SECONDS, idle: float = IDLE_SECONDS):
+    def __init__(self, timeout: float = TIMEOUT_SECONDS, idle: float = IDLE_SECONDS, command: list[str] | None = None):
+        """
+        Args:
+            timeout: Seconds a question may take, the worker's start included.
+            idle: Seconds without a question after which the worker stops.
+            command: The worker's command line (default: ``python -m resources.grammar_worker``).
+        """
         self.timeout = timeout
         self.idle = idle
+        self.command = command or [sys.executable, "-m", "resources.grammar_worker"]
         self._lock = threading.Lock()
         self._process: subprocess.Popen | None = None
         self._pid = 0
@@ -98,7 +105,7 @@ class ServerGrammar:
                 self._arm()
         self.questions += 1
         if answer.get("ok"):
-            return answer["text"]
+            return answer["text"].rstrip("\n") if op == "format" else answer["text"]
         return _refusal(str(answer.get("error", "")), sql, int(answer.get("prefix") or 0))
 
     def _exchange(self, op: str, sql: str) -> dict:
@@ -118,7 +125,7 @@ class ServerGrammar:
         if self._process is None:
             try:
                 self._process = subprocess.Popen(
-                    [sys.executable, "-m", "resources.grammar_worker"],
+                    self.command,
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,

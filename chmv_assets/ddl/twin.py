@@ -167,12 +167,14 @@ class _Twin:
         edits = self._cluster(tokens, database.name)
         engine = _engine_span(tokens)
         name = (database.engine or "").split("(")[0].strip()
+        update: dict = {}
         if engine is not None and name in REMOTE_DATABASE_ENGINES:
             edits.append((engine[0], engine[1], "ENGINE = Atomic"))
             self.note(database.name, text[engine[0] : engine[1]], "ENGINE = Atomic", "a database of this host only")
+            update["engine"] = "Atomic"
         if not edits:
             return database
-        return database.model_copy(update={"statement": _splice(text, edits), "engine": "Atomic"})
+        return database.model_copy(update={**update, "statement": _splice(text, edits)})
 
     def table(self, table: Table) -> Table:
         engine = table.engine
@@ -518,3 +520,13 @@ def describe_stand_ins(project: Project) -> list[str]:
         '(README "A local twin of a production schema"); on a server nothing is substituted'
     )
     return [head, *lines]
+
+
+def engine_of(statement: str) -> str | None:
+    """The engine a CREATE statement names (``Kafka`` of ``CREATE TABLE … ENGINE = Kafka(…)``), None without one."""
+    tokens = tokenize(statement)
+    span = _engine_span(tokens)
+    if span is None:
+        return None
+    words = statement[span[0] : span[1]].removeprefix("ENGINE").lstrip(" =").split("(")[0].split()
+    return words[0] if words else None

@@ -263,6 +263,7 @@ class _Planner:
             raise DDLError(refused)
         order = {a: i for i, a in enumerate(Action)}
         kinds = {"database": 0, "table": 1, "dictionary": 2, "plain view": 2.5, "view": 3}
+        kinds |= {kept_change_kind(k): k.deploy_rank for k in KeptKind if k != KeptKind.VIEW}
         drops = {"view": 0, "column": 1, "dictionary": 2, "table": 3}  # stop the writers first, tables last
 
         topological = {n: i for i, layer in enumerate(self.loaded.graph.layers) for n in layer}

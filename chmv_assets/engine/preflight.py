@@ -29,13 +29,13 @@ from sqlglot.errors import TokenError
 from sqlglot.tokens import TokenType
 
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.ddl.models import MaterializedView, ObjectRef, SourceLocation
+from chmv_assets.ddl.models import STREAM_ENGINES, MaterializedView, ObjectRef, SourceLocation
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.sql_text import line_col, tokenize
-from chmv_assets.ddl.twin import REMOTE_ENGINES, null_stand_in_sql
+from chmv_assets.ddl.twin import REMOTE_ENGINES, engine_of, null_stand_in_sql
 from chmv_assets.engine.guardrails import check_statement
 from chmv_assets.engine.lifecycle import CHMV_PREFIX, Action, LifecyclePlan
-from chmv_assets.errors import DDLProblem, PreflightError
+from chmv_assets.errors import ChmvError, DDLProblem, PreflightError
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rebuild_sql import insert_sql, local_copy_sql
 from chmv_assets.sql.rewrite import local_table_sql, renamed_select, renamed_statement
@@ -289,6 +289,9 @@ class _Preflight:
         return True
 
     def _run(self, sql: str) -> None:
+        engine = engine_of(sql) if sql.lstrip()[:6].upper() == "CREATE" else None
+        if engine in STREAM_ENGINES:  # a second consumer of the same group on a server; on chdb, a bricked engine
+            raise ChmvError(f"chmv bug: the preflight was about to create a {engine} table: {sql[:200]}")
         self.count += 1
         self.client.command(check_statement(sql))
 
