@@ -827,7 +827,7 @@ def _plain_view(located: _Located, ctx: _Context, tokens, kind: StatementKind, c
         name=ref.fqn,
         names=(ref.fqn,),
         ref=ref,
-        reads=tuple(dict.fromkeys(u.ref for u in facts.sources)),
+        reads=tuple(dict.fromkeys([*(u.ref for u in facts.sources), *facts.dictionaries])),
         functions=facts.functions,
         sources=facts.sources,
         select_sql=select_sql,
@@ -855,7 +855,7 @@ def _grant_parts(tokens, default_database: str) -> tuple[tuple[str, ...], tuple[
             depth += 1
         elif kind in (TokenType.R_PAREN, TokenType.R_BRACKET):
             depth -= 1
-        elif depth == 0 and kind == TokenType.ON:
+        elif depth == 0 and kind == TokenType.ON and not _cluster_at(tokens, i):
             for parts, _s, _e in names_after(tokens, i + 1):
                 reads.append(ObjectRef(database=".".join(parts[:-1]) or default_database, name=parts[-1]))
         elif depth == 0 and token.text.upper() == "TO":
@@ -868,10 +868,15 @@ def _grant_parts(tokens, default_database: str) -> tuple[tuple[str, ...], tuple[
     return tuple(grantees), tuple(reads)
 
 
+def _cluster_at(tokens, i: int) -> bool:
+    """Token ``i`` is the ON of ``ON CLUSTER``."""
+    return i + 1 < len(tokens) and tokens[i + 1].text.upper() == "CLUSTER"
+
+
 def _policy_tables(tokens, default_database: str) -> tuple[ObjectRef, ...]:
     """The tables a row policy is ON."""
     for i, token in enumerate(tokens):
-        if token.token_type == TokenType.ON:
+        if token.token_type == TokenType.ON and not _cluster_at(tokens, i):
             return tuple(
                 ObjectRef(database=".".join(p[:-1]) or default_database, name=p[-1])
                 for p, _s, _e in names_after(tokens, i + 1)
@@ -1271,8 +1276,7 @@ def _analyze_select(query: exp.Expression, default_database: str, base: int) -> 
 
     dictionaries = []
     for func in nodes.funcs:
-        name = function_name(func).lower()
-        if (name.startswith("dictget") or name == "dicthas") and func.expressions:
+        if is_dictionary_function(function_name(func)) and func.expressions:
             first_arg = func.expressions[0]
             if isinstance(first_arg, exp.Literal) and first_arg.is_string:
                 dictionaries.append(_ref(first_arg.name, default_database))

@@ -96,9 +96,10 @@ def split_combinators(name: str) -> tuple[str, tuple[str, ...]] | None:
 
 
 def is_dictionary_function(name: str) -> bool:
-    """``dictGet*`` and ``dictHas``: their first argument is a dictionary's name."""
+    """``dictGet*``, ``dictHas`` and ``joinGet*``: their first argument names what they look up, a dictionary or a
+    Join table (read whole at each insert, like a dictionary; both are lookups, not sources)."""
     lower = name.lower()
-    return lower.startswith(DICTIONARY_FUNCTIONS_PREFIX) or lower == "dicthas"
+    return lower.startswith((DICTIONARY_FUNCTIONS_PREFIX, "joinget")) or lower == "dicthas"
 
 
 @dataclass

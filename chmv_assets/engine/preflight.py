@@ -170,11 +170,24 @@ class _Preflight:
             missing += [f"function {f}" for f in self._functions_of(view) if f not in live_functions]
             if missing:
                 skipped.append(f"{view.ref.fqn}: not checked, it uses what does not exist yet ({', '.join(missing)})")
-        self.skipped = tuple(skipped)
-        self.views = [v for v in self.views if not any(s.startswith(f"{v.ref.fqn}:") for s in skipped)]
         for view in self.views:  # the MV runs over the repo's structure of what it reads and writes
             self.tables.update(r for r in (view.target, *view.source_refs) if r is not None)
         self.tables |= self._read_by_views(self.tables)
+        # A plain view that looks up a dictionary that does not exist yet cannot be created outside the live database
+        # either (its dictGet names the live dictionary); nor can the MVs reading it.
+        plain = self.project.plain_views
+        lookups = {d for r in self.tables if r in plain for d in plain[r].reads if d in self.project.dictionaries}
+        live_lookups = _existing(client, lookups)
+        for ref in sorted((r for r in self.tables if r in plain), key=lambda r: r.fqn):
+            missing = [d.fqn for d in plain[ref].reads if d in lookups and d not in live_lookups]
+            if missing:
+                skipped.append(f"{ref.fqn}: not checked, it uses what does not exist yet ({', '.join(missing)})")
+                self.tables.discard(ref)
+                for view in self.views:
+                    if ref in view.source_refs:
+                        skipped.append(f"{view.ref.fqn}: not checked, it reads {ref.fqn}, which was not checked")
+        self.skipped = tuple(skipped)
+        self.views = [v for v in self.views if not any(s.startswith(f"{v.ref.fqn}:") for s in skipped)]
         self.dictionaries = dictionaries
         self.objects = self.tables | dictionaries | {v.ref for v in self.views} | {r for r, _ in self.alters}
         databases = {r.database for r in self.objects}

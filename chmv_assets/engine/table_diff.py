@@ -165,11 +165,13 @@ _WIDTHS = {
 }
 _WIDTH_CODECS = re.compile(r"\b(Gorilla|Delta|DoubleDelta)\((\d+)\)")
 _WORD = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)'")
+_STATE_VERSION = re.compile(r"\bAggregateFunction\(\s*\d+\s*,\s*")
 
 
 def _codecs(definition: str, type_sql: str) -> str:
-    """A column definition with ``Gorilla(8)`` written ``Gorilla`` when 8 is its type's width (the server writes the
-    width where the DDL leaves it out)."""
+    """A column definition as the DDL may write what the server writes out: ``Gorilla(8)`` as ``Gorilla`` when 8 is its
+    type's width, ``AggregateFunction(1, sumMap, …)`` without the state's version."""
+    definition = _STATE_VERSION.sub("AggregateFunction(", definition)  # the server writes a state's version
     base = re.sub(r"^(Nullable|LowCardinality)\((.*)\)$", r"\2", type_sql.strip()).split("(")[0]
     width = _WIDTHS.get(base)
     if width is None:

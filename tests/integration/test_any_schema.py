@@ -105,6 +105,9 @@ def test_deployed_as_its_twin_and_then_no_changes(name, deployed):
     for line in STAND_INS[name]:
         assert line in out, out
     assert (STAND_INS[name] != []) == ("local twin: the embedded engine runs" in out)
+    if name == "functions_views":  # what the preflight cannot check before the first apply, it says
+        assert "web.live_sections: not checked, it uses what does not exist yet (web.team_channels)" in out
+        assert "web.section_hits_mv: not checked, it uses what does not exist yet (function is_bot" in out
     code, plan = chmv("plan", "--ddl-dir", str(SCHEMAS / name), "--dsn", resource.resolved_dsn)
     assert code == 0 and "no changes: the server matches the DDL directory" in plan, plan
 

@@ -123,8 +123,8 @@ SELECT toDate(ts) AS day, section(kind) AS section, count() AS n FROM d.events
 WHERE user_id IN (SELECT user_id FROM d.vip) GROUP BY day, section;
 CREATE ROLE IF NOT EXISTS reader, writer;
 CREATE USER IF NOT EXISTS analyst IDENTIFIED WITH sha256_password BY 'x' DEFAULT ROLE reader;
-GRANT SELECT ON d.sections TO reader, analyst;
-CREATE ROW POLICY tenant ON d.events FOR SELECT USING kind = currentUser() TO reader;
+GRANT ON CLUSTER main SELECT ON d.sections TO reader, analyst;
+CREATE ROW POLICY tenant ON CLUSTER main ON d.events FOR SELECT USING kind = currentUser() TO reader;
 CREATE SETTINGS PROFILE IF NOT EXISTS slow SETTINGS max_threads = 1 TO analyst;
 CREATE QUOTA hourly FOR INTERVAL 1 hour MAX queries = 100 TO reader;
 CREATE NAMED COLLECTION broker AS kafka_broker_list = 'k:9092';
@@ -137,7 +137,8 @@ def test_statements_chmv_keeps_as_written(tmp_path):
     assert set(kept) == {
         (KeptKind.FUNCTION, "clean"), (KeptKind.FUNCTION, "section"), (KeptKind.VIEW, "d.users_view"),
         (KeptKind.VIEW, "d.vip"), (KeptKind.ROLE, "reader, writer"), (KeptKind.USER, "analyst"),
-        (KeptKind.GRANT, "GRANT SELECT ON d.sections TO reader, analyst"), (KeptKind.ROW_POLICY, "tenant ON d.events"),
+        (KeptKind.GRANT, "GRANT ON CLUSTER main SELECT ON d.sections TO reader, analyst"),
+        (KeptKind.ROW_POLICY, "tenant ON d.events"),
         (KeptKind.SETTINGS_PROFILE, "slow"), (KeptKind.QUOTA, "hourly"), (KeptKind.NAMED_COLLECTION, "broker"),
     }  # fmt: skip
     clean = kept[(KeptKind.FUNCTION, "clean")]
@@ -149,7 +150,7 @@ def test_statements_chmv_keeps_as_written(tmp_path):
     vip = project.plain_views[ref("d.vip")]
     assert vip.reads == (ref("d.users_view"),) and vip.select_sql.startswith("SELECT user_id FROM d.users_view")
     assert kept[(KeptKind.ROLE, "reader, writer")].names == ("reader", "writer")
-    grant = kept[(KeptKind.GRANT, "GRANT SELECT ON d.sections TO reader, analyst")]
+    grant = kept[(KeptKind.GRANT, "GRANT ON CLUSTER main SELECT ON d.sections TO reader, analyst")]
     assert grant.names == ("reader", "analyst") and grant.reads == (ref("d.sections"),)
     assert kept[(KeptKind.ROW_POLICY, "tenant ON d.events")].reads == (ref("d.events"),)
     assert project.views[ref("d.sections_mv")].sources[1].ref == ref("d.vip")  # an MV reads a plain view
@@ -184,9 +185,13 @@ def test_a_view_reading_what_is_defined_nowhere_is_reported(tmp_path):
 
 
 def test_sqlglot_path_fixes():
-    view = parse_statement("CREATE MATERIALIZED VIEW d.mv TO d.t AS SELECT a FROM d.src FINAL WHERE k IN d.allowed")
+    view = parse_statement(
+        "CREATE MATERIALIZED VIEW d.mv TO d.t AS SELECT a, joinGet('d.scores', 'score', a) AS s "
+        "FROM d.src FINAL WHERE k IN d.allowed"
+    )
     assert isinstance(view, MaterializedView)
     assert view.trigger == ref("d.src") and [s.ref.fqn for s in view.sources] == ["d.src", "d.allowed"]
+    assert view.dictionaries == (ref("d.scores"),)  # a Join table is looked up, like a dictionary
     table = parse_statement("CREATE TABLE d.n (a UInt8) ENGINE = Null")
     assert table.engine.name == "Null"
     copy = parse_statement("CREATE TABLE d.c ON CLUSTER x AS d.n ENGINE = Distributed(x, currentDatabase(), n, rand())")
