@@ -1,7 +1,7 @@
 """ClickHouse's own parser in a process of its own: what the DDL layer asks where sqlglot cannot read a statement.
 
 Run as ``python -m resources.grammar_worker`` by :mod:`chmv_assets.ddl.server_grammar`, never imported by chmv's
-layers. One JSON request per line on stdin, one JSON answer per line on stdout::
+layers. One JSON request per line on stdin, one JSON answer per line on stdout (a list of requests is answered by a list, in order)::
 
     {"op": "ast" | "tree" | "format", "sql": "..."}  ->  {"ok": true, "text": "..."} | {"ok": false, "error": "..."}
 
@@ -41,21 +41,27 @@ def main() -> int:
     out.flush()
     for line in sys.stdin:
         try:
-            request = json.loads(line)
-            query = _OPS[request["op"]](request["sql"])
-        except (ValueError, KeyError, TypeError) as err:
-            answer = {"ok": False, "error": f"bad request: {err}"}
-        else:
-            try:
-                answer = {"ok": True, "text": connection.query(query, "TabSeparatedRaw").data()}
-            except Exception as err:  # the server's refusal, with its message
-                # ClickHouse places a syntax error at a byte of the query it ran: where the statement starts in it
-                prefix = query.encode().find(request["sql"].encode())
-                answer = {"ok": False, "error": str(err), "prefix": max(prefix, 0)}
-        out.write(json.dumps(answer) + "\n")
+            requests = json.loads(line)
+            answers = [_answer(connection, r) for r in (requests if isinstance(requests, list) else [requests])]
+        except ValueError as err:
+            answers = [{"ok": False, "error": f"bad request: {err}"}]
+        out.write(json.dumps(answers if isinstance(requests, list) else answers[0]) + "\n")
         out.flush()
     connection.close()
     return 0
+
+
+def _answer(connection, request: dict) -> dict:
+    try:
+        query = _OPS[request["op"]](request["sql"])
+    except (KeyError, TypeError) as err:
+        return {"ok": False, "error": f"bad request: {err}"}
+    try:
+        return {"ok": True, "text": connection.query(query, "TabSeparatedRaw").data()}
+    except Exception as err:  # the server's refusal, with its message
+        # ClickHouse places a syntax error at a byte of the query it ran: where the statement starts in it
+        prefix = query.encode().find(request["sql"].encode())
+        return {"ok": False, "error": str(err), "prefix": max(prefix, 0)}
 
 
 if __name__ == "__main__":

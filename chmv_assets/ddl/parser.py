@@ -309,8 +309,19 @@ def _parse_statement(
         return None
     if node is not None:
         _release(node)
-    verdict = _ask_server(located, ctx, "ast", text, error)
-    if verdict is None:
+    if kind.kind == "materialized view":
+        try:
+            return _server_view(located, ctx, tokens, populate, error)
+        except _Unreadable as err:
+            ctx.problem(
+                located.file,
+                stmt.line,
+                stmt.column,
+                f"chmv cannot read this statement, which ClickHouse accepts: {err}",
+                "report it to chmv with the statement; meanwhile write the clause another way",
+            )
+            return None
+    if _ask_server(located, ctx, "ast", text, error) is None:
         return None
     if kind.kind not in MODELED_KINDS:
         words = " ".join(text.split()[:3])
@@ -325,8 +336,6 @@ def _parse_statement(
         )
         return None
     try:
-        if kind.kind == "materialized view":
-            return _server_view(located, ctx, tokens, populate)
         if kind.kind == "database":
             return _database_from_tokens(located, tokens, kind)
         node, populate, reduced = _readable(text, tokens)
@@ -374,10 +383,18 @@ def _ask_server(
 ) -> str | None:
     """ClickHouse's answer (``ast`` or ``tree``) about ``sql`` (at ``offset`` in the statement); None, with the
     problem recorded, when the server refuses it or cannot be asked."""
+    answers = _ask_all(located, ctx, [(question, sql, offset)], error)
+    return answers[0] if answers is not None else None
+
+
+def _ask_all(
+    located: _Located, ctx: _Context, questions: list[tuple[str, str, int]], error: ParseError | None
+) -> list[str] | None:
+    """ClickHouse's answers to ``(question, sql, offset in the statement)`` in one round trip; None, with the first
+    refusal recorded as a problem, when the server refuses one or cannot be asked."""
     stmt = located.statement
-    grammar = server_grammar()
     try:
-        answer = grammar.ast(sql) if question == "ast" else grammar.query_tree(sql)
+        answers = server_grammar().ask(*((question, sql) for question, sql, _offset in questions))
     except ParserUnavailable as err:
         why = f"sqlglot: {_describe(error)}; " if error is not None else ""
         ctx.problem(
@@ -388,7 +405,9 @@ def _ask_server(
             "check that chdb is installed in chmv's environment (it is a dependency of chmv)",
         )
         return None
-    if isinstance(answer, Refusal):
+    for (_question, _sql, offset), answer in zip(questions, answers, strict=True):
+        if not isinstance(answer, Refusal):
+            continue
         line, column = (
             located.position(offset + answer.offset) if answer.offset is not None else (stmt.line, stmt.column)
         )
@@ -403,7 +422,7 @@ def _ask_server(
             "fix the statement (the message is ClickHouse's own parser's: the server would refuse it too)",
         )
         return None
-    return answer
+    return [a for a in answers if isinstance(a, str)]
 
 
 def _describe(error: ParseError) -> str:
@@ -670,13 +689,17 @@ def _verbatim_column(text: str, item: _Item) -> Column:
     )
 
 
-def _server_view(located: _Located, ctx: _Context, tokens, populate: bool) -> MaterializedView | None:
+def _server_view(
+    located: _Located, ctx: _Context, tokens, populate: bool, error: ParseError | None = None
+) -> MaterializedView | None:
     """An MV whose SELECT sqlglot cannot read: its CREATE part read by sqlglot (with ``SELECT 1`` for a SELECT), the
     SELECT's facts from ClickHouse's query tree of it (:mod:`chmv_assets.ddl.query_tree`)."""
     stmt = located.statement
     text = stmt.text
     start = select_start(tokens)
     if start is None:
+        if _ask_server(located, ctx, "ast", text, error) is None:
+            return None  # the server's own message says what is wrong
         ctx.problem(
             located.file,
             stmt.line,
@@ -687,10 +710,10 @@ def _server_view(located: _Located, ctx: _Context, tokens, populate: bool) -> Ma
         return None
     comment = trailing_comment(tokens)
     select_sql = text[start : comment[0] if comment else len(text)].rstrip()
-    dump = _ask_server(located, ctx, "tree", select_sql, None, offset=start)
-    if dump is None:
+    answers = _ask_all(located, ctx, [("ast", text, 0), ("tree", select_sql, start)], error)
+    if answers is None:
         return None
-    facts = analyze_query_tree(dump, select_sql, ctx.default_database)
+    facts = analyze_query_tree(answers[1], select_sql, ctx.default_database)
     header = text[:start] + "SELECT 1"
     node, header_populate, reduced = _readable(header, tokenize(header))
     description = comment[1] if comment else "\n".join(c for c in stmt.comments if c) or None
@@ -814,12 +837,10 @@ def _plain_view(located: _Located, ctx: _Context, tokens, kind: StatementKind, c
     else:
         if node is not None:
             _release(node)
-        if _ask_server(located, ctx, "ast", text, error) is None:
+        answers = _ask_all(located, ctx, [("ast", text, 0), ("tree", select_sql, start)], error)
+        if answers is None:
             return None
-        dump = _ask_server(located, ctx, "tree", select_sql, error, offset=start)
-        if dump is None:
-            return None
-        facts = analyze_query_tree(dump, select_sql, ctx.default_database)
+        facts = analyze_query_tree(answers[1], select_sql, ctx.default_database)
     if comment is not None:
         common = {**common, "description": comment[1]}
     return KeptObject(

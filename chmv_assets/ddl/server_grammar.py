@@ -69,7 +69,8 @@ class ServerGrammar:
         self._process: subprocess.Popen | None = None
         self._pid = 0
         self._buffer = b""
-        self._timer: threading.Timer | None = None
+        self._last = 0.0
+        self._watcher: threading.Thread | None = None
         self.questions = 0
         self.starts = 0
 
@@ -92,32 +93,36 @@ class ServerGrammar:
 
     # -- the worker ---------------------------------------------------------------------------------
 
-    def _ask(self, op: str, sql: str) -> str | Refusal:
+    def ask(self, *questions: tuple[str, str]) -> list[str | Refusal]:
+        """Several questions ``(op, sql)`` in one round trip (``ast``, ``tree``, ``format``), answered in order."""
         with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
             try:
-                answer = self._exchange(op, sql)
+                answers = self._exchange(questions)
             except ParserUnavailable:
                 self._stop()
                 raise
             finally:
-                self._arm()
-        self.questions += 1
-        if answer.get("ok"):
-            return answer["text"].rstrip("\n") if op == "format" else answer["text"]
-        return _refusal(str(answer.get("error", "")), sql, int(answer.get("prefix") or 0))
+                self._last = time.monotonic()
+                self._watch()
+        self.questions += len(questions)
+        return [_answer(op, sql, answer) for (op, sql), answer in zip(questions, answers, strict=True)]
 
-    def _exchange(self, op: str, sql: str) -> dict:
+    def _ask(self, op: str, sql: str) -> str | Refusal:
+        return self.ask((op, sql))[0]
+
+    def _exchange(self, questions: tuple[tuple[str, str], ...]) -> list[dict]:
         deadline = time.monotonic() + self.timeout
         process = self._running(deadline)
         assert process.stdin is not None
         try:
-            process.stdin.write(json.dumps({"op": op, "sql": sql}).encode() + b"\n")
+            process.stdin.write(json.dumps([{"op": op, "sql": sql} for op, sql in questions]).encode() + b"\n")
             process.stdin.flush()
         except OSError as err:
             raise ParserUnavailable(f"ClickHouse's parser (a child process) stopped: {err}") from err
-        return json.loads(self._line(process, deadline))
+        answers = json.loads(self._line(process, deadline))
+        if not isinstance(answers, list) or len(answers) != len(questions):
+            raise ParserUnavailable(f"ClickHouse's parser answered {str(answers)[:200]}")
+        return answers
 
     def _running(self, deadline: float) -> subprocess.Popen:
         if self._process is not None and (self._pid != os.getpid() or self._process.poll() is not None):
@@ -156,17 +161,26 @@ class ServerGrammar:
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line.decode()
 
-    def _arm(self) -> None:
-        if self._process is None:
+    def _watch(self) -> None:
+        """Start the watcher that stops the worker after ``idle`` seconds without a question (one thread, not one per
+        question: starting a thread costs about a millisecond)."""
+        if self._process is None or (self._watcher is not None and self._watcher.is_alive()):
             return
-        self._timer = threading.Timer(self.idle, self.close)
-        self._timer.daemon = True
-        self._timer.start()
+        self._watcher = threading.Thread(target=self._stop_when_idle, name="chmv-grammar-idle", daemon=True)
+        self._watcher.start()
+
+    def _stop_when_idle(self) -> None:
+        while True:
+            wait = self._last + self.idle - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+                continue
+            with self._lock:
+                if time.monotonic() - self._last >= self.idle:
+                    self._stop()
+                    return
 
     def _stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         process, self._process, self._buffer = self._process, None, b""
         if process is None or self._pid != os.getpid():
             return
@@ -178,6 +192,12 @@ class ServerGrammar:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def _answer(op: str, sql: str, answer: dict) -> str | Refusal:
+    if answer.get("ok"):
+        return answer["text"].rstrip("\n") if op == "format" else answer["text"]
+    return _refusal(str(answer.get("error", "")), sql, int(answer.get("prefix") or 0))
 
 
 def _refusal(error: str, sql: str, prefix: int) -> Refusal:
