@@ -538,11 +538,12 @@ class StatementKind:
 
 def statement_kind(tokens: list[Token]) -> StatementKind:
     """The kind of a CREATE (or GRANT) statement by its first words, without parsing it."""
-    words = [_word(t) for t in tokens[:8]]
-    if words and words[0] == "GRANT":
+    first = tokens[0].text.upper() if tokens else ""
+    if first == "GRANT":
         return StatementKind("grant", 1)
-    if not words or words[0] not in ("CREATE", "ATTACH"):
+    if first not in ("CREATE", "ATTACH"):
         return StatementKind(None)
+    words = [t.text.upper() for t in tokens[:8]]
     i, or_replace = 1, False
     if words[i : i + 2] == ["OR", "REPLACE"] or words[i : i + 1] == ["OR REPLACE"]:
         i, or_replace = i + (2 if words[i] == "OR" else 1), True
