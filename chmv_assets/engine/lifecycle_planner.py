@@ -444,8 +444,9 @@ class _Planner:
     def _rederive(self, target: ObjectRef, writes: ObjectRef | None, *, new_version: bool) -> Rederive | None:
         project, state = self.project, self.state
         views = project.views_into(target)
-        triggers = triggers_of(project, target)
-        if not views or not any(state.rows(s) for s in triggers):
+        # A stream (Kafka, S3Queue…) is never read: reading consumes. A target fed by one keeps its history as it is.
+        triggers = [s for s in triggers_of(project, target) if not project.is_stream(s)]
+        if not views or not triggers or not any(state.rows(s) for s in triggers):
             return None
         table = project.table(target)
         scheme = partition_scheme(table, views) if table is not None else PartitionScheme(grain=None)
