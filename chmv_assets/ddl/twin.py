@@ -162,6 +162,10 @@ class _Twin:
     # -- each kind of object -------------------------------------------------------------------------
 
     def database(self, database: Database) -> Database:
+        if "CLUSTER" not in database.statement.upper() and (database.engine or "").split("(")[0].strip() not in (
+            REMOTE_DATABASE_ENGINES
+        ):
+            return database  # nothing to stand in for (most objects): not even tokenized again
         text = database.statement
         tokens = tokenize(text)
         edits = self._cluster(tokens, database.name)
@@ -180,6 +184,15 @@ class _Twin:
         engine = table.engine
         name = engine.name if engine is not None else ""
         fqn = table.ref.fqn
+        if not (
+            table.on_cluster
+            or name in REMOTE_ENGINES
+            or name == "Distributed"
+            or (engine is not None and (engine.is_stream or engine.replicated or name.startswith("Shared")))
+            or any(key in STORAGE_SETTINGS for key, _ in table.settings_map)
+            or (table.ttl is not None and _TTL_MOVE.search(table.ttl))
+        ):
+            return table
         if engine is not None and engine.is_stream:
             local = null_stand_in_sql(table, _name_text(table))
             readers = ", ".join(v.ref.fqn for v in self.project.views_from(table.ref)) or "its consumer MVs"
@@ -222,6 +235,9 @@ class _Twin:
         return self._reparsed(table, _splice(text, edits))
 
     def dictionary(self, dictionary: Dictionary) -> Dictionary:
+        upper = dictionary.statement.upper()
+        if "CLUSTER" not in upper and "HOST" not in upper and "CLICKHOUSE(" in upper.replace(" ", ""):
+            return dictionary
         text = dictionary.statement
         tokens = tokenize(text)
         edits = self._cluster(tokens, dictionary.ref.fqn)
@@ -252,6 +268,9 @@ class _Twin:
         return self._reparsed(dictionary, _splice(text, edits))
 
     def view(self, view: MaterializedView) -> MaterializedView:
+        inner = view.inner_table.engine if view.inner_table is not None else None
+        if not view.on_cluster and not (inner is not None and (inner.replicated or inner.name.startswith("Shared"))):
+            return view
         text = view.statement
         tokens = tokenize(text)
         edits = self._cluster(tokens, view.ref.fqn)
