@@ -93,8 +93,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from chmv_assets.ddl.loader import load
+    from resources.clickhouse import ClickHouseResource
 
-    loaded = load(args.ddl_dir, default_database=args.default_database)
+    resource = None if args.command == "lineage" else ClickHouseResource(dsn=args.dsn)
+    # On the embedded engine chmv deploys and reads the local twin of the DDL (README "A local twin").
+    twin = resource is not None and resource.is_embedded
+    loaded = load(args.ddl_dir, default_database=args.default_database, twin=twin)
     if args.command == "lineage":
         graph = loaded.graph
         if args.impact:
@@ -107,10 +111,13 @@ def _run(args: argparse.Namespace) -> int:
             print(graph.to_dot())
         return 0
 
+    from chmv_assets.ddl.twin import describe_stand_ins
     from chmv_assets.engine.apply import apply
-    from resources.clickhouse import ClickHouseResource
 
-    resource = ClickHouseResource(dsn=args.dsn)
+    assert resource is not None
+    if args.command in ("apply", "load-demo"):
+        for line in describe_stand_ins(loaded.project):
+            print(line)
     if args.command == "rebuild":
         return _rebuild(args, loaded, resource)
     if args.command == "plan":
@@ -123,6 +130,12 @@ def _run(args: argparse.Namespace) -> int:
         if args.command == "load-demo":
             from chmv_assets.engine import demo_data
 
+            if not demo_data.fits(loaded.project):
+                print(
+                    "load-demo: generated rows exist for examples/ddl only; insert rows into the sources (a stream "
+                    "table's stand-in feeds its consumer MVs)"
+                )
+                return 0
             tables = demo_data.generate_all(args.rows)
             existing = int(client.command("SELECT count() FROM analytics.api_requests"))
             if existing:
@@ -182,6 +195,7 @@ def _apply(args: argparse.Namespace, loaded, resource) -> int:
                    opened=(client, opened.pop_all()))  # fmt: skip
     project = loaded.project
     objects = len(project.databases) + len(project.tables) + len(project.dictionaries) + len(project.views)
+    objects += len(project.kept)
     created = sum(c.action in (Action.CREATE, Action.CREATE_DATABASE) for c in plan.changes)
     print(f"apply: {created} created, {objects - created} already there")
     return 0

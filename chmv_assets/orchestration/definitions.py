@@ -10,7 +10,7 @@ import os
 from dagster import Definitions, EnvVar, in_process_executor
 
 from asset_checks.definitions import build_asset_checks
-from chmv_assets.ddl.loader import LoadedProject, gc_paused
+from chmv_assets.ddl.loader import LoadedProject, gc_paused, twin_of
 from chmv_assets.orchestration.assets import build_chmv_assets
 from chmv_assets.orchestration.jobs import build_jobs
 from chmv_assets.orchestration.live_state import build_live_state_sensor
@@ -36,6 +36,8 @@ def build_definitions(
     """
     translator = translator or ChmvTranslator()
     clickhouse = clickhouse or default_clickhouse()
+    if clickhouse.is_embedded:  # what the embedded engine runs: the local twin of the DDL (README "A local twin")
+        loaded = twin_of(loaded)
     with gc_paused():
         return _assemble(loaded, clickhouse, translator)
 

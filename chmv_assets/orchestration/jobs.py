@@ -6,6 +6,7 @@ from dagster import Failure, In, JobDefinition, MetadataValue, Nothing, OpExecut
 
 from asset_checks.parity import parity_for_partitions
 from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.twin import describe_stand_ins
 from chmv_assets.engine.landing import landing_dir
 from chmv_assets.engine.lifecycle_apply import LifecycleError, apply_plan
 from chmv_assets.engine.lifecycle_planner import plan_lifecycle
@@ -24,8 +25,12 @@ def build_jobs(loaded: LoadedProject) -> list[JobDefinition]:
         with clickhouse.get_client() as client:
             plan = plan_lifecycle(client, loaded, root=landing_dir(loaded))
         context.log.info(plan.describe())
+        stand_ins = describe_stand_ins(loaded.project)  # the local twin's, on the embedded engine
+        if stand_ins:
+            context.log.info("\n".join(stand_ins))
         yield Output(None, metadata={"chmv/plan": MetadataValue.md(plan.describe(markdown=True)),
-                                     "chmv/changes": len(plan.changes), "chmv/summary": plan.summary()})  # fmt: skip
+                                     "chmv/changes": len(plan.changes), "chmv/summary": plan.summary(),
+                                     "chmv/stand_ins": MetadataValue.md("\n".join(stand_ins) or "none")})  # fmt: skip
 
     @op(name="apply_ddl", pool="clickhouse", ins={"planned": In(Nothing)}, out=Out(Nothing))
     def apply_ddl(context: OpExecutionContext, clickhouse: ClickHouseResource):
