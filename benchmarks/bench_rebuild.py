@@ -12,7 +12,7 @@ AggregatingMergeTree target. Timed in the same process, alternating, best of 3:
   table of the same structure (no shadow, no swap).
 
 Then the retries: every day rebuilt while a writer inserts into the source's open month (never racing a closed
-day's read), and while a writer inserts late rows into the days being rebuilt every 50 ms.
+day's read), and while a writer inserts late rows into the days being rebuilt, now and then and every 50 ms.
 """
 
 from __future__ import annotations
@@ -126,7 +126,10 @@ def main() -> None:
 #: Writers for the retry count: (label, insert, seconds between inserts).
 WRITERS = (
     ("a writer into the open month every 5 ms", "INSERT INTO bench.api_requests SELECT now(), '/w', 1, 1, 200", 0.005),
-    ("late rows into the rebuilt days every 50 ms",
+    ("late rows into the rebuilt days every 0.5 s",
+     "INSERT INTO bench.api_requests SELECT toDateTime('2026-09-01 00:00:00') + rand() % 864000, '/w', 1, 1, 200",
+     0.5),
+    ("late rows into the rebuilt days every 50 ms (a stream into closed days)",
      "INSERT INTO bench.api_requests SELECT toDateTime('2026-09-01 00:00:00') + rand() % 864000, '/w', 1, 1, 200",
      0.05),
 )

@@ -102,8 +102,12 @@ def _first_line(err: Exception) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     from chmv_assets.ddl.loader import load
+    from resources.clickhouse import clickhouse_from_env, for_project
 
-    loaded = load(args.ddl_dir, default_database=args.default_database)
+    resource = None if args.command == "lineage" else clickhouse_from_env(args.dsn)
+    # On the embedded engine chmv deploys and reads the local twin of the DDL (README "A local twin").
+    twin = resource is not None and resource.is_embedded
+    loaded = load(args.ddl_dir, default_database=args.default_database, twin=twin)
     if not loaded.project.views and args.command != "load-demo":
         print(f"chmv: warning: no materialized view found in {loaded.config.ddl_dir}", file=sys.stderr)
     if args.command == "lineage":
@@ -118,12 +122,17 @@ def _run(args: argparse.Namespace) -> int:
             print(graph.to_dot())
         return 0
 
+    from chmv_assets.ddl.twin import describe_stand_ins
     from chmv_assets.engine.apply import apply
-    from resources.clickhouse import clickhouse_from_env, for_project
 
-    # the DSN (else $CHMV_CLICKHOUSE_DSN), credentials from $CLICKHOUSE_USER / $CLICKHOUSE_PASSWORD over the DSN's
+    assert resource is not None
+    # the DSN (else $CHMV_CLICKHOUSE_DSN), credentials from $CLICKHOUSE_USER / $CLICKHOUSE_PASSWORD over the DSN's;
+    # every session in the project's default_database
     config = loaded.config
-    resource = for_project(clickhouse_from_env(args.dsn), config.default_database, where=f"{config.ddl_dir}/chmv.toml")
+    resource = for_project(resource, config.default_database, where=f"{config.ddl_dir}/chmv.toml")
+    if args.command in ("apply", "load-demo"):
+        for line in describe_stand_ins(loaded.project):
+            print(line)
     if args.command == "rebuild":
         return _rebuild(args, loaded, resource)
     if args.command == "plan":
@@ -136,6 +145,12 @@ def _run(args: argparse.Namespace) -> int:
         if args.command == "load-demo":
             from chmv_assets.engine import demo_data
 
+            if not demo_data.fits(loaded.project):
+                print(
+                    "load-demo: generated rows exist for examples/ddl only; insert rows into the sources (a stream "
+                    "table's stand-in feeds its consumer MVs)"
+                )
+                return 0
             tables = demo_data.generate_all(args.rows)
             existing = int(client.command("SELECT count() FROM analytics.api_requests"))
             if existing:
@@ -195,6 +210,7 @@ def _apply(args: argparse.Namespace, loaded, resource) -> int:
                    opened=(client, opened.pop_all()))  # fmt: skip
     project = loaded.project
     objects = len(project.databases) + len(project.tables) + len(project.dictionaries) + len(project.views)
+    objects += len(project.kept)
     created = sum(c.action in (Action.CREATE, Action.CREATE_DATABASE) for c in plan.changes)
     print(f"apply: {created} created, {objects - created} already there")
     return 0

@@ -185,7 +185,7 @@ class ChmvComponent(Component, Resolvable):
         Raises:
             DDLError: With every problem found in the directory.
         """
-        return load(self.ddl_dir, default_database=self.default_database)
+        return load(self.ddl_dir, default_database=self.default_database, twin=self.get_clickhouse().is_embedded)
 
     def get_translator(self) -> ChmvTranslator:
         """The translator of this component: ``translator_class`` (default :class:`ChmvTranslator`) with

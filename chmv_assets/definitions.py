@@ -11,8 +11,12 @@ import os
 from pathlib import Path
 
 from chmv_assets.ddl.loader import load
-from chmv_assets.orchestration.definitions import build_definitions
+from chmv_assets.orchestration.definitions import build_definitions, default_clickhouse
 
 EXAMPLE_DDL_DIR = Path(__file__).resolve().parents[1] / "examples" / "ddl"
 
-defs = build_definitions(load(os.environ.get("CHMV_DDL_DIR") or EXAMPLE_DDL_DIR))
+_clickhouse = default_clickhouse()
+# On the embedded engine, the local twin of the DDL (from the parse cache): what `chmv apply` deploys there.
+defs = build_definitions(
+    load(os.environ.get("CHMV_DDL_DIR") or EXAMPLE_DDL_DIR, twin=_clickhouse.is_embedded), clickhouse=_clickhouse
+)

@@ -81,3 +81,7 @@ class RacedWrites(ChmvError):
 
 class RebuildDeferred(ChmvError):
     """Every partition of a rebuild is still open to writers chmv does not control: nothing was rebuilt yet."""
+
+
+class ParserUnavailable(ChmvError):
+    """ClickHouse's own parser (the child process the DDL layer asks where sqlglot fails) could not be asked."""

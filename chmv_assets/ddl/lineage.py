@@ -3,18 +3,39 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import deque
 from functools import cached_property
 from graphlib import CycleError, TopologicalSorter
 
-from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project
+from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table
+
+
+def merged_tables(project: Project, table: Table) -> list[ObjectRef]:
+    """The tables of the project a ``Merge(db, 'regexp')`` table reads: those of ``db`` whose names match."""
+    engine = table.engine
+    if engine is None or engine.name != "Merge" or len(engine.arguments) < 2:
+        return []
+    database = engine.arguments[0].strip("'`\"")
+    if database.replace(" ", "").lower() in ("currentdatabase()", "current_database()"):
+        database = table.ref.database
+    try:
+        pattern = re.compile(engine.arguments[1].strip("'"))
+    except re.error:
+        return []
+    return [r for r in project.tables if r.database == database and r != table.ref and pattern.search(r.name)]
+
+
+#: Node kinds that are not a step of the data flow: an MV reading them is no deeper than its other sources.
+_LOOKUPS = frozenset({"dictionary", "function"})
 
 
 class LineageGraph:
     """Dependency graph over ``database.name`` nodes; edges point from what is read to what reads it.
 
-    Edges: source table → MV, dictionary → MV, a dictionary's source table → dictionary, MV → TO target.
-    An MV with an inner table is its own target.
+    Edges: source table → MV, dictionary → MV, a dictionary's source table → dictionary, MV → TO target, a plain
+    view's tables → the view (an MV reading the view reads them), a SQL function → the MVs, views and functions that
+    call it. An MV with an inner table is its own target. A function's node is its name (no database).
     """
 
     def __init__(self, project: Project):
@@ -23,12 +44,25 @@ class LineageGraph:
         self.upstream: dict[str, set[str]] = {}
         for ref in project.tables:
             self._node(ref, "table")
+        for ref, table in project.tables.items():  # a table over others: Distributed, Buffer, Merge, AS other
+            for source in (*table.reads, *merged_tables(project, table), *([table.as_table] if table.as_table else ())):
+                if source != ref and (source in project.tables or source in project.views):
+                    self._edge(source, ref, "table")
         for ref in project.external:
             self._node(ref, "external")
         for ref, dictionary in project.dictionaries.items():
             self._node(ref, "dictionary")
             if dictionary.source_table is not None:
                 self._edge(dictionary.source_table, ref, "table")
+        functions = project.functions
+        for name in functions:
+            self.kinds.setdefault(name, "function")
+            self.upstream.setdefault(name, set())
+        for ref in project.plain_views:
+            self._node(ref, "plain_view")
+        for ref, plain in project.plain_views.items():
+            for source in plain.reads:
+                self._edge(source, ref, "table")
         for ref, view in project.views.items():
             self._node(ref, "view")
             for source in view.source_refs:
@@ -37,6 +71,12 @@ class LineageGraph:
                 self._edge(dictionary, ref, "dictionary")
             if view.target is not None:
                 self._edge(ref, view.target, "table")
+        callers = [(k.ref.fqn if k.ref else k.name, k.functions) for k in project.kept if k.functions]
+        callers += [(ref.fqn, view.functions) for ref, view in project.views.items()]
+        for caller, called in callers:
+            for name in called:
+                if name in functions and name != caller:
+                    self.upstream[caller].add(name)
 
     def _node(self, ref: ObjectRef, kind: str) -> None:
         self.kinds.setdefault(ref.fqn, kind)
@@ -88,7 +128,7 @@ class LineageGraph:
             for node in layer:
                 ups = self.upstream[node]
                 if self.kinds[node] == "view":
-                    depth[node] = 1 + max((depth[u] for u in ups if self.kinds[u] != "dictionary"), default=0)
+                    depth[node] = 1 + max((depth[u] for u in ups if self.kinds[u] not in _LOOKUPS), default=0)
                 else:
                     depth[node] = max((depth[u] for u in ups), default=0)
         return depth
@@ -118,15 +158,20 @@ class LineageGraph:
                 "dictionaries": [d.fqn for d in v.dictionaries],
                 "refreshable": v.refreshable,
                 "depth": self.view_depth(v),
+                "functions": sorted(n for n in self.upstream[v.ref.fqn] if self.kinds.get(n) == "function"),
             }
             for v in self.project.views.values()
         ]
         tables = [
             {"name": n, "kind": k, "depth": self.depth[n], "downstream": self.impact(n)}
             for n, k in sorted(self.kinds.items())
-            if k != "view"
+            if k not in ("view", "function")
         ]
-        return {"views": views, "tables": tables, "layers": self.layers}
+        functions = [
+            {"name": n, "downstream": self.impact(n)} for n, k in sorted(self.kinds.items()) if k == "function"
+        ]
+        kept = [{"kind": str(k.kind), "name": k.name, "location": str(k.location)} for k in self.project.kept]
+        return {"views": views, "tables": tables, "functions": functions, "kept": kept, "layers": self.layers}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -134,7 +179,14 @@ class LineageGraph:
     def to_mermaid(self) -> str:
         """A ``flowchart LR`` with tables as cylinders, dictionaries as hexagon-less boxes, MVs as diamonds."""
         ids = {n: f"n{i}" for i, n in enumerate(sorted(self.kinds))}
-        shape = {"view": "{{%s}}", "dictionary": "[/%s/]", "external": "[(%s)]", "table": "[(%s)]"}
+        shape = {
+            "view": "{{%s}}",
+            "dictionary": "[/%s/]",
+            "external": "[(%s)]",
+            "table": "[(%s)]",
+            "plain_view": "[[%s]]",
+            "function": "(%s)",
+        }
         lines = ["flowchart LR"]
         for node, kind in sorted(self.kinds.items()):
             lines.append(f"    {ids[node]}" + shape[kind] % f'"{node}"')
@@ -145,7 +197,14 @@ class LineageGraph:
 
     def to_dot(self) -> str:
         """Graphviz DOT, one node per object, MVs as diamonds."""
-        shape = {"view": "diamond", "dictionary": "component", "external": "cylinder", "table": "cylinder"}
+        shape = {
+            "view": "diamond",
+            "dictionary": "component",
+            "external": "cylinder",
+            "table": "cylinder",
+            "plain_view": "box",
+            "function": "ellipse",
+        }
         lines = ["digraph chmv {", "    rankdir=LR;"]
         for node, kind in sorted(self.kinds.items()):
             lines.append(f'    "{node}" [shape={shape[kind]}];')

@@ -27,6 +27,8 @@ from chmv_assets.ddl.config import CONFIG_FILE, ChmvConfig, load_config
 from chmv_assets.ddl.lineage import LineageGraph
 from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.ddl.parser import load_project
+from chmv_assets.ddl.server_grammar import grammar_version
+from chmv_assets.ddl.twin import local_twin
 from chmv_assets.ddl.writers import SourceWriters, source_writers, undefined_writer_names
 from chmv_assets.errors import DDLError, DDLProblem
 from resources.state import default_state_dir
@@ -99,18 +101,23 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def load(ddl_dir: str | Path, **overrides: object) -> LoadedProject:
+def load(ddl_dir: str | Path, *, twin: bool = False, **overrides: object) -> LoadedProject:
     """Read ``chmv.toml`` and every ``.sql`` file of ``ddl_dir`` (from the parse cache when unchanged).
+
+    Args:
+        twin: The local twin of the DDL (:func:`chmv_assets.ddl.twin.local_twin`): what the embedded engine runs.
 
     Raises:
         DDLError: With every problem of the configuration or the DDL.
     """
     config = load_config(ddl_dir, **overrides)
-    key = _cache_key(config)
+    key = _cache_key(config, twin)
     project = _read_cache(key) if key else None
     if project is None:
         with gc_paused():
             project = load_project(config.ddl_dir, default_database=config.default_database, external=config.external)
+            if twin:
+                project = local_twin(project)
             if key:
                 _write_cache(key, project)
     _check_writers(config, project)
@@ -158,12 +165,14 @@ def require_views(loaded: LoadedProject) -> None:
     raise DDLError([problem], where="in the DDL directory; nothing to manage")
 
 
-def _cache_key(config: ChmvConfig) -> str | None:
+def _cache_key(config: ChmvConfig, twin: bool = False) -> str | None:
     """A digest of the DDL directory (its path, file names and bytes), the parse options and the ddl package's code."""
     if os.environ.get(CACHE_ENV, "1") == "0":
         return None
-    # The directory's own path too: the model records each statement's file (errors and metadata name it).
+    # The directory's own path too: the model records each statement's file (errors and metadata name it); and the
+    # version of ClickHouse's parser, which reads what sqlglot cannot (chmv_assets.ddl.server_grammar).
     options = f"{sys.version_info[:2]}|{config.ddl_dir}|{config.default_database}|{sorted(config.external)}"
+    options += f"|{grammar_version()}" + ("|twin" if twin else "")
     digest = hashlib.sha256(options.encode())
     for folder, pattern in ((_CODE, "*.py"), (Path(config.ddl_dir), "*.sql")):
         for path in sorted(folder.rglob(pattern)):
@@ -194,3 +203,15 @@ def _write_cache(key: str, project: Project) -> None:
         os.replace(fh.name, path)
     except OSError:  # a read-only state directory: the next load parses again
         return
+
+
+def twin_of(loaded: LoadedProject) -> LoadedProject:
+    """The local twin of a loaded project (:func:`chmv_assets.ddl.twin.local_twin`), made once per load.
+
+    ``load(…, twin=True)`` reads it from the parse cache; this is for a project loaded before the engine was known.
+    """
+    if loaded.project.twin:
+        return loaded
+    return loaded.derived(
+        ("chmv/twin",), lambda: LoadedProject(config=loaded.config, project=local_twin(loaded.project))
+    )

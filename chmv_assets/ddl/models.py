@@ -278,6 +278,15 @@ class Table(_Frozen):
         default=None,
         description="Span of the Keeper path literal (quotes included) of a ``Replicated*`` engine in ``statement``.",
     )
+    as_table: ObjectRef | None = Field(
+        default=None, description="The table whose structure ``CREATE TABLE t AS other`` copies (None without one)."
+    )
+    as_table_span: Span | None = Field(default=None, description="Span of ``as_table``'s name in ``statement``.")
+    reads: tuple[ObjectRef, ...] = Field(
+        default=(),
+        description="Tables its engine reads or writes through: a Distributed's or a Buffer's table, a Merge's tables "
+        "of the DDL whose names match, a Dictionary engine's dictionary.",
+    )
 
     def column(self, name: str) -> Column | None:
         """The column called ``name``, or None."""
@@ -392,7 +401,13 @@ class MaterializedView(_Frozen):
     joined_tables: tuple[ObjectRef, ...] = ()
     self_join: bool = False
     has_order_by: bool = False
+    functions: tuple[str, ...] = Field(default=(), description="Every function the SELECT calls, as written.")
     select_sql: str
+    select_at: int | None = Field(
+        default=None,
+        description="Where ``select_sql`` starts in ``statement`` when "
+        "something follows it there (a trailing ``COMMENT``); None: it ends the statement.",
+    )
     description: str | None = None
     statement: str
     location: SourceLocation
@@ -407,7 +422,7 @@ class MaterializedView(_Frozen):
     @property
     def select_offset(self) -> int:
         """Where ``select_sql`` starts in ``statement`` (source spans are relative to ``select_sql``)."""
-        return len(self.statement) - len(self.select_sql)
+        return self.select_at if self.select_at is not None else len(self.statement) - len(self.select_sql)
 
     @property
     def writes_to(self) -> ObjectRef:
@@ -423,8 +438,134 @@ class MaterializedView(_Frozen):
         return next((c for c in self.output_columns if c.name == name), None)
 
 
+class KeptKind(StrEnum):
+    """Kinds of statements chmv keeps verbatim without modelling them (README "Statements chmv keeps as written")."""
+
+    FUNCTION = "function"
+    VIEW = "view"
+    """A plain (not materialized) view: read at query time."""
+    NAMED_COLLECTION = "named collection"
+    SETTINGS_PROFILE = "settings profile"
+    ROLE = "role"
+    USER = "user"
+    QUOTA = "quota"
+    ROW_POLICY = "row policy"
+    MASKING_POLICY = "masking policy"
+    GRANT = "grant"
+    WORKLOAD = "workload"
+    RESOURCE = "resource"
+
+    @property
+    def access_control(self) -> bool:
+        """Users, roles and what is granted to them: the server's access control."""
+        return self in _ACCESS_CONTROL
+
+    @property
+    def keyword(self) -> str:
+        """The words after CREATE (``ROW POLICY``), or ``GRANT``."""
+        return self.value.upper()
+
+    @property
+    def deploy_rank(self) -> int:
+        """Order of deployment among kinds (a role before a user granted it, a function before a view calling it):
+        negative ranks come before the databases and tables, positive ones after the MVs."""
+        return _DEPLOY_RANK[self]
+
+
+_ACCESS_CONTROL = frozenset(
+    {
+        KeptKind.SETTINGS_PROFILE,
+        KeptKind.ROLE,
+        KeptKind.USER,
+        KeptKind.QUOTA,
+        KeptKind.ROW_POLICY,
+        KeptKind.MASKING_POLICY,
+        KeptKind.GRANT,
+    }
+)
+_DEPLOY_RANK = {
+    KeptKind.NAMED_COLLECTION: -3,
+    KeptKind.WORKLOAD: -3,
+    KeptKind.RESOURCE: -3,
+    KeptKind.FUNCTION: -2,
+    KeptKind.VIEW: 0,
+    KeptKind.SETTINGS_PROFILE: 1,
+    KeptKind.ROLE: 2,
+    KeptKind.USER: 3,
+    KeptKind.QUOTA: 4,
+    KeptKind.ROW_POLICY: 5,
+    KeptKind.MASKING_POLICY: 5,
+    KeptKind.GRANT: 6,
+}
+
+
+class KeptObject(_Frozen):
+    """A statement chmv does not model, kept as written: deployed in dependency order, created when missing, reported
+    when it differs from the server (README "Statements chmv keeps as written").
+
+    Attributes:
+        kind: What it creates.
+        name: Its identity within its kind: a function's name, a view's ``db.name``, a row policy's ``p ON db.t``,
+            the names of the users or roles it creates, a grant's text on one line.
+        names: The entities it creates (``CREATE ROLE a, b`` creates two); a grant: its grantees.
+        ref: A view's ``database.name`` (a database object that SELECTs may read); None for the other kinds.
+        reads: The tables and views it reads or names: a view's sources, a row policy's tables, a grant's tables.
+        functions: The functions it calls (a view's SELECT, a function's body), as written.
+        sources: A view's sources with their spans in ``select_sql`` (renamed like an MV's for the preflight).
+        select_sql: A view's SELECT, verbatim.
+        select_at: Where ``select_sql`` starts in ``statement``.
+    """
+
+    kind: KeptKind
+    name: str
+    names: tuple[str, ...] = ()
+    ref: ObjectRef | None = None
+    reads: tuple[ObjectRef, ...] = ()
+    functions: tuple[str, ...] = ()
+    sources: tuple[SourceUse, ...] = ()
+    select_sql: str | None = None
+    select_at: int | None = None
+    on_cluster: str | None = None
+    description: str | None = None
+    statement: str
+    location: SourceLocation
+    name_span: Span | None = None
+    cluster_span: Span | None = Field(
+        default=None, description="Span of `` ON CLUSTER name`` in ``statement``, None without one."
+    )
+
+    @property
+    def label(self) -> str:
+        """``function normalize_url``, ``view shop.v``: how plans and errors name it."""
+        return f"{self.kind} {self.name}"
+
+
+class StandIn(_Frozen):
+    """What the local twin runs in place of a production object (:mod:`chmv_assets.ddl.twin`).
+
+    Attributes:
+        object: The object (``shop.orders_queue``, ``function f``, ``role reader``).
+        production: What the DDL says (``Kafka``, ``ReplicatedMergeTree('/p', '{replica}')``, ``ON CLUSTER main``).
+        local: What the embedded engine gets instead (``Null table …``), or ``not deployed``.
+        why: What the stand-in is for, or why it is needed.
+    """
+
+    object: str
+    production: str
+    local: str
+    why: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.object}: {self.production} → {self.local}" + (f" ({self.why})" if self.why else "")
+
+
 class Project(_Frozen):
-    """A parsed DDL directory: every object by reference, and the configuration it was read with."""
+    """A parsed DDL directory: every object by reference, and the configuration it was read with.
+
+    Attributes:
+        twin: The local twin of the directory (:mod:`chmv_assets.ddl.twin`): what the embedded engine runs, with
+            ``stand_ins`` for what needs a cluster, Keeper or a remote system. False: the DDL as written (a server).
+    """
 
     ddl_dir: str
     default_database: str
@@ -432,8 +573,11 @@ class Project(_Frozen):
     tables: Mapping[ObjectRef, Table] = Field(default_factory=dict)
     dictionaries: Mapping[ObjectRef, Dictionary] = Field(default_factory=dict)
     views: Mapping[ObjectRef, MaterializedView] = Field(default_factory=dict)
+    kept: tuple[KeptObject, ...] = Field(default=(), description="Statements chmv keeps as written, in file order.")
     external: tuple[ObjectRef, ...] = ()
     extra: Mapping[str, Any] = Field(default_factory=dict)
+    twin: bool = False
+    stand_ins: tuple[StandIn, ...] = ()
 
     def table(self, ref: ObjectRef) -> Table | None:
         """The table (or inner MV table) that holds ``ref``'s rows."""
@@ -441,6 +585,16 @@ class Project(_Frozen):
             return self.tables[ref]
         view = self.views.get(ref)
         return view.inner_table if view else None
+
+    @cached_property
+    def plain_views(self) -> dict[ObjectRef, KeptObject]:
+        """The plain views, by ``database.name``."""
+        return {k.ref: k for k in self.kept if k.kind == KeptKind.VIEW and k.ref is not None}
+
+    @cached_property
+    def functions(self) -> dict[str, KeptObject]:
+        """The SQL functions (``CREATE FUNCTION``), by name."""
+        return {k.name: k for k in self.kept if k.kind == KeptKind.FUNCTION}
 
     def is_stream(self, ref: ObjectRef) -> bool:
         """``ref`` is a table of a stream engine (Kafka, RabbitMQ, NATS, S3Queue, …): never read it."""

@@ -8,6 +8,7 @@ across the whole directory and raised together as one :class:`~chmv_assets.error
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,8 @@ from chmv_assets.ddl.models import (
     Dictionary,
     Engine,
     Fragment,
+    KeptKind,
+    KeptObject,
     MaterializedView,
     ObjectRef,
     OutputColumn,
@@ -35,39 +38,43 @@ from chmv_assets.ddl.models import (
     Span,
     Table,
 )
+from chmv_assets.ddl.query_tree import analyze_query_tree
+from chmv_assets.ddl.select_facts import (  # noqa: F401 (COMBINATORS: re-exported)
+    AGGREGATES,
+    COMBINATORS,
+    SelectFacts,
+    is_dictionary_function,
+    split_combinators,
+)
+from chmv_assets.ddl.server_grammar import Refusal, server_grammar
 from chmv_assets.ddl.sql_text import (
     Statement,
+    StatementKind,
     clauses,
     engine_string_arguments,
     item_end,
     line_col,
+    names_after,
     on_cluster_span,
     select_start,
     split_statements,
+    statement_kind,
     thread_parser,
     to_sql,
     tokenize,
+    trailing_comment,
 )
 from chmv_assets.ddl.ttl import parse_ttl
 from chmv_assets.ddl.types import SPELLING
-from chmv_assets.errors import DDLError, DDLProblem
+from chmv_assets.errors import DDLError, DDLProblem, ParserUnavailable
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
-#: Aggregate combinators, longest first so ``MergeState`` strips as one unit.
-COMBINATORS = ("SimpleState", "MergeState", "OrDefault", "Resample", "Distinct", "ForEach", "OrNull",
-               "State", "Merge", "Array", "If", "Map")  # fmt: skip
-#: Aggregate function names chmv recognises under combinators.
-AGGREGATES = {
-    "count", "sum", "min", "max", "avg", "any", "anyLast", "anyHeavy", "argMin", "argMax", "uniq",
-    "uniqExact", "uniqCombined", "uniqCombined64", "uniqHLL12", "uniqTheta", "quantile", "quantiles",
-    "quantileExact", "quantileTiming", "quantileTDigest", "quantilesTDigest", "median", "groupArray",
-    "groupUniqArray", "groupBitmap", "groupBitOr", "groupBitAnd", "topK", "sumMap", "minMap", "maxMap",
-    "stddevPop", "stddevSamp", "varPop", "varSamp", "sumWithOverflow", "avgWeighted", "histogram",
-    "entropy", "simpleLinearRegression", "first_value", "last_value", "countDistinct", "sequenceMatch",
-    "windowFunnel", "retention", "deltaSum", "uniqUpTo",
-}  # fmt: skip
-_AGGREGATES_LOWER = {a.lower() for a in AGGREGATES}
+#: Statements chmv keeps as written (README "Statements chmv keeps as written"), by the kind their first words say.
+KEPT_KINDS = {k.value: k for k in KeptKind}
+#: Kinds chmv models: what sqlglot reads, or ClickHouse's own parser where sqlglot cannot.
+MODELED_KINDS = frozenset({"table", "materialized view", "database", "dictionary"})
+
 
 def function_name(node: exp.Expression) -> str:
     """The ClickHouse spelling of a function call as written (``toStartOfHour``, ``sumState``)."""
@@ -79,19 +86,6 @@ def function_name(node: exp.Expression) -> str:
     if isinstance(node, exp.ParameterizedAgg):
         return node.name
     return node.sql_name() if isinstance(node, exp.Func) else node.key
-
-
-def split_combinators(name: str) -> tuple[str, tuple[str, ...]] | None:
-    """``uniqMergeState`` → ``("uniq", ("Merge", "State"))``; None when not an aggregate."""
-    if name in AGGREGATES or name.lower() in _AGGREGATES_LOWER:
-        return name, ()
-    for suffix in COMBINATORS:
-        if name.endswith(suffix) and len(name) > len(suffix):
-            inner = split_combinators(name[: -len(suffix)])
-            if inner:
-                parts = ("Merge", "State") if suffix == "MergeState" else (suffix,)
-                return inner[0], (*inner[1], *parts)
-    return None
 
 
 @dataclass
@@ -146,6 +140,7 @@ def load_project(
         ctx.problem(str(root), 1, 1, "no .sql files found", "put CREATE statements in .sql files")
     databases: dict[str, Database] = {}
     objects: dict[ObjectRef, Table | Dictionary | MaterializedView] = {}
+    kept: dict[tuple[KeptKind, str], KeptObject] = {}
     for path in files:
         text = path.read_text(encoding="utf-8")
         try:
@@ -161,6 +156,9 @@ def load_project(
             if isinstance(parsed, Database):
                 databases.setdefault(parsed.name, parsed)
                 continue
+            if isinstance(parsed, KeptObject):
+                _register_kept(parsed, kept, objects, ctx)
+                continue
             _register(parsed, objects, ctx)
     externals = tuple(_ref(name, ctx.default_database) for name in external)
     project = Project(
@@ -170,6 +168,7 @@ def load_project(
         tables={r: o for r, o in objects.items() if isinstance(o, Table)},
         dictionaries={r: o for r, o in objects.items() if isinstance(o, Dictionary)},
         views={r: o for r, o in objects.items() if isinstance(o, MaterializedView)},
+        kept=tuple(kept.values()),
         external=externals,
     )
     _check_references(project, ctx)
@@ -186,8 +185,9 @@ def load_project(
     return project
 
 
-def parse_statement(sql: str, *, default_database: str = "default",
-                    origin: str = "<statement>") -> Table | Dictionary | MaterializedView | Database | None:  # fmt: skip
+def parse_statement(
+    sql: str, *, default_database: str = "default", origin: str = "<statement>"
+) -> Table | Dictionary | MaterializedView | Database | KeptObject | None:
     """Parse one CREATE statement the way :func:`load_project` parses each statement of a file.
 
     For statements that do not come from the DDL directory, such as the server's own
@@ -215,6 +215,30 @@ def parse_statement(sql: str, *, default_database: str = "default",
     if ctx.problems:
         raise DDLError(ctx.problems)
     return parsed
+
+
+def _register_kept(obj: KeptObject, kept: dict, objects: dict, ctx: _Context) -> None:
+    loc = obj.location
+    if obj.ref is not None and obj.ref in objects:
+        ctx.problem(
+            loc.file,
+            loc.line,
+            loc.column,
+            f"{obj.ref.fqn} is defined again as a {obj.kind} (first at {objects[obj.ref].location})",
+            "keep one definition; rename one of them if both are meant",
+        )
+        return
+    previous = kept.get((obj.kind, obj.name))
+    if previous is None:
+        kept[(obj.kind, obj.name)] = obj
+    elif _normalize(previous.statement) != _normalize(obj.statement):
+        ctx.problem(
+            loc.file,
+            loc.line,
+            loc.column,
+            f"{obj.label} is defined again with a different definition (first at {previous.location})",
+            "keep one definition",
+        )
 
 
 def _register(obj: Table | Dictionary | MaterializedView, objects: dict, ctx: _Context) -> None:
@@ -260,11 +284,81 @@ def _name_span(table: exp.Expression | None) -> Span | None:
     return Span(start=first.meta["start"], end=table.this.meta["end"] + 1)
 
 
-def _parse_statement(located: _Located, ctx: _Context) -> Table | Dictionary | MaterializedView | Database | None:
+def _parse_statement(
+    located: _Located, ctx: _Context
+) -> Table | Dictionary | MaterializedView | Database | KeptObject | None:
+    """The model of one statement: sqlglot reads it; where it cannot, ClickHouse's own parser does (README
+    "Reading any ClickHouse DDL"); a statement chmv keeps without modelling it becomes a :class:`KeptObject`."""
     stmt = located.statement
-    text, populate = stmt.text, False
+    text = stmt.text
     try:
         tokens = tokenize(text)
+    except TokenError as err:
+        ctx.problem(located.file, stmt.line, stmt.column, f"cannot tokenize: {err}", "close the string or comment")
+        return None
+    kind = statement_kind(tokens)
+    if kind.kind in KEPT_KINDS:
+        return _kept(located, ctx, tokens, kind)
+    node, tokens, populate, error = _sqlglot(text, tokens)
+    if isinstance(node, exp.Create) and kind.kind in MODELED_KINDS:
+        try:
+            return _model(node, located, ctx, tokens, populate)
+        finally:
+            _release(node)
+    if isinstance(node, exp.Use | exp.Set):
+        return None
+    if node is not None:
+        _release(node)
+    if kind.kind == "materialized view":
+        try:
+            return _server_view(located, ctx, tokens, populate, error)
+        except _Unreadable as err:
+            ctx.problem(
+                located.file,
+                stmt.line,
+                stmt.column,
+                f"chmv cannot read this statement, which ClickHouse accepts: {err}",
+                "report it to chmv with the statement; meanwhile write the clause another way",
+            )
+            return None
+    if _ask_server(located, ctx, "ast", text, error) is None:
+        return None
+    if kind.kind not in MODELED_KINDS:
+        words = " ".join(text.split()[:3])
+        ctx.problem(
+            located.file,
+            stmt.line,
+            stmt.column,
+            f"unsupported statement: {words} …",
+            "the DDL directory declares objects: CREATE DATABASE/TABLE/DICTIONARY/[MATERIALIZED] VIEW/FUNCTION, "
+            "access control (users, roles, grants, row policies, quotas, settings profiles), named "
+            "collections; run one-off statements (INSERT, ALTER, DROP…) by hand",
+        )
+        return None
+    try:
+        if kind.kind == "database":
+            return _database_from_tokens(located, tokens, kind)
+        node, populate, reduced = _readable(text, tokens)
+    except _Unreadable as err:
+        ctx.problem(
+            located.file,
+            stmt.line,
+            stmt.column,
+            f"chmv cannot read this statement, which ClickHouse accepts: {err}",
+            "report it to chmv with the statement; meanwhile write the clause another way",
+        )
+        return None
+    try:
+        return _patched(_model(node, located, ctx, tokens, populate), located.statement.text, reduced)
+    finally:
+        _release(node)
+
+
+def _sqlglot(text: str, tokens) -> tuple[exp.Expression | None, list, bool, ParseError | None]:
+    """sqlglot's parse of a statement: the tree (None if it failed or only read a command), the tokens the tree was
+    read from, whether the statement has POPULATE (blanked for sqlglot, offsets kept), and sqlglot's error."""
+    populate = False
+    try:
         node = _parse_tokens(tokens, text)
         if isinstance(node, exp.Command):
             # sqlglot cannot parse `… POPULATE AS SELECT`: blank the keyword (offsets stay valid) and retry.
@@ -277,24 +371,538 @@ def _parse_statement(located: _Located, ctx: _Context) -> Table | Dictionary | M
                 tokens = tokenize(blanked)
                 node = _parse_tokens(tokens, blanked)
     except ParseError as err:
-        first = err.errors[0] if err.errors else {}
-        line, col = first.get("line") or 1, first.get("col") or 1
-        col = max(1, col - len(first.get("highlight") or "x") + 1)  # sqlglot points at the token's end
-        abs_line = stmt.line + line - 1
-        abs_col = stmt.column + col - 1 if line == 1 else col
-        ctx.problem(located.file, abs_line, abs_col, f"syntax error: {first.get('description', err)}",
-                    "fix the statement; chmv reads ClickHouse SQL with sqlglot's clickhouse dialect")
-        return None
-    if isinstance(node, exp.Command) or not isinstance(node, exp.Create):
-        if isinstance(node, exp.Command) or not isinstance(node, exp.Use | exp.Set):
-            ctx.problem(located.file, stmt.line, stmt.column,
-                        f"unsupported statement: {text.split(None, 3)[:3]}",
-                        "the DDL directory holds CREATE DATABASE/TABLE/DICTIONARY/MATERIALIZED VIEW only")
-        return None
+        return None, tokens, populate, err
+    if isinstance(node, exp.Command):
+        _release(node)
+        return None, tokens, populate, None
+    return node, tokens, populate, None
+
+
+def _ask_server(
+    located: _Located, ctx: _Context, question: str, sql: str, error: ParseError | None, offset: int = 0
+) -> str | None:
+    """ClickHouse's answer (``ast`` or ``tree``) about ``sql`` (at ``offset`` in the statement); None, with the
+    problem recorded, when the server refuses it or cannot be asked."""
+    answers = _ask_all(located, ctx, [(question, sql, offset)], error)
+    return answers[0] if answers is not None else None
+
+
+def _ask_all(
+    located: _Located, ctx: _Context, questions: list[tuple[str, str, int]], error: ParseError | None
+) -> list[str] | None:
+    """ClickHouse's answers to ``(question, sql, offset in the statement)`` in one round trip; None, with the first
+    refusal recorded as a problem, when the server refuses one or cannot be asked."""
+    stmt = located.statement
     try:
-        return _model(node, located, ctx, tokens, populate)
+        answers = server_grammar().ask(*((question, sql) for question, sql, _offset in questions))
+    except ParserUnavailable as err:
+        why = f"sqlglot: {_describe(error)}; " if error is not None else ""
+        ctx.problem(
+            located.file,
+            stmt.line,
+            stmt.column,
+            f"cannot read this statement ({why}ClickHouse's parser could not be asked: {err})",
+            "check that chdb is installed in chmv's environment (it is a dependency of chmv)",
+        )
+        return None
+    for (_question, _sql, offset), answer in zip(questions, answers, strict=True):
+        if not isinstance(answer, Refusal):
+            continue
+        line, column = (
+            located.position(offset + answer.offset) if answer.offset is not None else (stmt.line, stmt.column)
+        )
+        message = _shorter(answer.message)
+        if message.startswith("Syntax error"):
+            message = "syntax error" + message.removeprefix("Syntax error")
+        ctx.problem(
+            located.file,
+            line,
+            column,
+            f"the server refused it: {message}",
+            "fix the statement (the message is ClickHouse's own parser's: the server would refuse it too)",
+        )
+        return None
+    return [a for a in answers if isinstance(a, str)]
+
+
+def _describe(error: ParseError) -> str:
+    first = error.errors[0] if error.errors else {}
+    return str(first.get("description") or error).splitlines()[0]
+
+
+def _shorter(message: str) -> str:
+    """The server's message with its list of expected tokens cut after a few."""
+    head, sep, expected = message.partition("Expected one of: ")
+    if not sep:
+        return message
+    names = expected.split(", ")
+    return head + sep + (", ".join(names[:6]) + ", …" if len(names) > 6 else expected)
+
+
+class _Unreadable(Exception):
+    """A statement ClickHouse accepts that sqlglot cannot read even with its unknown parts set aside."""
+
+
+# -- statements sqlglot cannot read: ClickHouse's own parser ---------------------------------------------------------
+
+#: Words that end a column's type in its definition (the clauses after it).
+_COLUMN_CLAUSES = frozenset(
+    {
+        "DEFAULT",
+        "MATERIALIZED",
+        "ALIAS",
+        "EPHEMERAL",
+        "CODEC",
+        "TTL",
+        "COMMENT",
+        "STATISTICS",
+        "SETTINGS",
+        "PRIMARY",
+        "NOT",
+        "NULL",
+    }
+)
+_DEFAULT_KINDS = frozenset({"DEFAULT", "MATERIALIZED", "ALIAS", "EPHEMERAL"})
+#: Words that start a CREATE's clause at depth 0 (a clause sqlglot cannot read is set aside up to the next one).
+_STATEMENT_CLAUSES = frozenset(
+    {
+        "ENGINE",
+        "PARTITION",
+        "ORDER",
+        "PRIMARY",
+        "SAMPLE",
+        "TTL",
+        "SETTINGS",
+        "COMMENT",
+        "SOURCE",
+        "LAYOUT",
+        "LIFETIME",
+        "RANGE",
+        "TO",
+        "REFRESH",
+        "EMPTY",
+        "AS",
+        "DEFINER",
+        "SQL",
+        "ON",
+        "UUID",
+        "CLONE",
+        "ORDER BY",
+        "PARTITION BY",
+        "PRIMARY KEY",
+        "SAMPLE BY",
+    }
+)
+
+
+@dataclass(frozen=True)
+class _Item:
+    """A column definition of a CREATE's column list: its span, its type's span, and whether it defines a column."""
+
+    start: int
+    end: int
+    type_start: int
+    type_end: int
+    name: str
+    column: bool
+
+
+def _column_items(tokens) -> list[_Item]:
+    """The items of the CREATE's column list (the first parenthesis at depth 0, before ENGINE or AS)."""
+    opening = None
+    for i, token in enumerate(tokens):
+        word = token.text.upper()
+        if token.token_type == TokenType.L_PAREN:
+            opening = i
+            break
+        if word in ("ENGINE", "AS", "TO", "PRIMARY", "SOURCE"):
+            return []
+    if opening is None:
+        return []
+    items, depth, begin = [], 0, opening + 1
+    for i in range(opening, len(tokens)):
+        kind = tokens[i].token_type
+        if kind in (TokenType.L_PAREN, TokenType.L_BRACKET):
+            depth += 1
+        elif kind in (TokenType.R_PAREN, TokenType.R_BRACKET):
+            depth -= 1
+        if (depth == 1 and kind == TokenType.COMMA) or depth == 0:
+            if i > begin:
+                items.append(_item(tokens[begin:i]))
+            begin = i + 1
+            if depth == 0:
+                break
+    return items
+
+
+def _item(tokens) -> _Item:
+    name = tokens[0].text
+    column = name.upper() not in ("INDEX", "PROJECTION", "CONSTRAINT", "PRIMARY", "STATISTICS") or len(tokens) < 2
+    depth, type_end = 0, tokens[-1].end + 1
+    for token in tokens[1:]:
+        if token.token_type in (TokenType.L_PAREN, TokenType.L_BRACKET):
+            depth += 1
+        elif token.token_type in (TokenType.R_PAREN, TokenType.R_BRACKET):
+            depth -= 1
+        elif depth == 0 and token.text.upper() in _COLUMN_CLAUSES:
+            type_end = token.start
+            break
+    type_start = tokens[1].start if len(tokens) > 1 else tokens[0].end + 1
+    type_end = max(type_start, min(type_end, tokens[-1].end + 1))
+    return _Item(tokens[0].start, tokens[-1].end + 1, type_start, type_end, name, column)
+
+
+def _readable(text: str, tokens) -> tuple[exp.Create, bool, dict[str, _Item]]:
+    """sqlglot's tree of a CREATE that ClickHouse accepts, with the parts sqlglot cannot read set aside (blanked, so
+    offsets stay valid): a column's clauses after its type (its type too, if that is the part), another item of the
+    column list, or a clause of the statement. Returns the tree, POPULATE, and the columns set aside (by name).
+
+    Raises:
+        _Unreadable: Nothing left to set aside, and sqlglot still fails.
+    """
+    current, reduced, items = text, {}, _column_items(tokens)
+    last_error = "sqlglot reads it as an unknown command"
+    for _attempt in range(64):
+        node, _tokens, populate, error = _sqlglot(current, tokenize(current))
+        if isinstance(node, exp.Create):
+            return node, populate, reduced
+        if node is not None:
+            _release(node)
+        if error is not None:
+            last_error = _describe(error)
+        offset = _error_offset(error, current) if error is not None else None
+        edited = _set_aside(current, tokens, items, reduced, offset)
+        if edited is None or edited == current:
+            raise _Unreadable(last_error)
+        current = edited
+    raise _Unreadable(last_error)
+
+
+def _error_offset(error: ParseError, text: str) -> int | None:
+    first = error.errors[0] if error.errors else {}
+    line, col = first.get("line"), first.get("col")
+    if not line or not col:
+        return None
+    starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
+    if line > len(starts):
+        return None
+    return max(0, starts[line - 1] + col - len(first.get("highlight") or "x"))
+
+
+def _blank(text: str, start: int, end: int, replacement: str = "") -> str:
+    return text[:start] + replacement.ljust(end - start) + text[end:]
+
+
+def _set_aside(text: str, tokens, items: list[_Item], reduced: dict[str, _Item], offset: int | None) -> str | None:
+    """``text`` with the next part sqlglot cannot read blanked; None when there is nothing left to set aside."""
+    if offset is None:  # no position: try each column definition alone
+        for item in items:
+            if item.name in reduced or not item.column:
+                continue
+            probe = f"CREATE TABLE _chmv_probe ({text[item.start : item.end]}) ENGINE = Memory"
+            node, _t, _p, _e = _sqlglot(probe, tokenize(probe))
+            if node is None:
+                offset = item.start
+                break
+            _release(node)
+        else:
+            return None
+    for index, item in enumerate(items):
+        if not item.start <= offset <= item.end:
+            continue
+        if not item.column:  # an index, a projection, a constraint: set aside with the comma before it
+            start = text.rfind(",", 0, item.start) if index else item.start
+            return _blank(text, start if start >= 0 else item.start, item.end)
+        reduced[item.name] = item
+        if offset < item.type_end and text[item.type_start : item.type_end].strip() != "String":
+            # the type is what sqlglot cannot read (``Object('json')``): read it as String; the model keeps it as written
+            return _blank(
+                text, item.type_start, item.type_end, "String" if item.type_end - item.type_start >= 6 else ""
+            )
+        if text[item.type_end : item.end].strip():
+            return _blank(text, item.type_end, item.end)
+        return None
+    return _without_clause(text, tokens, offset)
+
+
+def _without_clause(text: str, tokens, offset: int) -> str | None:
+    """``text`` with the depth-0 clause around ``offset`` blanked (up to the next clause), or None."""
+    depth, start = 0, None
+    for i, token in enumerate(tokens):
+        kind = token.token_type
+        if kind in (TokenType.L_PAREN, TokenType.L_BRACKET):
+            depth += 1
+        elif kind in (TokenType.R_PAREN, TokenType.R_BRACKET):
+            depth -= 1
+        elif depth == 0 and i > 2 and token.text.upper() in _STATEMENT_CLAUSES:
+            if start is not None and token.start > offset:
+                return _blank(text, start, token.start)
+            if token.start <= offset:
+                start = token.start
+    return _blank(text, start, len(text)) if start is not None and start <= offset else None
+
+
+def _patched(model, text: str, reduced: dict[str, _Item]):
+    """The model with the columns set aside for sqlglot read from their verbatim definitions."""
+    if not reduced or not isinstance(model, Table | MaterializedView):
+        return model
+    table = model if isinstance(model, Table) else model.inner_table
+    if table is None:
+        return model
+    columns = tuple(_verbatim_column(text, reduced[c.name]) if c.name in reduced else c for c in table.columns)
+    table = table.model_copy(update={"columns": columns})
+    return table if isinstance(model, Table) else model.model_copy(update={"inner_table": table})
+
+
+def _verbatim_column(text: str, item: _Item) -> Column:
+    """A column from its definition as written (type, DEFAULT/MATERIALIZED/ALIAS/EPHEMERAL expression, COMMENT)."""
+    definition = text[item.start : item.end]
+    kind = expression = comment = None
+    tokens = tokenize(text[item.type_end : item.end])
+    depth, current, begin = 0, None, 0
+    clauses: dict[str, str] = {}
+    for i, token in enumerate([*tokens, None]):
+        if token is not None and token.token_type in (TokenType.L_PAREN, TokenType.L_BRACKET):
+            depth += 1
+        elif token is not None and token.token_type in (TokenType.R_PAREN, TokenType.R_BRACKET):
+            depth -= 1
+        elif token is None or (depth == 0 and token.text.upper() in _COLUMN_CLAUSES):
+            if current is not None and i > begin:
+                clauses.setdefault(
+                    current, text[item.type_end + tokens[begin].start : item.type_end + tokens[i - 1].end + 1]
+                )
+            if token is not None:
+                current, begin = token.text.upper(), i + 1
+    for word in _DEFAULT_KINDS:
+        if word in clauses:
+            kind, expression = word, clauses[word]
+    if "COMMENT" in clauses:
+        comment = clauses["COMMENT"].strip().strip("'")
+    type_sql = " ".join(text[item.type_start : item.type_end].split())
+    return Column(
+        name=item.name,
+        type=SPELLING.get(type_sql, type_sql),
+        default_kind=kind,
+        default_expression=expression,
+        comment=comment,
+        definition=definition,
+    )
+
+
+def _server_view(
+    located: _Located, ctx: _Context, tokens, populate: bool, error: ParseError | None = None
+) -> MaterializedView | None:
+    """An MV whose SELECT sqlglot cannot read: its CREATE part read by sqlglot (with ``SELECT 1`` for a SELECT), the
+    SELECT's facts from ClickHouse's query tree of it (:mod:`chmv_assets.ddl.query_tree`)."""
+    stmt = located.statement
+    text = stmt.text
+    start = select_start(tokens)
+    if start is None:
+        if _ask_server(located, ctx, "ast", text, error) is None:
+            return None  # the server's own message says what is wrong
+        ctx.problem(
+            located.file,
+            stmt.line,
+            stmt.column,
+            "materialized view has no AS SELECT",
+            "write CREATE MATERIALIZED VIEW … TO target AS SELECT …",
+        )
+        return None
+    comment = trailing_comment(tokens)
+    select_sql = text[start : comment[0] if comment else len(text)].rstrip()
+    answers = _ask_all(located, ctx, [("ast", text, 0), ("tree", select_sql, start)], error)
+    if answers is None:
+        return None
+    facts = analyze_query_tree(answers[1], select_sql, ctx.default_database)
+    header = text[:start] + "SELECT 1"
+    node, header_populate, reduced = _readable(header, tokenize(header))
+    description = comment[1] if comment else "\n".join(c for c in stmt.comments if c) or None
+    try:
+        view = _parse_view(
+            node,
+            located,
+            ctx,
+            description,
+            populate or header_populate,
+            tokens,
+            facts=facts,
+            select=(start, len(select_sql)),
+        )
     finally:
         _release(node)
+    return _patched(view, text, reduced) if view is not None else None
+
+
+def _database_from_tokens(located: _Located, tokens, kind: StatementKind) -> Database | None:
+    """A CREATE DATABASE sqlglot cannot read: its name and engine from its words."""
+    names = names_after(tokens, kind.name_at)
+    if not names:
+        raise _Unreadable("no database name")
+    engine = next(
+        (
+            tokens[i + 2].text if tokens[i + 1].token_type == TokenType.EQ else tokens[i + 1].text
+            for i, t in enumerate(tokens[:-2])
+            if t.text.upper() == "ENGINE"
+        ),
+        None,
+    )
+    return Database(name=names[0][0][-1], engine=engine, statement=located.statement.text, location=located.location())
+
+
+# -- statements chmv keeps as written ------------------------------------------------------------------------------
+
+#: Words after which a GRANT's grantees end.
+_GRANT_END = frozenset({"WITH", "SETTINGS"})
+_AST_FUNCTION = re.compile(r"^\s*Function (\S+)", re.MULTILINE)
+
+
+def _kept(located: _Located, ctx: _Context, tokens, kind: StatementKind) -> KeptObject | None:
+    """A statement chmv keeps without modelling it: a plain view, a function, access control, a named collection."""
+    stmt = located.statement
+    text = stmt.text
+    what = KEPT_KINDS[kind.kind]  # type: ignore[index]
+    description = "\n".join(c for c in stmt.comments if c) or None
+    cluster = _span(on_cluster_span(tokens))
+    on_cluster = _cluster_name(text, cluster)
+    common = {
+        "statement": text,
+        "location": located.location(),
+        "description": description,
+        "on_cluster": on_cluster,
+        "cluster_span": cluster,
+    }
+    if what == KeptKind.VIEW:
+        return _plain_view(located, ctx, tokens, kind, common)
+    answer = _ask_server(located, ctx, "ast", text, None)
+    if answer is None:
+        return None
+    functions = tuple(dict.fromkeys(f for f in _AST_FUNCTION.findall(answer) if f not in ("lambda", "tuple")))
+    names = names_after(tokens, kind.name_at)
+    if what == KeptKind.GRANT:
+        grantees, reads = _grant_parts(tokens, ctx.default_database)
+        return KeptObject(kind=what, name=" ".join(text.split()), names=grantees, reads=reads, **common)
+    if not names:
+        ctx.problem(
+            located.file, stmt.line, stmt.column, f"cannot find the name of this {what}", "write CREATE <kind> name …"
+        )
+        return None
+    listed = tuple(".".join(parts) for parts, _s, _e in names)
+    name_span = Span(start=names[0][1], end=names[0][2])
+    if what in (KeptKind.ROW_POLICY, KeptKind.MASKING_POLICY):
+        reads = _policy_tables(tokens, ctx.default_database)
+        return KeptObject(
+            kind=what,
+            name=f"{listed[0]} ON {', '.join(r.fqn for r in reads)}",
+            names=listed[:1],
+            reads=reads,
+            name_span=name_span,
+            **common,
+        )
+    if what == KeptKind.FUNCTION:
+        return KeptObject(
+            kind=what,
+            name=listed[0],
+            names=listed[:1],
+            functions=functions[1:] if functions else (),
+            name_span=name_span,
+            **common,
+        )
+    return KeptObject(kind=what, name=", ".join(listed), names=listed, name_span=name_span, **common)
+
+
+def _plain_view(located: _Located, ctx: _Context, tokens, kind: StatementKind, common: dict) -> KeptObject | None:
+    stmt = located.statement
+    text = stmt.text
+    names = names_after(tokens, kind.name_at)
+    start = select_start(tokens)
+    if not names or start is None:
+        ctx.problem(
+            located.file,
+            stmt.line,
+            stmt.column,
+            "a view needs a name and AS SELECT",
+            "write CREATE VIEW db.name AS SELECT …",
+        )
+        return None
+    parts, name_start, name_end = names[0]
+    ref = ObjectRef(database=".".join(parts[:-1]) or ctx.default_database, name=parts[-1])
+    comment = trailing_comment(tokens)
+    select_sql = text[start : comment[0] if comment else len(text)].rstrip()
+    node, _tokens, _populate, error = _sqlglot(text, tokens)
+    if isinstance(node, exp.Create) and node.expression is not None and comment is None:
+        try:
+            facts = _analyze_select(node.expression, ctx.default_database, start)
+        finally:
+            _release(node)
+    else:
+        if node is not None:
+            _release(node)
+        answers = _ask_all(located, ctx, [("ast", text, 0), ("tree", select_sql, start)], error)
+        if answers is None:
+            return None
+        facts = analyze_query_tree(answers[1], select_sql, ctx.default_database)
+    if comment is not None:
+        common = {**common, "description": comment[1]}
+    return KeptObject(
+        kind=KeptKind.VIEW,
+        name=ref.fqn,
+        names=(ref.fqn,),
+        ref=ref,
+        reads=tuple(dict.fromkeys([*(u.ref for u in facts.sources), *facts.dictionaries])),
+        functions=facts.functions,
+        sources=facts.sources,
+        select_sql=select_sql,
+        select_at=start,
+        name_span=Span(start=name_start, end=name_end),
+        **common,
+    )
+
+
+def _cluster_name(text: str, span: Span | None) -> str | None:
+    if span is None:
+        return None
+    words = text[span.start : span.end].split()
+    return words[-1].strip("'\"`") if words else None
+
+
+def _grant_parts(tokens, default_database: str) -> tuple[tuple[str, ...], tuple[ObjectRef, ...]]:
+    """A GRANT's grantees (after its depth-0 TO) and the tables it names (after ON, not ``db.*``)."""
+    grantees: list[str] = []
+    reads: list[ObjectRef] = []
+    depth = 0
+    for i, token in enumerate(tokens):
+        kind = token.token_type
+        if kind in (TokenType.L_PAREN, TokenType.L_BRACKET):
+            depth += 1
+        elif kind in (TokenType.R_PAREN, TokenType.R_BRACKET):
+            depth -= 1
+        elif depth == 0 and kind == TokenType.ON and not _cluster_at(tokens, i):
+            for parts, _s, _e in names_after(tokens, i + 1):
+                reads.append(ObjectRef(database=".".join(parts[:-1]) or default_database, name=parts[-1]))
+        elif depth == 0 and token.text.upper() == "TO":
+            for other in tokens[i + 1 :]:
+                if other.text.upper() in _GRANT_END:
+                    break
+                if other.token_type != TokenType.COMMA:
+                    grantees.append(other.text)
+            break
+    return tuple(grantees), tuple(reads)
+
+
+def _cluster_at(tokens, i: int) -> bool:
+    """Token ``i`` is the ON of ``ON CLUSTER``."""
+    return i + 1 < len(tokens) and tokens[i + 1].text.upper() == "CLUSTER"
+
+
+def _policy_tables(tokens, default_database: str) -> tuple[ObjectRef, ...]:
+    """The tables a row policy is ON."""
+    for i, token in enumerate(tokens):
+        if token.token_type == TokenType.ON and not _cluster_at(tokens, i):
+            return tuple(
+                ObjectRef(database=".".join(p[:-1]) or default_database, name=p[-1])
+                for p, _s, _e in names_after(tokens, i + 1)
+            )
+    return ()
 
 
 def _release(tree: exp.Expression) -> None:
@@ -325,13 +933,14 @@ def _model(node: exp.Create, located: _Located, ctx: _Context, tokens,
         return _parse_dictionary(node, located, ctx, description)
     if kind == "VIEW" and exp.MaterializedProperty in props:
         return _parse_view(node, located, ctx, description, populate, tokens)
-    if kind == "VIEW":
-        # A plain view reads its tables at query time: it is a readable object, not a pipeline step.
-        target = node.this.this if isinstance(node.this, exp.Schema) else node.this
-        return Table(ref=_table_ref(target, ctx.default_database), columns=(), engine=Engine(name="View"),
-                     description=description, statement=text, location=located.location())  # fmt: skip
-    ctx.problem(located.file, stmt.line, stmt.column, f"unsupported CREATE {kind}",
-                "the DDL directory holds CREATE DATABASE/TABLE/DICTIONARY/MATERIALIZED VIEW only")
+    ctx.problem(
+        located.file,
+        stmt.line,
+        stmt.column,
+        f"unsupported CREATE {kind}",
+        "the DDL directory declares objects: CREATE DATABASE/TABLE/DICTIONARY/[MATERIALIZED] VIEW/FUNCTION, "
+        "access control, named collections",
+    )
     return None
 
 
@@ -383,6 +992,8 @@ def _engine(props: dict[type[exp.Expression], exp.Expression]) -> Engine | None:
         return Engine(name=name, arguments=tuple(to_sql(a) for a in arguments),
                       argument_columns=_column_names(arguments), keeper_path=keeper[0] if explicit else None,
                       replica_name=keeper[1] if explicit else None)  # fmt: skip
+    if isinstance(value, exp.Null):  # ENGINE = Null
+        return Engine(name="Null")
     return Engine(name=value.name if isinstance(value, exp.Identifier | exp.Var | exp.Column) else to_sql(value))
 
 
@@ -477,7 +1088,37 @@ def _parse_table(node: exp.Create, located: _Located, ctx: _Context, description
     target = schema.this if isinstance(schema, exp.Schema) else schema
     ref = _table_ref(target, ctx.default_database)
     columns = _columns(schema, located.statement.text, tokens)
-    return _table_properties(node, located, ref, columns, description, tokens, _name_span(target))
+    table = _table_properties(node, located, ref, columns, description, tokens, _name_span(target))
+    source = node.expression
+    update: dict = {}
+    if isinstance(source, exp.Table) and _is_real_table(source):  # CREATE TABLE t AS other
+        update = {"as_table": _table_ref(source, ctx.default_database), "as_table_span": _name_span(source)}
+    reads = _engine_reads(table.engine, ref)
+    if reads:
+        update["reads"] = reads
+    return table.model_copy(update=update) if update else table
+
+
+def _engine_reads(engine: Engine | None, ref: ObjectRef) -> tuple[ObjectRef, ...]:
+    """What a table's engine reads or writes through: ``Distributed(cluster, db, t…)``, ``Buffer(db, t, …)``,
+    ``Dictionary(d)`` (a Merge's tables are matched against the project by :mod:`chmv_assets.ddl.lineage`)."""
+    if engine is None:
+        return ()
+    args = [_unquote_argument(a, ref.database) for a in engine.arguments]
+    if engine.name == "Distributed" and len(args) >= 3:
+        return (ObjectRef(database=args[1], name=args[2]),)
+    if engine.name == "Buffer" and len(args) >= 2:
+        return (ObjectRef(database=args[0], name=args[1]),)
+    if engine.name == "Dictionary" and args:
+        return (_ref(args[0], ref.database),)
+    return ()
+
+
+def _unquote_argument(text: str, database: str) -> str:
+    """An engine argument naming a database or a table: an identifier or a string; ``currentDatabase()`` too."""
+    if text.replace(" ", "").lower() in ("currentdatabase()", "current_database()"):
+        return database
+    return text.strip().strip("'`\"")
 
 
 def _text(value: exp.Expression | str | None) -> str:
@@ -504,8 +1145,19 @@ def _parse_dictionary(node: exp.Create, located: _Located, ctx: _Context, descri
                       name_span=_name_span(schema.this))  # fmt: skip
 
 
-def _parse_view(node: exp.Create, located: _Located, ctx: _Context, description: str | None,
-                populate: bool, tokens) -> MaterializedView | None:  # fmt: skip
+def _parse_view(
+    node: exp.Create,
+    located: _Located,
+    ctx: _Context,
+    description: str | None,
+    populate: bool,
+    tokens,
+    *,
+    facts: SelectFacts | None = None,
+    select: tuple[int, int] | None = None,
+) -> MaterializedView | None:
+    """An MV from sqlglot's tree; with ``facts`` (and ``select``: the SELECT's offset and length in the statement)
+    the SELECT was read by ClickHouse's parser, and the tree is the CREATE part's only."""
     stmt = located.statement
     schema = node.this
     view_table = schema.this if isinstance(schema, exp.Schema) else schema
@@ -521,12 +1173,12 @@ def _parse_view(node: exp.Create, located: _Located, ctx: _Context, description:
         ctx.problem(located.file, stmt.line, stmt.column, f"materialized view {ref.fqn} has no AS SELECT",
                     "write CREATE MATERIALIZED VIEW … TO target AS SELECT …")
         return None
-    analysis = _analyze_select(query, ctx.default_database, start)
+    analysis = facts if facts is not None else _analyze_select(query, ctx.default_database, start)
     inner_table = None
     if target is None:
         inner_columns = _columns(schema, stmt.text, tokens) or tuple(Column(name=c.name, type="") for c in analysis.outputs)
         inner_table = _table_properties(node, located, ref, inner_columns, description, tokens)
-    select_sql = stmt.text[start:]
+    select_sql = stmt.text[start:] if select is None else stmt.text[select[0] : select[0] + select[1]]
     return MaterializedView(
         ref=ref,
         target=target,
@@ -545,7 +1197,9 @@ def _parse_view(node: exp.Create, located: _Located, ctx: _Context, description:
         joined_tables=analysis.joined,
         self_join=analysis.self_join,
         has_order_by=analysis.has_order_by,
+        functions=analysis.functions,
         select_sql=select_sql,
+        select_at=start if select is not None and start + len(select_sql) < len(stmt.text) else None,
         description=description,
         statement=stmt.text,
         location=located.location(),
@@ -554,20 +1208,6 @@ def _parse_view(node: exp.Create, located: _Located, ctx: _Context, description:
         target_span=_name_span(to.this) if to is not None else None,
         cluster_span=_span(on_cluster_span(tokens)) if cluster is not None else None,
     )
-
-
-@dataclass
-class _SelectAnalysis:
-    sources: tuple[SourceUse, ...]
-    trigger: ObjectRef | None
-    dictionaries: tuple[ObjectRef, ...]
-    group_by: tuple[str, ...]
-    aggregates: tuple[AggregateCall, ...]
-    outputs: tuple[OutputColumn, ...]
-    has_join: bool
-    joined: tuple[ObjectRef, ...]
-    self_join: bool
-    has_order_by: bool
 
 
 def _is_real_table(table: exp.Table) -> bool:
@@ -587,6 +1227,8 @@ def _leftmost_table(query: exp.Expression, ctes: dict[str, exp.Expression]) -> e
         if from_ is None:
             return None
         source = from_.this
+        if isinstance(source, exp.Final):  # FROM t FINAL
+            source = source.this
         if isinstance(source, exp.Subquery):
             query = source.this
             continue
@@ -598,7 +1240,7 @@ def _leftmost_table(query: exp.Expression, ctes: dict[str, exp.Expression]) -> e
         return None
 
 
-def _analyze_select(query: exp.Expression, default_database: str, base: int) -> _SelectAnalysis:
+def _analyze_select(query: exp.Expression, default_database: str, base: int) -> SelectFacts:
     """Derive sources, trigger, dictionaries, aggregates and outputs of an MV's SELECT.
 
     Args:
@@ -645,6 +1287,7 @@ def _analyze_select(query: exp.Expression, default_database: str, base: int) -> 
             entry["spans"].append(Span(start=first.meta["start"] - base, end=ident.meta["end"] + 1 - base))
             entry["aliased"].append(table.args.get("alias") is not None)
             entry["block"].append(id(table) in block_positions)
+    _in_tables(nodes, ctes, uses, default_database, base)
     sources = tuple(
         SourceUse(ref=r, role=u["role"], spans=tuple(u["spans"]), has_alias=tuple(u["aliased"]),
                   block=tuple(u["block"]))
@@ -654,8 +1297,7 @@ def _analyze_select(query: exp.Expression, default_database: str, base: int) -> 
 
     dictionaries = []
     for func in nodes.funcs:
-        name = function_name(func).lower()
-        if (name.startswith("dictget") or name == "dicthas") and func.expressions:
+        if is_dictionary_function(function_name(func)) and func.expressions:
             first_arg = func.expressions[0]
             if isinstance(first_arg, exp.Literal) and first_arg.is_string:
                 dictionaries.append(_ref(first_arg.name, default_database))
@@ -687,7 +1329,7 @@ def _analyze_select(query: exp.Expression, default_database: str, base: int) -> 
             truncation=_truncation(inner),
             is_aggregate=is_aggregate,
         ))  # fmt: skip
-    return _SelectAnalysis(
+    return SelectFacts(
         sources=sources,
         trigger=trigger,
         dictionaries=tuple(dict.fromkeys(dictionaries)),
@@ -698,7 +1340,27 @@ def _analyze_select(query: exp.Expression, default_database: str, base: int) -> 
         joined=tuple(dict.fromkeys(joined)),
         self_join=self_join,
         has_order_by=any(s.args.get("order") is not None for s in _selects(query)),
+        functions=tuple(dict.fromkeys(function_name(f) for f in nodes.funcs)),
     )
+
+
+def _in_tables(nodes: _Nodes, ctes: dict, uses: dict, default_database: str, base: int) -> None:
+    """Tables named as the right side of IN (``k IN db.allowed``): read whole; an alias is not allowed there."""
+    if not nodes.ins:
+        return
+    aliases = {a.alias for a in nodes.root.find_all(exp.Alias)}
+    for node in nodes.ins:
+        column = node.args["field"]
+        qualifier = column.args.get("table")
+        if qualifier is None and (column.name in ctes or column.name in aliases):
+            continue  # a CTE or an alias of the query, not a table
+        ref = ObjectRef(database=qualifier.name if qualifier is not None else default_database, name=column.name)
+        entry = uses.setdefault(ref, {"role": SourceRole.READ_WHOLE, "spans": [], "aliased": [], "block": []})
+        first = qualifier if qualifier is not None else column.this
+        if "start" in first.meta and "end" in column.this.meta:
+            entry["spans"].append(Span(start=first.meta["start"] - base, end=column.this.meta["end"] + 1 - base))
+            entry["aliased"].append(True)
+            entry["block"].append(False)
 
 
 class _Nodes:
@@ -706,16 +1368,20 @@ class _Nodes:
     (the order of ``find_all`` for each kind)."""
 
     def __init__(self, root: exp.Expression):
+        self.root = root
         self.tables: list[exp.Table] = []
         self.funcs: list[exp.Func] = []
         self.columns: list[exp.Column] = []
         self.joins: list[exp.Join] = []
         self.ctes: list[exp.CTE] = []
+        self.ins: list[exp.In] = []
         for node in root.bfs():
             if isinstance(node, exp.Column):
                 self.columns.append(node)
             elif isinstance(node, exp.Func):
                 self.funcs.append(node)
+            elif isinstance(node, exp.In) and isinstance(node.args.get("field"), exp.Column):
+                self.ins.append(node)
             elif isinstance(node, exp.Table):
                 self.tables.append(node)
             elif isinstance(node, exp.Join):
@@ -789,7 +1455,25 @@ def _truncation(node: exp.Expression) -> tuple[str, str | None] | None:
 
 def _check_references(project: Project, ctx: _Context) -> None:
     """Every TO target, source and dictionary must be defined in the directory or declared external."""
-    known = set(project.tables) | set(project.views) | set(project.dictionaries) | set(project.external)
+    known = (
+        set(project.tables)
+        | set(project.views)
+        | set(project.dictionaries)
+        | set(project.external)
+        | set(project.plain_views)
+    )
+    for plain in project.plain_views.values():
+        for source in plain.sources:
+            if source.ref not in known:
+                loc = plain.location
+                ctx.problem(
+                    loc.file,
+                    loc.line,
+                    loc.column,
+                    f"view {plain.ref} reads {source.ref.fqn}, which is defined nowhere in the DDL directory",
+                    f"add CREATE TABLE {source.ref.fqn} (…), or declare it external in chmv.toml "
+                    f'(external = ["{source.ref.fqn}"])',
+                )
     for view in project.views.values():
         loc = view.location
         if view.target is not None and view.target not in project.tables and view.target not in project.external:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator
@@ -297,3 +298,278 @@ def engine_string_arguments(tokens: list[Token]) -> list[tuple[int, int]]:
                 k += 2
             return spans
     return []
+
+
+# -- reading a SELECT by its tokens (for ClickHouse's query tree, which has no positions) -------------------------
+
+#: Tokens that end a SELECT's list, FROM list or GROUP BY at the depth where they stand.
+_SELECT_CLAUSES = frozenset(
+    {
+        TokenType.FROM,
+        TokenType.WHERE,
+        TokenType.PREWHERE,
+        TokenType.GROUP_BY,
+        TokenType.HAVING,
+        TokenType.ORDER_BY,
+        TokenType.LIMIT,
+        TokenType.OFFSET,
+        TokenType.SETTINGS,
+        TokenType.FORMAT,
+        TokenType.UNION,
+        TokenType.INTERSECT,
+        TokenType.EXCEPT,
+        TokenType.WINDOW,
+        TokenType.QUALIFY,
+        TokenType.FETCH,
+        TokenType.ARRAY,
+        TokenType.WITH,
+    }
+)
+#: Words that never name a table right after FROM, JOIN or IN.
+_NOT_NAMES = frozenset({TokenType.SELECT, TokenType.WITH, TokenType.L_PAREN, TokenType.STRING, TokenType.NUMBER})
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+
+
+@dataclass(frozen=True)
+class TableMention:
+    """A table name where a SELECT names a table: after FROM, JOIN, a comma of a FROM list, or IN.
+
+    Attributes:
+        parts: The name's parts, unquoted (``("db", "t")`` or ``("t",)``).
+        start: Offset of its first character (quotes included).
+        end: Offset after its last character.
+        after_in: Named as the right side of IN (``k IN db.t``): an alias is not allowed there.
+    """
+
+    parts: tuple[str, ...]
+    start: int
+    end: int
+    after_in: bool = False
+
+    @property
+    def name(self) -> str:
+        return ".".join(self.parts)
+
+
+def _is_name(token: Token) -> bool:
+    return token.token_type == TokenType.IDENTIFIER or (
+        token.token_type not in _NOT_NAMES and _WORD.fullmatch(token.text) is not None
+    )
+
+
+def _name_chain(tokens: list[Token], i: int, *, call: bool = False) -> tuple[tuple[str, ...], int] | None:
+    """The dotted name starting at token ``i`` and the index after it, or None (a subquery, a table function…).
+
+    Args:
+        call: A parenthesis may follow the name (``CREATE TABLE t (…)``); else the name is a function's.
+    """
+    if i >= len(tokens) or not _is_name(tokens[i]):
+        return None
+    parts, j = [tokens[i].text], i + 1
+    while j + 1 < len(tokens) and tokens[j].token_type == TokenType.DOT and _is_name(tokens[j + 1]):
+        parts.append(tokens[j + 1].text)
+        j += 2
+    if j < len(tokens) and tokens[j].token_type == TokenType.DOT:
+        return None
+    if not call and j < len(tokens) and tokens[j].token_type == TokenType.L_PAREN:
+        return None  # a table function
+    return tuple(parts), j
+
+
+def table_mentions(tokens: list[Token]) -> list[TableMention]:
+    """Every place a SELECT's text names a table, in text order (a CTE's name too: the query tree tells which)."""
+    found: list[TableMention] = []
+    listing: set[int] = set()  # depths whose FROM list is open (a comma there names another table)
+    depth = 0
+    for i, token in enumerate(tokens):
+        kind = token.token_type
+        if kind in _OPEN:
+            depth += 1
+            continue
+        if kind in _CLOSE:
+            listing.discard(depth)
+            depth -= 1
+            continue
+        after_in = kind == TokenType.IN
+        named = (
+            kind == TokenType.FROM
+            or after_in
+            or (kind == TokenType.JOIN and tokens[i - 1].token_type != TokenType.ARRAY)
+        )
+        if kind == TokenType.COMMA and depth in listing:
+            named = True
+        elif kind == TokenType.FROM:
+            listing.add(depth)
+        elif kind == TokenType.JOIN or kind in _SELECT_CLAUSES:
+            listing.discard(depth)
+        if not named:
+            continue
+        chain = _name_chain(tokens, i + 1)
+        if chain is not None:
+            parts, after = chain
+            found.append(TableMention(parts, tokens[i + 1].start, tokens[after - 1].end + 1, after_in))
+    return found
+
+
+@dataclass(frozen=True)
+class SelectLayout:
+    """Where the parts of a SELECT's first (outermost) query block are, as ``[start, end)`` offsets.
+
+    Attributes:
+        items: Each item of its SELECT list, as written (its alias included).
+        group_by: Each item of its GROUP BY.
+    """
+
+    items: tuple[tuple[int, int], ...]
+    group_by: tuple[tuple[int, int], ...] = ()
+
+
+def select_layout(tokens: list[Token]) -> SelectLayout:
+    """The items of the SELECT list and of the GROUP BY of the first query block at the outermost depth."""
+    depths, depth = [], 0
+    for token in tokens:
+        if token.token_type in _CLOSE:
+            depth -= 1
+        depths.append(depth)
+        if token.token_type in _OPEN:
+            depth += 1
+    selects = [i for i, t in enumerate(tokens) if t.token_type == TokenType.SELECT]
+    if not selects:
+        return SelectLayout(())
+    top = min(depths[i] for i in selects)
+    first = next(i for i in selects if depths[i] == top)
+    i = first + 1
+    while i < len(tokens) and tokens[i].token_type in (TokenType.DISTINCT, TokenType.ALL):
+        i += 1
+        if tokens[i - 1].token_type == TokenType.DISTINCT and i < len(tokens) and tokens[i].token_type == TokenType.ON:
+            i = _after_group(tokens, i + 1)
+    items, i = _list_items(tokens, depths, i, top)
+    group_by: tuple[tuple[int, int], ...] = ()
+    while i < len(tokens) and depths[i] >= top:
+        if depths[i] == top and tokens[i].token_type in (TokenType.UNION, TokenType.INTERSECT, TokenType.EXCEPT):
+            break
+        if depths[i] == top and tokens[i].token_type == TokenType.GROUP_BY:
+            group_by, i = _list_items(tokens, depths, i + 1, top)
+            break
+        i += 1
+    return SelectLayout(items, group_by)
+
+
+def _after_group(tokens: list[Token], i: int) -> int:
+    """The index after the parenthesized group starting at token ``i``."""
+    depth = 0
+    for j in range(i, len(tokens)):
+        if tokens[j].token_type in _OPEN:
+            depth += 1
+        elif tokens[j].token_type in _CLOSE:
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    return len(tokens)
+
+
+def _list_items(tokens: list[Token], depths: list[int], i: int, top: int) -> tuple[tuple[tuple[int, int], ...], int]:
+    """Comma-separated items from token ``i`` up to a clause keyword at depth ``top`` (or the end of the block)."""
+    items, begin = [], i
+    while i < len(tokens) and depths[i] >= top:
+        token = tokens[i]
+        if depths[i] == top and (token.token_type in _SELECT_CLAUSES or token.token_type == TokenType.COMMA):
+            if i > begin:
+                items.append((tokens[begin].start, tokens[i - 1].end + 1))
+            if token.token_type != TokenType.COMMA:
+                return tuple(items), i
+            begin = i + 1
+        i += 1
+    if i > begin:
+        items.append((tokens[begin].start, tokens[i - 1].end + 1))
+    return tuple(items), i
+
+
+def trailing_comment(tokens: list[Token]) -> tuple[int, str] | None:
+    """A CREATE … AS SELECT's own ``COMMENT 'text'`` after its SELECT: the offset where it starts, and the text."""
+    if len(tokens) >= 2 and tokens[-1].token_type == TokenType.STRING and tokens[-2].token_type == TokenType.COMMENT:
+        depth = sum(1 if t.token_type in _OPEN else -1 if t.token_type in _CLOSE else 0 for t in tokens[:-2])
+        if depth == 0:
+            return tokens[-2].start, tokens[-1].text
+    return None
+
+
+# -- what a statement is, by its first words -------------------------------------------------------------------
+
+#: The words after CREATE [OR REPLACE] [TEMPORARY] and the kind of statement they start, longest first.
+_CREATE_KINDS = (
+    ("MATERIALIZED VIEW", "materialized view"),
+    ("LIVE VIEW", "live view"),
+    ("WINDOW VIEW", "window view"),
+    ("VIEW", "view"),
+    ("TABLE", "table"),
+    ("DATABASE", "database"),
+    ("SCHEMA", "database"),
+    ("DICTIONARY", "dictionary"),
+    ("FUNCTION", "function"),
+    ("ROW POLICY", "row policy"),
+    ("POLICY", "row policy"),
+    ("MASKING POLICY", "masking policy"),
+    ("SETTINGS PROFILE", "settings profile"),
+    ("PROFILE", "settings profile"),
+    ("NAMED COLLECTION", "named collection"),
+    ("USER", "user"),
+    ("ROLE", "role"),
+    ("QUOTA", "quota"),
+    ("WORKLOAD", "workload"),
+    ("RESOURCE", "resource"),
+)
+
+
+@dataclass(frozen=True)
+class StatementKind:
+    """What a statement creates, read from its first words.
+
+    Attributes:
+        kind: ``table``, ``materialized view``, ``function``, ``grant``… (None: not a CREATE or GRANT).
+        name_at: Index of the token after the kind's words and ``IF NOT EXISTS``: where the name starts.
+        or_replace: ``CREATE OR REPLACE``.
+    """
+
+    kind: str | None
+    name_at: int = 0
+    or_replace: bool = False
+
+
+def statement_kind(tokens: list[Token]) -> StatementKind:
+    """The kind of a CREATE (or GRANT) statement by its first words, without parsing it."""
+    first = tokens[0].text.upper() if tokens else ""
+    if first == "GRANT":
+        return StatementKind("grant", 1)
+    if first not in ("CREATE", "ATTACH"):
+        return StatementKind(None)
+    words = [t.text.upper() for t in tokens[:8]]
+    i, or_replace = 1, False
+    if words[i : i + 2] == ["OR", "REPLACE"] or words[i : i + 1] == ["OR REPLACE"]:
+        i, or_replace = i + (2 if words[i] == "OR" else 1), True
+    if words[i : i + 1] == ["TEMPORARY"]:
+        i += 1
+    text = " ".join(words[i:])
+    for phrase, kind in _CREATE_KINDS:
+        if text == phrase or text.startswith(phrase + " "):
+            i += len(phrase.split(" "))
+            if " ".join(words[i : i + 3]) == "IF NOT EXISTS":
+                i += 3
+            return StatementKind(kind, i, or_replace)
+    return StatementKind(None)
+
+
+def names_after(tokens: list[Token], i: int) -> list[tuple[tuple[str, ...], int, int]]:
+    """The comma-separated dotted names from token ``i`` (``CREATE ROLE a, b``): parts, start and end offsets."""
+    found = []
+    while i < len(tokens):
+        chain = _name_chain(tokens, i, call=True)
+        if chain is None:
+            break
+        parts, after = chain
+        found.append((parts, tokens[i].start, tokens[after - 1].end + 1))
+        if after < len(tokens) and tokens[after].token_type == TokenType.COMMA:
+            i = after + 1
+            continue
+        break
+    return found

@@ -12,6 +12,7 @@ this model is derived from it, once per distinct spelling.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache, lru_cache
 
@@ -119,6 +120,9 @@ class ClickHouseType:
         return self.sql
 
 
+_STATE_VERSION = re.compile(r"\bAggregateFunction\(\s*\d+\s*,\s*")
+
+
 @lru_cache(maxsize=8192)
 def parse_type(type_sql: str) -> ClickHouseType:
     """Parse a ClickHouse type as the DDL or ``system.columns`` spells it; never raises.
@@ -126,7 +130,8 @@ def parse_type(type_sql: str) -> ClickHouseType:
     Args:
         type_sql: ``LowCardinality(Nullable(String))``, ``DateTime64(3, 'UTC')``, ``INT`` …
     """
-    text = type_sql.strip()
+    # The server writes the version of a versioned state (``AggregateFunction(1, sumMap, …)``): the same type.
+    text = _STATE_VERSION.sub("AggregateFunction(", type_sql.strip())
     try:
         node = exp.DataType.build(text, dialect="clickhouse") if text else None
     except (ParseError, TokenError, ValueError):

@@ -91,6 +91,10 @@ def source_writers(project: Project, config: WritersConfig, source: ObjectRef) -
         for view in views:
             if view.trigger is None:  # a refreshable MV: the server writes it on its schedule
                 writers.add(Writer.OTHERS)
+            elif project.is_stream(view.trigger) and project.twin:
+                # The twin's stand-in is a Null table: what is inserted into it flows through at once, and a paused
+                # consumer would lose it. Inserting into it is what an application does.
+                writers.add(Writer.OTHERS)
             elif project.is_stream(view.trigger):
                 writers.add(Writer.STREAM)
                 consumers.append(view.ref)

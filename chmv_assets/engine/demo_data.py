@@ -45,6 +45,11 @@ EVENT_TYPES = np.array(["click", "view", "purchase", "metric", "login"])
 LEVELS = np.array(["info", "info", "info", "warn", "error"])
 
 
+def fits(project) -> bool:
+    """The project has every source the generator writes (the example project's): another schema gets no demo rows."""
+    return all(any(ref.fqn == fqn for ref in project.tables) for fqn in SHARES)
+
+
 def _times(rng: np.random.Generator, n: int, start: date, days: int) -> np.ndarray:
     base = np.datetime64(datetime.combine(start, datetime.min.time()), "s")
     offsets = np.sort(rng.integers(0, days * 86400, size=n))

@@ -16,6 +16,7 @@ from chmv_assets.ddl.models import Column, MaterializedView, ObjectRef, Project
 from chmv_assets.ddl.parser import parse_statement
 from chmv_assets.ddl.types import canonical_type
 from chmv_assets.errors import DDLError
+from chmv_assets.sql.server_form import server_select
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ def drift_report(client: Client, project: Project, targets: Iterable[ObjectRef])
     if not objects:
         return {t: [] for t in targets}
     views = [project.views[o] for o in sorted(objects, key=str) if o in project.views and o in live]
-    formatted = format_queries(client, [v.select_sql for v in views])
+    formatted = format_queries(client, [server_select(v, project) for v in views])  # as the server stores it
     repo_selects = {v.ref: f or v.select_sql for v, f in zip(views, formatted, strict=True)}
     cache = {obj: _object_drift(project, obj, live.get(obj), repo_selects.get(obj)) for obj in objects}
     return {t: [item for o in by_target[t] for item in cache[o]] for t in targets}

@@ -41,6 +41,8 @@ EXIT_CHANGES = 3
 
 #: Prefix of every object chmv builds beside the live ones (new versions, old versions, shadows, scratch).
 CHMV_PREFIX = "_chmv_"
+#: The layer of access control (users, roles, grants…): after every object it may name.
+ACCESS_LAYER = 1_000_000
 
 
 class Action(StrEnum):
@@ -157,12 +159,17 @@ class Change:
                 Action.NEW_VERSION: f"new version built beside as {self.next_ref}, swapped in with EXCHANGE TABLES",
                 Action.REDERIVE: "re-derive (an upstream target changed)", Action.DROP: f"drop {self.kind}",
                 Action.MANUAL: "needs a manual migration"}[self.action]  # fmt: skip
-        name = self.ref.database if self.kind == "database" else self.ref.fqn
-        return f"{self.action.symbol} {name}: {what}"
+        return f"{self.action.symbol} {self.name}: {what}"
+
+    @property
+    def name(self) -> str:
+        """How the plan names the object: ``db.t``, a database's name, a function's or a grant's (no database)."""
+        if self.kind == "database":
+            return self.ref.database
+        return self.ref.fqn if self.ref.database else self.ref.name
 
     def to_dict(self) -> dict:
-        name = self.ref.database if self.kind == "database" else self.ref.fqn
-        return {"action": str(self.action), "object": name, "kind": self.kind, "layer": self.layer,
+        return {"action": str(self.action), "object": self.name, "kind": self.kind, "layer": self.layer,
                 "reasons": list(self.reasons), "statements": list(self.statements), "location": self.location,
                 "next_version": self.next_ref.fqn if self.next_ref else None,
                 "views": [{"view": v.fqn, "beside": b.fqn} for v, b in self.views],
@@ -250,7 +257,9 @@ class LifecyclePlan:
                  else f"chmv plan of {self.ddl_dir}: {self.summary()}"]  # fmt: skip
         layer = None
         for change in self.changes:
-            heading = ("drops (downstream first)" if change.action == Action.DROP else "databases" if change.layer < 0
+            heading = ("drops (downstream first)" if change.action == Action.DROP
+                       else "functions and named collections" if change.layer < -1
+                       else "databases" if change.layer < 0 else "access control" if change.layer >= ACCESS_LAYER
                        else f"layer {change.layer}")  # fmt: skip
             if heading != layer:
                 layer = heading

@@ -158,7 +158,7 @@ def apply_plan(clickhouse: ClientFactory, loaded: LoadedProject, plan: Lifecycle
     if plan.blocked:
         if opened is not None:
             opened[1].close()
-        raise LifecycleError("nothing was changed: " + "; ".join(f"{c.ref.fqn}: {c.blocked}" for c in plan.blocked))
+        raise LifecycleError("nothing was changed: " + "; ".join(f"{c.name}: {c.blocked}" for c in plan.blocked))
     apply = _Apply(clickhouse, loaded, plan, parity, stager, root, log, pause, batch_seconds, check_in_place)
     if opened is not None:
         apply.hold = _Hold(frozenset(), opened[0], opened[1], time.monotonic())
@@ -288,7 +288,7 @@ class _Apply:
                 for sql in change.statements:
                     self._run(client, sql)
             if action in (Action.CREATE, Action.CREATE_DATABASE):
-                self.say(f"created {change.ref.database if change.kind == 'database' else change.ref.fqn}")
+                self.say(f"created {change.name}")
             return
         # The cut-in: the new SELECT takes every row from here on; no insert can land during it, so the rows the
         # sources hold now are exactly the history to re-derive (journaled first, for a killed apply to resume).

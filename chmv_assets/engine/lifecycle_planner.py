@@ -12,6 +12,7 @@ tables that differ are parsed on both sides and compared clause by clause
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -21,7 +22,7 @@ from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.ddl.models import MaterializedView, ObjectRef, Table
+from chmv_assets.ddl.models import KeptKind, KeptObject, MaterializedView, ObjectRef, Table
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.parser import parse_statement
 from chmv_assets.ddl.partitioning import (
@@ -31,10 +32,18 @@ from chmv_assets.ddl.partitioning import (
     partition_scheme,
     windows_between,
 )
-from chmv_assets.engine.catalog import existing_objects
+from chmv_assets.engine.catalog import KeptState, existing_objects, read_kept
 from chmv_assets.engine.drift import LiveObject, format_queries, read_live, select_changed, select_diff
 from chmv_assets.engine.guardrails import refused_views
-from chmv_assets.engine.lifecycle import CHMV_PREFIX, Action, Change, LifecyclePlan, PartitionEstimate, Rederive
+from chmv_assets.engine.lifecycle import (
+    ACCESS_LAYER,
+    CHMV_PREFIX,
+    Action,
+    Change,
+    LifecyclePlan,
+    PartitionEstimate,
+    Rederive,
+)
 from chmv_assets.engine.planner import Observations, downstream_targets, observe, plan_rebuild, triggers_of
 from chmv_assets.engine.table_diff import TableDiff, diff_table, same_text
 from chmv_assets.errors import ChmvError, DDLError
@@ -48,6 +57,7 @@ from chmv_assets.sql.cluster import (
 from chmv_assets.sql.meta import META_DATABASE
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rewrite import renamed_statement
+from chmv_assets.sql.server_form import server_select
 
 _EPOCH = datetime(1970, 1, 1)
 
@@ -81,8 +91,10 @@ class ServerState:
         live: Objects of the project's databases.
         formatted: The server's single-line formatting of the repo statement of every table and dictionary
             that exists live.
-        selects: The server's formatting of the repo SELECT of every MV that exists live.
+        selects: The server's formatting of the repo SELECT of every MV and plain view that exists live.
         parts: Active parts per table, by partition.
+        kept: What the server has of the functions, access control and named collections of the DDL.
+        kept_formatted: The server's single-line formatting of their repo statements, by kind and name.
     """
 
     databases: frozenset[str]
@@ -90,6 +102,8 @@ class ServerState:
     formatted: dict[ObjectRef, str | None] = field(default_factory=dict)
     selects: dict[ObjectRef, str | None] = field(default_factory=dict)
     parts: dict[ObjectRef, tuple[PartStats, ...]] = field(default_factory=dict)
+    kept: KeptState = field(default_factory=KeptState)
+    kept_formatted: dict[tuple[KeptKind, str], str | None] = field(default_factory=dict)
 
     def rows(self, ref: ObjectRef) -> int:
         return sum(p.rows for p in self.parts.get(ref, ()))
@@ -111,12 +125,17 @@ def read_state(client: Client, loaded: LoadedProject) -> ServerState:
     tables = [t for r, t in project.tables.items() if r in live]
     dictionaries = [d for r, d in project.dictionaries.items() if r in live]
     views = [v for r, v in project.views.items() if r in live]
-    texts = [o.statement for o in (*tables, *dictionaries)]
+    views += [v for r, v in project.plain_views.items() if r in live]
+    others = [k for k in project.kept if k.kind != KeptKind.VIEW]
+    kept = read_kept(client, others) if others else KeptState()
+    texts = [o.statement for o in (*tables, *dictionaries, *others)]
     formatted_all = format_queries(client, texts, single_line=True) if texts else []
-    selects_all = format_queries(client, [v.select_sql for v in views]) if views else []
-    formatted = {o.ref: f for o, f in zip((*tables, *dictionaries), formatted_all, strict=True)}
-    selects = {v.ref: f for v, f in zip(views, selects_all, strict=True)}
-    return ServerState(databases, live, formatted, selects, read_parts(client, wanted))
+    selects_all = format_queries(client, [server_select(v, project) for v in views]) if views else []
+    modeled = len(tables) + len(dictionaries)
+    formatted = {o.ref: f for o, f in zip((*tables, *dictionaries), formatted_all[:modeled], strict=True)}
+    kept_formatted = {(k.kind, k.name): f for k, f in zip(others, formatted_all[modeled:], strict=True)}
+    selects = {v.ref: f for v, f in zip(views, selects_all, strict=True) if v.ref is not None}
+    return ServerState(databases, live, formatted, selects, read_parts(client, wanted), kept, kept_formatted)
 
 
 def read_parts(client: Client, databases: Iterable[str],
@@ -232,6 +251,8 @@ class _Planner:
                                                    "DICTIONARY it by hand"))  # fmt: skip
         for ref, view in project.views.items():
             self._view(ref, view, live.get(ref))
+        for obj in project.kept:
+            self._kept_statement(obj)
         self._finish_new_versions()
         self._downstream()
         self._extras()
@@ -241,13 +262,17 @@ class _Planner:
         if refused:
             raise DDLError(refused)
         order = {a: i for i, a in enumerate(Action)}
-        kinds = {"database": 0, "table": 1, "dictionary": 2, "view": 3}
+        kinds = {"database": 0, "table": 1, "dictionary": 2, "plain view": 2.5, "view": 3}
+        kinds |= {kept_change_kind(k): k.deploy_rank for k in KeptKind if k != KeptKind.VIEW}
         drops = {"view": 0, "column": 1, "dictionary": 2, "table": 3}  # stop the writers first, tables last
+
+        topological = {n: i for i, layer in enumerate(self.loaded.graph.layers) for n in layer}
 
         def position(c: Change) -> tuple:
             if c.action == Action.DROP:
                 return (1, drops.get(c.kind, 4), -c.layer, c.ref.fqn)
-            return (0, c.layer, kinds.get(c.kind, 4), order[c.action], c.ref.fqn)
+            # within a layer, what an object reads first (a Distributed after its local table, AS other after other)
+            return (0, c.layer, kinds.get(c.kind, 4), order[c.action], topological.get(c.ref.fqn, 0), c.ref.fqn)
 
         changes = sorted(self.changes, key=position)
         return LifecyclePlan(self.project.ddl_dir, tuple(changes), tuple(self.notes), self.allow_drop)
@@ -315,6 +340,10 @@ class _Planner:
             return None
         if not isinstance(repo_formatted, Table) or not isinstance(live_model, Table):
             return None
+        if not repo_formatted.columns and table.as_table is not None:
+            # `CREATE TABLE t AS other`: its columns are other's (compared there); the server lists them in t's CREATE
+            repo_formatted = repo_formatted.model_copy(update={"columns": live_model.columns})
+            table = table.model_copy(update={"columns": live_model.columns})
         self.live_tables[ref] = live_model
         return diff_table(table, repo_formatted, live_model)
 
@@ -415,8 +444,9 @@ class _Planner:
     def _rederive(self, target: ObjectRef, writes: ObjectRef | None, *, new_version: bool) -> Rederive | None:
         project, state = self.project, self.state
         views = project.views_into(target)
-        triggers = triggers_of(project, target)
-        if not views or not any(state.rows(s) for s in triggers):
+        # A stream (Kafka, S3Queue…) is never read: reading consumes. A target fed by one keeps its history as it is.
+        triggers = [s for s in triggers_of(project, target) if not project.is_stream(s)]
+        if not views or not triggers or not any(state.rows(s) for s in triggers):
             return None
         table = project.table(target)
         scheme = partition_scheme(table, views) if table is not None else PartitionScheme(grain=None)
@@ -543,11 +573,116 @@ class _Planner:
                 f"{rows:,} rows) lie outside what the sources hold and {fate}")  # fmt: skip
         return (note,), rows if new_version else 0
 
+    # -- statements chmv keeps as written ---------------------------------------------------------------
+
+    def _kept_statement(self, obj: KeptObject) -> None:
+        """Created when missing; reported (``manual``) when the server's differs: chmv does not change them."""
+        label = kept_change_kind(obj.kind)
+        ref = obj.ref or ObjectRef(database="", name=obj.name)
+        layer = self._kept_layer(obj)
+        location = str(obj.location)
+        if obj.kind == KeptKind.VIEW:
+            live = self.state.live.get(ref)
+            if live is None:
+                self.changes.append(
+                    Change(Action.CREATE, ref, label, layer, statements=(obj.statement,), location=location)
+                )
+            elif live.engine != "View":
+                self.changes.append(
+                    Change(
+                        Action.MANUAL,
+                        ref,
+                        label,
+                        layer,
+                        location=location,
+                        reasons=(f"the server has a {live.engine} named {ref.fqn}; the DDL a view",),
+                        blocked="rename or drop the server's object by hand",
+                    )
+                )
+            elif select_changed(self.state.selects.get(ref) or obj.select_sql or "", live.select):
+                self._kept_changed(obj, ref, label, layer, select_diff(self.state.selects.get(ref) or "", live.select))
+            return
+        kept = self.state.kept
+        if obj.kind in kept.unreadable:
+            self.notes.append(
+                f"{obj.label}: not compared: the server's {obj.kind}s cannot be read ({kept.unreadable[obj.kind]})"
+            )
+            return
+        existing = kept.existing.get(obj.kind, frozenset())
+        present = [n for n in obj.names if n in existing]
+        if obj.kind == KeptKind.GRANT:
+            if not _granted(obj, kept, self.state.kept_formatted.get((obj.kind, obj.name))):
+                self.changes.append(
+                    Change(
+                        Action.CREATE,
+                        ref,
+                        label,
+                        layer,
+                        statements=(obj.statement,),
+                        location=location,
+                        reasons=("not granted on the server",),
+                    )
+                )
+            return
+        key = obj.name if obj.kind in (KeptKind.ROW_POLICY, KeptKind.MASKING_POLICY) else None
+        if (key is not None and key not in existing) or (key is None and not present):
+            self.changes.append(
+                Change(Action.CREATE, ref, label, layer, statements=(obj.statement,), location=location)
+            )
+            return
+        if key is None and len(present) < len(obj.names):
+            missing = ", ".join(n for n in obj.names if n not in existing)
+            self.changes.append(
+                Change(
+                    Action.MANUAL,
+                    ref,
+                    label,
+                    layer,
+                    location=location,
+                    reasons=(f"the server has only some of them; missing: {missing}",),
+                    blocked=f"create the missing {obj.kind}s by hand",
+                )
+            )
+            return
+        live_text = kept.statements.get((obj.kind, obj.name))
+        if live_text is not None and not same_kept(
+            obj.kind, self.state.kept_formatted.get((obj.kind, obj.name)) or obj.statement, live_text
+        ):
+            self._kept_changed(obj, ref, label, layer, "")
+
+    def _kept_changed(self, obj: KeptObject, ref: ObjectRef, label: str, layer: int, diff: str) -> None:
+        how = (
+            "CREATE OR REPLACE VIEW"
+            if obj.kind == KeptKind.VIEW
+            else ("CREATE OR REPLACE FUNCTION" if obj.kind == KeptKind.FUNCTION else f"ALTER {obj.kind.keyword}")
+        )
+        self.changes.append(
+            Change(
+                Action.MANUAL,
+                ref,
+                label,
+                layer,
+                location=str(obj.location),
+                diff=diff,
+                reasons=(f"the {obj.kind}'s definition differs from the server's",),
+                blocked=f"chmv does not change a {obj.kind}: apply it by hand ({how} …)",
+            )
+        )
+
+    def _kept_layer(self, obj: KeptObject) -> int:
+        """Functions and named collections before the databases, views in their lineage layer, access control last."""
+        if obj.kind == KeptKind.VIEW and obj.ref is not None:
+            return self.layer.get(obj.ref.fqn, 0)
+        if obj.kind.deploy_rank < 0:
+            return -2
+        return ACCESS_LAYER
+
     # -- objects the DDL no longer has ----------------------------------------------------------------
 
     def _extras(self) -> None:
         project = self.project
         known = set(project.tables) | set(project.views) | set(project.dictionaries) | set(project.external)
+        known |= set(project.plain_views)
         extras = sorted((o for r, o in self.state.live.items() if r not in known and r.database != META_DATABASE
                          and not r.name.startswith(".inner")), key=lambda o: (o.engine != "MaterializedView",
                                                                              o.ref.fqn))  # fmt: skip
@@ -570,6 +705,46 @@ class _Planner:
                            None)  # fmt: skip
             self.changes.append(Change(Action.DROP, ref, kind, 0, reasons=(what,),
                                        statements=(f"DROP {keyword} IF EXISTS {qualified(ref)}{on_cluster(cluster)} SYNC",)))  # fmt: skip
+
+
+def kept_change_kind(kind: KeptKind) -> str:
+    """The ``kind`` of a :class:`Change` of a kept statement (``plain view``, not ``view``: that is an MV)."""
+    return "plain view" if kind == KeptKind.VIEW else str(kind)
+
+
+_OPTIONAL_WORDS = re.compile(r"\s+IF NOT EXISTS\b|\bOR REPLACE\s+|\s+ON CLUSTER\s+(?:'[^']*'|`[^`]*`|\S+)")
+_IDENTIFIED = re.compile(r"\s+(?:NOT\s+)?IDENTIFIED\b.*?(?=\s+(?:HOST|DEFAULT|SETTINGS|GRANTEES|VALID|IN)\b|$)")
+_KEYS = re.compile(r"(\w+)\s*=")
+
+
+def same_kept(kind: KeptKind, repo: str, live: str) -> bool:
+    """Whether the server's statement of a kept object says what the DDL's does (both as the server formats them).
+
+    ``IF NOT EXISTS``, ``OR REPLACE`` and ``ON CLUSTER`` are ignored; a user's credentials (the server does not show
+    them) too; a named collection is compared by its keys (the server hides its values).
+    """
+
+    def norm(text: str) -> str:
+        text = _OPTIONAL_WORDS.sub("", " ".join(text.split()))
+        if kind == KeptKind.USER:
+            text = _IDENTIFIED.sub("", text)
+        return text.rstrip(";").strip()
+
+    if kind == KeptKind.NAMED_COLLECTION:
+        return sorted(_KEYS.findall(repo.partition(" AS ")[2])) == sorted(_KEYS.findall(live.partition(" AS ")[2]))
+    return norm(repo) == norm(live)
+
+
+def _granted(grant: KeptObject, kept: KeptState, formatted: str | None) -> bool:
+    """Every grantee of a GRANT exists and the server shows each of them the privileges on the object granted."""
+    text = _OPTIONAL_WORDS.sub("", " ".join((formatted or grant.statement).split()))
+    what = text.split(" TO ", 1)[0]
+    existing = kept.existing.get(KeptKind.GRANT, frozenset())
+    return all(
+        g in existing
+        and any(line.startswith(what) for line in kept.statements.get((KeptKind.GRANT, g), "").splitlines())
+        for g in grant.names
+    )
 
 
 def _replace(change: Change, **values) -> Change:

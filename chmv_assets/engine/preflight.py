@@ -29,12 +29,13 @@ from sqlglot.errors import TokenError
 from sqlglot.tokens import TokenType
 
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.ddl.models import MaterializedView, ObjectRef, SourceLocation
+from chmv_assets.ddl.models import STREAM_ENGINES, MaterializedView, ObjectRef, SourceLocation
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.sql_text import line_col, tokenize
+from chmv_assets.ddl.twin import REMOTE_ENGINES, engine_of, null_stand_in_sql
 from chmv_assets.engine.guardrails import check_statement
 from chmv_assets.engine.lifecycle import CHMV_PREFIX, Action, LifecyclePlan
-from chmv_assets.errors import DDLProblem, PreflightError
+from chmv_assets.errors import ChmvError, DDLProblem, PreflightError
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rebuild_sql import insert_sql, local_copy_sql
 from chmv_assets.sql.rewrite import local_table_sql, renamed_select, renamed_statement
@@ -119,6 +120,15 @@ def preflight(client: Client, loaded: LoadedProject, plan: LifecyclePlan,
     return report
 
 
+def _existing_functions(client: Client, names: set[str]) -> set[str]:
+    if not names:
+        return set()
+    rows = client.query(
+        "SELECT name FROM system.functions WHERE name IN {names:Array(String)}", parameters={"names": sorted(names)}
+    ).result_rows
+    return {r[0] for r in rows}
+
+
 def _existing(client: Client, refs: set[ObjectRef]) -> set[ObjectRef]:
     if not refs:
         return set()
@@ -137,9 +147,10 @@ class _Preflight:
         self.tables: set[ObjectRef] = set()
         self.alters: list[tuple[ObjectRef, tuple[str, ...]]] = []
         dictionaries: set[ObjectRef] = set()
+        plain = self.project.plain_views
         for change in plan.changes:
             ref = change.ref
-            if change.action in (Action.CREATE, Action.NEW_VERSION) and ref in self.project.tables:
+            if change.action in (Action.CREATE, Action.NEW_VERSION) and (ref in self.project.tables or ref in plain):
                 self.tables.add(ref)
             elif change.action == Action.CREATE and ref in self.project.dictionaries:
                 dictionaries.add(ref)
@@ -149,14 +160,34 @@ class _Preflight:
                 self.views += [self.project.views[v] for v, _ in change.views]
             if change.clauses:
                 self.alters.append((ref, change.clauses))
-        # An MV whose dictGet names a dictionary that does not exist yet cannot be analyzed anywhere but live.
+        # An MV whose dictGet names a dictionary that does not exist yet cannot be analyzed anywhere but live; nor
+        # one calling a SQL function of the DDL that does not exist yet (a function has no database to scratch in).
         live_dictionaries = _existing(client, {d for v in self.views for d in v.dictionaries})
-        self.skipped = tuple(f"{v.ref.fqn}: not checked, it uses dictionaries that do not exist yet "
-                             f"({', '.join(d.fqn for d in v.dictionaries if d not in live_dictionaries)})"
-                             for v in self.views if set(v.dictionaries) - live_dictionaries)  # fmt: skip
-        self.views = [v for v in self.views if not set(v.dictionaries) - live_dictionaries]
+        live_functions = _existing_functions(client, self._functions_called())
+        skipped = []
+        for view in self.views:
+            missing = [d.fqn for d in view.dictionaries if d not in live_dictionaries]
+            missing += [f"function {f}" for f in self._functions_of(view) if f not in live_functions]
+            if missing:
+                skipped.append(f"{view.ref.fqn}: not checked, it uses what does not exist yet ({', '.join(missing)})")
         for view in self.views:  # the MV runs over the repo's structure of what it reads and writes
             self.tables.update(r for r in (view.target, *view.source_refs) if r is not None)
+        self.tables |= self._read_by_views(self.tables)
+        # A plain view that looks up a dictionary that does not exist yet cannot be created outside the live database
+        # either (its dictGet names the live dictionary); nor can the MVs reading it.
+        plain = self.project.plain_views
+        lookups = {d for r in self.tables if r in plain for d in plain[r].reads if d in self.project.dictionaries}
+        live_lookups = _existing(client, lookups)
+        for ref in sorted((r for r in self.tables if r in plain), key=lambda r: r.fqn):
+            missing = [d.fqn for d in plain[ref].reads if d in lookups and d not in live_lookups]
+            if missing:
+                skipped.append(f"{ref.fqn}: not checked, it uses what does not exist yet ({', '.join(missing)})")
+                self.tables.discard(ref)
+                for view in self.views:
+                    if ref in view.source_refs:
+                        skipped.append(f"{view.ref.fqn}: not checked, it reads {ref.fqn}, which was not checked")
+        self.skipped = tuple(skipped)
+        self.views = [v for v in self.views if not any(s.startswith(f"{v.ref.fqn}:") for s in skipped)]
         self.dictionaries = dictionaries
         self.objects = self.tables | dictionaries | {v.ref for v in self.views} | {r for r, _ in self.alters}
         databases = {r.database for r in self.objects}
@@ -165,14 +196,42 @@ class _Preflight:
         self.failed: set[ObjectRef] = set()
         self.problems: list[DDLProblem] = []
 
+    def _functions_of(self, view: MaterializedView) -> list[str]:
+        """The SQL functions of the DDL an MV calls, directly or through the functions and plain views it reads."""
+        functions = self.project.functions
+        found, queue = [], [*view.functions]
+        queue += [
+            f for r in view.source_refs if r in self.project.plain_views for f in self.project.plain_views[r].functions
+        ]
+        while queue:
+            name = queue.pop()
+            if name in functions and name not in found:
+                found.append(name)
+                queue += list(functions[name].functions)
+        return found
+
+    def _functions_called(self) -> set[str]:
+        return {f for v in self.views for f in self._functions_of(v)}
+
+    def _read_by_views(self, refs: set[ObjectRef]) -> set[ObjectRef]:
+        """What the plain views among ``refs`` read, and what those read, to build them in the scratch database."""
+        plain, found, queue = self.project.plain_views, set(), [r for r in refs if r in self.project.plain_views]
+        while queue:
+            for source in plain[queue.pop()].reads:
+                if source not in refs and source not in found:
+                    found.add(source)
+                    if source in plain:
+                        queue.append(source)
+        return found
+
     # -- running ------------------------------------------------------------------------------------
 
     def check(self) -> list[DDLProblem]:
         self.drop_scratch()
         for database in self.scratch.values():
             self._run(f"CREATE DATABASE {quote(database)} ENGINE = Atomic")
-        depth = self.graph.depth
-        for ref in sorted(self.tables, key=lambda r: (depth.get(r.fqn, 0), r.fqn)):
+        order = {n: i for i, layer in enumerate(self.graph.layers) for n in layer}
+        for ref in sorted(self.tables, key=lambda r: (order.get(r.fqn, 0), r.fqn)):
             self._table(ref)
         for ref in sorted(self.dictionaries, key=lambda r: r.fqn):
             dictionary = self.project.dictionaries[ref]
@@ -189,12 +248,26 @@ class _Preflight:
 
     def _table(self, ref: ObjectRef) -> None:
         table = self.project.tables.get(ref)
-        if table is not None:
-            self._try(ref, table.location, local_table_sql(table, self.names[ref]))
+        plain = self.project.plain_views.get(ref)
+        if plain is not None:
+            if not any(r in self.failed for r in plain.reads):
+                self._try(ref, plain.location, renamed_statement(plain, self.names, local=True))
             return
-        # Not defined in the DDL (external, or an MV's inner table): an empty copy of the live one.
+        if (
+            table is not None
+            and table.engine is not None
+            and (table.engine.is_stream or table.engine.name in REMOTE_ENGINES)
+        ):
+            # Never a second consumer of a stream (nor a connection to a remote system): a Null table of its columns.
+            self._try(ref, table.location, null_stand_in_sql(table, qualified(self.names[ref])))
+            return
+        if table is not None:
+            self._try(ref, table.location, local_table_sql(table, self.names[ref], self.names))
+            return
+        # Not defined in the DDL (external, or an MV's inner table): an empty table of the live one's columns, engine
+        # Null (a copy of its engine could be one more consumer of a stream, or replica under the same Keeper path).
         if _existing(self.client, {ref}):
-            self._try(ref, None, f"CREATE TABLE {qualified(self.names[ref])} AS {qualified(ref)}")
+            self._try(ref, None, f"CREATE TABLE {qualified(self.names[ref])} AS {qualified(ref)} ENGINE = Null")
 
     def _view(self, view: MaterializedView) -> None:
         needs = [r for r in (view.target, *view.source_refs) if r is not None]
@@ -229,6 +302,9 @@ class _Preflight:
         return True
 
     def _run(self, sql: str) -> None:
+        engine = engine_of(sql) if sql.lstrip()[:6].upper() == "CREATE" else None
+        if engine in STREAM_ENGINES:  # a second consumer of the same group on a server; on chdb, a bricked engine
+            raise ChmvError(f"chmv bug: the preflight was about to create a {engine} table: {sql[:200]}")
         self.count += 1
         self.client.command(check_statement(sql))
 

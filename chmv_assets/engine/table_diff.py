@@ -8,6 +8,7 @@ repo statement: a column's definition, the TTL, the SETTINGS clause.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from chmv_assets.ddl.models import Column, Table
@@ -69,8 +70,8 @@ def diff_table(repo: Table, repo_formatted: Table, live: Table) -> TableDiff:
     a, b = repo_formatted, live
     # A Replicated* table's Keeper path and replica name belong to the deployment, not to the schema: the server
     # shows its default path where the repo writes none, and a new version chmv swapped in has a path of its own.
-    a_engine = (a.engine.name, a.engine.family_arguments) if a.engine else None
-    b_engine = (b.engine.name, b.engine.family_arguments) if b.engine else None
+    a_engine = (a.engine.name, _arguments(a.engine.family_arguments)) if a.engine else None
+    b_engine = (b.engine.name, _arguments(b.engine.family_arguments)) if b.engine else None
     if a_engine != b_engine:
         structural.append(f"engine {_engine_text(b)} → {_engine_text(a)}")
     for clause, left, right in (("PARTITION BY", b.partition_by.sql if b.partition_by else None,
@@ -140,7 +141,11 @@ def _column_change(repo: Column, live: Column, definition: str | None, in_key: b
         elif definition is not None:
             in_place.append((f"MODIFY COLUMN {definition}", f"column {repo.name}: {repo.default_kind} changed"))
     comment_changed = (repo.comment or "") != (live.comment or "")
-    redefined = not default_changed and not comment_changed and _canon(repo.definition) != _canon(live.definition)
+    redefined = (
+        not default_changed
+        and not comment_changed
+        and _codecs(_canon(repo.definition), repo.type) != _codecs(_canon(live.definition), live.type)
+    )
     if redefined and definition is not None:  # a codec or a column TTL: both sides are the server's formatting
         in_place.append((f"MODIFY COLUMN {definition}", f"column {repo.name}: definition changed"))
     if comment_changed:
@@ -149,6 +154,34 @@ def _column_change(repo: Column, live: Column, definition: str | None, in_key: b
                              f"column {repo.name}: comment changed"))  # fmt: skip
         else:
             in_place.append((f"MODIFY COLUMN {name} REMOVE COMMENT", f"column {repo.name}: comment removed"))
+
+
+#: Bytes of a value of each fixed-width type: what ``Delta``, ``DoubleDelta`` and ``Gorilla`` take when written bare.
+_WIDTHS = {
+    **dict.fromkeys(("UInt8", "Int8", "Bool", "Enum8"), 1),
+    **dict.fromkeys(("UInt16", "Int16", "Date", "Enum16"), 2),
+    **dict.fromkeys(("UInt32", "Int32", "Float32", "DateTime", "Date32", "IPv4", "Decimal32"), 4),
+    **dict.fromkeys(("UInt64", "Int64", "Float64", "DateTime64", "Decimal64"), 8),
+}
+_WIDTH_CODECS = re.compile(r"\b(Gorilla|Delta|DoubleDelta)\((\d+)\)")
+_WORD = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)'")
+_STATE_VERSION = re.compile(r"\bAggregateFunction\(\s*\d+\s*,\s*")
+
+
+def _codecs(definition: str, type_sql: str) -> str:
+    """A column definition as the DDL may write what the server writes out: ``Gorilla(8)`` as ``Gorilla`` when 8 is its
+    type's width, ``AggregateFunction(1, sumMap, …)`` without the state's version."""
+    definition = _STATE_VERSION.sub("AggregateFunction(", definition)  # the server writes a state's version
+    base = re.sub(r"^(Nullable|LowCardinality)\((.*)\)$", r"\2", type_sql.strip()).split("(")[0]
+    width = _WIDTHS.get(base)
+    if width is None:
+        return definition
+    return _WIDTH_CODECS.sub(lambda m: m.group(1) if int(m.group(2)) == width else m.group(0), definition)
+
+
+def _arguments(arguments: tuple[str, ...]) -> tuple[str, ...]:
+    """Engine arguments with a quoted name unquoted (``Merge('db', …)``: the server quotes what the DDL may not)."""
+    return tuple(_WORD.fullmatch(a.strip()).group(1) if _WORD.fullmatch(a.strip()) else a for a in arguments)
 
 
 def _same_type(a: str, b: str) -> bool:

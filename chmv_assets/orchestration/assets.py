@@ -226,7 +226,7 @@ def external_upstream(loaded: LoadedProject, translator: ChmvTranslator) -> list
     project = loaded.project
     upstream = dict.fromkeys(ref for target in project.targets for ref in translator.get_upstream(loaded, target))
     for ref in list(upstream):
-        if ref in project.dictionaries:
+        if ref in project.dictionaries or ref in project.plain_views:  # what they read is upstream too
             for dep in translator.get_upstream(loaded, ref):
                 upstream.setdefault(dep)
     skip = set(project.targets) | set(ingested_sources(loaded))  # ingested: materialized by the Spark ingestion assets

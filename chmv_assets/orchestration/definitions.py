@@ -8,7 +8,7 @@ from __future__ import annotations
 from dagster import Definitions, in_process_executor
 
 from asset_checks.definitions import build_asset_checks
-from chmv_assets.ddl.loader import LoadedProject, gc_paused, require_views
+from chmv_assets.ddl.loader import LoadedProject, gc_paused, require_views, twin_of
 from chmv_assets.orchestration.assets import build_chmv_assets
 from chmv_assets.orchestration.jobs import build_jobs
 from chmv_assets.orchestration.live_state import build_live_state_sensor
@@ -43,6 +43,8 @@ def build_definitions(
     clickhouse = for_project(
         clickhouse or default_clickhouse(), config.default_database, where=f"{config.ddl_dir}/chmv.toml"
     )
+    if clickhouse.is_embedded:  # what the embedded engine runs: the local twin of the DDL (README "A local twin")
+        loaded = twin_of(loaded)
     with gc_paused():
         return _assemble(loaded, clickhouse, translator)
 

@@ -27,6 +27,7 @@ from pydantic import Field
 from asset_checks.parity import parity_for_partitions
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import MaterializedView, ObjectRef
+from chmv_assets.ddl.twin import describe_stand_ins
 from chmv_assets.engine.guardrails import check_statement
 from chmv_assets.engine.landing import landing_dir
 from chmv_assets.engine.lifecycle import Action, LifecyclePlan
@@ -82,6 +83,10 @@ def _apply_job(loaded: LoadedProject) -> JobDefinition:
         metadata["chmv/summary"] = plan.summary() if not attach else f"{len(attach)} to re-attach; {plan.summary()}"
         if objects:
             metadata["chmv/objects"] = ", ".join(sorted(r.fqn for r in objects))
+        stand_ins = describe_stand_ins(loaded.project)  # the local twin's, on the embedded engine
+        if stand_ins:
+            context.log.info("\n".join(stand_ins))
+        metadata["chmv/stand_ins"] = MetadataValue.md("\n".join(stand_ins) or "none")
         yield Output(None, metadata=metadata)
 
     @op(name="apply_ddl", pool="clickhouse", ins={"planned": In(Nothing)}, out=Out(Nothing))

@@ -115,11 +115,14 @@ class ChmvTranslator:
         return meta
 
     def get_upstream(self, loaded: LoadedProject, ref: ObjectRef) -> list[ObjectRef]:
-        """Sources and dictionaries of the MVs writing ``ref`` (a dictionary: its source table)."""
+        """Sources and dictionaries of the MVs writing ``ref`` (a dictionary: its source table; a plain view: what it
+        reads)."""
         project = loaded.project
         if ref in project.dictionaries:
             src = project.dictionaries[ref].source_table
             return [src] if src is not None else []
+        if ref in project.plain_views:  # an MV reading a plain view reads its tables
+            return list(project.plain_views[ref].reads)
         ups: dict[ObjectRef, None] = {}
         for view in project.views_into(ref):
             for source in view.source_refs:

@@ -42,3 +42,14 @@ def test_the_job_stops_at_the_preflight_and_creates_nothing(tmp_path: Path) -> N
     assert description.startswith("1 problem found by the server's preflight")
     with resource.get_client() as client:
         assert not client.query("SELECT name FROM system.databases WHERE name = 'shop'").result_rows
+
+
+def test_the_job_deploys_a_kafka_fed_schema_as_its_twin_and_names_the_stand_ins(tmp_path: Path) -> None:
+    schema = Path(__file__).resolve().parents[2] / "fixtures" / "schemas" / "kafka_chain"
+    resource = ClickHouseResource(dsn=f"chdb://{tmp_path / 'chdb'}")
+    job = build_definitions(load(schema), clickhouse=resource).get_job_def("chmv_apply")  # made its twin there
+    first = job.execute_in_process()
+    assert first.success
+    stand_ins = _plan_metadata(first)["chmv/stand_ins"].value
+    assert "shop.order_events_queue: Kafka → Null table" in stand_ins and "shop.fx_rates_remote: MySQL" in stand_ins
+    assert _plan_metadata(job.execute_in_process())["chmv/summary"].value.startswith("no changes")

@@ -116,17 +116,18 @@ def test_no_cycle_in_example(example):
 
 def test_json_shape_exactly_as_specified(example):
     data = json.loads(example.graph.to_json())
-    assert set(data) == {"views", "tables", "layers"}
+    assert set(data) == {"views", "tables", "functions", "kept", "layers"}
     assert len(data["views"]) == 10
     for view in data["views"]:
-        assert set(view) == {"name", "target", "sources", "trigger", "dictionaries", "refreshable", "depth"}
+        keys = {"name", "target", "sources", "trigger", "dictionaries", "refreshable", "depth", "functions"}
+        assert set(view) == keys
         assert re.fullmatch(r"[^.`\"]+\.[^.`\"]+", view["name"])  # database.name unquoted
         assert isinstance(view["sources"], list) and isinstance(view["dictionaries"], list)
         assert isinstance(view["refreshable"], bool) and isinstance(view["depth"], int)
     weekly = next(v for v in data["views"] if v["name"] == "analytics.mv_events_weekly")
     assert weekly == {
         "name": "analytics.mv_events_weekly", "target": "analytics.events_weekly", "sources": ["analytics.events_daily"],
-        "trigger": "analytics.events_daily", "dictionaries": [], "refreshable": False, "depth": 3,
+        "trigger": "analytics.events_daily", "dictionaries": [], "refreshable": False, "depth": 3, "functions": [],
     }  # fmt: skip
     assert {t["name"] for t in data["tables"]} == {n for n, k in example.graph.kinds.items() if k != "view"}
     assert all(isinstance(layer, list) and all(isinstance(n, str) for n in layer) for layer in data["layers"])
@@ -145,7 +146,7 @@ def test_json_inner_table_view_has_null_target_and_dictionaries(tmp_path):
     data = LineageGraph(load_project(ddl, default_database="d")).to_dict()
     views = {v["name"]: v for v in data["views"]}
     assert views["d.v"] == {"name": "d.v", "target": None, "sources": ["d.s"], "trigger": "d.s",
-                            "dictionaries": ["d.dct"], "refreshable": False, "depth": 1}  # fmt: skip
+                            "dictionaries": ["d.dct"], "refreshable": False, "depth": 1, "functions": []}  # fmt: skip
     assert views["d.r"]["refreshable"] is True
 
 

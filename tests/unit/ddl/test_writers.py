@@ -57,3 +57,13 @@ def test_a_name_the_ddl_does_not_define_is_an_error_at_its_line(tmp_path):
     with pytest.raises(DDLError, match=r"chmv\.toml:3:1: \[writers\] chmv names d\.ap, which the DDL directory does "
                                        r"not define"):  # fmt: skip
         load_ddl(tmp_path, DDL, toml='[writers]\ndefault = "others"\nchmv = ["d.ap"]\n')
+
+
+def test_on_the_local_twin_a_stream_stand_in_is_written_like_an_application(tmp_path):
+    """The twin's stand-in for a Kafka table is a Null table: a paused consumer would lose what is inserted into it,
+    so its target is written by others (open partitions deferred), never paused."""
+    from chmv_assets.ddl.loader import load
+
+    load_ddl(tmp_path, DDL)
+    writers = load(tmp_path, twin=True).writers(ref("d.landed"))
+    assert writers.writers == {Writer.OTHERS} and writers.consumers == ()

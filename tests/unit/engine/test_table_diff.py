@@ -70,6 +70,21 @@ def test_the_keeper_path_and_replica_name_are_the_deployment_not_the_schema() ->
     assert diff(REPLICATED.replace("{uuid}/{shard}", "{shard}/d/t"), renamed_path).empty
     assert diff(REPLICATED.replace(", v)", ", ts)"), REPLICATED).structural == (
         "engine ReplicatedReplacingMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}', v) → "
-        "ReplicatedReplacingMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}', ts)",)
-    assert diff(REPLICATED.replace("Replicated", "").replace("'/clickhouse/tables/{uuid}/{shard}', '{replica}', ", ""),
-                REPLICATED).structural  # leaving replication is a new version
+        "ReplicatedReplacingMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}', ts)",
+    )
+    assert diff(
+        REPLICATED.replace("Replicated", "").replace("'/clickhouse/tables/{uuid}/{shard}', '{replica}', ", ""),
+        REPLICATED,
+    ).structural  # leaving replication is a new version
+
+
+def test_what_the_server_writes_out_is_no_change() -> None:
+    live = "CREATE TABLE d.s (`v` Float64 CODEC(Gorilla(8), ZSTD(1)), `d` DateTime CODEC(Delta(4))) ENGINE = Memory"
+    # the repo as the server formats it, but for the widths the DDL leaves out
+    repo = "CREATE TABLE d.s (`v` Float64 CODEC(Gorilla, ZSTD(1)), `d` DateTime CODEC(Delta)) ENGINE = Memory"
+    assert diff(repo, live).empty
+    changed = diff(repo.replace("Delta", "Delta(8)"), live)
+    assert [reason for _, reason in changed.in_place] == ["column d: definition changed"]
+    merge = "CREATE TABLE d.m (`a` UInt8) ENGINE = Merge('d', '^t$')"
+    assert diff("CREATE TABLE d.m (`a` UInt8) ENGINE = Merge(d, '^t$')", merge).empty
+    assert not diff("CREATE TABLE d.m (`a` UInt8) ENGINE = Merge(d, '^u$')", merge).empty

@@ -1,0 +1,53 @@
+"""A view's SELECT as the server stores it: tables qualified, SQL functions expanded (parentheses only where needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from chmv_assets.ddl.models import MaterializedView
+from chmv_assets.ddl.parser import parse_statement
+from chmv_assets.sql.server_form import expand_functions, function_parts, server_select
+
+FUNCTIONS = {
+    "clean": (("p",), "trimRight(lower(p), '/')"),
+    "section": (("p",), "splitByChar('/', clean(p))[2]"),
+    "plus_one": (("x",), "x + 1"),
+    "twice": (("x",), "x * 2"),
+    "pair": (("a", "b"), "concat(a, '=', b)"),
+}
+
+
+@pytest.mark.parametrize(
+    ("sql", "expanded"),
+    [
+        ("SELECT clean(path) AS c FROM t", "SELECT trimRight(lower(path), '/') AS c FROM t"),
+        ("SELECT section(v.path) AS s FROM t AS v", "SELECT splitByChar('/', trimRight(lower(v.path), '/'))[2] AS s FROM t AS v"),
+        ("SELECT twice(a + b) AS d FROM t", "SELECT (a + b) * 2 AS d FROM t"),
+        ("SELECT plus_one(a) * 3 AS d FROM t", "SELECT (a + 1) * 3 AS d FROM t"),
+        ("SELECT countIf(NOT clean(a) = '') AS n FROM t", "SELECT countIf(NOT trimRight(lower(a), '/') = '') AS n FROM t"),
+        ("SELECT pair(k, clean(v)) AS kv FROM t", "SELECT concat(k, '=', trimRight(lower(v), '/')) AS kv FROM t"),
+        ("SELECT t.clean(x), other(x) FROM t", "SELECT t.clean(x), other(x) FROM t"),
+    ],
+)  # fmt: skip
+def test_sql_functions_are_expanded_like_the_server_does(sql, expanded):
+    assert expand_functions(sql, FUNCTIONS) == expanded
+
+
+def test_function_parts():
+    assert function_parts("CREATE FUNCTION IF NOT EXISTS f ON CLUSTER c AS (a, b) -> a + b") == (("a", "b"), "a + b")
+    assert function_parts("CREATE FUNCTION g AS x -> lower(x)") == (("x",), "lower(x)")
+
+
+def test_unqualified_tables_get_their_database(tmp_path):
+    view = parse_statement(
+        "CREATE MATERIALIZED VIEW v TO t AS SELECT a FROM src AS s JOIN db2.dim AS d USING (a) WHERE a IN allowed",
+        default_database="db",
+    )
+    assert isinstance(view, MaterializedView)
+    from chmv_assets.ddl.models import Project
+
+    project = Project(ddl_dir=str(tmp_path), default_database="db")
+    assert (
+        server_select(view, project)
+        == "SELECT a FROM `db`.src AS s JOIN db2.dim AS d USING (a) WHERE a IN `db`.allowed"
+    )
