@@ -30,7 +30,7 @@ from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.orchestration.translator import ChmvTranslator
 
-pytestmark = pytest.mark.worker_seconds(230)
+pytestmark = pytest.mark.worker_seconds(170)
 
 ZONE = "Asia/Kolkata"
 FAST = "\n[sweep]\ninterval_seconds = 5\nrecovery_interval_seconds = 5\nmax_partitions = 2000\n"

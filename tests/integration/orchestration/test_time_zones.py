@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.worker_seconds(60)
+pytestmark = pytest.mark.worker_seconds(20)
 
 SCRIPT = Path(__file__).resolve().parents[2] / "zone_verdicts.py"
 

@@ -21,7 +21,7 @@ from chmv_assets.ddl.loader import load
 from chmv_assets.errors import ChmvError
 from resources.clickhouse import ClickHouseResource, clickhouse_from_env, for_project
 
-pytestmark = pytest.mark.worker_seconds(30)
+pytestmark = pytest.mark.worker_seconds(20)
 
 
 @pytest.fixture
