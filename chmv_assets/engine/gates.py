@@ -17,7 +17,7 @@ import os
 import signal
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from clickhouse_connect.driver.client import Client
 from filelock import FileLock, Timeout
@@ -86,12 +86,6 @@ def _one_gate(source: ObjectRef, timeout: float) -> Iterator[None]:
         yield
     finally:
         gate.release()
-
-
-def server_now(client: Client) -> datetime:
-    """The server's clock, naive UTC (read as milliseconds since the epoch: no time zone on the way)."""
-    millis = int(client.command("SELECT toUnixTimestamp64Milli(now64(3))"))
-    return datetime.fromtimestamp(millis / 1000, UTC).replace(tzinfo=None)
 
 
 def source_max_time(client: Client, source: ObjectRef, time_column: str) -> datetime | None:

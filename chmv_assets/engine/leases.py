@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import DatabaseError
@@ -117,9 +117,15 @@ def _read(client: Client, leases: Sequence[str]) -> dict[str, LeaseState]:
         parameters={"leases": list(leases)},
     ).result_rows
     return {
-        lease: LeaseState(lease, int(gen), Holder(owner, run, host, int(pid)), expires, bool(released), bool(expired))
+        lease: LeaseState(lease, int(gen), Holder(owner, run, host, int(pid)), _utc(expires), bool(released),
+                          bool(expired))  # fmt: skip
         for lease, gen, owner, run, host, pid, expires, released, expired in rows
     }
+
+
+def _utc(value: datetime) -> datetime:
+    """An instant read back (in the server's zone, or naive UTC) as naive UTC, for messages that say UTC."""
+    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo is not None else value
 
 
 _COLUMNS = "(lease, generation, holder, run, host, pid, expires_at, released, version)"

@@ -441,7 +441,8 @@ class _Apply:
         if rederive is None:
             return []
         steps = rederive.plan.steps
-        raced = races.raced_windows(client, seen, race_ranges(self.project, rederive.plan, steps))
+        plan = rederive.plan
+        raced = races.raced_windows(client, seen, race_ranges(self.project, target, plan.scheme, [s.window for s in steps]))
         return [steps[i].key or "all" for i in raced]
 
     def _keep_old(self, beside: ObjectRef, target: ObjectRef, client: Client | None = None) -> None:

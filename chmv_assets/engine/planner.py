@@ -40,8 +40,9 @@ from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, parti
 from chmv_assets.ddl.writers import SourceWriters
 from chmv_assets.engine import landing
 from chmv_assets.engine.catalog import live_table
+from chmv_assets.engine.clock import wall_now
 from chmv_assets.engine.coverage import Coverage, Facts, Holding, WindowCoverage, assess, probe
-from chmv_assets.engine.gates import server_now, source_min_time
+from chmv_assets.engine.gates import source_min_time
 from chmv_assets.errors import ChmvError
 from chmv_assets.sql.rebuild_sql import shadow_ref, source_range_predicate
 
@@ -244,7 +245,8 @@ class Observations:
     oldest: tuple[tuple[ObjectRef, datetime | None], ...] = ()
     coverage: Facts | None = None
     now: datetime | None = None
-    """The server's time (naive UTC): which partitions are still open to writers. None: not observed (nothing is
+    """The server's wall clock (:mod:`chmv_assets.engine.clock`, as the windows): which partitions are still open to
+    writers. None: not observed (nothing is
     deferred)."""
     pending: tuple[str, ...] = ()
 
@@ -283,7 +285,7 @@ def observe(client: Client, loaded: LoadedProject, target: ObjectRef, *, engine:
         facts = probe(client, loaded, target, live, windows, root)
         oldest = tuple((source, stats.oldest) for source, stats in facts.tables)
         return Observations(live=live, oldest=oldest, coverage=facts, now=facts.now)
-    now = server_now(client)
+    now = wall_now(client)
     if engine != "auto" or not spark_capable(loaded, target, root):
         return Observations(live=live, now=now)
     oldest = tuple(
@@ -504,7 +506,7 @@ def _open_step(loaded: LoadedProject, plan: RebuildPlan, step: PartitionStep, no
         return step
     others = [w.source.fqn for w in plan.writers if w.uncontrolled]
     consumers = tuple(dict.fromkeys(c for w in plan.writers for c in w.consumers))
-    until = f"until {closes:%Y-%m-%d %H:%M} UTC" if closes is not None else "(an unpartitioned target never closes)"
+    until = f"until {closes:%Y-%m-%d %H:%M}" if closes is not None else "(an unpartitioned target never closes)"
     if others and defer and step.window is not None:
         reason = (f"open {until}: {', '.join(others)} {'is' if len(others) == 1 else 'are'} written by others, whose "
                   "rows a swap now could lose; rebuilt once it closes (recovery requests it then), or now with "

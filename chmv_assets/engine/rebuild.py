@@ -17,7 +17,7 @@ from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.config import RebuildSettings
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table
-from chmv_assets.ddl.partitioning import PartitionWindow
+from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
 from chmv_assets.engine import races
 from chmv_assets.engine.catalog import live_table
 from chmv_assets.engine.guard import check_shrink
@@ -182,23 +182,24 @@ def whole_table_swaps(client: Client, live: ObjectRef, shadow: ObjectRef) -> lis
     return [(f"ID {string_literal(str(pid))}", not in_shadow) for pid, in_shadow in rows]
 
 
-def race_ranges(project: Project, plan: RebuildPlan, steps: Sequence[PartitionStep]) -> dict[ObjectRef, list[str | None]]:
-    """Per trigger, per step, the source rows whose arrival races the step's read: those mapping into its window (the
+def race_ranges(project: Project, target: ObjectRef, scheme: PartitionScheme,
+                windows: Sequence[PartitionWindow | None]) -> dict[ObjectRef, list[str | None]]:  # fmt: skip
+    """Per trigger, per window, the source rows whose arrival races a read of the window: those mapping into it (the
     pruning range of each MV reading the trigger, OR-ed), any row (None) for a whole table or where a range cannot be
     derived (:func:`chmv_assets.engine.races.raced_windows` counts them in the parts written since the read)."""
-    views = project.views_into(plan.target)
+    views = project.views_into(target)
     ranges: dict[ObjectRef, list[str | None]] = {}
     for trigger in dict.fromkeys(v.trigger for v in views if v.trigger is not None):
         readers = [v for v in views if v.trigger == trigger]
-        ranges[trigger] = [_race_range(project, plan, readers, step.window) for step in steps]
+        ranges[trigger] = [_race_range(project, scheme, readers, window) for window in windows]
     return ranges
 
 
-def _race_range(project: Project, plan: RebuildPlan, views: Sequence[MaterializedView],
+def _race_range(project: Project, scheme: PartitionScheme, views: Sequence[MaterializedView],
                 window: PartitionWindow | None) -> str | None:  # fmt: skip
-    if window is None or plan.scheme.grain is None:
+    if window is None or scheme.grain is None:
         return None
-    predicates = [source_range_predicate(v, project, plan.scheme, window) for v in views]
+    predicates = [source_range_predicate(v, project, scheme, window) for v in views]
     if any(p is None for p in predicates):
         return None
     return " OR ".join(f"({p})" for p in dict.fromkeys(predicates))
@@ -329,7 +330,7 @@ class _Races:
         """One read of ``group``, swapped where no write raced it; which steps to read again."""
         read, plan, say = self.read, self.plan, self.read.say
         table = read.table
-        ranges = race_ranges(read.project, plan, group)
+        ranges = race_ranges(read.project, plan.target, plan.scheme, [s.window for s in group])
         shadow = read.fill(group)
         outcome = _Outcome(results=[None] * len(group))
         try:

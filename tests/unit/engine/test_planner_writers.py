@@ -47,7 +47,7 @@ def test_a_partition_open_to_others_is_deferred_with_when_it_closes(loaded):
     assert closed.engine == Engine.CLICKHOUSE and closed.swap == Swap.REPLACE_PARTITION
     assert open_.engine == Engine.DEFERRED and open_.shadow is None and open_.swap == Swap.NONE
     assert open_.closes_at == datetime(2026, 12, 1, 0, 15)  # the window's end + [writers] close_after_minutes
-    assert open_.reason.startswith("open until 2026-12-01 00:15 UTC: d.app is written by others")
+    assert open_.reason.startswith("open until 2026-12-01 00:15: d.app is written by others")
     assert rebuild.deferred == (open_,) and not rebuild.refused
     assert "**Deferred**" in rebuild.describe() and "- writers: d.app: others" in rebuild.describe()
 
