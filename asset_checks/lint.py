@@ -64,6 +64,17 @@ def lint_view(loaded: LoadedProject, view: MaterializedView) -> list[LintFinding
                 "every insert, so duplicates are counted twice and the source's later dedup never reaches the target.",
                 "deduplicate before the MV (insert dedup tokens), use argMaxState/uniqState, or a ReplacingMergeTree "
                 "target.")  # fmt: skip
+    streams = [s.ref for s in view.sources if project.is_stream(s.ref)]
+    if streams:
+        names = ", ".join(f"{r.fqn} ({project.tables[r].engine.name})" for r in streams)  # type: ignore[union-attr]
+        add("stream_source",
+            f"reads the stream table {names}: chmv never reads a stream (a SELECT consumes messages this MV then "
+            f"never sees), so {view.writes_to.fqn} is not parity-checked or rebuilt from it and holds the only copy "
+            "of those rows; partitions of the targets further down that are still open pause this consumer for "
+            "their swap.",
+            "keep the stream's messages somewhere chmv can read them (land them in the landing zone, or keep "
+            f"{view.writes_to.fqn} a MergeTree with the raw rows and no TTL shorter than you need) and check the "
+            "targets that read it; join a stream with nothing (its other side would consume it too).")  # fmt: skip
     if view.target is None and not view.refreshable:
         add("no_to_clause",
             "has no TO table: its inner table cannot be altered, backfilled or swapped independently.",

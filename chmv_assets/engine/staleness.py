@@ -78,10 +78,11 @@ def trigger_time_column(loaded: LoadedProject, ref: ObjectRef) -> str | None:
 
 
 def probes(loaded: LoadedProject, target: ObjectRef) -> list[Probe]:
-    """The measurable MVs of a target (an MV whose output keeps no trigger time column is not measurable)."""
+    """The measurable MVs of a target (an MV whose output keeps no trigger time column is not measurable, nor one
+    whose trigger is a stream table: chmv never reads one)."""
     out = []
     for view in loaded.project.views_into(target):
-        if view.trigger is None or view.refreshable:
+        if view.trigger is None or view.refreshable or loaded.project.is_stream(view.trigger):
             continue
         column = trigger_time_column(loaded, view.trigger)
         if column is None:

@@ -54,6 +54,19 @@ def test_bad_patterns_are_found(tmp_path: Path) -> None:
     assert by_rule["order_by_in_select"].location.endswith("shop.sql:8:1")
 
 
+def test_an_mv_reading_a_stream_is_told_that_chmv_never_reads_it(tmp_path: Path) -> None:
+    (tmp_path / "q.sql").write_text("""
+CREATE DATABASE IF NOT EXISTS q ENGINE = Atomic;
+CREATE TABLE q.queue (ts DateTime, v UInt64) ENGINE = Kafka SETTINGS kafka_broker_list = 'k:9092',
+    kafka_topic_list = 't', kafka_group_name = 'g', kafka_format = 'JSONEachRow';
+CREATE TABLE q.landed (ts DateTime, v UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE MATERIALIZED VIEW q.consumer TO q.landed AS SELECT ts, v FROM q.queue;
+""")
+    (finding,) = [f for f in lint_project(load(tmp_path)) if f.rule == "stream_source"]
+    assert finding.subject == "q.consumer" and "reads the stream table q.queue (Kafka)" in finding.reason
+    assert "q.landed is not parity-checked or rebuilt from it" in finding.reason and "landing zone" in finding.fix
+
+
 def test_lint_check_warns_through_dagster(tmp_path: Path) -> None:
     (tmp_path / "shop.sql").write_text(BAD_DDL)
     loaded = load(tmp_path)
