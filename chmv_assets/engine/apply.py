@@ -93,6 +93,7 @@ def apply(client: Client, project: Project, log: Callable[[str], None] | None = 
     kept = read_kept(client, [k for k in project.kept if k.kind != KeptKind.VIEW])
     for sql in meta_ddl_for(project):
         client.command(sql)
+    use_default_database(client, project, databases)
     for step in deployment_steps(project):
         if step.kept is not None:
             exists = _kept_exists(step, kept)
@@ -106,7 +107,16 @@ def apply(client: Client, project: Project, log: Callable[[str], None] | None = 
         result.created.append(step.name)
         if step.kept is None:
             (objects if "." in step.name else databases).add(step.key)
+            use_default_database(client, project, databases)
     return result
+
+
+def use_default_database(client: Client, project: Project, databases: set[str]) -> None:
+    """Open ``client``'s session in the project's ``default_database`` once it exists: the DDL runs verbatim, so an
+    unqualified name in it must resolve where chmv's model says (not in ``default``, on a fresh server)."""
+    name = project.default_database
+    if name in databases and client.database != name:
+        client.database = name
 
 
 def _kept_exists(step: Step, kept: KeptState) -> bool:

@@ -58,6 +58,7 @@ from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine import deferrals, journal, races
+from chmv_assets.engine.apply import use_default_database
 from chmv_assets.engine.catalog import existing_objects
 from chmv_assets.engine.clients import ClientFactory
 from chmv_assets.engine.deferrals import Deferral
@@ -287,6 +288,8 @@ class _Apply:
             with self._gated(None) as client:
                 for sql in change.statements:
                     self._run(client, sql)
+                if change.kind == "database" and action == Action.CREATE_DATABASE:
+                    use_default_database(client, self.project, {change.ref.database})
             if action in (Action.CREATE, Action.CREATE_DATABASE):
                 self.say(f"created {change.name}")
             return

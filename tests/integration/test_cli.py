@@ -221,3 +221,29 @@ def test_populate_and_or_replace_are_refused_with_the_reason_and_the_alternative
 
     with ClickHouseResource(dsn=dsn[1]).get_client() as client:
         assert not client.query("SELECT name FROM system.databases WHERE name = 'g'").result_rows
+
+
+def test_unqualified_ddl_lands_in_the_default_database_of_a_fresh_server(tmp_path):
+    """The DDL runs verbatim: once `shop` exists every session of the apply uses it, so `orders` is shop.orders (on a
+    fresh server the session opened in `default`, where it used to land; the next plan then failed)."""
+    ddl = tmp_path / "ddl"
+    ddl.mkdir()
+    (ddl / "shop.sql").write_text(
+        "CREATE DATABASE shop;\n"
+        "CREATE TABLE orders (ts DateTime, amount UInt64) ENGINE = MergeTree ORDER BY ts;\n"
+        "CREATE TABLE daily (day Date, total UInt64) ENGINE = SummingMergeTree ORDER BY day;\n"
+        "CREATE MATERIALIZED VIEW daily_mv TO daily AS SELECT toDate(ts) AS day, sum(amount) AS total FROM orders "
+        "GROUP BY day;\n"
+    )
+    (ddl / "chmv.toml").write_text('default_database = "shop"\n')
+    dsn = f"chdb://{tmp_path / 'chdb'}"
+    applied = chmv("apply", "--ddl-dir", str(ddl), "--dsn", dsn)
+    assert applied.returncode == 0, applied.stderr
+    from resources.clickhouse import ClickHouseResource
+
+    with ClickHouseResource(dsn=dsn).get_client() as client:
+        names = client.query("SELECT database, name FROM system.tables WHERE name IN ('orders', 'daily', 'daily_mv') "
+                             "ORDER BY name").result_rows  # fmt: skip
+    assert names == [("shop", "daily"), ("shop", "daily_mv"), ("shop", "orders")]
+    again = chmv("plan", "--ddl-dir", str(ddl), "--dsn", dsn)
+    assert again.returncode == 0 and "no changes" in again.stdout, again.stdout + again.stderr
