@@ -290,3 +290,33 @@ def test_an_apply_re_derives_closed_months_exactly_under_writers_and_defers_the_
             assert got == client.query(new_select, parameters={"m": month}).result_rows, month
         assert [(d.target, d.partition) for d in deferrals.pending(client)] == [(DAILY, now.key)]
         assert not plan_lifecycle(client, loaded).has_changes
+
+
+def test_a_new_version_under_writers_is_exact_or_stops_with_the_old_version_live(engine, base, tmp_path):
+    """A sort key change builds a new version beside the target: each of its reads is race-checked (late rows into
+    every read), its open month too (a version not yet live cannot wait for it to close), and rows that reach it
+    between the exchange and its MVs' new SELECT are re-derived. Closed and open months end exact."""
+    ddl = tmp_path / "ddl"
+    shutil.copytree(base / "ddl", ddl)
+    sql = (ddl / "w.sql").read_text()
+    (ddl / "w.sql").write_text(sql.replace("PARTITION BY toYYYYMM(day) ORDER BY (day, k);",
+                                           "PARTITION BY toYYYYMM(day) ORDER BY (k, day);"))  # fmt: skip
+    loaded = load(ddl)
+    with engine.get_client() as client:
+        plan = plan_lifecycle(client, loaded)
+        preflight(client, loaded, plan)
+    assert [c.action for c in plan.changes] == [Action.NEW_VERSION]
+    late = ("INSERT INTO w.events SELECT toDateTime('2026-01-01 00:00:00') + rand() % 7776000, rand(1) % 200, 3 "
+            "FROM numbers(20)")  # fmt: skip
+    now_rows = "INSERT INTO w.events SELECT now() - number, number % 200, 1 FROM numbers(5)"
+    path = path_of(engine)
+    with ThreadWriter(path, late, 3.0), ThreadWriter(path, now_rows, 0.5), Racer(path) as racer:
+        apply_plan(engine, loaded, plan, batch_seconds=0.0)
+    assert racer.raced >= 2
+    now = this_month()
+    with engine.get_client() as client:
+        for month in (202601, 202602, 202603, int(now.key[:4] + now.key[5:7])):
+            assert month_matches(client, "daily", month), month
+        assert "ORDER BY (k, day)" in client.command("SELECT create_table_query FROM system.tables "
+                                                     "WHERE database = 'w' AND name = 'daily'")  # fmt: skip
+        assert not plan_lifecycle(client, loaded).has_changes
