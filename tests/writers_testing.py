@@ -45,15 +45,21 @@ OPEN_ROWS = 2_000
 
 #: Independent recomputes over the source: (the target's finalized rows, the same from w.events), per month.
 RECOMPUTE = {
-    "daily": ("SELECT day, k, sum(n), sum(s) FROM w.daily WHERE toYYYYMM(day) = {m:UInt32} GROUP BY ALL ORDER BY ALL",
-              "SELECT toDate(ts) AS d, k, count(), sum(v) FROM w.events WHERE toYYYYMM(ts) = {m:UInt32} "
-              "GROUP BY ALL ORDER BY ALL"),
-    "by_month": ("SELECT m, k, sum(n) FROM w.by_month WHERE toYYYYMM(m) = {m:UInt32} GROUP BY ALL ORDER BY ALL",
-                 "SELECT toStartOfMonth(ts) AS mm, k, count() FROM w.events WHERE toYYYYMM(ts) = {m:UInt32} "
-                 "GROUP BY ALL ORDER BY ALL"),
-}  # fmt: skip
-BY_KEY = ("SELECT k, sum(n), sum(s) FROM w.by_key GROUP BY k ORDER BY k",
-          "SELECT k, count(), sum(v) FROM w.events GROUP BY k ORDER BY k")  # fmt: skip
+    "daily": (
+        "SELECT day, k, sum(n), sum(s) FROM w.daily WHERE toYYYYMM(day) = {m:UInt32} GROUP BY ALL ORDER BY ALL",
+        "SELECT toDate(ts) AS d, k, count(), sum(v) FROM w.events WHERE toYYYYMM(ts) = {m:UInt32} "
+        "GROUP BY ALL ORDER BY ALL",
+    ),
+    "by_month": (
+        "SELECT m, k, sum(n) FROM w.by_month WHERE toYYYYMM(m) = {m:UInt32} GROUP BY ALL ORDER BY ALL",
+        "SELECT toStartOfMonth(ts) AS mm, k, count() FROM w.events WHERE toYYYYMM(ts) = {m:UInt32} "
+        "GROUP BY ALL ORDER BY ALL",
+    ),
+}
+BY_KEY = (
+    "SELECT k, sum(n), sum(s) FROM w.by_key GROUP BY k ORDER BY k",
+    "SELECT k, count(), sum(v) FROM w.events GROUP BY k ORDER BY k",
+)
 
 
 def write_project(root: Path, toml: str = TOML) -> Path:
@@ -147,9 +153,11 @@ class DuringFill:
                 if filling:  # the read began before this insert: its row is not in it
                     client.command(self.sql, settings={"async_insert": 0})
                     self.inserted_during_fill = True
-                    self.fill_outlived_insert = bool(client.query(  # then the insert committed before the swap
-                        "SELECT count() FROM system.processes WHERE position(query, 'INSERT INTO `w`.`_chmv_shadow_') = 1"
-                    ).result_rows[0][0])  # fmt: skip
+                    self.fill_outlived_insert = bool(
+                        client.query(  # then the insert committed before the swap
+                            "SELECT count() FROM system.processes WHERE position(query, 'INSERT INTO `w`.`_chmv_shadow_') = 1"
+                        ).result_rows[0][0]
+                    )
                     return
                 time.sleep(0.002)
         except BaseException as err:  # noqa: BLE001 - surfaced by join()
@@ -196,8 +204,9 @@ class Racer:
                     self._seen.add(query)
                     client.command(
                         "INSERT INTO w.events SELECT toDateTime({t:String}) + 3600 + number, number, 2 FROM numbers(3)",
-                        parameters={"t": start.group(1)}, settings={"async_insert": 0},
-                    )  # fmt: skip
+                        parameters={"t": start.group(1)},
+                        settings={"async_insert": 0},
+                    )
                     self.raced += 1
                 time.sleep(0.002)
         except BaseException as err:  # noqa: BLE001 - surfaced by __exit__

@@ -113,5 +113,9 @@ def _named(project: Project, names: tuple[str, ...]) -> set[str]:
 def undefined_writer_names(project: Project, config: WritersConfig) -> list[tuple[str, str]]:
     """``(key, name)`` of every ``[writers]`` name that is not a table of the project (a typo would go unnoticed)."""
     known = {ref.fqn for ref in project.tables} | {ref.fqn for ref in project.external}
-    return [(key, name) for key in ("chmv", "others") for name in getattr(config, key)
-            if next(iter(_named(project, (name,)))) not in known]
+    return [
+        (key, name)
+        for key in ("chmv", "others")
+        for name in getattr(config, key)
+        if next(iter(_named(project, (name,)))) not in known
+    ]

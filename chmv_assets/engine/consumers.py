@@ -46,13 +46,21 @@ def attach_sql(project: Project, consumer: ObjectRef) -> str:
 
 def _mark(client: Client, consumer: ObjectRef, status: str, run: str) -> None:
     source_id = f"{PREFIX}{consumer.fqn}"
-    write_watermark(client, source_id, run, last_processed_ts=None, batch_id=run, status=status,
-                    previous=read_watermark(client, source_id, run))  # fmt: skip
+    write_watermark(
+        client,
+        source_id,
+        run,
+        last_processed_ts=None,
+        batch_id=run,
+        status=status,
+        previous=read_watermark(client, source_id, run),
+    )
 
 
 @contextmanager
-def paused(client: Client, project: Project, consumers: Sequence[ObjectRef], run: str,
-           log: Callable[[str], None] | None = None) -> Iterator[None]:  # fmt: skip
+def paused(
+    client: Client, project: Project, consumers: Sequence[ObjectRef], run: str, log: Callable[[str], None] | None = None
+) -> Iterator[None]:
     """Detach ``consumers`` for the block and attach them after, whatever happens (journaled, see the module)."""
     say = log or (lambda _m: None)
     for consumer in consumers:
@@ -68,8 +76,13 @@ def paused(client: Client, project: Project, consumers: Sequence[ObjectRef], run
             say(f"resumed the stream consumer {consumer.fqn}")
 
 
-def resume_leftovers(client: Client, project: Project, consumers: Sequence[ObjectRef], live_runs: set[str],
-                     log: Callable[[str], None] | None = None) -> list[ObjectRef]:  # fmt: skip
+def resume_leftovers(
+    client: Client,
+    project: Project,
+    consumers: Sequence[ObjectRef],
+    live_runs: set[str],
+    log: Callable[[str], None] | None = None,
+) -> list[ObjectRef]:
     """Attach the ``consumers`` that a run no longer alive (not in ``live_runs``) left paused; those attached."""
     if not consumers:
         return []

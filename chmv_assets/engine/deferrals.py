@@ -39,8 +39,15 @@ def record(client: Client, deferrals: Iterable[Deferral]) -> None:
     """Keep each deferral (pending; a later record of the same partition replaces an earlier one)."""
     for d in deferrals:
         source_id = f"{PREFIX}{d.target.fqn}"
-        write_watermark(client, source_id, d.partition, last_processed_ts=d.closes_at, batch_id=d.reason[:500],
-                        status=PENDING, previous=read_watermark(client, source_id, d.partition))  # fmt: skip
+        write_watermark(
+            client,
+            source_id,
+            d.partition,
+            last_processed_ts=d.closes_at,
+            batch_id=d.reason[:500],
+            status=PENDING,
+            previous=read_watermark(client, source_id, d.partition),
+        )
 
 
 def settle(client: Client, target: ObjectRef, partitions: Iterable[str | None]) -> list[str]:
@@ -56,8 +63,15 @@ def settle(client: Client, target: ObjectRef, partitions: Iterable[str | None]) 
     ).result_rows
     settled = [str(r[0]) for r in rows]
     for key in settled:
-        write_watermark(client, source_id, key, last_processed_ts=None, batch_id="rebuilt", status=DONE,
-                        previous=read_watermark(client, source_id, key))  # fmt: skip
+        write_watermark(
+            client,
+            source_id,
+            key,
+            last_processed_ts=None,
+            batch_id="rebuilt",
+            status=DONE,
+            previous=read_watermark(client, source_id, key),
+        )
     return settled
 
 

@@ -117,8 +117,9 @@ def _read(client: Client, leases: Sequence[str]) -> dict[str, LeaseState]:
         parameters={"leases": list(leases)},
     ).result_rows
     return {
-        lease: LeaseState(lease, int(gen), Holder(owner, run, host, int(pid)), _utc(expires), bool(released),
-                          bool(expired))  # fmt: skip
+        lease: LeaseState(
+            lease, int(gen), Holder(owner, run, host, int(pid)), _utc(expires), bool(released), bool(expired)
+        )
         for lease, gen, owner, run, host, pid, expires, released, expired in rows
     }
 
@@ -135,15 +136,29 @@ def _write(client: Client, rows: dict[str, int], me: Holder, ttl: float, *, rele
     """Renewals (or releases) of the generations ``rows`` (lease → generation): one insert, every row kept."""
     if not rows:
         return
-    values, parameters = [], {"holder": me.owner, "run": me.run, "host": me.host, "pid": me.pid,
-                              "ttl": int(ttl * 1000), "released": int(released), "version": time.time_ns()}  # fmt: skip
+    values, parameters = (
+        [],
+        {
+            "holder": me.owner,
+            "run": me.run,
+            "host": me.host,
+            "pid": me.pid,
+            "ttl": int(ttl * 1000),
+            "released": int(released),
+            "version": time.time_ns(),
+        },
+    )
     for i, (lease, generation) in enumerate(sorted(rows.items())):
-        values.append(f"({{l{i}:String}}, {{g{i}:UInt64}}, {{holder:String}}, {{run:String}}, {{host:String}}, "
-                      "{pid:UInt32}, now64(3) + toIntervalMillisecond({ttl:UInt64}), {released:UInt8}, "
-                      "{version:UInt64})")  # fmt: skip
+        values.append(
+            f"({{l{i}:String}}, {{g{i}:UInt64}}, {{holder:String}}, {{run:String}}, {{host:String}}, "
+            "{pid:UInt32}, now64(3) + toIntervalMillisecond({ttl:UInt64}), {released:UInt8}, "
+            "{version:UInt64})"
+        )
         parameters |= {f"l{i}": lease, f"g{i}": generation}
-    client.command(f"INSERT INTO {qualified(LEASES)} {_COLUMNS} SETTINGS {_APPEND} VALUES {', '.join(values)}",
-                   parameters=parameters)  # fmt: skip
+    client.command(
+        f"INSERT INTO {qualified(LEASES)} {_COLUMNS} SETTINGS {_APPEND} VALUES {', '.join(values)}",
+        parameters=parameters,
+    )
 
 
 def _claim(client: Client, lease: str, generation: int, me: Holder, ttl: float) -> None:
@@ -153,13 +168,28 @@ def _claim(client: Client, lease: str, generation: int, me: Holder, ttl: float) 
         f"INSERT INTO {qualified(LEASES)} {_COLUMNS} SETTINGS {_CLAIM} "
         "VALUES ({lease:String}, {generation:UInt64}, {holder:String}, {run:String}, {host:String}, {pid:UInt32}, "
         "now64(3) + toIntervalMillisecond({ttl:UInt64}), 0, 0)",
-        parameters={"lease": lease, "generation": generation, "holder": me.owner, "run": me.run, "host": me.host,
-                    "pid": me.pid, "ttl": int(ttl * 1000), "token": f"{lease}#{generation}"},  # fmt: skip
+        parameters={
+            "lease": lease,
+            "generation": generation,
+            "holder": me.owner,
+            "run": me.run,
+            "host": me.host,
+            "pid": me.pid,
+            "ttl": int(ttl * 1000),
+            "token": f"{lease}#{generation}",
+        },
     )
 
 
-def acquire(client: Client, leases: Iterable[str], me: Holder, *, ttl: float, wait: float,
-            log: Callable[[str], None] | None = None) -> dict[str, int]:  # fmt: skip
+def acquire(
+    client: Client,
+    leases: Iterable[str],
+    me: Holder,
+    *,
+    ttl: float,
+    wait: float,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, int]:
     """Hold every lease of ``leases`` (claim its next generation), waiting up to ``wait`` seconds for other holders.
 
     In name order: the free ones up to the first another run holds are claimed together (their states read once, and
@@ -191,8 +221,11 @@ def acquire(client: Client, leases: Iterable[str], me: Holder, *, ttl: float, wa
         for lease, generation in claims.items():
             _claim(client, lease, generation, me, ttl)
         won = read(client, list(claims)) if claims else {}
-        held |= {lease: g for lease, g in claims.items()
-                 if (w := won.get(lease)) is not None and w.generation == g and w.holder.run == me.run}  # fmt: skip
+        held |= {
+            lease: g
+            for lease, g in claims.items()
+            if (w := won.get(lease)) is not None and w.generation == g and w.holder.run == me.run
+        }
         if blocked is None or any(lease not in held for lease in claims):
             continue  # all taken, or a claim lost to another run: read again
         if time.monotonic() >= deadline:
@@ -201,7 +234,7 @@ def acquire(client: Client, leases: Iterable[str], me: Holder, *, ttl: float, wa
                 f"{blocked.lease.split(':', 1)[1]} is being rebuilt by {blocked.holder.describe()} (its lease runs "
                 f"until {blocked.expires_at:%Y-%m-%d %H:%M:%S} UTC unless renewed); this run waited {wait:.0f}s and "
                 "changed nothing. Wait for that run to finish and retry (a killed run's lease ends at that time)."
-            )  # fmt: skip
+            )
         if blocked.lease not in said and log is not None:
             log(f"waiting for {blocked.lease}: held by {blocked.holder.describe()}")
             said.add(blocked.lease)
@@ -232,10 +265,18 @@ def live_runs(client: Client, prefix: str) -> set[str]:
 
 
 @contextmanager
-def holding(connect: ClientFactory, leases: Iterable[str], me: Holder, *, ttl: float, wait: float,
-            renewer: ClientFactory | None = None, log: Callable[[str], None] | None = None,
-            on_held: Callable[[Client], None] | None = None,
-            on_release: Callable[[Client], None] | None = None) -> Iterator[dict[str, int]]:  # fmt: skip
+def holding(
+    connect: ClientFactory,
+    leases: Iterable[str],
+    me: Holder,
+    *,
+    ttl: float,
+    wait: float,
+    renewer: ClientFactory | None = None,
+    log: Callable[[str], None] | None = None,
+    on_held: Callable[[Client], None] | None = None,
+    on_release: Callable[[Client], None] | None = None,
+) -> Iterator[dict[str, int]]:
     """Hold every lease of ``leases`` for the block (:func:`acquire`).
 
     Args:
@@ -257,8 +298,9 @@ def holding(connect: ClientFactory, leases: Iterable[str], me: Holder, *, ttl: f
             if on_held is not None:
                 on_held(client)
         if renewer is not None and held:
-            thread = threading.Thread(target=_renew_every, args=(renewer, dict(held), me, ttl, stop), daemon=True,
-                                      name="chmv-lease-renewer")  # fmt: skip
+            thread = threading.Thread(
+                target=_renew_every, args=(renewer, dict(held), me, ttl, stop), daemon=True, name="chmv-lease-renewer"
+            )
             thread.start()
         yield held
     finally:

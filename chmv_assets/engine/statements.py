@@ -64,8 +64,10 @@ def wait_for_orphans(client: Client, query_ids: Iterable[str], timeout: float) -
         waited = sorted(set(waited) | {q for q, _ in found})
         if time.monotonic() >= deadline:
             listed = ", ".join(f"{q} ({e:.0f}s)" for q, e in found)
-            raise ChmvError(f"a statement of an earlier, interrupted run is still running on the server: {listed}; "
-                            "it must finish before this run repeats its work (or KILL QUERY it)")
+            raise ChmvError(
+                f"a statement of an earlier, interrupted run is still running on the server: {listed}; "
+                "it must finish before this run repeats its work (or KILL QUERY it)"
+            )
         time.sleep(0.5)
     return waited
 

@@ -17,8 +17,10 @@ from resources.clickhouse import ClickHouseResource
 pytestmark = pytest.mark.worker_seconds(20)
 DAILY = ObjectRef(database="w", name="daily")
 MONTHS = [window_at(datetime(2026, m, 1), "month") for m in (1, 2, 3)]
-INTO_JANUARY = ("INSERT INTO w.events SELECT toDateTime('2026-01-01 00:00:00') + rand() % 2678400, rand(1) % 200, 1 "
-                "FROM numbers(50)")  # fmt: skip
+INTO_JANUARY = (
+    "INSERT INTO w.events SELECT toDateTime('2026-01-01 00:00:00') + rand() % 2678400, rand(1) % 200, 1 "
+    "FROM numbers(50)"
+)
 
 
 @pytest.fixture(scope="module")

@@ -75,8 +75,10 @@ def deployed(tmp_path_factory):
             "_partition, _offset) SELECT number, number % 50, ['paid', 'created'][number % 2 + 1], number * 10, 'EUR', "
             "toDateTime64('2026-06-01 00:00:00', 3, 'UTC') + number * 600, 0, number FROM numbers(3000)"
         )
-        client.command("INSERT INTO shop.invoice_files (invoice_id, order_id, issued_at, _file) "
-                       "VALUES ('inv-1', 1, '2026-06-02 12:00:00', 'a.jsonl')")  # fmt: skip
+        client.command(
+            "INSERT INTO shop.invoice_files (invoice_id, order_id, issued_at, _file) "
+            "VALUES ('inv-1', 1, '2026-06-02 12:00:00', 'a.jsonl')"
+        )
     return load(KAFKA_CHAIN, twin=True), resource
 
 
@@ -103,7 +105,9 @@ def test_no_statement_of_rebuilds_checks_staleness_or_plans_reads_a_stream(deplo
         plan_lifecycle(client, loaded)
     assert set(refused) == {"shop.order_events", "shop.order_events_dead_letters", "shop.invoices"}
     assert all("is a stream: chmv never reads one" in r for r in refused.values())
-    assert sum(s.startswith("ALTER TABLE `shop`.`revenue_") and "REPLACE PARTITION" in s
-               for s in recording.statements) == 2  # the two targets read from consumers' targets were rebuilt
+    assert (
+        sum(s.startswith("ALTER TABLE `shop`.`revenue_") and "REPLACE PARTITION" in s for s in recording.statements)
+        == 2
+    )  # the two targets read from consumers' targets were rebuilt
     reading = [s for s in recording.statements if any(stream in s for stream in STREAMS)]
     assert reading == []

@@ -43,7 +43,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.worker_seconds(60)]
 
 DAILY, BY_KEY_MV, BY_MONTH = (ObjectRef(database="w", name=n) for n in ("daily", "by_key", "by_month"))
 JAN, FEB, MAR = (window_at(datetime(2026, m, 1), "month") for m in (1, 2, 3))
-LATE_INTO_JANUARY = "INSERT INTO w.events SELECT toDateTime('2026-01-15 12:00:00') + number, number % 200, 1000007 FROM numbers(10)"
+LATE_INTO_JANUARY = (
+    "INSERT INTO w.events SELECT toDateTime('2026-01-15 12:00:00') + number, number % 200, 1000007 FROM numbers(10)"
+)
 STREAM_INTO_NOW = "INSERT INTO w.events SELECT now() - number, number % 200, 1 FROM numbers(5)"
 
 
@@ -111,8 +113,10 @@ def test_a_row_written_during_the_read_is_not_lost(engine, loaded):
 def test_writers_throughout_every_row_counted_once_and_the_open_month_deferred(engine, loaded):
     """Late rows into the closed months and a steady stream into the open one while the closed months are rebuilt,
     twice each, as the assets rebuild them: the closed months equal their recompute; the open month is deferred."""
-    late = ("INSERT INTO w.events SELECT toDateTime('2026-01-01 00:00:00') + rand() % 7776000, rand(1) % 200, 3 "
-            "FROM numbers(20)")  # fmt: skip
+    late = (
+        "INSERT INTO w.events SELECT toDateTime('2026-01-01 00:00:00') + rand() % 7776000, rand(1) % 200, 3 "
+        "FROM numbers(20)"
+    )
     attempts = []
     with engine.get_client() as client:
         for month in (202601, 202602, 202603):
@@ -206,8 +210,11 @@ def test_a_held_partition_stops_a_run_naming_the_holder(engine, base):
     with engine.get_client() as client:
         before = client.query("SELECT sum(n) FROM w.daily").result_rows
     with leases.holding(engine, [lease], other, ttl=60, wait=0):
-        with pytest.raises(LeaseHeld, match=r"w\.daily:2026-03-01 is being rebuilt by dagster run 4d2f \(run 0badf00d, "
-                                            r"host pod-7, pid 31\)"):  # fmt: skip
+        with pytest.raises(
+            LeaseHeld,
+            match=r"w\.daily:2026-03-01 is being rebuilt by dagster run 4d2f \(run 0badf00d, "
+            r"host pod-7, pid 31\)",
+        ):
             rebuild_partitions(engine, loaded, DAILY, [MAR])
         with engine.get_client() as client:
             assert client.query("SELECT sum(n) FROM w.daily").result_rows == before  # nothing changed
@@ -229,8 +236,11 @@ def test_a_lease_of_a_process_gone_from_this_host_is_taken_over_at_once(engine, 
 def test_a_killed_runs_shadows_are_dropped_and_a_live_runs_kept(engine, loaded):
     live = leases.Holder("dagster run 77", "0a0a0a0a", host="pod-2", pid=9)
     with engine.get_client() as client:
-        for name in ("_chmv_shadow_daily_20260101_rdeadbeef", "_chmv_shadow_daily_range_r0a0a0a0a",
-                     "_chmv_shadow_daily_20260201"):  # fmt: skip
+        for name in (
+            "_chmv_shadow_daily_20260101_rdeadbeef",
+            "_chmv_shadow_daily_range_r0a0a0a0a",
+            "_chmv_shadow_daily_20260201",
+        ):
             client.command(f"CREATE TABLE w.`{name}` AS w.daily")
         client.command("CREATE TABLE w.`_chmv_shadow_daily_x_20260101_rdeadbeef` AS w.daily")  # another table's
     with leases.holding(engine, [leases.rebuild_lease("w.daily", "2026-02-01")], live, ttl=600, wait=0):
@@ -253,8 +263,10 @@ def test_an_mv_without_to_rebuilt_whole_keeps_its_source_writable(engine, loaded
     assert all("EXCHANGE" not in s for r in results for s in r.statements)
     with engine.get_client() as client:
         client.command("INSERT INTO w.events SELECT toDateTime('2026-02-10 00:00:00'), 5, 5")  # still fires the MVs
-        assert client.query("SELECT name FROM system.tables WHERE database = 'w' AND name LIKE '.inner%'").result_rows \
-            == inner  # fmt: skip
+        assert (
+            client.query("SELECT name FROM system.tables WHERE database = 'w' AND name LIKE '.inner%'").result_rows
+            == inner
+        )
         if target == BY_KEY_MV:
             assert client.query(BY_KEY[0]).result_rows == client.query(BY_KEY[1]).result_rows
         else:
@@ -268,22 +280,30 @@ def test_an_apply_re_derives_closed_months_exactly_under_writers_and_defers_the_
     ddl = tmp_path / "ddl"
     shutil.copytree(base / "ddl", ddl)
     sql = (ddl / "w.sql").read_text()
-    (ddl / "w.sql").write_text(sql.replace("count() AS n, sum(v) AS s FROM w.events GROUP BY day, k",
-                                           "count() AS n, sum(v) * 2 AS s FROM w.events GROUP BY day, k"))  # fmt: skip
+    (ddl / "w.sql").write_text(
+        sql.replace(
+            "count() AS n, sum(v) AS s FROM w.events GROUP BY day, k",
+            "count() AS n, sum(v) * 2 AS s FROM w.events GROUP BY day, k",
+        )
+    )
     loaded = load(ddl)
     with engine.get_client() as client:
         plan = plan_lifecycle(client, loaded)
         preflight(client, loaded, plan)
     assert [c.action for c in plan.changes] == [Action.MODIFY_QUERY]
-    late = ("INSERT INTO w.events SELECT toDateTime('2026-01-01 00:00:00') + rand() % 7776000, rand(1) % 200, 3 "
-            "FROM numbers(20)")  # fmt: skip
+    late = (
+        "INSERT INTO w.events SELECT toDateTime('2026-01-01 00:00:00') + rand() % 7776000, rand(1) % 200, 3 "
+        "FROM numbers(20)"
+    )
     path = path_of(engine)
     with ThreadWriter(path, late, 3.0) as lates, ThreadWriter(path, STREAM_INTO_NOW, 0.005), Racer(path) as racer:
         report = apply_plan(engine, loaded, plan, batch_seconds=0.0)  # one partition per hold: writes land between
     assert lates.inserts >= 1 and racer.raced >= 2 and report.partitions["w.daily"] >= 4
     now = this_month()
-    new_select = ("SELECT toDate(ts) AS d, k, count(), sum(v) * 2 FROM w.events WHERE toYYYYMM(ts) = {m:UInt32} "
-                  "GROUP BY ALL ORDER BY ALL")  # fmt: skip
+    new_select = (
+        "SELECT toDate(ts) AS d, k, count(), sum(v) * 2 FROM w.events WHERE toYYYYMM(ts) = {m:UInt32} "
+        "GROUP BY ALL ORDER BY ALL"
+    )
     with engine.get_client() as client:
         for month in (202601, 202602, 202603):
             got = client.query(RECOMPUTE["daily"][0], parameters={"m": month}).result_rows
@@ -299,15 +319,18 @@ def test_a_new_version_under_writers_is_exact_or_stops_with_the_old_version_live
     ddl = tmp_path / "ddl"
     shutil.copytree(base / "ddl", ddl)
     sql = (ddl / "w.sql").read_text()
-    (ddl / "w.sql").write_text(sql.replace("PARTITION BY toYYYYMM(day) ORDER BY (day, k);",
-                                           "PARTITION BY toYYYYMM(day) ORDER BY (k, day);"))  # fmt: skip
+    (ddl / "w.sql").write_text(
+        sql.replace("PARTITION BY toYYYYMM(day) ORDER BY (day, k);", "PARTITION BY toYYYYMM(day) ORDER BY (k, day);")
+    )
     loaded = load(ddl)
     with engine.get_client() as client:
         plan = plan_lifecycle(client, loaded)
         preflight(client, loaded, plan)
     assert [c.action for c in plan.changes] == [Action.NEW_VERSION]
-    late = ("INSERT INTO w.events SELECT toDateTime('2026-01-01 00:00:00') + rand() % 7776000, rand(1) % 200, 3 "
-            "FROM numbers(20)")  # fmt: skip
+    late = (
+        "INSERT INTO w.events SELECT toDateTime('2026-01-01 00:00:00') + rand() % 7776000, rand(1) % 200, 3 "
+        "FROM numbers(20)"
+    )
     now_rows = "INSERT INTO w.events SELECT now() - number, number % 200, 1 FROM numbers(5)"
     path = path_of(engine)
     with ThreadWriter(path, late, 3.0), ThreadWriter(path, now_rows, 0.5), Racer(path) as racer:
@@ -317,6 +340,7 @@ def test_a_new_version_under_writers_is_exact_or_stops_with_the_old_version_live
     with engine.get_client() as client:
         for month in (202601, 202602, 202603, int(now.key[:4] + now.key[5:7])):
             assert month_matches(client, "daily", month), month
-        assert "ORDER BY (k, day)" in client.command("SELECT create_table_query FROM system.tables "
-                                                     "WHERE database = 'w' AND name = 'daily'")  # fmt: skip
+        assert "ORDER BY (k, day)" in client.command(
+            "SELECT create_table_query FROM system.tables WHERE database = 'w' AND name = 'daily'"
+        )
         assert not plan_lifecycle(client, loaded).has_changes

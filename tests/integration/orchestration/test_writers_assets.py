@@ -18,8 +18,10 @@ from chmv_assets.orchestration.assets import build_chmv_assets
 from resources.clickhouse import ClickHouseResource
 
 pytestmark = [pytest.mark.slow, pytest.mark.worker_seconds(40)]
-LATE = ("INSERT INTO w.events SELECT toDateTime('2026-01-01 00:00:00') + rand() % 7776000, rand(1) % 200, 3 "
-        "FROM numbers(20)")  # fmt: skip
+LATE = (
+    "INSERT INTO w.events SELECT toDateTime('2026-01-01 00:00:00') + rand() % 7776000, rand(1) % 200, 3 "
+    "FROM numbers(20)"
+)
 STREAM = "INSERT INTO w.events SELECT now() - number, number % 200, 1 FROM numbers(5)"
 
 
@@ -52,9 +54,15 @@ def test_a_backfill_of_closed_months_under_writers_is_exact(base, engine):
     with ThreadWriter(path, LATE, 3.0), ThreadWriter(path, STREAM, 0.005), Racer(path) as racer:
         # The target's blocking checks run in the same run, while the writers write (parity compares again what a
         # write raced instead of failing it).
-        result = materialize([asset], selection=AssetSelection.assets(daily), resources={"clickhouse": engine},
-                             tags={"dagster/asset_partition_range_start": "2026-01-01",
-                                   "dagster/asset_partition_range_end": "2026-03-01"})  # fmt: skip
+        result = materialize(
+            [asset],
+            selection=AssetSelection.assets(daily),
+            resources={"clickhouse": engine},
+            tags={
+                "dagster/asset_partition_range_start": "2026-01-01",
+                "dagster/asset_partition_range_end": "2026-03-01",
+            },
+        )
     assert result.success and racer.raced >= 1
     materializations = result.asset_materializations_for_node(asset.node_def.name)
     assert [m.partition for m in materializations] == ["2026-01-01", "2026-02-01", "2026-03-01"]
@@ -72,8 +80,9 @@ def test_the_open_month_fails_its_run_saying_when_it_will_be_rebuilt(base, engin
     daily = AssetKey(["w", "daily"])
     asset = assets_of(loaded)[daily]
     month = f"{floor_to_grain(datetime.utcnow(), 'month'):%Y-%m-%d}"
-    result = materialize([asset], selection=[daily], partition_key=month, resources={"clickhouse": engine},
-                         raise_on_error=False)  # fmt: skip
+    result = materialize(
+        [asset], selection=[daily], partition_key=month, resources={"clickhouse": engine}, raise_on_error=False
+    )
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE)
     message = failure.step_failure_data.error.cause.message
@@ -88,8 +97,9 @@ def test_mvs_without_to_materialize_and_their_source_stays_writable(base, engine
     assets = assets_of(loaded)
     by_key, by_month = AssetKey(["w", "by_key"]), AssetKey(["w", "by_month"])
     assert materialize([assets[by_key]], selection=[by_key], resources={"clickhouse": engine}).success
-    assert materialize([assets[by_month]], selection=[by_month], partition_key="2026-02-01",
-                       resources={"clickhouse": engine}).success  # fmt: skip
+    assert materialize(
+        [assets[by_month]], selection=[by_month], partition_key="2026-02-01", resources={"clickhouse": engine}
+    ).success
     with engine.get_client() as client:
         client.command(STREAM)  # main: "Target table … .inner_id.<uuid> … doesn't exist"
         assert client.query(BY_KEY[0]).result_rows == client.query(BY_KEY[1]).result_rows

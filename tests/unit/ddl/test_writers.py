@@ -29,7 +29,9 @@ def test_a_root_table_is_written_by_others_unless_chmv_toml_says_only_chmv(tmp_p
     assert loaded.writers(ref("d.app")).uncontrolled
     loaded = load_ddl(tmp_path / "b", DDL, toml='[writers]\nchmv = ["d.app"]\n')
     assert loaded.writers(ref("d.app")).writers == {Writer.CHMV} and not loaded.writers(ref("d.app")).uncontrolled
-    loaded = load_ddl(tmp_path / "c", DDL, toml='default_database = "d"\n[writers]\ndefault = "chmv"\nothers = ["app"]\n')
+    loaded = load_ddl(
+        tmp_path / "c", DDL, toml='default_database = "d"\n[writers]\ndefault = "chmv"\nothers = ["app"]\n'
+    )
     assert loaded.writers(ref("d.app")).writers == {Writer.OTHERS}
 
 
@@ -54,8 +56,11 @@ def test_a_table_an_mv_writes_gets_others_only_where_chmv_toml_says(tmp_path):
 
 
 def test_a_name_the_ddl_does_not_define_is_an_error_at_its_line(tmp_path):
-    with pytest.raises(DDLError, match=r"chmv\.toml:3:1: \[writers\] chmv names d\.ap, which the DDL directory does "
-                                       r"not define"):  # fmt: skip
+    with pytest.raises(
+        DDLError,
+        match=r"chmv\.toml:3:1: \[writers\] chmv names d\.ap, which the DDL directory does "
+        r"not define",
+    ):
         load_ddl(tmp_path, DDL, toml='[writers]\ndefault = "others"\nchmv = ["d.ap"]\n')
 
 

@@ -37,8 +37,9 @@ def loaded(tmp_path):
 
 def plan(loaded, target: str, windows, now=NOW, **options):
     target_ref = ref(target)
-    return plan_rebuild(loaded, target_ref, windows, Observations(live=target_ref, now=now), engine="clickhouse",
-                        **options)  # fmt: skip
+    return plan_rebuild(
+        loaded, target_ref, windows, Observations(live=target_ref, now=now), engine="clickhouse", **options
+    )
 
 
 def test_a_partition_open_to_others_is_deferred_with_when_it_closes(loaded):

@@ -15,5 +15,5 @@ def test_a_statement_id_is_the_same_for_the_same_step_on_every_host():
 
 def test_orphans_are_killed_by_their_ids():
     assert kill_sql(["chmv-x-2", "chmv-x-1", "it's"]) == (
-        "KILL QUERY WHERE query_id IN ('chmv-x-1', 'chmv-x-2', 'it\\'s') SYNC")
-
+        "KILL QUERY WHERE query_id IN ('chmv-x-1', 'chmv-x-2', 'it\\'s') SYNC"
+    )
