@@ -32,21 +32,45 @@ TIME_CASES = [
     ("toYYYYMM-of-Date", "d Date", "toYYYYMM(d)", "month", "d"),
     ("quoted-column-with-space", "`event time` DateTime", "toYYYYMM(`event time`)", "month", "event time"),
     ("spaces-inside-the-call", "ts DateTime", "toDate( ts )", "day", "ts"),
+    ("toMonday", "ts DateTime", "toMonday(ts)", "week", "ts"),
+    ("toStartOfWeek-monday-mode", "d Date", "toStartOfWeek(d, 1)", "week", "d"),
+    ("toStartOfQuarter", "d Date", "toStartOfQuarter(d)", "quarter", "d"),
+    ("toStartOfYear", "ts DateTime", "toStartOfYear(ts)", "year", "ts"),
+    ("toYear", "d Date", "toYear(d)", "year", "d"),
+    ("toStartOfFifteenMinutes", "ts DateTime", "toStartOfFifteenMinutes(ts)", "15 minute", "ts"),
+    ("interval-6-hours", "ts DateTime", "toStartOfInterval(ts, INTERVAL 6 HOUR)", "6 hour", "ts"),
+    ("interval-30-minutes", "ts DateTime", "toStartOfInterval(ts, INTERVAL 30 minute)", "30 minute", "ts"),
+    ("interval-1-week", "d Date", "toStartOfInterval(d, INTERVAL 1 WEEK)", "week", "d"),
+    ("interval-3-months", "d Date", "toStartOfInterval(d, INTERVAL 3 MONTH)", "quarter", "d"),
+    ("intDiv-unix-hours", "ts DateTime", "intDiv(toUnixTimestamp(ts), 3600)", "hour", "ts"),
+    ("intDiv-unix-days", "ts DateTime", "intDiv(toUInt32(ts), 86400)", "day", "ts"),
 ]
 # (id, columns, PARTITION BY) of tables that Dagster sees unpartitioned, without a note
 UNPARTITIONED_CASES = [
     ("tuple()", "ts DateTime", "tuple()"),
     ("none", "ts DateTime", None),
 ]
-# (id, columns, PARTITION BY) of tables with a PARTITION BY that has no time-window equivalent
-OTHER_CASES = [
-    ("bare-DateTime-column", "ts DateTime", "ts"),
-    ("toMonday", "ts DateTime", "toMonday(ts)"),
-    ("compound-key", "ts DateTime, k String", "(toYYYYMM(ts), k)"),
-    ("intDiv", "id UInt64", "intDiv(id, 1000)"),
-    ("string-column", "k String", "k"),
+# (id, columns, PARTITION BY, grain, column, keys, note) of tables with a key part: a time window and a key, or a key
+KEY_CASES = [
+    ("compound-key", "ts DateTime, k String", "(toYYYYMM(ts), k)", "month", "ts", ("k",), None),
+    ("tuple-function", "ts DateTime, k String", "tuple(toDate(ts), k)", "day", "ts", ("k",), None),
+    ("key-first", "ts DateTime, k String, n UInt8", "(k, toMonday(ts), n % 4)", "week", "ts", ("k", "n % 4"), None),
+    ("string-column", "k String", "k", None, None, ("k",), None),
+    ("tuple-of-keys", "k String, n UInt8", "(k, n)", None, None, ("k", "n"), None),
+    ("intDiv-of-a-number", "id UInt64", "intDiv(id, 1000)", None, None, ("intDiv(id, 1000)",), None),
+    ("bare-DateTime-column", "ts DateTime", "ts", None, None, ("ts",), None),
+    ("sunday-weeks", "d Date", "toStartOfWeek(d)", None, None, ("toStartOfWeek(d)",), "toStartOfWeek(d): no time"),
+    (
+        "two-days",
+        "ts DateTime",
+        "toStartOfInterval(ts, INTERVAL 2 DAY)",
+        None,
+        None,
+        ("toStartOfInterval(ts, INTERVAL 2 DAY)",),
+        "toStartOfInterval(ts, INTERVAL 2 DAY): no time",
+    ),
 ]
-ALL_CASES = [(c[0], c[1], c[2]) for c in TIME_CASES] + UNPARTITIONED_CASES + OTHER_CASES
+ALL_CASES = [(c[0], c[1], c[2]) for c in TIME_CASES] + UNPARTITIONED_CASES + [(c[0], c[1], c[2]) for c in KEY_CASES]
 
 
 def _table_name(case_id: str) -> str:
@@ -79,14 +103,14 @@ def test_unpartitioned_without_note(tables, case_id):
     assert scheme_of(tables, case_id) == PartitionScheme(grain=None, column=None, note=None)
 
 
-@pytest.mark.parametrize(("case_id", "partition_by"), [(c[0], c[2]) for c in OTHER_CASES],
-                         ids=[c[0] for c in OTHER_CASES])  # fmt: skip
-def test_anything_else_is_unpartitioned_with_a_note(tables, case_id, partition_by):
+@pytest.mark.parametrize(
+    ("case_id", "grain", "column", "keys", "note"), [(c[0], *c[3:]) for c in KEY_CASES], ids=[c[0] for c in KEY_CASES]
+)
+def test_a_key_part_partitions_by_the_values_the_server_holds(tables, case_id, grain, column, keys, note):
     scheme = scheme_of(tables, case_id)
-    assert (scheme.grain, scheme.column) == (None, None)
-    assert scheme.note is not None
-    assert scheme.note.startswith(f"PARTITION BY {partition_by} ")
-    assert "unpartitioned" in scheme.note
+    assert (scheme.grain, scheme.column, scheme.keys) == (grain, column, keys)
+    assert scheme.partitioned and scheme.keyed
+    assert scheme.note == note if note is None else scheme.note.startswith(note)
 
 
 AGGREGATE_DDL = """
@@ -103,17 +127,33 @@ SELECT toStartOfHour(ts) AS hour, k, sum(v) AS v FROM d.src GROUP BY hour, k;
 """
 
 
-@pytest.mark.parametrize(("target", "note"), [
-    ("d.latest", "partition column seen is an aggregate in d.latest_mv: the asset is unpartitioned"),
-    ("d.hourly", "partition column hour is an aggregate in d.hourly_max_mv: the asset is unpartitioned"),
-    ("d.plain", None),
-], ids=["aggregate", "one-mv-of-a-fan-in-aggregates", "grouped-by-not-aggregated"])  # fmt: skip
-def test_partition_column_that_an_mv_aggregates(tmp_path, target, note):
+@pytest.mark.parametrize(
+    ("target", "note", "key"),
+    [
+        (
+            "d.latest",
+            "partition column seen is an aggregate in d.latest_mv: partitioned by the values the server holds, "
+            "not by time windows",
+            "toDate(seen)",
+        ),
+        (
+            "d.hourly",
+            "partition column hour is an aggregate in d.hourly_max_mv: partitioned by the values the server "
+            "holds, not by time windows",
+            "toDate(hour)",
+        ),
+        ("d.plain", None, None),
+    ],
+    ids=["aggregate", "one-mv-of-a-fan-in-aggregates", "grouped-by-not-aggregated"],
+)
+def test_partition_column_that_an_mv_aggregates(tmp_path, target, note, key):
     loaded = load_ddl(tmp_path, AGGREGATE_DDL)
     project = loaded.project
     scheme = partition_scheme(project.table(ref(target)), project.views_into(ref(target)))
-    expected = PartitionScheme(grain=None, note=note) if note else PartitionScheme(grain="day", column="hour")
-    assert scheme == expected
+    if note:
+        assert scheme == PartitionScheme(grain=None, note=note, keys=(key,), key_elements=(0,))
+    else:
+        assert scheme == PartitionScheme(grain="day", column="hour")
 
 
 def test_the_example_targets(example):
