@@ -242,7 +242,7 @@ CREATE MATERIALIZED VIEW d.daily_mv TO d.daily AS SELECT toDate(ts) AS day, coun
 def test_range_select_needs_windows_of_a_partitioned_target(example):
     project = example.project
     view = project.views[ref("analytics.entity_latest_mv")]
-    with pytest.raises(ValueError, match="windows of a partitioned target"):
+    with pytest.raises(ValueError, match="time windows of a target partitioned by time"):
         range_select(view, project, project.table(ref("analytics.entity_latest")), PartitionScheme(grain=None), [])
 
 
