@@ -36,7 +36,7 @@ from chmv_assets.cli import main
 from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import decode_key, encode_key
-from chmv_assets.engine.sweep import SweepState, read_parts, seen_partitions, tracked_tables
+from chmv_assets.engine.sweep import SweepState, decide, read_parts, seen_partitions, tracked_tables
 from chmv_assets.orchestration.definitions import build_definitions
 from chmv_assets.orchestration.live_state import evaluate_live_state
 from chmv_assets.orchestration.sweep import SWEEP_JOB, SWEEP_SENSOR
@@ -412,3 +412,30 @@ def test_dropped_partitions_are_swept_failed_and_recovered_one_by_one(
         )
     again = tick(loaded, "chmv_recovery", engine, instance, data.cursor)
     assert not again.run_requests and json.loads(again.cursor)["ledger"] == {}
+
+
+def test_a_late_reading_marks_the_windows_it_maps_into_for_every_key_value(
+    loaded: LoadedProject, engine: ClickHouseResource
+) -> None:
+    """A row of 30 September 18:10 arrives late: each target's partition of that time is marked, every key value the
+    target holds for a time × key target (the row's key is not read from the source), every partition of a key alone;
+    the chain's target below marks every key (its source's partitions changed)."""
+    with engine.get_client() as client:
+        state = SweepState.loads(json.loads(_swept(loaded, engine))["state"])
+        client.command("INSERT INTO fleet.readings VALUES ('2025-09-30 18:10:00', 'dev-1', 'eu', 'acme', 'load', 1.5)")
+        decision = decide(client, loaded, list(loaded.project.targets), state, now=0.0, max_partitions=0, max_rows=0)
+        buckets = [str(b) for (b,) in rows(client, "SELECT DISTINCT bucket FROM fleet.device_buckets ORDER BY 1")]
+    marked = {fqn.removeprefix("fleet."): sorted(keys) for fqn, keys in decision.state.pending.items()}
+    assert marked == {
+        "weekly_load": ["2025-09-29"],
+        "quarterly_devices": ["2025-07-01"],
+        "yearly_tenants": ["2025-01-01"],
+        "daily_devices": ["2025-09-30"],
+        "shift_load": ["2025-09-30-18:00"],
+        "temperatures": ["2025-09-30"],  # its MV keeps temperatures only: the sweep marks what its source's rows reach
+        "regional_days": ["2025-09-01|apac", "2025-09-01|eu", "2025-09-01|us"],
+        "tenant_totals": sorted(["acme", "globex", encode_key([ODD_TENANT])]),
+        "device_buckets": [f"2025-09-29|{b}" for b in buckets],
+        "regional_years": ["2025/apac", "2025/eu", "2025/us"],
+        "device_latest": [""],
+    }

@@ -11,11 +11,19 @@ from ddl_testing import load_ddl, ref
 from chmv_assets.ddl.partitioning import (
     PartitionScheme,
     PartitionWindow,
+    decode_key,
+    encode_key,
     floor_to_grain,
+    keyed_window,
     next_start,
+    partition_of,
     partition_scheme,
+    partition_values,
+    time_of,
     window_at,
+    window_for_partition_key,
     windows_between,
+    with_values,
 )
 
 # (id, columns, PARTITION BY or None, expected grain, expected column)
@@ -255,3 +263,89 @@ def test_windows_between(grain, first, since, until, expected):
 def test_first_window_starts_at_the_first_boundary_at_or_after_first_start(grain, first, expected):
     """Like Dagster's partitions of a ``partition_start`` that is not on a boundary: no key Dagster lacks."""
     assert keys(windows_between(grain, first, D(2020, 1, 1), D(2026, 10, 2)))[:2] == expected
+
+
+# --- keys ---------------------------------------------------------------------------------------------------------
+
+MONTH_BY_REGION = PartitionScheme(grain="month", column="day", keys=("region",), key_elements=(1,))
+TENANT_AND_REGION = PartitionScheme(grain=None, keys=("tenant", "region"), key_elements=(0, 1))
+
+
+@pytest.mark.parametrize(
+    "values",
+    [("eu",), ("a|b", ""), ("x/y", "50%"), ("it's [1,2]",), ("München", "東京"), ("a...b",), ("tab\there",)],
+    ids=["plain", "delimiter-and-empty", "slash-and-percent", "quote-brackets-comma", "unicode", "dots", "control"],
+)
+def test_key_values_round_trip_through_a_dagster_key(values):
+    key = encode_key(values)
+    assert decode_key(key) == values
+    assert not {"|", ",", "[", "]"} & set(key) and "..." not in key and key  # what Dagster refuses in a key
+    assert all(ord(c) >= 32 for c in key)
+
+
+def test_a_value_dagster_allows_is_its_own_key():
+    assert (
+        encode_key(["eu"]) == "eu" and encode_key(["2025", "us"]) == "2025/us" and encode_key(["München"]) == "München"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "elements", "values"),
+    [
+        ("202609", 1, ("202609",)),
+        ("it's / 50%|x", 1, ("it's / 50%|x",)),  # one element: the value as it is
+        ("(202609,'eu')", 2, ("202609", "eu")),
+        ("(202601,'q\\'s,)','y',-3)", 4, ("202601", "q's,)", "y", "-3")),
+        ("(202601,'a\\tb','x',NULL)", 4, ("202601", "a\tb", "x", "NULL")),
+        ("(2,'2025-09-29')", 2, ("2", "2025-09-29")),
+    ],
+    ids=["one", "one-with-delimiters", "tuple", "escaped-quote-comma-paren", "tab-and-null", "number-and-date"],
+)
+def test_partition_values_of_system_parts(text, elements, values):
+    assert partition_values(text, elements) == values
+
+
+def test_window_for_partition_key_of_each_shape():
+    window = window_for_partition_key(MONTH_BY_REGION, "2026-09-01|eu")
+    assert window == PartitionWindow("2026-09-01|eu", D(2026, 9, 1), D(2026, 10, 1), ("eu",))
+    assert window.time_window() == PartitionWindow("2026-09-01", D(2026, 9, 1), D(2026, 10, 1))
+    alone = window_for_partition_key(TENANT_AND_REGION, "it's %2F 50%25/eu")
+    assert alone == PartitionWindow("it's %2F 50%25/eu", None, None, ("it's / 50%", "eu"))
+    assert not alone.timed and alone.keyed and time_of(alone) is None
+    assert window_for_partition_key("week", "2026-08-03").end == D(2026, 8, 10)
+    assert window_for_partition_key("6 hour", "2026-08-03-18:00").end == D(2026, 8, 4)
+
+
+@pytest.mark.parametrize(
+    ("scheme", "key", "message"),
+    [
+        (MONTH_BY_REGION, "2026-09-01", "expected <window>|<key>"),
+        (MONTH_BY_REGION, "2026-09-02|eu", "not the start of a month partition"),
+        (TENANT_AND_REGION, "acme", "names 1 value(s); the key part tenant, region has 2"),
+        (PartitionScheme(grain="day", column="d"), "2026-09-01|eu", "expected a window"),
+        (PartitionScheme(grain=None), "eu", "the target is unpartitioned"),
+    ],
+    ids=["a-window-without-its-key", "not-a-boundary", "too-few-values", "a-key-where-there-is-none", "unpartitioned"],
+)
+def test_a_key_not_of_the_scheme_is_refused_with_what_it_expects(scheme, key, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        window_for_partition_key(scheme, key)
+
+
+def test_partition_of_a_clickhouse_partition():
+    assert partition_of(MONTH_BY_REGION, "(202609,'eu')", D(2026, 9, 14, 3)) == window_at(
+        D(2026, 9, 1), "month", ("eu",)
+    )
+    assert partition_of(MONTH_BY_REGION, "(202609,'eu')", None) is None  # no time of its rows: no window
+    assert partition_of(TENANT_AND_REGION, "('acme','eu')", None) == keyed_window(("acme", "eu"))
+    assert partition_of(PartitionScheme(grain=None), "tuple()", None) is None
+
+
+def test_each_time_window_once_per_key_value():
+    windows = windows_between("month", D(2026, 8, 1), D(2026, 8, 1), D(2026, 9, 1))
+    assert [w.key for w in with_values(windows, [("eu",), ("us",)])] == [
+        "2026-08-01|eu",
+        "2026-08-01|us",
+        "2026-09-01|eu",
+        "2026-09-01|us",
+    ]
