@@ -241,7 +241,7 @@ def _rebuild(args: argparse.Namespace, loaded, resource) -> int:
     try:
         windows = [window_for_partition_key(scheme, key) for key in args.partition] if scheme else [None]
     except ValueError as err:
-        example = "; a partition of a window and a key is <window>|<value> (2026-08-01|eu)" if scheme.keyed else ""
+        example = " (a window's partition of a key value: 2026-08-01|eu)" if scheme.keyed and scheme.grain else ""
         raise ChmvError(f"--partition: {err}; {target.fqn} is partitioned by {scheme.describe()}{example}") from err
     windows = windows or [None]
     root = landing_dir(loaded)

@@ -366,9 +366,10 @@ def window_for_partition_key(scheme: PartitionScheme | str, key: str) -> Partiti
             raise ValueError(f"{key}: the target is unpartitioned")
         return keyed_window(_checked(scheme, decode_key(key), key))
     time_key, delimiter, rest = key.partition(KEY_DELIMITER)
-    if scheme.keyed != bool(delimiter):
-        shape = "<window>|<key>" if scheme.keyed else "a window"
-        raise ValueError(f"{key} is not a partition key of {scheme.describe()} (expected {shape})")
+    if scheme.keyed and not delimiter:
+        raise ValueError(f"{key} names a window without the key's values (expected <window>{KEY_DELIMITER}<values>)")
+    if delimiter and not scheme.keyed:
+        raise ValueError(f"{key} names key values: the target has no key part (expected a window)")
     start = datetime.strptime(time_key, KEY_FORMATS[scheme.grain])
     if floor_to_grain(start, scheme.grain) != start:
         raise ValueError(f"{time_key} is not the start of a {scheme.grain} partition")

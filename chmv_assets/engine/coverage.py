@@ -484,8 +484,11 @@ def _table_verdict(loaded: LoadedProject, source: ObjectRef, window: PartitionWi
         extra = f" ({rows.rows:,} rows of the window await deletion)" if rows is not None and rows.rows else ""
         return Verdict(retention.holding, f"{retention.reason}{extra}; {held}")
     if window is None:
-        why = retention.reason if retention else "an unpartitioned target: whether the table still holds every row it "\
-                                                 "ever received is not observable"  # fmt: skip
+        unobservable = (
+            "an unpartitioned target or a partition of a key alone (no time window): whether the table still holds "
+            "every row it ever received is not observable"
+        )
+        why = retention.reason if retention else unobservable
         return Verdict(Holding.UNKNOWN, f"{why}; {held}")
     if mapping is None or rows is None:
         return Verdict(Holding.UNKNOWN, f"the rows of {name} cannot be placed in partition windows (the target's "

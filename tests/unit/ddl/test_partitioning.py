@@ -319,10 +319,10 @@ def test_window_for_partition_key_of_each_shape():
 @pytest.mark.parametrize(
     ("scheme", "key", "message"),
     [
-        (MONTH_BY_REGION, "2026-09-01", "expected <window>|<key>"),
+        (MONTH_BY_REGION, "2026-09-01", "names a window without the key's values (expected <window>|<values>)"),
         (MONTH_BY_REGION, "2026-09-02|eu", "not the start of a month partition"),
         (TENANT_AND_REGION, "acme", "names 1 value(s); the key part tenant, region has 2"),
-        (PartitionScheme(grain="day", column="d"), "2026-09-01|eu", "expected a window"),
+        (PartitionScheme(grain="day", column="d"), "2026-09-01|eu", "the target has no key part (expected a window)"),
         (PartitionScheme(grain=None), "eu", "the target is unpartitioned"),
     ],
     ids=["a-window-without-its-key", "not-a-boundary", "too-few-values", "a-key-where-there-is-none", "unpartitioned"],
