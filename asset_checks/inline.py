@@ -78,7 +78,7 @@ def check_partition_keys(context: AssetExecutionContext, partitions_def: Partiti
         return [None]
     if context.has_partition_key or context.has_partition_key_range:
         return list(context.partition_keys)
-    last = partitions_def.get_last_partition_key()
+    last = partitions_def.get_last_partition_key(dynamic_partitions_store=context.instance)
     return [last] if last is not None else []
 
 

@@ -30,7 +30,7 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 from asset_checks.common import SELF_DEDUP_ENGINES, involved_objects, missing_message
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Table
-from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme
+from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme, time_of
 from chmv_assets.engine import landing, races
 from chmv_assets.engine.catalog import existing_objects, live_table
 from chmv_assets.engine.clock import wall_now
@@ -41,7 +41,7 @@ from chmv_assets.engine.planner import spark_capable, streamed_triggers, trigger
 from chmv_assets.engine.rebuild import race_ranges
 from chmv_assets.errors import ChmvError
 from chmv_assets.sql.quoting import qualified, quote
-from chmv_assets.sql.rebuild_sql import partition_expression, range_select, view_select
+from chmv_assets.sql.rebuild_sql import partition_expression, partition_filter, range_select, view_select
 
 #: Aggregate functions whose -Merge over a whole partition equals the -Merge of the recompute exactly.
 ADDITIVE = {"sum", "count", "sumWithOverflow", "sumKahan"}
@@ -230,12 +230,12 @@ def parity_sql(loaded: LoadedProject, target: ObjectRef, window: PartitionWindow
         raise ChmvError(f"{target.fqn} is not defined in the DDL directory")
     views = project.views_into(target)
     scheme = partition_scheme(table, views)
-    if scheme.grain is None:
+    if not scheme.partitioned:
         window = None
     measures = measures_for(table, views)
     target_where = ""
     if window is not None and table.partition_by is not None:
-        target_where = f" WHERE ({table.partition_by.sql}) = ({partition_expression(table, scheme, window)})"
+        target_where = f" WHERE {partition_filter(table, scheme, window)}"
     final = " FINAL" if table.engine is not None and table.engine.family in SELF_DEDUP_ENGINES else ""
     actual_cols = ", ".join(f"toFloat64({a}) AS m{i}" for i, (_, a, _e) in enumerate(measures))
     expected_cols = ", ".join(f"toFloat64({e}) AS m{i}" for i, (_, _a, e) in enumerate(measures))
@@ -350,9 +350,14 @@ def _parity_for_partitions(
         ]
     project = loaded.project
     table = project.table(target_ref)
-    one_by_one = (len(windows) < 2 or table is None or table.partition_by is None
-                  or any(w is None for w in windows) or any(v.refreshable for v in project.views_into(target_ref))
-                  or partition_scheme(table, project.views_into(target_ref)).grain is None)  # fmt: skip
+    one_by_one = (
+        len(windows) < 2
+        or table is None
+        or table.partition_by is None
+        or any(w is None for w in windows)
+        or any(v.refreshable for v in project.views_into(target_ref))
+        or _one_by_one(partition_scheme(table, project.views_into(target_ref)))
+    )
     if one_by_one:
         return _parity_each(
             client,
@@ -427,6 +432,12 @@ def _parity_for_partitions(
                 client, loaded, target_ref, [window], now=now, root=root, live=live, pending=()
             )[0]
     return [results[w.key if w else None] for w in windows]
+
+
+def _one_by_one(scheme: PartitionScheme) -> bool:
+    """Partitions checked one by one: without a time part, or with a key part (each partition its own recompute,
+    pruned by its key where the MVs pass the key on)."""
+    return scheme.grain is None or scheme.keyed
 
 
 def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: ObjectRef,
@@ -516,10 +527,9 @@ def _target_ranges(table: Table, scheme: PartitionScheme,
     """Per window, the target's own rows in it (None: any row). A block committed to a source before the watch can
     still be on its way to the target (its MV output lands after it, and an asynchronous insert's flush shows in no
     process list): its output arriving during the comparison races it as a source row would."""
-    if table.partition_by is None or scheme.grain is None:
+    if table.partition_by is None or not scheme.partitioned:
         return [None for _ in windows]
-    return [None if w is None else f"({table.partition_by.sql}) = ({partition_expression(table, scheme, w)})"
-            for w in windows]  # fmt: skip
+    return [None if w is None else partition_filter(table, scheme, w) for w in windows]
 
 
 def _parity_each(
@@ -569,8 +579,9 @@ def _parity_each(
         return [ParityResult(target_ref.fqn, w.key if w else None, tolerance=config.tolerance, error=_first_line(err))
                 for w in windows]  # fmt: skip
     results = []
+    grace = timedelta(minutes=config.grace_minutes)
     for window in windows:
-        in_grace = window is not None and window.end > now - timedelta(minutes=config.grace_minutes)
+        in_grace = window is not None and window.end is not None and window.end > now - grace
         if coverage_first:
             result = _parity(client, loaded, target_ref, window, live, root, in_grace)
         else:
@@ -663,7 +674,8 @@ def _truth(client: Client, loaded: LoadedProject, target: ObjectRef, window: Par
     relations, notes = {}, []
     for source in covered.sources:
         mapping = maps.get(source.source)
-        lo, hi = mapping.source_range(window) if mapping is not None and window is not None else _EVER
+        basis = time_of(window)
+        lo, hi = mapping.source_range(basis) if mapping is not None and basis is not None else _EVER
         relation = lake_relation(client, loaded, source.source, lo, hi, root)
         if relation is None:
             return f"the landing zone has no file of {source.source.fqn} for it; {covered.table_reasons()}"

@@ -51,9 +51,14 @@ def _parser() -> argparse.ArgumentParser:
     ddl_args(rebuild)
     rebuild.add_argument("--dsn", help="http(s)://… or chdb:///path (default: the embedded engine)")
     rebuild.add_argument("--target", required=True, metavar="DB.TABLE", help="the MV target to rebuild")
-    rebuild.add_argument("--partition", action="append", default=[], metavar="KEY",
-                         help="partition key as in the Dagster UI (2026-09-01, 2026-09-01-13:00); repeatable; "
-                              "none: the whole table")  # fmt: skip
+    rebuild.add_argument(
+        "--partition",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="partition key as in the Dagster UI (2026-09-01, 2026-09-01-13:00, 2026-09-01|eu for a window and a key "
+        "value, eu for a key alone); repeatable; none: the whole table",
+    )
     rebuild.add_argument("--engine", choices=("auto", "clickhouse", "spark"), default="auto")
     rebuild.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     rebuild.add_argument("--force", action="store_true",
@@ -230,13 +235,14 @@ def _rebuild(args: argparse.Namespace, loaded, resource) -> int:
         raise ChmvError(f"{args.target} is not an MV target of {args.ddl_dir}; targets: "
                         + ", ".join(t.fqn for t in loaded.project.targets))  # fmt: skip
     table = loaded.project.table(target)
-    grain = partition_scheme(table, loaded.project.views_into(target)).grain if table is not None else None
-    if args.partition and grain is None:
+    scheme = partition_scheme(table, loaded.project.views_into(target)) if table is not None else None
+    if args.partition and (scheme is None or not scheme.partitioned):
         raise ChmvError(f"{target.fqn} is unpartitioned: drop --partition to rebuild the whole table")
     try:
-        windows = [window_for_partition_key(grain, key) for key in args.partition] if grain else [None]
+        windows = [window_for_partition_key(scheme, key) for key in args.partition] if scheme else [None]
     except ValueError as err:
-        raise ChmvError(f"--partition: {err}; {target.fqn} is partitioned by {grain}") from err
+        example = " (a window's partition of a key value: 2026-08-01|eu)" if scheme.keyed and scheme.grain else ""
+        raise ChmvError(f"--partition: {err}; {target.fqn} is partitioned by {scheme.describe()}{example}") from err
     windows = windows or [None]
     root = landing_dir(loaded)
     plan = plan_for(resource, loaded, target, windows, engine=args.engine, root=root, force=args.force)

@@ -187,15 +187,36 @@ class Database(_Frozen):
 
 
 class PartitionCall(_Frozen):
-    """A PARTITION BY that is one function of one column (``toYYYYMM(ts)``) or one bare column.
+    """A PARTITION BY (or one element of a tuple PARTITION BY) that is one function of one column (``toYYYYMM(ts)``),
+    such a function with constant arguments (``toStartOfInterval(ts, INTERVAL 6 HOUR)``, ``toStartOfWeek(d, 1)``,
+    ``intDiv(toUnixTimestamp(ts), 3600)``) or one bare column.
 
     Attributes:
         function: The function as written in ClickHouse (``toYYYYMM``), None for a bare column.
         column: The column it reads.
+        arguments: Its constant arguments after the column, as written (``("6 HOUR",)`` for an interval,
+            ``("3600",)``, ``("1",)``).
+        inner: A one-argument function the column goes through first (``toUnixTimestamp`` of
+            ``intDiv(toUnixTimestamp(ts), 3600)``), None when the column is the function's own argument.
     """
 
     function: str | None
     column: str
+    arguments: tuple[str, ...] = ()
+    inner: str | None = None
+
+
+class PartitionElement(_Frozen):
+    """One element of a PARTITION BY: the whole expression, or one item of a tuple (``(toYYYYMM(day), region)``).
+
+    Attributes:
+        span: Where the element is in :attr:`Table.partition_by`'s text.
+        call: The element as a function of one column or a bare column (:class:`PartitionCall`), None for any other
+            expression (``cityHash64(k) % 4``).
+    """
+
+    span: Span
+    call: PartitionCall | None = None
 
 
 class TtlAction(StrEnum):
@@ -246,7 +267,9 @@ class Table(_Frozen):
     checks and sensors read from them is derived from the parsed clause at parse time.
 
     Attributes:
-        partition_call: The PARTITION BY as a function of one column, None for any other expression.
+        partition_call: The PARTITION BY as a function of one column, None for any other expression (a tuple too).
+        partition_elements: The PARTITION BY's elements: one, or the items of a tuple (``(toYYYYMM(day), region)``,
+            ``tuple(…)``), in written order; empty without a PARTITION BY.
         order_by_columns: The columns the ORDER BY (sorting key) reads, in written order.
         settings_map: The table's ``SETTINGS name = value`` pairs, values unquoted.
         ttl: The table TTL clause, verbatim (for display and metadata).
@@ -258,6 +281,7 @@ class Table(_Frozen):
     engine: Engine | None
     partition_by: Fragment | None = None
     partition_call: PartitionCall | None = None
+    partition_elements: tuple[PartitionElement, ...] = ()
     order_by: str | None = None
     order_by_columns: tuple[str, ...] = ()
     primary_key: str | None = None

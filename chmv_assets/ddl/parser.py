@@ -31,6 +31,7 @@ from chmv_assets.ddl.models import (
     ObjectRef,
     OutputColumn,
     PartitionCall,
+    PartitionElement,
     Project,
     SourceLocation,
     SourceRole,
@@ -63,6 +64,7 @@ from chmv_assets.ddl.sql_text import (
     to_sql,
     tokenize,
     trailing_comment,
+    tuple_items,
 )
 from chmv_assets.ddl.ttl import parse_ttl
 from chmv_assets.ddl.types import SPELLING
@@ -1016,19 +1018,73 @@ def _column_names(nodes) -> tuple[str, ...]:
 
 def _partition_call(prop: exp.PartitionedByProperty | None) -> PartitionCall | None:
     """``f(col)`` or a bare ``col`` (parentheses ignored); None for anything else (several arguments, a tuple…)."""
-    node = prop.this if prop is not None else None
+    call = _element_call(prop.this) if prop is not None else None
+    return call if call is not None and not call.arguments and call.inner is None else None
+
+
+def _element_call(node: exp.Expression | None) -> PartitionCall | None:
+    """One PARTITION BY element as a function of one column (:class:`PartitionCall`): ``f(col)``, ``f(col, constants…)``,
+    ``f(g(col), constants…)`` or a bare ``col`` (parentheses ignored); None for anything else."""
     while isinstance(node, exp.Paren):
         node = node.this
     if isinstance(node, exp.Column) and not node.table:
         return PartitionCall(function=None, column=node.name)
-    if not isinstance(node, exp.Func):
+    if not isinstance(node, exp.Func) or isinstance(node, exp.Tuple | exp.Struct):
         return None
-    # sqlglot adds the unit of a truncation it recognises (toStartOfHour → TimestampTrunc(unit=HOUR)).
+    flat = _call_arguments(node)
+    if not flat:
+        return None
+    first, rest = flat[0], flat[1:]
+    constants = [_constant(a) for a in rest]
+    if any(c is None for c in constants):
+        return None
+    inner = None
+    if isinstance(first, exp.Func) and not isinstance(first, exp.Column):
+        inner_args = _call_arguments(first)
+        if len(inner_args) != 1 or not rest:  # f(g(col)) alone is not a shape chmv reads
+            return None
+        inner, first = function_name(first), inner_args[0]
+    if not isinstance(first, exp.Column) or first.table:
+        return None
+    return PartitionCall(
+        function=function_name(node),
+        column=first.name,
+        arguments=tuple(constants),  # type: ignore[arg-type]
+        inner=inner,
+    )
+
+
+def _call_arguments(node: exp.Func) -> list[exp.Expression]:
+    """A call's arguments in written order; sqlglot adds the unit of a truncation it recognises (toStartOfHour →
+    TimestampTrunc(unit=HOUR)), which is not an argument."""
     arguments = [v for k, v in node.args.items() if v is not None and not (k == "unit" and isinstance(v, exp.Var))]
-    flat = [a for arg in arguments for a in (arg if isinstance(arg, list) else [arg]) if isinstance(a, exp.Expression)]
-    if len(flat) == 1 and isinstance(flat[0], exp.Column) and not flat[0].table:
-        return PartitionCall(function=function_name(node), column=flat[0].name)
+    return [a for arg in arguments for a in (arg if isinstance(arg, list) else [arg]) if isinstance(a, exp.Expression)]
+
+
+def _constant(node: exp.Expression) -> str | None:
+    """A constant argument as written: a number, a string's value, ``6 HOUR`` of ``INTERVAL 6 HOUR``; None otherwise."""
+    if isinstance(node, exp.Literal):
+        return str(node.this)
+    if isinstance(node, exp.Interval) and isinstance(node.this, exp.Literal) and node.unit is not None:
+        return f"{node.this.this} {node.unit.name.upper()}"
     return None
+
+
+def _partition_elements(
+    span: tuple[int, int], prop: exp.PartitionedByProperty | None, tokens
+) -> tuple[PartitionElement, ...]:
+    """The PARTITION BY's elements (the items of a tuple, or the whole), spans relative to the clause's text."""
+    items = tuple_items(tokens, *span)
+    node = prop.this if prop is not None else None
+    while isinstance(node, exp.Paren):
+        node = node.this
+    tupled = isinstance(node, exp.Tuple | exp.Struct) and (len(items) != 1 or items[0] != span)
+    nodes = list(node.expressions) if tupled else [node]  # type: ignore[union-attr]
+    calls = [_element_call(n) for n in nodes] if len(nodes) == len(items) else [None] * len(items)
+    return tuple(
+        PartitionElement(span=Span(start=a - span[0], end=b - span[0]), call=call)
+        for (a, b), call in zip(items, calls, strict=True)
+    )
 
 
 def _settings(prop: exp.SettingsProperty | None) -> tuple[tuple[str, str], ...]:
@@ -1062,6 +1118,7 @@ def _table_properties(node: exp.Create, located: _Located, ref: ObjectRef, colum
         engine=engine,
         partition_by=_fragment(located, partition_span, partition_prop) if partition_span else None,
         partition_call=_partition_call(partition_prop) if partition_span else None,
+        partition_elements=_partition_elements(partition_span, partition_prop, tokens) if partition_span else (),
         order_by=verbatim("ORDER BY"),
         order_by_columns=_column_names([props.get(exp.Order)]),
         primary_key=verbatim("PRIMARY KEY"),

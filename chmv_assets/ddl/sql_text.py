@@ -246,6 +246,35 @@ def item_end(tokens: list[Token], start: int) -> int:
     return end
 
 
+def tuple_items(tokens: list[Token], start: int, end: int) -> list[tuple[int, int]]:
+    """The spans of the items of the tuple written in ``[start, end)`` (``(a, b)``, ``tuple(a, b)``), or the whole span
+    when it is not a tuple (``toYYYYMM(d)``, ``(toYYYYMM(d))``); none for ``tuple()``.
+
+    A PARTITION BY's elements: ``(toYYYYMM(day), region)`` is partitioned by two values, ``(toYYYYMM(day))`` by one.
+    """
+    inside = tokens[bisect_left(tokens, start, key=_start) : bisect_left(tokens, end, key=_start)]
+    if len(inside) < 2 or inside[-1].token_type != TokenType.R_PAREN:
+        return [(start, end)]
+    named = inside[0].text.lower() == "tuple" and inside[1].token_type == TokenType.L_PAREN
+    opening = 1 if named else 0
+    if inside[opening].token_type != TokenType.L_PAREN:
+        return [(start, end)]
+    depth, items, begin = 0, [], opening + 1
+    for i, token in enumerate(inside[opening:-1], start=opening):
+        if token.token_type in _OPEN:
+            depth += 1
+        elif token.token_type in _CLOSE:
+            depth -= 1
+            if depth == 0:
+                return [(start, end)]  # the parenthesis closes before the end: not one tuple
+        elif token.token_type == TokenType.COMMA and depth == 1:
+            items.append((inside[begin].start, inside[i - 1].end + 1))
+            begin = i + 1
+    if begin < len(inside) - 1:
+        items.append((inside[begin].start, inside[-2].end + 1))
+    return items if named or len(items) > 1 else [(start, end)]
+
+
 def on_cluster_span(tokens: list[Token]) -> tuple[int, int] | None:
     """Span ``[start, end)`` of a CREATE's `` ON CLUSTER name`` (from the end of the token before it), or None.
 

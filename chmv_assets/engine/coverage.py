@@ -30,7 +30,7 @@ from clickhouse_connect.driver.client import Client
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme
+from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme, time_of
 from chmv_assets.engine import landing
 from chmv_assets.engine.clock import server_zone, wall, wall_now
 from chmv_assets.engine.gates import ingestion_source_id
@@ -248,7 +248,8 @@ def probe(client: Client, loaded: LoadedProject, target: ObjectRef, live: Object
     scheme = _scheme(loaded, target)
     maps = mappings(loaded, target)
     sources = triggers(loaded, target)
-    timed = [w for w in windows if w is not None] if scheme.grain is not None else []
+    # a partition of a time window and a key is measured on its window (every key of it together)
+    timed = list({w.start: w for w in map(time_of, windows) if w is not None}.values()) if scheme.grain else []
     table = loaded.project.table(target)
     column = table.column(scheme.column) if table is not None and scheme.column else None
     sub = None
@@ -353,33 +354,48 @@ def assess(loaded: LoadedProject, target: ObjectRef, windows: Sequence[Partition
     """Decide, per window and trigger, how much the source table and the landing zone hold (pure but for
     listing the landing zone's file names)."""
     scheme = _scheme(loaded, target)
-    if scheme.grain is None:
+    if not scheme.partitioned:
         windows = [None]
     maps = mappings(loaded, target)
     lake = _Lake(loaded, root, dict(facts.watermarks))
     out = []
+    measured: dict[datetime | None, tuple[tuple[SourceCoverage, ...], Stats | None]] = {}
     for window in dict.fromkeys(windows):
-        target_stats = facts.target_window(window.start if window else None)
-        holes = facts.holes(window) if window is not None else []
-        sources = []
-        for source in triggers(loaded, target):
-            table_stats = facts.table(source)
-            mapping = maps.get(source) if source in facts.mapped else None
-            window_stats = facts.source_window(source, window.start) if window and mapping else None
-            verdict = _table_verdict(
-                loaded, source, window, mapping, table_stats, window_stats, target_stats, facts.now
-            )
-            if holes and verdict.holding == Holding.ENTIRELY:
-                verdict = _holed(source, holes, facts.sub_grain, verdict)
-            sources.append(SourceCoverage(
-                source,
-                verdict,
-                lake.verdict(source, window, mapping, window_stats, target_stats, table_stats),
-                table_stats.oldest if table_stats else None,
-            ))  # fmt: skip
-        out.append(WindowCoverage(window, tuple(sources), target_stats.rows if target_stats else None,
-                                  target_stats.oldest if target_stats else None))  # fmt: skip
+        # a partition is measured on its time window (a key alone: on the whole table, as an unpartitioned target)
+        basis = time_of(window) if scheme.grain is not None else None
+        start = basis.start if basis is not None else None
+        if start not in measured:
+            measured[start] = _measure(loaded, target, basis, facts, maps, lake)
+        sources, target_stats = measured[start]
+        rows, oldest = (target_stats.rows, target_stats.oldest) if target_stats else (None, None)
+        out.append(WindowCoverage(window, sources, rows, oldest))
     return Coverage(target, tuple(out), facts.now, queries=1 if facts.sql else 0, seconds=facts.seconds)
+
+
+def _measure(
+    loaded: LoadedProject,
+    target: ObjectRef,
+    window: PartitionWindow | None,
+    facts: Facts,
+    maps: dict[ObjectRef, TimeMapping],
+    lake: _Lake,
+) -> tuple[tuple[SourceCoverage, ...], Stats | None]:
+    """Per trigger, what the source table and the landing zone hold of a time window (None: the whole table); and
+    the target's rows of it."""
+    target_stats = facts.target_window(window.start if window else None)
+    holes = facts.holes(window) if window is not None else []
+    sources = []
+    for source in triggers(loaded, target):
+        table_stats = facts.table(source)
+        mapping = maps.get(source) if source in facts.mapped else None
+        window_stats = facts.source_window(source, window.start) if window and mapping else None
+        verdict = _table_verdict(loaded, source, window, mapping, table_stats, window_stats, target_stats, facts.now)
+        if holes and verdict.holding == Holding.ENTIRELY:
+            verdict = _holed(source, holes, facts.sub_grain, verdict)
+        held_from = table_stats.oldest if table_stats else None
+        lake_verdict = lake.verdict(source, window, mapping, window_stats, target_stats, table_stats)
+        sources.append(SourceCoverage(source, verdict, lake_verdict, held_from))
+    return tuple(sources), target_stats
 
 
 def _holed(source: ObjectRef, holes: list[datetime], grain: Grain | None, verdict: Verdict) -> Verdict:
@@ -468,8 +484,11 @@ def _table_verdict(loaded: LoadedProject, source: ObjectRef, window: PartitionWi
         extra = f" ({rows.rows:,} rows of the window await deletion)" if rows is not None and rows.rows else ""
         return Verdict(retention.holding, f"{retention.reason}{extra}; {held}")
     if window is None:
-        why = retention.reason if retention else "an unpartitioned target: whether the table still holds every row it "\
-                                                 "ever received is not observable"  # fmt: skip
+        unobservable = (
+            "an unpartitioned target or a partition of a key alone (no time window): whether the table still holds "
+            "every row it ever received is not observable"
+        )
+        why = retention.reason if retention else unobservable
         return Verdict(Holding.UNKNOWN, f"{why}; {held}")
     if mapping is None or rows is None:
         return Verdict(Holding.UNKNOWN, f"the rows of {name} cannot be placed in partition windows (the target's "

@@ -299,12 +299,12 @@ def _read_cutoffs(client: Client, loaded: LoadedProject, plan: RebuildPlan,
     """Per trigger, ``watermark - tolerance`` (a first watermark is established if there is none)."""
     tolerance = loaded.config.ingestion.late_tolerance_minutes
     windows = [s.window for s in steps]
-    ends = [w.end for w in windows if w is not None]
+    ends = [w.end for w in windows if w is not None and w.end is not None]
     cutoffs = {}
     for source in plan.gates:
         files = landing.list_files(plan.landing_root, source) if plan.landing_root else []
         newest = max((f.last_arrival for f in files), default=None)
-        establish = max(ends) if ends and None not in windows else newest
+        establish = max(ends) if ends and len(ends) == len(windows) else newest
         if establish is not None:
             establish += timedelta(minutes=tolerance)
         mark = current_watermark(client, source, landing.time_column(loaded, source), establish_at=establish)

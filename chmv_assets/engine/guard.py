@@ -18,7 +18,7 @@ from chmv_assets.ddl.models import ObjectRef, Table
 from chmv_assets.engine.planner import PartitionStep, RebuildPlan
 from chmv_assets.errors import ShrinkRefused
 from chmv_assets.sql.quoting import qualified
-from chmv_assets.sql.rebuild_sql import partition_expression
+from chmv_assets.sql.rebuild_sql import partition_filter
 
 #: Engines whose rows collapse at merge time: a count of unmerged parts overstates what readers see.
 COLLAPSING = ("ReplacingMergeTree", "CollapsingMergeTree", "VersionedCollapsingMergeTree", "SummingMergeTree",
@@ -46,8 +46,8 @@ def check_shrink(client: Client, table: Table, plan: RebuildPlan, step: Partitio
     shadow = shadow or step.shadow
     assert shadow is not None
     where = None
-    if step.window is not None and table.partition_by is not None and plan.scheme.grain is not None:
-        where = f"({table.partition_by.sql}) = ({partition_expression(table, plan.scheme, step.window)})"
+    if step.window is not None and table.partition_by is not None and plan.scheme.partitioned:
+        where = partition_filter(table, plan.scheme, step.window)
     new = readers_rows(client, shadow, table, where)
     old = readers_rows(client, plan.live, table, where)
     if new < old and step.guard and not plan.force:

@@ -450,7 +450,8 @@ class _Planner:
             return None
         table = project.table(target)
         scheme = partition_scheme(table, views) if table is not None else PartitionScheme(grain=None)
-        if any(v.refreshable for v in views) or scheme.grain is None:
+        # a key part's partitions are re-derived with the whole table (each partition of the shadow swapped in)
+        if any(v.refreshable for v in views) or scheme.grain is None or scheme.keyed:
             windows: list[PartitionWindow | None] = [None]
         else:
             windows = list(self._windows(target, scheme, triggers))

@@ -36,7 +36,14 @@ from clickhouse_connect.driver.client import Client
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef, Project
-from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme, windows_between
+from chmv_assets.ddl.partitioning import (
+    PartitionScheme,
+    PartitionWindow,
+    keyed_window,
+    partition_scheme,
+    windows_between,
+    with_values,
+)
 from chmv_assets.ddl.writers import SourceWriters
 from chmv_assets.engine import landing
 from chmv_assets.engine.catalog import live_table
@@ -195,8 +202,7 @@ class RebuildPlan:
     def describe(self) -> str:
         """A markdown rendering for run metadata, logs and ``chmv rebuild --dry-run``."""
         lines = [f"**Rebuild plan of `{self.target.fqn}`** (physical table `{self.live.fqn}`)", ""]
-        grain = self.scheme.grain or "unpartitioned"
-        lines.append(f"- partitioning: {grain}" + (f" on `{self.scheme.column}`" if self.scheme.column else ""))
+        lines.append(f"- partitioning: {self.scheme.describe()}")
         lines.append("- gates held: " + (", ".join(f"`{g.fqn}`" for g in self.gates) or "none"))
         lines += [f"- writers: {w.describe()}" for w in self.writers]
         if self.cutoff_rule:
@@ -409,7 +415,7 @@ def _refusal(covered: WindowCoverage, root: Path | None, *, asked: str = "", lak
                      f"{s.lake.holding}: {s.lake.reason}.")  # fmt: skip
     where = ", ".join(str((root or Path("<landing_dir>")) / s.source.fqn) for s in lacking)
     window = covered.window
-    span = f" for [{window.start:%Y-%m-%d %H:%M}, {window.end:%Y-%m-%d %H:%M})" if window else ""
+    span = f" for [{window.start:%Y-%m-%d %H:%M}, {window.end:%Y-%m-%d %H:%M})" if window and window.timed else ""
     reads = "from the landing zone" if lake_only else "from the source"
     steps = [f"deliver the source's files{span} to the landing zone ({where}; with [ingestion] landing_dir and "
              "time_columns configured) and rebuild with engine=auto"]  # fmt: skip
@@ -447,7 +453,7 @@ def _assemble(project: Project, target: ObjectRef, windows: Sequence[PartitionWi
     if refreshable:
         step = PartitionStep(None, Engine.REFRESH, Swap.REFRESH, None, (), "refreshable MV: the server recomputes it")
         return RebuildPlan(target, live, scheme, (step,), (), downstream, root, run=run)
-    if scheme.grain is None:
+    if not scheme.partitioned:
         windows = [None]
     triggers = tuple(triggers_of(project, target))
     steps = []
@@ -489,8 +495,9 @@ def reach(loaded: LoadedProject, target: ObjectRef, scheme: PartitionScheme) -> 
 def closes_at(loaded: LoadedProject, target: ObjectRef, scheme: PartitionScheme,
               window: PartitionWindow | None) -> datetime | None:  # fmt: skip
     """When no row of ``window`` can arrive any more from writers chmv does not control: the window's end, its
-    :func:`reach` and ``[writers] close_after_minutes``. None for an unpartitioned target (it never closes)."""
-    if window is None:
+    :func:`reach` and ``[writers] close_after_minutes``. None for an unpartitioned target and a partition of a key alone
+    (no time window: it never closes)."""
+    if window is None or window.end is None:
         return None
     return window.end + reach(loaded, target, scheme) + timedelta(minutes=loaded.config.writers.close_after_minutes)
 
@@ -506,8 +513,8 @@ def _open_step(loaded: LoadedProject, plan: RebuildPlan, step: PartitionStep, no
         return step
     others = [w.source.fqn for w in plan.writers if w.uncontrolled]
     consumers = tuple(dict.fromkeys(c for w in plan.writers for c in w.consumers))
-    until = f"until {closes:%Y-%m-%d %H:%M}" if closes is not None else "(an unpartitioned target never closes)"
-    if others and defer and step.window is not None:
+    until = f"until {closes:%Y-%m-%d %H:%M}" if closes is not None else "(without a time window it never closes)"
+    if others and defer and closes is not None:
         reason = (f"open {until}: {', '.join(others)} {'is' if len(others) == 1 else 'are'} written by others, whose "
                   "rows a swap now could lose; rebuilt once it closes (recovery requests it then), or now with "
                   "force (each read checked for racing writes)")
@@ -586,7 +593,7 @@ def staged_per_window(loaded: LoadedProject, target: ObjectRef, source: ObjectRe
         return False
     views = project.views_into(target)
     scheme = partition_scheme(table, views)
-    if scheme.grain not in ("hour", "day", "month") or scheme.column is None:
+    if scheme.grain not in ("hour", "day", "month") or scheme.column is None or scheme.keyed:
         return False
     tcol = landing.time_column(loaded, source)
     for view in views:
@@ -603,12 +610,26 @@ def staged_per_window(loaded: LoadedProject, target: ObjectRef, source: ObjectRe
     return True
 
 
-def windows_covering(loaded: LoadedProject, target: ObjectRef, since: datetime, until: datetime,
-                     margin: timedelta = timedelta(0)) -> list[PartitionWindow | None]:  # fmt: skip
-    """The partitions of ``target`` whose windows intersect ``[since - margin, until + margin]``."""
+def windows_covering(
+    loaded: LoadedProject,
+    target: ObjectRef,
+    since: datetime,
+    until: datetime,
+    margin: timedelta = timedelta(0),
+    values: Sequence[tuple[str, ...]] = (),
+) -> list[PartitionWindow | None]:
+    """The partitions of ``target`` whose windows intersect ``[since - margin, until + margin]``.
+
+    A target with a key part has a partition per window (if any) and key value: those of ``values`` (the key values
+    the caller knows of, e.g. from the server's partitions); without ``values``, ``[None]`` (the whole table), as for
+    an unpartitioned target.
+    """
     table = loaded.project.table(target)
     scheme = partition_scheme(table, loaded.project.views_into(target)) if table is not None else None
-    if scheme is None or scheme.grain is None:
+    if scheme is None or not scheme.partitioned or (scheme.keyed and not values):
         return [None]
+    if scheme.grain is None:
+        return [keyed_window(v) for v in values]
     first = datetime.strptime(loaded.config.partition_start, "%Y-%m-%d")
-    return list(windows_between(scheme.grain, first, since - margin, until + margin))
+    windows = windows_between(scheme.grain, first, since - margin, until + margin)
+    return with_values(windows, values) if scheme.keyed else list(windows)

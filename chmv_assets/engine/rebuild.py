@@ -29,7 +29,8 @@ from chmv_assets.sql.rebuild_sql import (
     create_shadow_sql,
     drop_shadow_sql,
     insert_sql,
-    partition_expression,
+    partition_filter,
+    partition_tuple,
     range_select,
     shadow_ref,
     source_range_predicate,
@@ -153,7 +154,7 @@ def run_steps(client: Client, project: Project, plan: RebuildPlan, steps: Sequen
         RacedWrites: Writes kept racing partitions through every read (the others are swapped).
     """
     say = log or (lambda _msg: None)
-    grouped = [s for s in steps if s.engine == Engine.CLICKHOUSE and s.swap == Swap.REPLACE_PARTITION and s.window]
+    grouped = [s for s in steps if s.engine == Engine.CLICKHOUSE and s.swap == Swap.REPLACE_PARTITION and _timed(s)]
     alone = {i: run_step(client, project, plan, s, log=say, rules=rules) for i, s in enumerate(steps) if s not in grouped}
     if not grouped:
         return list(alone.values())
@@ -163,12 +164,16 @@ def run_steps(client: Client, project: Project, plan: RebuildPlan, steps: Sequen
 
 
 def swapped_partition(table: Table, plan: RebuildPlan, step: PartitionStep) -> str:
-    """The partition ``step``'s swap replaces: the window's PARTITION BY value, ``tuple()`` for an unpartitioned target
-    (an MV's inner table too: never an exchange, see :class:`~chmv_assets.engine.planner.Swap`). A whole-table step of
-    a partitioned target swaps each partition instead (:func:`whole_table_swaps`)."""
-    if step.window is None or table.partition_by is None:
-        return "tuple()"
-    return f"tuple({partition_expression(table, plan.scheme, step.window)})"
+    """The partition ``step``'s swap replaces: the partition's PARTITION BY value (its window's and its key's,
+    :func:`~chmv_assets.sql.rebuild_sql.partition_tuple`), ``tuple()`` for an unpartitioned target (an MV's inner table
+    too: never an exchange, see :class:`~chmv_assets.engine.planner.Swap`). A whole-table step of a partitioned target
+    swaps each partition instead (:func:`whole_table_swaps`)."""
+    return partition_tuple(table, plan.scheme, step.window)
+
+
+def _timed(step: PartitionStep) -> bool:
+    """A step of a time window (several of them are read together); a partition of a key alone is read alone."""
+    return step.window is not None and step.window.timed
 
 
 def whole_table_swaps(client: Client, live: ObjectRef, shadow: ObjectRef) -> list[tuple[str, bool]]:
@@ -197,7 +202,7 @@ def race_ranges(project: Project, target: ObjectRef, scheme: PartitionScheme,
 
 def _race_range(project: Project, scheme: PartitionScheme, views: Sequence[MaterializedView],
                 window: PartitionWindow | None) -> str | None:  # fmt: skip
-    if window is None or scheme.grain is None:
+    if window is None or not scheme.partitioned:
         return None
     predicates = [source_range_predicate(v, project, scheme, window) for v in views]
     if any(p is None for p in predicates):
@@ -259,11 +264,10 @@ class _Read:
             whole = holds_all is not None and bool(self.client.query(holds_all).result_rows[0][0])
             select = range_select(view, self.project, table, plan.scheme, windows, only_windows=False, prune=not whole)
             self.statement(insert_sql(shadow, view, select), statements, "fill", SHADOW_INSERT_SETTINGS)
-        values = [partition_expression(table, plan.scheme, w) for w in windows]
+        filters = [partition_filter(table, plan.scheme, w) for w in windows]
         counts = self.client.query(  # every partition's rows in one scan of the shadow
-            "SELECT " + ", ".join(f"countIf(({table.partition_by.sql}) = ({v}))" for v in values)
-            + f" FROM {qualified(shadow)}"
-        ).result_rows[0]  # fmt: skip
+            "SELECT " + ", ".join(f"countIf({f})" for f in filters) + f" FROM {qualified(shadow)}"
+        ).result_rows[0]
         return _Shadow(shadow, [int(c) for c in counts], statements, time.monotonic() - started)
 
     def watched_names(self) -> list[str]:

@@ -26,18 +26,28 @@ import base64
 import json
 import zlib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.ddl.partitioning import PartitionWindow, partition_scheme, window_for_partition_key
+from chmv_assets.ddl.partitioning import (
+    PartitionScheme,
+    PartitionWindow,
+    key_values,
+    keyed_window,
+    partition_of,
+    partition_scheme,
+    partition_values,
+    window_at,
+    window_for_partition_key,
+    windows_between,
+)
 from chmv_assets.engine.catalog import inner_table_names
 from chmv_assets.engine.clock import server_zone
 from chmv_assets.engine.coverage import mappings, triggers
-from chmv_assets.engine.planner import windows_covering
 from chmv_assets.engine.staleness import BIG_QUERY_SETTINGS
 from chmv_assets.sql.time_sql import wall_seconds_sql
 
@@ -60,6 +70,7 @@ class Part:
     data_version: int
     first: int  # wall seconds (engine.clock) of the part's oldest row by its partition key's time column; 0: none
     last: int
+    value: str = ""  # the partition's value (system.parts.partition): a key part's values are read from it
 
     @property
     def span(self) -> Range:
@@ -79,13 +90,15 @@ class PartitionSeen:
     mutated: int
     span: Range
     rows: int
+    value: str = ""
 
     def to_json(self) -> list:
-        return [self.max_block, self.mutated, list(self.span) if self.span else None, self.rows]
+        return [self.max_block, self.mutated, list(self.span) if self.span else None, self.rows, self.value]
 
     @classmethod
     def from_json(cls, data: list) -> PartitionSeen:
-        return cls(int(data[0]), int(data[1]), tuple(data[2]) if data[2] else WHOLE, int(data[3]))  # type: ignore[arg-type]
+        span = tuple(data[2]) if data[2] else WHOLE
+        return cls(int(data[0]), int(data[1]), span, int(data[3]), str(data[4]) if len(data) > 4 else "")  # type: ignore[arg-type]
 
 
 @dataclass
@@ -185,21 +198,22 @@ def read_parts(client: Client, loaded: LoadedProject, tables: list[ObjectRef]) -
     sql = (
         "SELECT 'p' AS kind, database, table, partition_id, rows, toInt64(min_block_number), "
         f"toInt64(max_block_number), toInt64(data_version), {wall_seconds_sql('min_time')}, "
-        f"{wall_seconds_sql('max_time')}, toString(min_date), toString(max_date) FROM system.parts "
+        f"{wall_seconds_sql('max_time')}, toString(min_date), toString(max_date), partition FROM system.parts "
         "WHERE active AND database IN {dbs:Array(String)} AND (table IN {names:Array(String)} "
         "OR startsWith(table, '.inner'))"
     )  # fmt: skip
     params: dict = {"dbs": sorted({t.database for t in tables}), "names": sorted({t.name for t in tables})}
     if inner:
         sql += (" UNION ALL SELECT 'm', database, name, toString(uuid), toUInt64(0), toInt64(0), toInt64(0), "
-                "toInt64(0), toInt64(0), toInt64(0), '', '' FROM system.tables WHERE engine = 'MaterializedView' "
+                "toInt64(0), toInt64(0), toInt64(0), '', '', '' FROM system.tables WHERE engine = 'MaterializedView' "
                 "AND database IN {mv_dbs:Array(String)} AND name IN {mv_names:Array(String)}")  # fmt: skip
         params |= {"mv_dbs": sorted({t.database for t in inner}), "mv_names": sorted({t.name for t in inner})}
     rows = client.query(sql, parameters=params, settings=BIG_QUERY_SETTINGS).result_rows
     inner_names = inner_table_names((database, name, uuid) for kind, database, name, uuid, *_ in rows if kind == "m")
     wanted = {(t.database, t.name): t for t in tables}
     out: dict[ObjectRef, list[Part]] = {t: [] for t in tables}
-    for kind, database, name, pid, n_rows, lo_block, hi_block, version, min_time, max_time, min_date, max_date in rows:
+    for kind, database, name, pid, n_rows, lo_block, hi_block, version, *times, value in rows:
+        min_time, max_time, min_date, max_date = times
         table = wanted.get((database, inner_names.get((database, name), name)))
         if kind != "p" or table is None:
             continue
@@ -207,7 +221,8 @@ def read_parts(client: Client, loaded: LoadedProject, tables: list[ObjectRef]) -
         if first <= 0 and min_date and min_date != "1970-01-01":
             first = int(datetime.fromisoformat(min_date).replace(tzinfo=UTC).timestamp())
             last = int(datetime.fromisoformat(max_date).replace(tzinfo=UTC).timestamp()) + 86399
-        out[table].append(Part(str(pid), int(n_rows), int(lo_block), int(hi_block), int(version), max(first, 0), last))
+        part = Part(str(pid), int(n_rows), int(lo_block), int(hi_block), int(version), max(first, 0), last, str(value))
+        out[table].append(part)
     return out
 
 
@@ -225,33 +240,49 @@ def _by_partition(parts: list[Part]) -> dict[str, list[Part]]:
 
 def _fold(parts: list[Part]) -> PartitionSeen:
     """What the cursor keeps of one ClickHouse partition's parts."""
-    timed = [p.span for p in parts if p.span is not WHOLE]
-    span = (min(f for f, _ in timed), max(t for _, t in timed)) if len(timed) == len(parts) else WHOLE
-    return PartitionSeen(max(p.max_block for p in parts), max(p.mutated for p in parts), span, sum(p.rows for p in parts))
+    held = [p for p in parts if p.rows]  # an empty part (what a swap or a drop leaves over a range) has no time
+    timed = [p.span for p in held if p.span is not WHOLE]
+    span = (min(f for f, _ in timed), max(t for _, t in timed)) if timed and len(timed) == len(held) else WHOLE
+    rows = sum(p.rows for p in parts)
+    return PartitionSeen(max(p.max_block for p in parts), max(p.mutated for p in parts), span, rows, parts[0].value)
 
 
 def dirty_ranges(parts: list[Part], before: dict[str, PartitionSeen] | None) -> list[Range]:
     """The time ranges of a table whose rows changed since ``before`` (None: never seen, so all of it)."""
-    return _changes(parts, before)[0]
+    return _changes(parts, before).ranges
 
 
-def _changes(parts: list[Part], before: dict[str, PartitionSeen] | None) -> tuple[list[Range], dict[str, PartitionSeen]]:
-    """:func:`dirty_ranges`, and :func:`seen_partitions` of ``parts`` (the next cursor), from one grouping of the parts."""
+def _changes(parts: list[Part], before: dict[str, PartitionSeen] | None) -> _Changes:
+    """:func:`dirty_ranges`, the partitions they are in, and :func:`seen_partitions` of ``parts`` (the next cursor),
+    from one grouping of the parts."""
     groups = _by_partition(parts)
     now = {pid: _fold(group) for pid, group in groups.items()}
     if before is None:
-        return [p.span for p in now.values()], now
+        return _Changes([p.span for p in now.values()], list(now.values()), now)
     ranges: list[Range] = []
+    dirty: list[PartitionSeen] = []
     for pid, seen in now.items():
         old = before.get(pid)
         if old is None or seen.mutated != old.mutated or seen.max_block < old.max_block:
             ranges.append(seen.span)
+            dirty.append(seen if seen.span is not WHOLE or old is None else replace(seen, span=old.span))
             if old is not None and seen.span != old.span:
                 ranges.append(old.span)
             continue
-        ranges += [p.span for p in groups[pid] if p.max_block > old.max_block]
-    ranges += [old.span for pid, old in before.items() if pid not in now]  # dropped partitions
-    return ranges, now
+        grown = [p.span for p in groups[pid] if p.max_block > old.max_block]
+        ranges += grown
+        dirty += [seen if seen.span is not WHOLE else replace(seen, span=old.span)] if grown else []
+    gone = [old for pid, old in before.items() if pid not in now]  # dropped partitions
+    return _Changes(ranges + [old.span for old in gone], dirty + gone, now)
+
+
+@dataclass(frozen=True)
+class _Changes:
+    """What changed in one table since the previous tick."""
+
+    ranges: list[Range]
+    partitions: list[PartitionSeen]  # the ClickHouse partitions the ranges are in (a dropped one as it was seen)
+    seen: dict[str, PartitionSeen]
 
 
 def _when(seconds: int) -> datetime:
@@ -259,50 +290,79 @@ def _when(seconds: int) -> datetime:
 
 
 class _Marker:
-    """Maps the dirty ranges of targets and sources onto target windows."""
+    """Maps the changes of targets and sources onto target partitions."""
 
     def __init__(self, loaded: LoadedProject):
         self.loaded = loaded
+        self.first = datetime.strptime(loaded.config.partition_start, "%Y-%m-%d")
 
-    def target_windows(self, target: ObjectRef, ranges: list[Range], held: list[Part]) -> set[PartitionWindow | None]:
-        """The target's windows that its own dirty ranges touch."""
-        return self._covering(target, ranges, held, margin=timedelta(0))
+    def target_windows(self, target: ObjectRef, changes: _Changes, held: list[Part]) -> set[PartitionWindow | None]:
+        """The target's partitions that its own changes touch: the windows of its dirty ranges, or, with a key part,
+        the partitions its changed ClickHouse partitions are (one each)."""
+        scheme = _scheme(self.loaded, target)
+        if not scheme.keyed:
+            return self._covering(scheme, changes.ranges, held, margin=timedelta(0))
+        out: set[PartitionWindow | None] = set()
+        for seen in changes.partitions:
+            oldest = _when(seen.span[0]) if seen.span is not WHOLE else None
+            window = partition_of(scheme, seen.value, oldest)
+            if window is not None and (window.start is None or window.start >= self.first):
+                out.add(window)
+        return out
 
     def source_windows(self, target: ObjectRef, source: ObjectRef, ranges: list[Range],
                        held: list[Part]) -> set[PartitionWindow | None]:  # fmt: skip
-        """The target's windows that rows of the source's dirty ranges map into."""
+        """The target's partitions that rows of the source's dirty ranges map into (with a key part: those windows
+        for every key value the target holds)."""
         if not ranges:
             return set()
+        scheme = _scheme(self.loaded, target)
         mapping = mappings(self.loaded, target).get(source)
         table = self.loaded.project.table(source)
         column = partition_scheme(table).column if table is not None and table.partition_by is not None else None
+        margin = timedelta(0)
         if mapping is None or column is None or column != mapping.column:
-            return self._covering(target, [WHOLE], held, margin=timedelta(0))  # cannot map: every held window
-        return self._covering(target, ranges, held, margin=mapping.reach)
+            ranges = [WHOLE]  # cannot map: every held window
+        else:
+            margin = mapping.reach
+        if not scheme.keyed:
+            return self._covering(scheme, ranges, held, margin)
+        keys = held_keys(scheme, [p.value for p in held])
+        if scheme.grain is None:
+            return {keyed_window(k) for k in keys}
+        times = self._covering(scheme, ranges, held, margin)
+        return {window_at(w.start, scheme.grain, k) for w in times if w is not None and w.start for k in keys}
 
-    def _covering(self, target: ObjectRef, ranges: list[Range], held: list[Part],
-                  margin: timedelta) -> set[PartitionWindow | None]:  # fmt: skip
+    def _covering(
+        self, scheme: PartitionScheme, ranges: list[Range], held: list[Part], margin: timedelta
+    ) -> set[PartitionWindow | None]:
+        """The time windows ``ranges`` touch (every window the target holds for a range that is the whole table)."""
         if not ranges:
             return set()
-        if _grain(self.loaded, target) is None:
+        if scheme.grain is None:
             return {None}
         if any(r is WHOLE for r in ranges):  # every window the target holds
             ranges = [r for r in ranges if r is not WHOLE] + [p.span for p in held if p.span is not WHOLE]
         out: set[PartitionWindow | None] = set()
         for first, last in ranges:  # type: ignore[misc]
-            out.update(windows_covering(self.loaded, target, _when(first) - margin, _when(last)))
+            out.update(windows_between(scheme.grain, self.first, _when(first) - margin, _when(last)))
         return out
 
 
+def held_keys(scheme: PartitionScheme, values: Iterable[str]) -> list[tuple[str, ...]]:
+    """The distinct key-part values of ClickHouse partitions (``system.parts.partition`` values), in first-seen order."""
+    return list(dict.fromkeys(key_values(scheme, partition_values(v, scheme.elements)) for v in values))
+
+
 def window_of(loaded: LoadedProject, target: ObjectRef, key: str | None) -> PartitionWindow | None:
-    """The window of a Dagster partition key of ``target`` (None: the whole table, or an unpartitioned target)."""
-    grain = _grain(loaded, target)
-    return window_for_partition_key(grain, key) if key and grain else None
+    """The partition of a Dagster partition key of ``target`` (None: the whole table, or an unpartitioned target)."""
+    scheme = _scheme(loaded, target)
+    return window_for_partition_key(scheme, key) if key and scheme.partitioned else None
 
 
-def _grain(loaded: LoadedProject, target: ObjectRef) -> str | None:
+def _scheme(loaded: LoadedProject, target: ObjectRef) -> PartitionScheme:
     table = loaded.project.table(target)
-    return partition_scheme(table, loaded.project.views_into(target)).grain if table is not None else None
+    return partition_scheme(table, loaded.project.views_into(target)) if table is not None else PartitionScheme(None)
 
 
 def _overlapping(parts: list[Part], lo: int, hi: int) -> int:
@@ -313,7 +373,7 @@ def _overlapping(parts: list[Part], lo: int, hi: int) -> int:
 def estimate_rows(loaded: LoadedProject, target: ObjectRef, window: PartitionWindow | None,
                   parts: dict[ObjectRef, list[Part]]) -> int:  # fmt: skip
     """Rows an evaluation of the partition reads: the target's and its sources' parts over the window."""
-    if window is None:
+    if window is None or window.start is None or window.end is None:
         return sum(p.rows for t in (target, *triggers(loaded, target)) for p in parts.get(t, []))
     lo, hi = int(window.start.replace(tzinfo=UTC).timestamp()), int(window.end.replace(tzinfo=UTC).timestamp())
     maps = mappings(loaded, target)
@@ -349,21 +409,21 @@ def decide(client: Client, loaded: LoadedProject, targets: list[ObjectRef], stat
     marker = _Marker(loaded)
     grace = loaded.config.parity.grace_minutes * 60
     changes = {ref: _changes(parts[ref], state.tables.get(ref.fqn)) for ref in tables}
-    dirty = {ref: ranges for ref, (ranges, _seen) in changes.items()}
     known = {t.fqn for t in targets}
     pending = {fqn: dict(keys) for fqn, keys in state.pending.items() if fqn in known}
     fresh: set[tuple[str, str]] = set()
     for target in targets:
-        windows = marker.target_windows(target, dirty[target], parts[target])
+        windows = marker.target_windows(target, changes[target], parts[target])
         for source in triggers(loaded, target):
-            windows |= marker.source_windows(target, source, dirty[source], parts[target])
+            windows |= marker.source_windows(target, source, changes[source].ranges, parts[target])
         entries = pending.setdefault(target.fqn, {})
         for window in windows:
-            fresh.add((target.fqn, window.key if window is not None else ""))
-            if window is None:  # the whole table: checked once its writes pause for the grace period
-                entries[""] = (now + grace, now)
+            key = window.key if window is not None else ""
+            fresh.add((target.fqn, key))
+            if window is None or window.end is None:  # no window: checked once its writes pause for the grace period
+                entries[key] = (now + grace, now)
             else:
-                entries[window.key] = (window.end.replace(tzinfo=UTC).timestamp() + grace, now)
+                entries[key] = (window.end.replace(tzinfo=UTC).timestamp() + grace, now)
     by_fqn = {t.fqn: t for t in targets}
     # the most recently changed go first: a fresh gap is not queued behind a cold start's backlog
     ready = sorted((-marked, fqn, key) for fqn, keys in pending.items() for key, (turn, marked) in keys.items()
@@ -381,7 +441,7 @@ def decide(client: Client, loaded: LoadedProject, targets: list[ObjectRef], stat
         rows_budget -= rows
         items.append(SweepItem(target, window, rows))
         del pending[fqn][key]
-    new_state = SweepState({ref.fqn: seen for ref, (_ranges, seen) in changes.items()},
+    new_state = SweepState({ref.fqn: change.seen for ref, change in changes.items()},
                            {fqn: keys for fqn, keys in pending.items() if keys})  # fmt: skip
     left = sum(len(keys) for keys in new_state.pending.values())
     waiting = sum(1 for keys in new_state.pending.values() for turn, _marked in keys.values() if turn > now)

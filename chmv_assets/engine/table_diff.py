@@ -82,9 +82,9 @@ def diff_table(repo: Table, repo_formatted: Table, live: Table) -> TableDiff:
         if explicit and _canon(left) != _canon(right):
             structural.append(f"{clause} {_canon(left) or '(none)'} → {_canon(right) or '(none)'}")
     keys = set(a.order_by_columns) | set(b.order_by_columns)
-    for call in (a.partition_call, b.partition_call):
-        if call is not None:
-            keys.add(call.column)
+    for partition_by in (a.partition_by, b.partition_by):  # every column of the partition key (a tuple's too)
+        if partition_by is not None:
+            keys.update(partition_by.columns)
     live_columns = {c.name: c for c in b.columns}
     repo_columns = {c.name: c for c in repo.columns}
     previous: str | None = None

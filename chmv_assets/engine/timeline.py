@@ -1,7 +1,7 @@
 """Calendar arithmetic on naive UTC times for every grain, and the horizon of a TTL rule.
 
-:class:`~chmv_assets.ddl.grains.Grain` floors only partition grains (hour, day, month); retention and
-coverage also meet minutes, weeks, quarters and years (``toMonday(d)``, ``INTERVAL 1 YEAR``).
+Windows of every grain are :class:`~chmv_assets.ddl.grains.Grain`'s; here the months of an interval and a TTL's
+horizon.
 """
 
 from __future__ import annotations
@@ -33,29 +33,13 @@ def shift(value: datetime, count: int, unit: str) -> datetime:
 
 
 def floor(value: datetime, grain: Grain) -> datetime:
-    """The start of the ``grain`` window holding ``value`` (weeks start on Monday)."""
-    if grain in (Grain.HOUR, Grain.DAY, Grain.MONTH):
-        return grain.floor(value)
-    if grain is Grain.WEEK:
-        day = value.replace(hour=0, minute=0, second=0, microsecond=0)
-        return day - timedelta(days=day.weekday())
-    if grain is Grain.QUARTER:
-        return value.replace(month=(value.month - 1) // 3 * 3 + 1, day=1, hour=0, minute=0, second=0, microsecond=0)
-    if grain is Grain.YEAR:
-        return value.replace(month=1, day=1, hour=0, minute=0, second=0, microsecond=0)
-    minutes = grain.seconds // 60
-    return value.replace(minute=value.minute // minutes * minutes, second=0, microsecond=0)
+    """The start of the ``grain`` window holding ``value`` (weeks start on Monday): :meth:`Grain.floor`."""
+    return grain.floor(value)
 
 
 def next_start(start: datetime, grain: Grain) -> datetime:
-    """The start of the ``grain`` window after the one starting at ``start``."""
-    if grain in (Grain.HOUR, Grain.DAY, Grain.MONTH):
-        return grain.next_start(start)
-    if grain is Grain.QUARTER:
-        return add_months(start, 3)
-    if grain is Grain.YEAR:
-        return add_months(start, 12)
-    return start + timedelta(seconds=grain.seconds)
+    """The start of the ``grain`` window after the one starting at ``start``: :meth:`Grain.next_start`."""
+    return grain.next_start(start)
 
 
 def ttl_horizon(rule: TtlRule, now: datetime) -> datetime | None:

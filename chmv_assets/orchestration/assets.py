@@ -20,12 +20,13 @@ from pydantic import Field
 from asset_checks.inline import evaluate_inline_checks, inline_check_specs
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine.executor import StepResult, execute, plan_for
 from chmv_assets.engine.landing import ingested_sources, landing_dir
 from chmv_assets.engine.planner import RebuildPlan, spark_capable
 from chmv_assets.errors import ChmvError
-from chmv_assets.orchestration.partitions import window_for_key
+from chmv_assets.orchestration.partitions import dynamic_partitions_of, window_for_key
 from chmv_assets.orchestration.translator import ChmvTranslator, check_distinct_keys
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
 from spark.session import session_of
@@ -37,7 +38,6 @@ def partition_windows(context: AssetExecutionContext) -> list[PartitionWindow | 
     if not (context.has_partition_key or context.has_partition_key_range):
         return [None]
     partitions_def = context.assets_def.partitions_def
-    assert isinstance(partitions_def, TimeWindowPartitionsDefinition)
     return [window_for_key(partitions_def, key) for key in context.partition_keys]
 
 
@@ -85,6 +85,8 @@ def target_groups(loaded: LoadedProject, translator: ChmvTranslator) -> list[tup
 def _group_name(specs: list[AssetSpec], index: int, with_spark: bool) -> str:
     partitions_def = specs[0].partitions_def
     grain = type(partitions_def).__name__.removesuffix("PartitionsDefinition").lower() if partitions_def else "whole"
+    if dynamic_partitions_of(partitions_def) is not None:  # partitions of its own: an op of its own, named for it
+        grain = f"{grain}_{safe_name('__'.join(specs[0].key.path))}"
     return f"rebuild_{grain}_targets" + ("_spark" if with_spark else "") + (f"_{index}" if index else "")
 
 
@@ -116,8 +118,10 @@ def _group_asset(loaded: LoadedProject, group: list[ObjectRef], specs: list[Asse
     by_key = dict(zip((s.key for s in specs), group, strict=True))
     partitions_def = specs[0].partitions_def
     check_specs = [c for spec in specs for c in inline_check_specs(loaded, spec.key, by_key[spec.key], partitions_def)]
-    # Measured (benchmarks/bench_spark_backfill.py): one run over a range beats one run per partition.
-    backfill_policy = BackfillPolicy.single_run() if partitions_def is not None else None
+    # Measured (benchmarks/bench_spark_backfill.py): one run over a range beats one run per partition. Partitions
+    # named by key values have no range: a run each.
+    timed = isinstance(partitions_def, TimeWindowPartitionsDefinition)
+    backfill_policy = BackfillPolicy.single_run() if timed else None
 
     def run(context: AssetExecutionContext, config: RebuildConfig, clickhouse: ClickHouseResource):
         windows = partition_windows(context)

@@ -38,6 +38,7 @@ from zoneinfo import ZoneInfo
 
 from clickhouse_connect.driver.client import Client
 from dagster import (
+    AddDynamicPartitionsRequest,
     AssetKey,
     AssetMaterialization,
     AssetRecordsFilter,
@@ -54,9 +55,11 @@ from dagster import (
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.ddl.partitioning import KEY_DELIMITER, PartitionScheme, encode_key, key_values, partition_values
 from chmv_assets.engine.catalog import inner_table_names
 from chmv_assets.engine.clock import from_wall_seconds
 from chmv_assets.engine.staleness import BIG_QUERY_SETTINGS
+from chmv_assets.orchestration.partitions import dynamic_partitions_of, time_partitions_of
 from chmv_assets.orchestration.sensor_client import SensorSkip, sensor_client
 from chmv_assets.orchestration.translator import ChmvTranslator
 from chmv_assets.sql.quoting import qualified, quote
@@ -81,8 +84,10 @@ class Tracked:
         key: The asset key.
         ref: The table (or dictionary, or MV without TO) it stands for.
         kind: ``target``, ``ingested`` (a daily Spark ingestion asset), ``source`` or ``dictionary``.
-        partitions_def: The asset's time partitions, None when unpartitioned.
+        partitions_def: The asset's time partitions (a time × key target's windows), None without.
         time_column: The event-time column of an ingested source (its days are counted on it).
+        scheme: A target's partitioning, when it has a key part (its values name the partitions).
+        dynamic: The dynamic partitions its key values are added to.
     """
 
     key: AssetKey
@@ -90,6 +95,8 @@ class Tracked:
     kind: Literal["target", "ingested", "source", "dictionary"]
     partitions_def: TimeWindowPartitionsDefinition | None = None
     time_column: str | None = None
+    scheme: PartitionScheme | None = None
+    dynamic: str | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +150,13 @@ class TickReport:
     outside: int = 0
     deferred: int = 0
     seconds: float = 0.0
+    new_keys: dict[str, list[str]] = field(default_factory=dict)
+    """Per dynamic partitions definition, the key values the server's partitions hold that Dagster does not know yet
+    (without an instance: every value seen)."""
+
+    def partition_requests(self) -> list[AddDynamicPartitionsRequest]:
+        """The requests that add :attr:`new_keys` to Dagster's dynamic partitions."""
+        return [AddDynamicPartitionsRequest(name, keys) for name, keys in sorted(self.new_keys.items()) if keys]
 
     def summary(self) -> str:
         return (f"{len(self.events)} partition(s) reported of {self.changed} changed, {self.already_materialized} "
@@ -161,8 +175,11 @@ def tracked_assets(loaded: LoadedProject, translator: ChmvTranslator) -> list[Tr
     out = []
     for ref in project.targets:
         partitions_def = translator.get_asset_spec(loaded, ref).partitions_def
-        out.append(Tracked(translator.get_asset_key(ref), ref, "target",
-                           partitions_def if isinstance(partitions_def, TimeWindowPartitionsDefinition) else None))  # fmt: skip
+        dynamic = dynamic_partitions_of(partitions_def)
+        scheme = translator.get_partition_scheme(loaded, ref) if dynamic is not None else None
+        time = time_partitions_of(partitions_def)
+        key = translator.get_asset_key(ref)
+        out.append(Tracked(key, ref, "target", time, scheme=scheme, dynamic=dynamic.name if dynamic else None))
     ingested = ingested_sources(loaded)
     if ingested:
         daily = ingestion_partitions(loaded)
@@ -197,11 +214,12 @@ def read_state(client: _Counted, loaded: LoadedProject, tracked: list[Tracked]) 
     branches, params = [], {}
     if tables:
         branches.append(
-            "SELECT 'p' AS kind, database, table AS name, partition_id, any(partition) AS value, sum(rows) AS rows, "
+            "SELECT 'p' AS kind, database, table AS name, partition_id, any(partition) AS value, sum(rows) AS n_rows, "
             "count() AS parts, sum(bytes_on_disk) AS bytes, toInt64(toUnixTimestamp(max(modification_time))) AS newest, "
-            f"toInt64(max(max_block_number)) AS max_block, {wall_seconds_sql('min(min_time)')} AS min_time, "
-            f"toString(min(min_date)) AS min_date, {wall_seconds_sql('max(max_time)')} AS max_time, "
-            "toString(max(max_date)) AS max_date FROM system.parts WHERE active AND database IN {dbs:Array(String)} "
+            f"toInt64(max(max_block_number)) AS max_block, {wall_seconds_sql('minIf(min_time, rows > 0)')} "
+            f"AS min_time, toString(minIf(min_date, rows > 0)) AS min_date, "  # empty parts (a swap's) have no time
+            f"{wall_seconds_sql('maxIf(max_time, rows > 0)')} AS max_time, toString(maxIf(max_date, rows > 0)) "
+            "AS max_date FROM system.parts WHERE active AND database IN {dbs:Array(String)} "
             "AND (table IN {names:Array(String)} OR startsWith(table, '.inner')) GROUP BY database, table, partition_id"
         )  # fmt: skip
         params |= {"dbs": sorted({r.database for r in tables}), "names": sorted({r.name for r in tables})}
@@ -317,15 +335,28 @@ def _units(tracked: Tracked, parts: list[PartState], keys: _Keys) -> tuple[dict[
     units: dict[str, _Unit] = {}
     outside = 0
     for part in parts:
-        key = ""
-        if tracked.partitions_def is not None:
+        key: str | None = ""
+        if tracked.scheme is not None:  # a key part: its values name the partition
+            key = _keyed(tracked, part, keys)
+        elif tracked.partitions_def is not None:
             start = partition_start(part.value, part.min_time, part.min_date)
             key = keys.key(tracked.partitions_def, start) if start is not None else None
-            if key is None:
-                outside += 1
-                continue
+        if key is None:
+            outside += 1
+            continue
         units.setdefault(key, _Unit()).add(part)
     return units, outside
+
+
+def _keyed(tracked: Tracked, part: PartState, keys: _Keys) -> str | None:
+    """The Dagster key of a ClickHouse partition of a target with a key part (None: outside its windows)."""
+    assert tracked.scheme is not None
+    values = key_values(tracked.scheme, partition_values(part.value, tracked.scheme.elements))
+    if tracked.partitions_def is None:
+        return encode_key(values)
+    bounds = part.time_bounds()
+    window = keys.key(tracked.partitions_def, from_wall_seconds(bounds[0])) if bounds is not None else None
+    return f"{window}{KEY_DELIMITER}{encode_key(values)}" if window is not None else None
 
 
 @dataclass(frozen=True)
@@ -404,6 +435,7 @@ def evaluate_live_state(client: Client, loaded: LoadedProject, translator: ChmvT
     day_requests = scan.tables(tracked, state)
     scan.days(day_requests, _day_counts(counted, day_requests), state)
     scan.emit(tracked, instance)
+    scan.report.new_keys = _new_keys(scan.keyed, instance)
     scan.report.queries = counted.queries
     scan.report.seconds = time.perf_counter() - began
     return scan.report
@@ -420,6 +452,7 @@ class _Scan:
         self.changed: dict[AssetKey, dict[str, tuple[_Unit, str]]] = {}  # asset -> partition -> (unit, fingerprint)
         self.report = report
         self.keys = _Keys()
+        self.keyed: dict[str, set[str]] = {}  # dynamic partitions definition -> key values the server holds
 
     def tables(self, tracked: list[Tracked], state: dict[ObjectRef, list[PartState]]) -> list[_DayRequest]:
         """Compare every table's partitions with the cursor; returns the day counts the ingested sources need."""
@@ -441,6 +474,8 @@ class _Scan:
                 continue
             units, outside = _units(item, parts, self.keys)
             self.report.outside += outside
+            if item.dynamic is not None:
+                self.keyed.setdefault(item.dynamic, set()).update(k.rpartition(KEY_DELIMITER)[2] for k in units)
             before = self.seen_assets.get(name, {})
             self.new_assets[name] = {}
             for partition, unit in units.items():
@@ -504,6 +539,15 @@ class _Scan:
         report.cursor = _write_cursor({"v": CURSOR_VERSION, "a": self.new_assets, "s": self.new_sources})
 
 
+def _new_keys(keyed: dict[str, set[str]], instance: DagsterInstance | None) -> dict[str, list[str]]:
+    """The key values of each dynamic partitions definition that Dagster does not know yet."""
+    out = {}
+    for name, values in keyed.items():
+        known = set(instance.get_dynamic_partitions(name)) if instance is not None else set()
+        out[name] = sorted(values - known)
+    return out
+
+
 def _covering(parts: list[PartState], day: str) -> list[PartState]:
     """The ClickHouse partitions whose rows' time range touches a day (all of them when not indexed)."""
     start = int(datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp())
@@ -562,10 +606,11 @@ def build_live_state_sensor(loaded: LoadedProject, translator: ChmvTranslator) -
         except SensorSkip as skip:
             return SkipReason(str(skip))
         context.log.info(report.summary())
-        if not report.events:
+        requests = report.partition_requests()
+        if not report.events and not requests:
             return SensorResult(skip_reason=SkipReason(f"no partition changed since the last report ({report.summary()})"),
                                 cursor=report.cursor)  # fmt: skip
-        return SensorResult(asset_events=report.events, cursor=report.cursor)
+        return SensorResult(asset_events=report.events, cursor=report.cursor, dynamic_partitions_requests=requests)
 
     return _live_state
 

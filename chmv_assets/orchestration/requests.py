@@ -111,7 +111,8 @@ class Due:
 def rebuild_requests(
     loaded: LoadedProject, translator: ChmvTranslator, job_name: str, target: ObjectRef, due: Sequence[Due]
 ) -> list[RunRequest]:
-    """The runs that rebuild ``due`` partitions of one target: one run per range of consecutive partitions.
+    """The runs that rebuild ``due`` partitions of one target: one run per range of consecutive time partitions (one
+    per partition where they are named by key values).
 
     A range run plans and swaps every partition of it in one go (one read of the source per range, the targets'
     single-run backfill policy) and evaluates parity per partition, so each ledger entry gets its own verdict. The
@@ -119,7 +120,8 @@ def rebuild_requests(
     request whatever the tick, never a second run of one attempt.
     """
     partitions_def = translator.get_partitions_def(loaded, target)
-    order = {k: i for i, k in enumerate(partitions_def.get_partition_keys())} if partitions_def is not None else {}
+    timed = isinstance(partitions_def, TimeWindowPartitionsDefinition)  # partitions named by key values: a run each
+    order = {k: i for i, k in enumerate(partitions_def.get_partition_keys())} if timed else {}
     items = sorted(due, key=lambda d: order.get(d.partition or "", -1))
     ranges: list[list[Due]] = []
     for item in items:

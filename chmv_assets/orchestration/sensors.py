@@ -30,14 +30,15 @@ from dagster import (
     AssetCheckKey,
     AssetKey,
     AssetSelection,
+    DagsterInstance,
     DefaultSensorStatus,
     JobDefinition,
+    PartitionsDefinition,
     RunRequest,
     SensorDefinition,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
-    TimeWindowPartitionsDefinition,
     define_asset_job,
     sensor,
 )
@@ -46,6 +47,8 @@ from asset_checks.definitions import DRIFT, LINT, PARITY, PARTS, check_key, targ
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.ddl.names import safe_name
+from chmv_assets.ddl.partitioning import KEY_DELIMITER, PartitionScheme, time_of
 from chmv_assets.engine import deferrals
 from chmv_assets.engine.clock import wall_now
 from chmv_assets.engine.coverage import mappings
@@ -55,7 +58,11 @@ from chmv_assets.engine.planner import RebuildPlan, observe, plan_rebuild, windo
 from chmv_assets.engine.recovery import DdlRepair, Decision, ddl_repair, entry_key, plan, split_key
 from chmv_assets.engine.staleness import TargetLag, measure_staleness
 from chmv_assets.errors import DDLError
-from chmv_assets.orchestration.partitions import window_for_key
+from chmv_assets.orchestration.partitions import (
+    dynamic_partitions_of,
+    time_partitions_of,
+    window_for_key,
+)
 from chmv_assets.orchestration.requests import Due, InFlight, apply_request, in_flight, rebuild_requests
 from chmv_assets.orchestration.sensor_client import SensorSkip, TickBudget, sensor_client
 from chmv_assets.orchestration.translator import ChmvTranslator
@@ -77,18 +84,27 @@ def _cursor(context: SensorEvaluationContext) -> dict:
         return {}
 
 
-def catchup_partitions(partitions_def, lag: TargetLag) -> list[str | None]:
-    """The partition keys between the target's newest value and what it should hold (None: unpartitioned)."""
-    if not isinstance(partitions_def, TimeWindowPartitionsDefinition):
+def catchup_partitions(partitions_def, lag: TargetLag, instance: DagsterInstance | None = None) -> list[str | None]:
+    """The partition keys between the target's newest value and what it should hold (None: unpartitioned).
+
+    A time × key target: those windows for every key value Dagster knows (``instance``'s dynamic partitions); a key
+    alone: none (which value lags is not measured: the parity sweep finds the partitions whose sources changed).
+    """
+    if partitions_def is None:
         return [None]
-    if lag.expected_max is None:
+    time = time_partitions_of(partitions_def)
+    if time is None or lag.expected_max is None:
         return []
     start = lag.target_max or lag.expected_max
     keys = []
-    for key in partitions_def.get_partition_keys():
-        window = partitions_def.time_window_for_partition_key(key)
+    for key in time.get_partition_keys():
+        window = time.time_window_for_partition_key(key)
         if window.end.replace(tzinfo=None) > start and window.start.replace(tzinfo=None) <= lag.expected_max:
             keys.append(key)
+    dynamic = dynamic_partitions_of(partitions_def)
+    if dynamic is not None:
+        values = dynamic.get_partition_keys(dynamic_partitions_store=instance) if instance is not None else []
+        keys = [f"{k}{KEY_DELIMITER}{v}" for k in keys for v in values]
     return keys[-MAX_RUNS_PER_TARGET:]
 
 
@@ -117,8 +133,7 @@ def _rebuild_jobs(loaded: LoadedProject, translator: ChmvTranslator) -> dict[Obj
     defs: dict[str, object] = {}
     for target in loaded.project.targets:
         partitions_def = translator.get_partitions_def(loaded, target)
-        grain = translator.get_partition_scheme(loaded, target).grain if partitions_def is not None else None
-        name = f"chmv_rebuild_{grain or 'unpartitioned'}"
+        name = f"chmv_rebuild_{_job_suffix(translator.get_partition_scheme(loaded, target), target, partitions_def)}"
         while name in defs and defs[name] != partitions_def:
             name += "_"
         defs[name] = partitions_def
@@ -133,6 +148,17 @@ def _rebuild_jobs(loaded: LoadedProject, translator: ChmvTranslator) -> dict[Obj
         )
         jobs.update({t: job for t in targets})
     return jobs
+
+
+def _job_suffix(scheme: PartitionScheme, target: ObjectRef, partitions_def: PartitionsDefinition | None) -> str:
+    """``day``, ``6_hour``, ``unpartitioned``; a target whose partitions are named by its key values has a job of its
+    own (``month__analytics__sales``)."""
+    if partitions_def is None:
+        return "unpartitioned"
+    grain = scheme.grain.value.replace(" ", "_") if scheme.grain is not None else "key"
+    if dynamic_partitions_of(partitions_def) is None:
+        return grain
+    return f"{grain}__{safe_name(target.database)}__{safe_name(target.name)}"
 
 
 def _jobs(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetJob]:
@@ -236,9 +262,12 @@ def downstream_entries(
     the truncation's length). Grandchildren follow once the children pass (their own repair).
     """
     window = window_for_key(translator.get_partitions_def(loaded, target), partition) if partition else None
+    window = time_of(window)  # a child's windows follow the parent's time window (a key alone: the whole table)
     children = dict.fromkeys(v.writes_to for v in loaded.project.views_from(target) if v.trigger == target)
     keys = []
     for child in children:
+        if translator.get_partition_scheme(loaded, child).keyed:
+            continue  # partitions named by key values: the sweep checks the ones whose source changed
         if window is None:
             windows = windows_covering(loaded, child, datetime(1970, 1, 2), datetime(2106, 1, 1))
             if windows != [None]:
@@ -345,7 +374,8 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator, app
                     fqn = lag.target.fqn
                     stale_ticks[fqn] = stale_ticks.get(fqn, 0) + 1 if lag.stale else 0
                     if lag.stale and stale_ticks[fqn] >= STALE_TICKS:
-                        partitions = catchup_partitions(translator.get_partitions_def(loaded, lag.target), lag)
+                        partitions_def = translator.get_partitions_def(loaded, lag.target)
+                        partitions = catchup_partitions(partitions_def, lag, context.instance)
                         for partition in partitions:
                             failing.setdefault(entry_key(lag.target, partition), "stale")
                     elif not lag.stale:

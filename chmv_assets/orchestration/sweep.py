@@ -21,8 +21,10 @@ reason and catches up.
 import json
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 
 from dagster import (
+    AddDynamicPartitionsRequest,
     Config,
     DagsterRunStatus,
     DefaultSensorStatus,
@@ -44,8 +46,10 @@ from asset_checks.inline import latest_materializations, parity_alert, parity_ev
 from asset_checks.parity import parity_for_partitions
 from chmv_assets.alerts import sink_for
 from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.partitioning import encode_key
 from chmv_assets.engine.drift import apply_pending
-from chmv_assets.engine.sweep import SweepState, decide, window_of
+from chmv_assets.engine.sweep import SweepItem, SweepState, decide, window_of
+from chmv_assets.orchestration.partitions import dynamic_partitions_of
 from chmv_assets.orchestration.sensor_client import SensorSkip, sensor_client
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
@@ -134,9 +138,24 @@ def build_sweep(loaded: LoadedProject, translator: ChmvTranslator) -> tuple[Sens
             tags={"chmv/reason": "parity_sweep", "chmv/partitions": str(len(decision.items)),
                   "chmv/targets": ", ".join(sorted(partitions))[:250]},
         )  # fmt: skip
-        return SensorResult(run_requests=[request], cursor=_write(decision.state, inflight))
+        known = _known_partitions(loaded, translator, decision.items)
+        cursor = _write(decision.state, inflight)
+        return SensorResult(run_requests=[request], cursor=cursor, dynamic_partitions_requests=known)
 
     return _sweep, sweep_job
+
+
+def _known_partitions(
+    loaded: LoadedProject, translator: ChmvTranslator, items: Iterable[SweepItem]
+) -> list[AddDynamicPartitionsRequest]:
+    """Make the key values of the partitions a sweep run checks known to Dagster (the live-state sensor adds those the
+    server holds; a partition dropped before it ran is checked too), so their evaluations land on partitions."""
+    keys: dict[str, list[str]] = defaultdict(list)
+    for item in items:
+        dynamic = dynamic_partitions_of(translator.get_partitions_def(loaded, item.target))
+        if dynamic is not None and item.window is not None and item.window.keyed:
+            keys[dynamic.name].append(encode_key(item.window.values))
+    return [AddDynamicPartitionsRequest(name, sorted(set(values))) for name, values in keys.items()]
 
 
 def _settle_inflight(context: SensorEvaluationContext, state: SweepState,

@@ -6,11 +6,13 @@ import warnings
 from functools import cache
 
 from dagster import (
+    AllPartitionMapping,
     AssetDep,
     AssetKey,
     AssetSpec,
     BetaWarning,
     MetadataValue,
+    MultiToSingleDimensionPartitionMapping,
     PartitionMapping,
     PartitionsDefinition,
     TableColumn,
@@ -21,14 +23,18 @@ from dagster import (
     TimeWindowPartitionsDefinition,
 )
 
+from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import Column, Dictionary, MaterializedView, ObjectRef, Table
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import PartitionScheme, partition_scheme
 from chmv_assets.engine.landing import is_ingested
 from chmv_assets.errors import DDLError, DDLProblem
-from chmv_assets.orchestration.partitions import partitions_definition
+from chmv_assets.orchestration.partitions import TIME_DIMENSION, partitions_definition, time_partitions_of
 from chmv_assets.sql.quoting import qualified
+
+#: The partitioning of a source's daily Spark ingestion asset (spark.assets).
+DAILY = PartitionScheme(grain=Grain.DAY)
 
 
 class ChmvTranslator:
@@ -62,9 +68,10 @@ class ChmvTranslator:
         return partition_scheme(table, loaded.project.views_into(ref))
 
     def get_partitions_def(self, loaded: LoadedProject, ref: ObjectRef) -> PartitionsDefinition | None:
-        """Time-window partitions from PARTITION BY, starting at ``partition_start``."""
+        """Partitions from PARTITION BY: time windows starting at ``partition_start``; windows × the key's values, or
+        the key's values alone, where it has a key part (:mod:`chmv_assets.orchestration.partitions`)."""
         scheme = self.get_partition_scheme(loaded, ref)
-        return partitions_definition(scheme, loaded.config.partition_start, loaded.config.timezone)
+        return partitions_definition(scheme, loaded.config.partition_start, loaded.config.timezone, target=ref)
 
     def get_description(self, loaded: LoadedProject, ref: ObjectRef) -> str | None:
         """The SQL comment above the CREATE statement, then what writes the table."""
@@ -133,25 +140,53 @@ class ChmvTranslator:
         return list(ups)
 
     def get_partition_mapping(self, loaded: LoadedProject, ref: ObjectRef, upstream: ObjectRef) -> PartitionMapping | None:
-        """How a time-partitioned target's partitions map onto a time-partitioned upstream.
+        """How a partitioned target's partitions map onto a partitioned upstream.
 
         Upstreams with time partitions are chained targets and the daily Spark ingestion assets of
         sources with an event-time column. Time windows overlap; upstream partitions that do not
         exist yet are allowed: the current month of a monthly target covers future days of a daily
         upstream, and a rollup's window may reach past today. Without that, Dagster refuses every
         backfill selection that includes the current period ("depends on non-existent partitions").
+        A time × key target and a time-partitioned upstream with the same windows map through the windows; any
+        other pair where one side has a key part depends on every upstream partition.
         """
-        if not loaded.project.views_into(ref) or self.get_partitions_def(loaded, ref) is None:
+        if not loaded.project.views_into(ref):
+            return None
+        downstream_def = self.get_partitions_def(loaded, ref)
+        if downstream_def is None:
             return None
         if loaded.project.views_into(upstream):
-            time_partitioned = isinstance(self.get_partitions_def(loaded, upstream), TimeWindowPartitionsDefinition)
-        else:  # with a landing zone, a source with an event-time column is a daily ingestion asset (spark.assets)
-            time_partitioned = is_ingested(loaded, upstream)
-        return _allow_future_upstream() if time_partitioned else None
+            upstream_def = self.get_partitions_def(loaded, upstream)
+        elif is_ingested(loaded, upstream):  # with a landing zone, a daily ingestion asset (spark.assets)
+            upstream_def = partitions_definition(DAILY, loaded.config.partition_start, loaded.config.timezone)
+        else:
+            return None
+        if upstream_def is None:
+            return None
+        time_down = isinstance(downstream_def, TimeWindowPartitionsDefinition)
+        time_up = isinstance(upstream_def, TimeWindowPartitionsDefinition)
+        if time_down and time_up:
+            return _allow_future_upstream()
+        if time_partitions_of(downstream_def) == time_partitions_of(upstream_def) and (time_down or time_up):
+            return _through_windows()
+        return _every_upstream_partition()
 
     def get_asset_spec(self, loaded: LoadedProject, ref: ObjectRef) -> AssetSpec:
         """The spec assembled from the hooks above (memoized per project and object)."""
         return loaded.derived(("chmv/asset_spec", self, ref), lambda: _spec(self, loaded, ref))
+
+
+@cache
+def _through_windows() -> MultiToSingleDimensionPartitionMapping:
+    """A time × key target and an upstream of the same windows: each window's partitions map onto that window."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BetaWarning)
+        return MultiToSingleDimensionPartitionMapping(partition_dimension_name=TIME_DIMENSION)
+
+
+@cache
+def _every_upstream_partition() -> AllPartitionMapping:
+    return AllPartitionMapping()
 
 
 @cache

@@ -26,8 +26,26 @@ from chmv_assets.ddl.types import parse_type
 from chmv_assets.sql.meta import WATERMARKS
 from chmv_assets.sql.quoting import qualified, quote, time_literal
 
-#: ClickHouse function flooring a time to the start of its partition window, per partition grain.
-FLOOR_FUNCTIONS = {Grain.HOUR: "toStartOfHour", Grain.DAY: "toStartOfDay", Grain.MONTH: "toStartOfMonth"}
+#: ClickHouse function flooring a time to the start of its partition window, per grain (any other grain of a day or
+#: less: ``toStartOfInterval``, see :func:`floor_sql`).
+FLOOR_FUNCTIONS = {
+    Grain.MINUTE: "toStartOfMinute",
+    Grain.HOUR: "toStartOfHour",
+    Grain.DAY: "toStartOfDay",
+    Grain.WEEK: "toMonday",
+    Grain.MONTH: "toStartOfMonth",
+    Grain.QUARTER: "toStartOfQuarter",
+    Grain.YEAR: "toStartOfYear",
+}
+
+
+def floor_sql(grain: Grain, expression: str) -> str:
+    """``expression`` floored to the start of its ``grain`` window, as :meth:`Grain.floor` floors it."""
+    if grain in FLOOR_FUNCTIONS:
+        return f"{FLOOR_FUNCTIONS[grain]}({expression})"
+    return f"toStartOfInterval({expression}, INTERVAL {grain.interval})"
+
+
 _NULL_TIME = "CAST(NULL AS Nullable(DateTime))"
 
 
@@ -146,7 +164,7 @@ def windows_branches(
 
     if bucketed:
         where = " OR ".join(bounds(lo, hi) for _start, lo, hi in ranges)
-        key = f"CAST(toDateTime({FLOOR_FUNCTIONS[sub_grain or grain]}({name})) AS Nullable(DateTime))"
+        key = f"CAST(toDateTime({floor_sql(sub_grain or grain, name)}) AS Nullable(DateTime))"
         return [_branch(side, index, table, key=key, column=column, where=where, grouped=True)]
     return [_branch(side, index, table, key=f"CAST(toDateTime('{start:%Y-%m-%d %H:%M:%S}') AS Nullable(DateTime))",
                     column=column, where=bounds(lo, hi)) for start, lo, hi in ranges]  # fmt: skip

@@ -6,6 +6,7 @@ swapped for a window of that table (or for staged rows), and its output filtered
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from datetime import datetime
@@ -14,7 +15,10 @@ from chmv_assets.ddl.models import Column, MaterializedView, ObjectRef, Project,
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
 from chmv_assets.sql.cluster import drop_table_sql, exchange_sql, plain_engine, shadow_engine, storage_clauses
-from chmv_assets.sql.quoting import interval, qualified, quote, time_literal
+from chmv_assets.sql.quoting import interval, qualified, quote, string_literal, time_literal
+
+#: The most characters of a partition key a shadow's name carries as they are (a time key has 12 at most).
+MAX_KEY_DIGITS = 32
 
 
 def select_with_source(view: MaterializedView, source: ObjectRef, replacement: str) -> str:
@@ -43,17 +47,91 @@ def select_with_source(view: MaterializedView, source: ObjectRef, replacement: s
 
 
 def partition_expression(target: Table, scheme: PartitionScheme, window: PartitionWindow) -> str:
-    """The target's PARTITION BY evaluated on the window start (``toYYYYMM(CAST('2026-09-01' AS Date))``)."""
-    assert target.partition_by is not None and scheme.column is not None
+    """The target's PARTITION BY evaluated on the partition: its time part on the window start
+    (``toYYYYMM(CAST('2026-09-01' AS Date))``), its key part replaced by the partition's values
+    (``(toYYYYMM(CAST('2026-09-01' AS Date)), 'eu')``; a value is a string literal, which the server converts to the
+    element's type)."""
+    assert target.partition_by is not None
+    fragment = target.partition_by
+    if not scheme.keyed:
+        assert scheme.column is not None and window.start is not None
+        return fragment.substitute({scheme.column: _time_value(target, scheme, window)})
+    return splice(fragment.sql, _partition_edits(target, scheme, window))
+
+
+def partition_tuple(target: Table, scheme: PartitionScheme, window: PartitionWindow | None) -> str:
+    """The partition a swap replaces or drops: ``tuple(<the PARTITION BY's value on the partition>)`` — one value per
+    element (``tuple(toYYYYMM(CAST('2026-09-01' AS Date)), 'eu')``), ``tuple()`` for an unpartitioned target or the
+    whole table."""
+    if window is None or target.partition_by is None or not scheme.partitioned:
+        return "tuple()"
+    if not scheme.keyed:
+        return f"tuple({partition_expression(target, scheme, window)})"
+    return f"tuple({', '.join(_element_values(target, scheme, window))})"
+
+
+def partition_filter(target: Table, scheme: PartitionScheme, window: PartitionWindow) -> str:
+    """The predicate on the target's columns (or an MV's output) that holds for the rows of the partition exactly:
+    ``(<PARTITION BY>) = (<its value>)``; element by element where there is a key part
+    (``(toYYYYMM(day)) = (toYYYYMM(…)) AND (region) = ('eu')``)."""
+    assert target.partition_by is not None
+    if not scheme.keyed:
+        return f"({target.partition_by.sql}) = ({partition_expression(target, scheme, window)})"
+    texts = _element_texts(target)
+    values = _element_values(target, scheme, window)
+    return " AND ".join(f"({text}) = ({value})" for text, value in zip(texts, values, strict=True))
+
+
+def _time_value(target: Table, scheme: PartitionScheme, window: PartitionWindow) -> str:
+    """The window's start as a literal of the time column's type."""
+    assert scheme.column is not None and window.start is not None
     column = target.column(scheme.column)
-    literal = time_literal(window.start, column.type if column else "DateTime")
-    return target.partition_by.substitute({scheme.column: literal})
+    return time_literal(window.start, column.type if column else "DateTime")
+
+
+def _element_texts(target: Table) -> list[str]:
+    assert target.partition_by is not None
+    return [target.partition_by.sql[e.span.start : e.span.end] for e in target.partition_elements]
+
+
+def _element_values(target: Table, scheme: PartitionScheme, window: PartitionWindow) -> list[str]:
+    """Each PARTITION BY element's value on the partition, in written order."""
+    assert target.partition_by is not None
+    sql, edits = target.partition_by.sql, _partition_edits(target, scheme, window)
+    values = []
+    for element in target.partition_elements:
+        first, last = element.span.start, element.span.end
+        inside = [(start - first, end - first, text) for start, end, text in edits if first <= start and end <= last]
+        values.append(splice(sql[first:last], inside))
+    return values
+
+
+def _partition_edits(target: Table, scheme: PartitionScheme, window: PartitionWindow) -> list[tuple[int, int, str]]:
+    """What replaces what in the PARTITION BY's text: each key element by its value, the time column inside the time
+    element by the window's start."""
+    assert target.partition_by is not None
+    elements = target.partition_elements
+    edits = [
+        (elements[index].span.start, elements[index].span.end, string_literal(value))
+        for index, value in zip(scheme.key_elements, window.values, strict=True)
+    ]
+    if scheme.grain is not None and window.start is not None:
+        inside = elements[scheme.time_element].span
+        literal = f"({_time_value(target, scheme, window)})"
+        edits += [
+            (span.start, span.end, literal)
+            for name, spans in target.partition_by.column_spans
+            if name == scheme.column
+            for span in spans
+            if inside.start <= span.start and span.end <= inside.end
+        ]
+    return edits
 
 
 def _source_range(view: MaterializedView, project: Project, scheme: PartitionScheme,
                   window: PartitionWindow) -> tuple[Column, str, str] | None:  # fmt: skip
     """``(trigger column, lower bound, upper bound)`` of :func:`source_range_predicate`, as SQL literals."""
-    if scheme.column is None or view.trigger is None:
+    if scheme.column is None or view.trigger is None or window.start is None or window.end is None:
         return None
     out = view.output(scheme.column)
     if out is None or out.truncation is None:
@@ -71,17 +149,40 @@ def _source_range(view: MaterializedView, project: Project, scheme: PartitionSch
 
 def source_range_predicate(view: MaterializedView, project: Project, scheme: PartitionScheme,
                            window: PartitionWindow) -> str | None:  # fmt: skip
-    """A range on the trigger's own column that covers every row mapping into the window, for pruning.
+    """A predicate on the trigger's own columns that holds for every row mapping into the partition, for pruning.
 
-    Derivable when the MV computes the partition column as a bare trigger column or a monotone
-    truncation of one (``toStartOfHour(ts)``): then ``f(ts) in [start, end)`` implies
-    ``ts in [start, end + grain)``. The exact filter is applied on the output as well.
+    The time part: derivable when the MV computes the partition column as a bare trigger column or a monotone
+    truncation of one (``toStartOfHour(ts)``): then ``f(ts) in [start, end)`` implies ``ts in [start, end + grain)``.
+    The key part: each key element that is a target column the MV passes on from one trigger column unchanged
+    (``region``) is that column's value (``region = 'eu'``). The exact filter is applied on the output as well; None
+    when nothing is derivable.
     """
+    predicates = []
     bounds = _source_range(view, project, scheme, window)
-    if bounds is None:
-        return None
-    col, lower, upper = bounds
-    return f"{quote(col.name)} >= {lower} AND {quote(col.name)} < {upper}"
+    if bounds is not None:
+        col, lower, upper = bounds
+        predicates.append(f"{quote(col.name)} >= {lower} AND {quote(col.name)} < {upper}")
+    predicates += key_predicates(view, project, scheme, window)
+    return " AND ".join(predicates) or None
+
+
+def key_predicates(
+    view: MaterializedView, project: Project, scheme: PartitionScheme, window: PartitionWindow
+) -> list[str]:
+    """``trigger column = value`` for each key element of the partition the MV passes on from one trigger column."""
+    target = project.table(view.writes_to)
+    if view.trigger is None or target is None or not window.values:
+        return []
+    out = []
+    for index, value in zip(scheme.key_elements, window.values, strict=True):
+        call = target.partition_elements[index].call
+        column = view.output(call.column) if call is not None and call.function is None else None
+        if column is None or column.truncation is None or column.truncation[1] is not None:
+            continue
+        if column.source_columns != ((view.trigger.fqn, column.truncation[0]),):
+            continue
+        out.append(f"{quote(column.truncation[0])} = {string_literal(value)}")
+    return out
 
 
 def span_holds_all_sql(view: MaterializedView, project: Project, scheme: PartitionScheme,
@@ -132,7 +233,7 @@ def view_select(view: MaterializedView, project: Project, target: Table, scheme:
         trigger_relation: Read the trigger's rows from here instead (staged Parquet).
     """
     filters = [f for f in (trigger_where,) if f]
-    if window is not None and scheme.grain is not None:
+    if window is not None and scheme.partitioned:
         pruning = source_range_predicate(view, project, scheme, window)
         if pruning:
             filters.append(pruning)
@@ -144,14 +245,16 @@ def view_select(view: MaterializedView, project: Project, target: Table, scheme:
         )
     columns = ", ".join(quote(c.name) for c in view.output_columns)
     sql = f"SELECT {columns} FROM ({select})"
-    if window is not None and scheme.grain is not None and target.partition_by is not None:
-        sql += f" WHERE ({target.partition_by.sql}) = ({partition_expression(target, scheme, window)})"
+    if window is not None and scheme.partitioned and target.partition_by is not None:
+        sql += f" WHERE {partition_filter(target, scheme, window)}"
     return sql
 
 
 def span_of(windows: Sequence[PartitionWindow]) -> PartitionWindow:
-    """One window from the earliest start to the latest end of ``windows`` (keyed as the first)."""
-    return PartitionWindow(key=windows[0].key, start=min(w.start for w in windows), end=max(w.end for w in windows))
+    """One time window from the earliest start to the latest end of ``windows`` (keyed as the first)."""
+    starts = [w.start for w in windows if w.start is not None]
+    ends = [w.end for w in windows if w.end is not None]
+    return PartitionWindow(key=windows[0].key, start=min(starts), end=max(ends))
 
 
 def range_select(view: MaterializedView, project: Project, target: Table, scheme: PartitionScheme,
@@ -172,11 +275,11 @@ def range_select(view: MaterializedView, project: Project, target: Table, scheme
         prune: Read the trigger within the span only; without, every row (for a span that holds them all, see
             :func:`span_holds_all_sql`; rows outside it land in partitions outside the windows).
     """
-    if not windows or scheme.grain is None or target.partition_by is None:
-        raise ValueError("range_select needs windows of a partitioned target")
+    if not windows or scheme.grain is None or target.partition_by is None or not all(w.timed for w in windows):
+        raise ValueError("range_select needs time windows of a target partitioned by time")
     span = span_of(windows)
     select = view.select_sql
-    pruning = source_range_predicate(view, project, scheme, span) if prune else None
+    pruning = _span_predicate(view, project, scheme, span) if prune else None
     if view.trigger is not None and (pruning or trigger_relation):
         where = f"({pruning})" if pruning else None
         select = select_with_source(
@@ -185,8 +288,23 @@ def range_select(view: MaterializedView, project: Project, target: Table, scheme
     columns = ", ".join(quote(c.name) for c in view.output_columns)
     if not only_windows:
         return f"SELECT {columns} FROM ({select})"
-    keep = " OR ".join(f"({target.partition_by.sql}) = ({partition_expression(target, scheme, w)})" for w in windows)
+    keep = " OR ".join(_or_term(partition_filter(target, scheme, w), scheme) for w in windows)
     return f"SELECT {columns} FROM ({select}) WHERE {keep}"
+
+
+def _span_predicate(
+    view: MaterializedView, project: Project, scheme: PartitionScheme, span: PartitionWindow
+) -> str | None:
+    """The time range of :func:`source_range_predicate` over a span of windows (whatever their key values)."""
+    bounds = _source_range(view, project, scheme, span)
+    if bounds is None:
+        return None
+    col, lower, upper = bounds
+    return f"{quote(col.name)} >= {lower} AND {quote(col.name)} < {upper}"
+
+
+def _or_term(predicate: str, scheme: PartitionScheme) -> str:
+    return f"({predicate})" if scheme.keyed else predicate
 
 
 def insert_sql(shadow: ObjectRef, view: MaterializedView, select: str) -> str:
@@ -225,7 +343,12 @@ def _shadow_prefix(target: ObjectRef) -> str:
 
 
 def _partition_digits(partition: str | None) -> str:
-    return "".join(c for c in partition or "all" if c.isascii() and c.isalnum())
+    """The key's ASCII letters and digits; a key of none or too many (a key value: ``東京``, a long tenant name) is cut
+    and followed by a digest of the whole key, so a shadow's name stays short and never empty."""
+    digits = "".join(c for c in partition or "all" if c.isascii() and c.isalnum())
+    if digits and len(digits) <= MAX_KEY_DIGITS:
+        return digits
+    return digits[: MAX_KEY_DIGITS // 2] + hashlib.sha256((partition or "").encode()).hexdigest()[:8]
 
 
 def create_shadow_sql(shadow: ObjectRef, live: ObjectRef, table: Table) -> str:

@@ -47,6 +47,11 @@ LINEAGE = {
         "tracking.tag_sets_daily_mv": ("tracking.events", ["tracking.events"], "tracking.tag_sets_daily", []),
         "tracking.checkout_steps_mv": ("tracking.events", ["tracking.events"], "tracking.checkout_steps", []),
     },
+    "partition_shapes": {  # its partitions: tests/integration/test_partition_shapes.py
+        f"fleet.{name}_mv": ("fleet.readings", ["fleet.readings"], f"fleet.{name}", [])
+        for name in ("weekly_load", "quarterly_devices", "yearly_tenants", "daily_devices", "shift_load",
+                     "temperatures", "regional_days", "tenant_totals", "device_buckets", "device_latest")
+    } | {"fleet.regional_years_mv": ("fleet.regional_days", ["fleet.regional_days"], "fleet.regional_years", [])},
 }  # fmt: skip
 #: Per fixture, lines ``chmv apply`` prints about its stand-ins.
 STAND_INS = {
@@ -64,6 +69,7 @@ STAND_INS = {
     ],
     "functions_views": [],
     "aliases_lambdas": [],
+    "partition_shapes": [],
 }  # fmt: skip
 
 

@@ -133,7 +133,9 @@ def test_the_shrink_guard_stops_an_unpartitioned_swap_that_would_lose_rows(fresh
     assert str(stopped.value).startswith(
         f"analytics.entity_latest whole table: the rebuild would leave {rebuilt:,} rows where the live partition "
         f"holds {live:,}: {live - rebuilt:,} rows would go. Coverage does not vouch for every row of it "
-        "(an unpartitioned target: whether the table still holds every row it ever received is not observable")
+        "(an unpartitioned target or a partition of a key alone (no time window): whether the table still holds every "
+        "row it ever received is not observable"
+    )
     assert "Nothing was swapped; the live partition is unchanged. To proceed:" in str(stopped.value)
     with fresh_engine.get_client() as client:
         assert digest(client, example, latest) == before and int(client.command(SHADOWS)) == 0

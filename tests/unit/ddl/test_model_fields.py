@@ -55,29 +55,32 @@ def test_populate_is_found_by_token_not_by_word() -> None:
 
 
 @pytest.mark.parametrize(
-    ("partition_by", "call", "grain", "column"),
+    ("partition_by", "call", "grain", "column", "keys"),
     [
-        ("toYYYYMM(ts)", ("toYYYYMM", "ts"), Grain.MONTH, "ts"),
-        ("toYYYYMM(`event time`)", ("toYYYYMM", "event time"), Grain.MONTH, "event time"),
-        ("toStartOfMonth(ts)", ("toStartOfMonth", "ts"), Grain.MONTH, "ts"),
-        ("toYYYYMMDD(ts)", ("toYYYYMMDD", "ts"), Grain.DAY, "ts"),
-        ("toDate(ts)", ("toDate", "ts"), Grain.DAY, "ts"),
-        ("(toDate(ts))", ("toDate", "ts"), Grain.DAY, "ts"),
-        ("toStartOfDay(ts)", ("toStartOfDay", "ts"), Grain.DAY, "ts"),
-        ("toStartOfHour(ts)", ("toStartOfHour", "ts"), Grain.HOUR, "ts"),
-        ("day", (None, "day"), Grain.DAY, "day"),
-        ("d32", (None, "d32"), Grain.DAY, "d32"),
-        # Not a time window Dagster knows: the asset is unpartitioned.
-        ("ts", (None, "ts"), None, None),
-        ("toMonday(ts)", ("toMonday", "ts"), None, None),
-        ("toDate(ts, 'Asia/Tokyo')", None, None, None),
-        ("toStartOfHour(ts, 'UTC')", None, None, None),
-        ("(toYYYYMM(ts), id % 4)", None, None, None),
-        ("toYYYYMM(ts) * 100", None, None, None),
-        ("cityHash64(id) % 8", None, None, None),
+        ("toYYYYMM(ts)", ("toYYYYMM", "ts"), Grain.MONTH, "ts", ()),
+        ("toYYYYMM(`event time`)", ("toYYYYMM", "event time"), Grain.MONTH, "event time", ()),
+        ("toStartOfMonth(ts)", ("toStartOfMonth", "ts"), Grain.MONTH, "ts", ()),
+        ("toYYYYMMDD(ts)", ("toYYYYMMDD", "ts"), Grain.DAY, "ts", ()),
+        ("toDate(ts)", ("toDate", "ts"), Grain.DAY, "ts", ()),
+        ("(toDate(ts))", ("toDate", "ts"), Grain.DAY, "ts", ()),
+        ("toStartOfDay(ts)", ("toStartOfDay", "ts"), Grain.DAY, "ts", ()),
+        ("toStartOfHour(ts)", ("toStartOfHour", "ts"), Grain.HOUR, "ts", ()),
+        ("day", (None, "day"), Grain.DAY, "day", ()),
+        ("d32", (None, "d32"), Grain.DAY, "d32", ()),
+        ("toMonday(ts)", ("toMonday", "ts"), Grain.WEEK, "ts", ()),
+        ("toYear(day)", ("toYear", "day"), Grain.YEAR, "day", ()),
+        ("toStartOfInterval(ts, INTERVAL 6 HOUR)", None, Grain.SIX_HOURS, "ts", ()),
+        ("intDiv(toUnixTimestamp(ts), 3600)", None, Grain.HOUR, "ts", ()),
+        ("(toYYYYMM(ts), id % 4)", None, Grain.MONTH, "ts", ("id % 4",)),
+        # No time window Dagster knows: partitioned by the values the server holds.
+        ("ts", (None, "ts"), None, None, ("ts",)),
+        ("toDate(ts, 'Asia/Tokyo')", None, None, None, ("toDate(ts, 'Asia/Tokyo')",)),
+        ("toStartOfHour(ts, 'UTC')", None, None, None, ("toStartOfHour(ts, 'UTC')",)),
+        ("toYYYYMM(ts) * 100", None, None, None, ("toYYYYMM(ts) * 100",)),
+        ("cityHash64(id) % 8", None, None, None, ("cityHash64(id) % 8",)),
     ],
 )
-def test_partition_scheme_from_the_parsed_partition_by(partition_by, call, grain, column) -> None:
+def test_partition_scheme_from_the_parsed_partition_by(partition_by, call, grain, column, keys) -> None:
     t = table(f"""
         CREATE TABLE d.t (ts DateTime, `event time` DateTime64(3), day Date, d32 Nullable(Date32), id UInt64)
         ENGINE = MergeTree PARTITION BY {partition_by} ORDER BY id
@@ -85,8 +88,8 @@ def test_partition_scheme_from_the_parsed_partition_by(partition_by, call, grain
     assert t.partition_by.sql == partition_by
     assert t.partition_call == (PartitionCall(function=call[0], column=call[1]) if call else None)
     scheme = partition_scheme(t)
-    assert (scheme.grain, scheme.column) == (grain, column)
-    assert (scheme.note is None) == (grain is not None)
+    assert (scheme.grain, scheme.column, scheme.keys) == (grain, column, keys)
+    assert scheme.partitioned
 
 
 def test_unpartitioned_tables_have_no_scheme_and_no_note() -> None:

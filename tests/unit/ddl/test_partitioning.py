@@ -11,11 +11,19 @@ from ddl_testing import load_ddl, ref
 from chmv_assets.ddl.partitioning import (
     PartitionScheme,
     PartitionWindow,
+    decode_key,
+    encode_key,
     floor_to_grain,
+    keyed_window,
     next_start,
+    partition_of,
     partition_scheme,
+    partition_values,
+    time_of,
     window_at,
+    window_for_partition_key,
     windows_between,
+    with_values,
 )
 
 # (id, columns, PARTITION BY or None, expected grain, expected column)
@@ -32,21 +40,45 @@ TIME_CASES = [
     ("toYYYYMM-of-Date", "d Date", "toYYYYMM(d)", "month", "d"),
     ("quoted-column-with-space", "`event time` DateTime", "toYYYYMM(`event time`)", "month", "event time"),
     ("spaces-inside-the-call", "ts DateTime", "toDate( ts )", "day", "ts"),
+    ("toMonday", "ts DateTime", "toMonday(ts)", "week", "ts"),
+    ("toStartOfWeek-monday-mode", "d Date", "toStartOfWeek(d, 1)", "week", "d"),
+    ("toStartOfQuarter", "d Date", "toStartOfQuarter(d)", "quarter", "d"),
+    ("toStartOfYear", "ts DateTime", "toStartOfYear(ts)", "year", "ts"),
+    ("toYear", "d Date", "toYear(d)", "year", "d"),
+    ("toStartOfFifteenMinutes", "ts DateTime", "toStartOfFifteenMinutes(ts)", "15 minute", "ts"),
+    ("interval-6-hours", "ts DateTime", "toStartOfInterval(ts, INTERVAL 6 HOUR)", "6 hour", "ts"),
+    ("interval-30-minutes", "ts DateTime", "toStartOfInterval(ts, INTERVAL 30 minute)", "30 minute", "ts"),
+    ("interval-1-week", "d Date", "toStartOfInterval(d, INTERVAL 1 WEEK)", "week", "d"),
+    ("interval-3-months", "d Date", "toStartOfInterval(d, INTERVAL 3 MONTH)", "quarter", "d"),
+    ("intDiv-unix-hours", "ts DateTime", "intDiv(toUnixTimestamp(ts), 3600)", "hour", "ts"),
+    ("intDiv-unix-days", "ts DateTime", "intDiv(toUInt32(ts), 86400)", "day", "ts"),
 ]
 # (id, columns, PARTITION BY) of tables that Dagster sees unpartitioned, without a note
 UNPARTITIONED_CASES = [
     ("tuple()", "ts DateTime", "tuple()"),
     ("none", "ts DateTime", None),
 ]
-# (id, columns, PARTITION BY) of tables with a PARTITION BY that has no time-window equivalent
-OTHER_CASES = [
-    ("bare-DateTime-column", "ts DateTime", "ts"),
-    ("toMonday", "ts DateTime", "toMonday(ts)"),
-    ("compound-key", "ts DateTime, k String", "(toYYYYMM(ts), k)"),
-    ("intDiv", "id UInt64", "intDiv(id, 1000)"),
-    ("string-column", "k String", "k"),
+# (id, columns, PARTITION BY, grain, column, keys, note) of tables with a key part: a time window and a key, or a key
+KEY_CASES = [
+    ("compound-key", "ts DateTime, k String", "(toYYYYMM(ts), k)", "month", "ts", ("k",), None),
+    ("tuple-function", "ts DateTime, k String", "tuple(toDate(ts), k)", "day", "ts", ("k",), None),
+    ("key-first", "ts DateTime, k String, n UInt8", "(k, toMonday(ts), n % 4)", "week", "ts", ("k", "n % 4"), None),
+    ("string-column", "k String", "k", None, None, ("k",), None),
+    ("tuple-of-keys", "k String, n UInt8", "(k, n)", None, None, ("k", "n"), None),
+    ("intDiv-of-a-number", "id UInt64", "intDiv(id, 1000)", None, None, ("intDiv(id, 1000)",), None),
+    ("bare-DateTime-column", "ts DateTime", "ts", None, None, ("ts",), None),
+    ("sunday-weeks", "d Date", "toStartOfWeek(d)", None, None, ("toStartOfWeek(d)",), "toStartOfWeek(d): no time"),
+    (
+        "two-days",
+        "ts DateTime",
+        "toStartOfInterval(ts, INTERVAL 2 DAY)",
+        None,
+        None,
+        ("toStartOfInterval(ts, INTERVAL 2 DAY)",),
+        "toStartOfInterval(ts, INTERVAL 2 DAY): no time",
+    ),
 ]
-ALL_CASES = [(c[0], c[1], c[2]) for c in TIME_CASES] + UNPARTITIONED_CASES + OTHER_CASES
+ALL_CASES = [(c[0], c[1], c[2]) for c in TIME_CASES] + UNPARTITIONED_CASES + [(c[0], c[1], c[2]) for c in KEY_CASES]
 
 
 def _table_name(case_id: str) -> str:
@@ -79,14 +111,14 @@ def test_unpartitioned_without_note(tables, case_id):
     assert scheme_of(tables, case_id) == PartitionScheme(grain=None, column=None, note=None)
 
 
-@pytest.mark.parametrize(("case_id", "partition_by"), [(c[0], c[2]) for c in OTHER_CASES],
-                         ids=[c[0] for c in OTHER_CASES])  # fmt: skip
-def test_anything_else_is_unpartitioned_with_a_note(tables, case_id, partition_by):
+@pytest.mark.parametrize(
+    ("case_id", "grain", "column", "keys", "note"), [(c[0], *c[3:]) for c in KEY_CASES], ids=[c[0] for c in KEY_CASES]
+)
+def test_a_key_part_partitions_by_the_values_the_server_holds(tables, case_id, grain, column, keys, note):
     scheme = scheme_of(tables, case_id)
-    assert (scheme.grain, scheme.column) == (None, None)
-    assert scheme.note is not None
-    assert scheme.note.startswith(f"PARTITION BY {partition_by} ")
-    assert "unpartitioned" in scheme.note
+    assert (scheme.grain, scheme.column, scheme.keys) == (grain, column, keys)
+    assert scheme.partitioned and scheme.keyed
+    assert scheme.note == note if note is None else scheme.note.startswith(note)
 
 
 AGGREGATE_DDL = """
@@ -103,17 +135,33 @@ SELECT toStartOfHour(ts) AS hour, k, sum(v) AS v FROM d.src GROUP BY hour, k;
 """
 
 
-@pytest.mark.parametrize(("target", "note"), [
-    ("d.latest", "partition column seen is an aggregate in d.latest_mv: the asset is unpartitioned"),
-    ("d.hourly", "partition column hour is an aggregate in d.hourly_max_mv: the asset is unpartitioned"),
-    ("d.plain", None),
-], ids=["aggregate", "one-mv-of-a-fan-in-aggregates", "grouped-by-not-aggregated"])  # fmt: skip
-def test_partition_column_that_an_mv_aggregates(tmp_path, target, note):
+@pytest.mark.parametrize(
+    ("target", "note", "key"),
+    [
+        (
+            "d.latest",
+            "partition column seen is an aggregate in d.latest_mv: partitioned by the values the server holds, "
+            "not by time windows",
+            "toDate(seen)",
+        ),
+        (
+            "d.hourly",
+            "partition column hour is an aggregate in d.hourly_max_mv: partitioned by the values the server "
+            "holds, not by time windows",
+            "toDate(hour)",
+        ),
+        ("d.plain", None, None),
+    ],
+    ids=["aggregate", "one-mv-of-a-fan-in-aggregates", "grouped-by-not-aggregated"],
+)
+def test_partition_column_that_an_mv_aggregates(tmp_path, target, note, key):
     loaded = load_ddl(tmp_path, AGGREGATE_DDL)
     project = loaded.project
     scheme = partition_scheme(project.table(ref(target)), project.views_into(ref(target)))
-    expected = PartitionScheme(grain=None, note=note) if note else PartitionScheme(grain="day", column="hour")
-    assert scheme == expected
+    if note:
+        assert scheme == PartitionScheme(grain=None, note=note, keys=(key,), key_elements=(0,))
+    else:
+        assert scheme == PartitionScheme(grain="day", column="hour")
 
 
 def test_the_example_targets(example):
@@ -215,3 +263,89 @@ def test_windows_between(grain, first, since, until, expected):
 def test_first_window_starts_at_the_first_boundary_at_or_after_first_start(grain, first, expected):
     """Like Dagster's partitions of a ``partition_start`` that is not on a boundary: no key Dagster lacks."""
     assert keys(windows_between(grain, first, D(2020, 1, 1), D(2026, 10, 2)))[:2] == expected
+
+
+# --- keys ---------------------------------------------------------------------------------------------------------
+
+MONTH_BY_REGION = PartitionScheme(grain="month", column="day", keys=("region",), key_elements=(1,))
+TENANT_AND_REGION = PartitionScheme(grain=None, keys=("tenant", "region"), key_elements=(0, 1))
+
+
+@pytest.mark.parametrize(
+    "values",
+    [("eu",), ("a|b", ""), ("x/y", "50%"), ("it's [1,2]",), ("München", "東京"), ("a...b",), ("tab\there",)],
+    ids=["plain", "delimiter-and-empty", "slash-and-percent", "quote-brackets-comma", "unicode", "dots", "control"],
+)
+def test_key_values_round_trip_through_a_dagster_key(values):
+    key = encode_key(values)
+    assert decode_key(key) == values
+    assert not {"|", ",", "[", "]"} & set(key) and "..." not in key and key  # what Dagster refuses in a key
+    assert all(ord(c) >= 32 for c in key)
+
+
+def test_a_value_dagster_allows_is_its_own_key():
+    assert (
+        encode_key(["eu"]) == "eu" and encode_key(["2025", "us"]) == "2025/us" and encode_key(["München"]) == "München"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "elements", "values"),
+    [
+        ("202609", 1, ("202609",)),
+        ("it's / 50%|x", 1, ("it's / 50%|x",)),  # one element: the value as it is
+        ("(202609,'eu')", 2, ("202609", "eu")),
+        ("(202601,'q\\'s,)','y',-3)", 4, ("202601", "q's,)", "y", "-3")),
+        ("(202601,'a\\tb','x',NULL)", 4, ("202601", "a\tb", "x", "NULL")),
+        ("(2,'2025-09-29')", 2, ("2", "2025-09-29")),
+    ],
+    ids=["one", "one-with-delimiters", "tuple", "escaped-quote-comma-paren", "tab-and-null", "number-and-date"],
+)
+def test_partition_values_of_system_parts(text, elements, values):
+    assert partition_values(text, elements) == values
+
+
+def test_window_for_partition_key_of_each_shape():
+    window = window_for_partition_key(MONTH_BY_REGION, "2026-09-01|eu")
+    assert window == PartitionWindow("2026-09-01|eu", D(2026, 9, 1), D(2026, 10, 1), ("eu",))
+    assert window.time_window() == PartitionWindow("2026-09-01", D(2026, 9, 1), D(2026, 10, 1))
+    alone = window_for_partition_key(TENANT_AND_REGION, "it's %2F 50%25/eu")
+    assert alone == PartitionWindow("it's %2F 50%25/eu", None, None, ("it's / 50%", "eu"))
+    assert not alone.timed and alone.keyed and time_of(alone) is None
+    assert window_for_partition_key("week", "2026-08-03").end == D(2026, 8, 10)
+    assert window_for_partition_key("6 hour", "2026-08-03-18:00").end == D(2026, 8, 4)
+
+
+@pytest.mark.parametrize(
+    ("scheme", "key", "message"),
+    [
+        (MONTH_BY_REGION, "2026-09-01", "names a window without the key's values (expected <window>|<values>)"),
+        (MONTH_BY_REGION, "2026-09-02|eu", "not the start of a month partition"),
+        (TENANT_AND_REGION, "acme", "names 1 value(s); the key part tenant, region has 2"),
+        (PartitionScheme(grain="day", column="d"), "2026-09-01|eu", "the target has no key part (expected a window)"),
+        (PartitionScheme(grain=None), "eu", "the target is unpartitioned"),
+    ],
+    ids=["a-window-without-its-key", "not-a-boundary", "too-few-values", "a-key-where-there-is-none", "unpartitioned"],
+)
+def test_a_key_not_of_the_scheme_is_refused_with_what_it_expects(scheme, key, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        window_for_partition_key(scheme, key)
+
+
+def test_partition_of_a_clickhouse_partition():
+    assert partition_of(MONTH_BY_REGION, "(202609,'eu')", D(2026, 9, 14, 3)) == window_at(
+        D(2026, 9, 1), "month", ("eu",)
+    )
+    assert partition_of(MONTH_BY_REGION, "(202609,'eu')", None) is None  # no time of its rows: no window
+    assert partition_of(TENANT_AND_REGION, "('acme','eu')", None) == keyed_window(("acme", "eu"))
+    assert partition_of(PartitionScheme(grain=None), "tuple()", None) is None
+
+
+def test_each_time_window_once_per_key_value():
+    windows = windows_between("month", D(2026, 8, 1), D(2026, 8, 1), D(2026, 9, 1))
+    assert [w.key for w in with_values(windows, [("eu",), ("us",)])] == [
+        "2026-08-01|eu",
+        "2026-08-01|us",
+        "2026-09-01|eu",
+        "2026-09-01|us",
+    ]

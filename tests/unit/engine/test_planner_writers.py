@@ -8,7 +8,7 @@ from datetime import datetime
 import pytest
 from ddl_testing import load_ddl, ref
 
-from chmv_assets.ddl.partitioning import window_at
+from chmv_assets.ddl.partitioning import keyed_window, partition_scheme, window_at, window_for_partition_key
 from chmv_assets.engine.planner import Engine, Observations, Swap, closes_at, plan_rebuild
 
 DDL = """
@@ -89,3 +89,30 @@ def test_a_stream_consumers_target_is_refused_and_its_stream_never_read(loaded):
 
 def test_without_the_servers_time_nothing_is_deferred(loaded):
     assert plan(loaded, "d.daily", [NOVEMBER], now=None).steps[0].engine == Engine.CLICKHOUSE
+
+
+KEYED = """
+CREATE DATABASE d;
+CREATE TABLE d.app (ts DateTime, region String, v UInt64) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY ts;
+CREATE TABLE d.regional (day Date, region String, n UInt64) ENGINE = SummingMergeTree
+PARTITION BY (toYYYYMM(day), region) ORDER BY day;
+CREATE MATERIALIZED VIEW d.regional_mv TO d.regional AS
+SELECT toDate(ts) AS day, region, count() AS n FROM d.app GROUP BY day, region;
+CREATE TABLE d.per_region (region String, n UInt64) ENGINE = SummingMergeTree PARTITION BY region ORDER BY region;
+CREATE MATERIALIZED VIEW d.per_region_mv TO d.per_region AS SELECT region, count() AS n FROM d.app GROUP BY region;
+"""
+
+
+def test_an_open_window_of_a_key_is_deferred_a_key_alone_never(tmp_path):
+    """A partition is open by its time part: ``2026-11-01|eu`` waits for November to close like November does; a
+    partition of a key alone has no time, so, like an unpartitioned target, it is rebuilt now, race-checked."""
+    loaded = load_ddl(tmp_path, KEYED)
+    scheme = partition_scheme(loaded.project.table(ref("d.regional")))
+    closed, open_ = (window_for_partition_key(scheme, k) for k in ("2026-10-01|eu", "2026-11-01|eu"))
+    first, second = plan(loaded, "d.regional", [closed, open_]).steps
+    assert first.engine == Engine.CLICKHOUSE and second.engine == Engine.DEFERRED
+    assert second.closes_at == datetime(2026, 12, 1, 0, 15) and second.key == "2026-11-01|eu"
+    (alone,) = plan(loaded, "d.per_region", [keyed_window(("eu",))]).steps
+    assert alone.engine == Engine.CLICKHOUSE and alone.closes_at is None
+    assert "(without a time window it never closes)" in alone.reason
+    assert alone.relations[0].predicate == "`region` = 'eu'"

@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from dagster import (
     DailyPartitionsDefinition,
+    DynamicPartitionsDefinition,
     HourlyPartitionsDefinition,
     MonthlyPartitionsDefinition,
+    MultiPartitionKey,
+    MultiPartitionsDefinition,
     StaticPartitionsDefinition,
 )
 
 from chmv_assets.ddl.grains import Grain
+from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, windows_between
-from chmv_assets.orchestration.partitions import partitions_definition, window_for_key
+from chmv_assets.orchestration.partitions import (
+    dynamic_partitions_of,
+    partitions_definition,
+    time_partitions_of,
+    window_for_key,
+)
 
 NOW = datetime(2026, 9, 17, 13, 30, tzinfo=UTC)
 
@@ -86,3 +95,41 @@ def test_equal_schemes_share_one_definition():
     assert partitions_definition(PartitionScheme(grain="day", column="ts"), "2026-02-01") is not daily
     assert partitions_definition(PartitionScheme(grain="day", column="ts"), "2026-01-01", "Europe/Paris") is not daily
     assert partitions_definition(PartitionScheme(grain="month", column="ts"), "2026-01-01") is not daily
+
+
+@pytest.mark.parametrize("grain", [g for g in Grain if g not in (Grain.HOUR, Grain.DAY, Grain.MONTH)])
+def test_every_grain_has_windows_agreeing_with_the_engine_layers(grain: Grain) -> None:
+    """Weeks from Monday, quarters, years and intervals: Dagster's cron names the windows chmv computes itself."""
+    start = "2026-09-15" if grain.fixed else "2025-01-01"
+    definition = partitions_definition(PartitionScheme(grain=grain, column="ts"), start)
+    first = datetime.strptime(start, "%Y-%m-%d")
+    now = (first + 40.5 * timedelta(seconds=grain.seconds) if grain.fixed else datetime(2028, 3, 2)).replace(tzinfo=UTC)
+    dagster_windows = [window_for_key(definition, k) for k in definition.get_partition_keys(current_time=now)]
+    assert dagster_windows == windows_between(grain, first, first, now.replace(tzinfo=None))
+    assert len(dagster_windows) > 1 and definition.fmt == grain.key_format
+
+
+def test_a_key_part_gets_multi_or_dynamic_partitions_of_its_own_target() -> None:
+    target = ObjectRef(database="d", name="by_region")
+    monthly = PartitionScheme(grain="month", column="day", keys=("region",), key_elements=(1,))
+    multi = partitions_definition(monthly, "2026-01-01", target=target)
+    assert isinstance(multi, MultiPartitionsDefinition)
+    assert [d.name for d in multi.partitions_defs] == ["date", "key"]  # the window's key first in "2026-09-01|eu"
+    assert time_partitions_of(multi) is partitions_definition(PartitionScheme(grain="month"), "2026-01-01")
+    assert dynamic_partitions_of(multi) == DynamicPartitionsDefinition(name="chmv:d.by_region")
+    alone = partitions_definition(PartitionScheme(grain=None, keys=("region",)), "2026-01-01", target=target)
+    assert alone == DynamicPartitionsDefinition(name="chmv:d.by_region") and time_partitions_of(alone) is None
+    with pytest.raises(ValueError, match="named for their target"):
+        partitions_definition(monthly, "2026-01-01")
+
+
+def test_window_for_key_of_multi_and_dynamic_partitions() -> None:
+    target = ObjectRef(database="d", name="t")
+    multi = partitions_definition(
+        PartitionScheme(grain="month", column="day", keys=("region",), key_elements=(1,)), "2026-01-01", target=target
+    )
+    expected = PartitionWindow("2026-09-01|a%7Cb", datetime(2026, 9, 1), datetime(2026, 10, 1), ("a|b",))
+    assert window_for_key(multi, "2026-09-01|a%7Cb") == expected
+    assert window_for_key(multi, MultiPartitionKey({"date": "2026-09-01", "key": "a%7Cb"})) == expected
+    dynamic = partitions_definition(PartitionScheme(grain=None, keys=("k",)), "2026-01-01", target=target)
+    assert window_for_key(dynamic, "acme/eu") == PartitionWindow("acme/eu", None, None, ("acme", "eu"))

@@ -8,7 +8,9 @@ import pytest
 from dagster import (
     AssetKey,
     DailyPartitionsDefinition,
+    DynamicPartitionsDefinition,
     MonthlyPartitionsDefinition,
+    MultiPartitionsDefinition,
     TableColumn,
     TableColumnDep,
     TableColumnLineage,
@@ -170,12 +172,17 @@ def test_metadata_column_comments_defaults_and_dictionary_lineage(dicts, transla
     assert meta["chmv/ttl"] == "ts + INTERVAL 1 YEAR"
 
 
-def test_partitioning_note_for_a_partition_by_without_time_windows(dicts, translator):
+def test_a_window_and_a_key_are_multi_partitions_of_the_windows_and_the_key_values(dicts, translator):
     target = ref("d.by_key")
     spec = translator.get_asset_spec(dicts, target)
-    assert spec.partitions_def is None
-    assert spec.metadata["chmv/partitioning_note"].startswith("PARTITION BY (toYYYYMM(ts), k) ")
+    assert isinstance(spec.partitions_def, MultiPartitionsDefinition)
+    dimensions = {d.name: d.partitions_def for d in spec.partitions_def.partitions_defs}
+    assert isinstance(dimensions["date"], MonthlyPartitionsDefinition)
+    assert dimensions["key"] == DynamicPartitionsDefinition(name="chmv:d.by_key")
+    assert "chmv/partitioning_note" not in spec.metadata
     assert spec.metadata["chmv/partition_by"] == "(toYYYYMM(ts), k)"
+    # the upstream's windows are the time dimension's: each window's partitions depend on that window
+    assert translator.get_partition_mapping(dicts, target, ref("d.events")) is None  # not ingested: no partitions
 
 
 @pytest.mark.parametrize(("target", "expected"), [

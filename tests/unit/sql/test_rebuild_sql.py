@@ -9,11 +9,13 @@ import pytest
 from ddl_testing import load_ddl, ref
 
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.ddl.partitioning import PartitionScheme, partition_scheme, window_at
+from chmv_assets.ddl.partitioning import PartitionScheme, partition_scheme, window_at, window_for_partition_key
 from chmv_assets.sql.rebuild_sql import (
     create_shadow_sql,
     insert_sql,
     partition_expression,
+    partition_filter,
+    partition_tuple,
     range_select,
     run_of_shadow,
     select_with_source,
@@ -242,7 +244,7 @@ CREATE MATERIALIZED VIEW d.daily_mv TO d.daily AS SELECT toDate(ts) AS day, coun
 def test_range_select_needs_windows_of_a_partitioned_target(example):
     project = example.project
     view = project.views[ref("analytics.entity_latest_mv")]
-    with pytest.raises(ValueError, match="windows of a partitioned target"):
+    with pytest.raises(ValueError, match="time windows of a target partitioned by time"):
         range_select(view, project, project.table(ref("analytics.entity_latest")), PartitionScheme(grain=None), [])
 
 
@@ -420,3 +422,82 @@ def test_shadow_names_carry_the_run_and_match_only_their_tables_pattern():
     for name in ("_chmv_shadow_daily_x_20260101_r0a1b2c3d", "_chmv_shadow_daily_2026_all_r1", "daily"):
         assert not pattern.match(name), name
     assert run_of_shadow("_chmv_shadow_daily_range") is None and run_of_shadow("_chmv_shadow_daily_all") is None
+
+
+# --- a key part -------------------------------------------------------------------------------------------------
+
+KEYED = """
+CREATE TABLE d.src (ts DateTime, region LowCardinality(String), tenant String, device String, v UInt64)
+ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY ts;
+CREATE TABLE d.by_region (day Date, region LowCardinality(String), n UInt64) ENGINE = SummingMergeTree
+PARTITION BY (toYYYYMM(day), region) ORDER BY (region, day);
+CREATE MATERIALIZED VIEW d.by_region_mv TO d.by_region AS
+SELECT toDate(ts) AS day, region, count() AS n FROM d.src GROUP BY day, region;
+CREATE TABLE d.by_tenant (tenant String, n UInt64) ENGINE = SummingMergeTree PARTITION BY tenant ORDER BY tenant;
+CREATE MATERIALIZED VIEW d.by_tenant_mv TO d.by_tenant AS SELECT tenant, count() AS n FROM d.src GROUP BY tenant;
+CREATE TABLE d.buckets (bucket UInt8, week Date, n UInt64) ENGINE = SummingMergeTree
+PARTITION BY tuple(bucket, toMonday(week)) ORDER BY week;
+CREATE MATERIALIZED VIEW d.buckets_mv TO d.buckets AS
+SELECT toUInt8(cityHash64(device) % 4) AS bucket, toMonday(ts) AS week, count() AS n FROM d.src GROUP BY bucket, week;
+"""
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory):
+    return load_ddl(tmp_path_factory.mktemp("keyed"), KEYED, toml=D_TOML)
+
+
+def keyed_parts(loaded, target: str, key: str):
+    project = loaded.project
+    table = project.table(ref(target))
+    views = project.views_into(ref(target))
+    scheme = partition_scheme(table, views)
+    return project, table, views[0], scheme, window_for_partition_key(scheme, key)
+
+
+def test_a_window_and_a_key_swap_filter_and_read_by_both(keyed):
+    project, table, view, scheme, window = keyed_parts(keyed, "d.by_region", "2026-09-01|it's")
+    assert partition_tuple(table, scheme, window) == "tuple(toYYYYMM((CAST('2026-09-01' AS Date))), 'it\\'s')"
+    assert partition_filter(table, scheme, window) == (
+        "(toYYYYMM(day)) = (toYYYYMM((CAST('2026-09-01' AS Date)))) AND (region) = ('it\\'s')"
+    )
+    assert source_range_predicate(view, project, scheme, window) == (
+        "`ts` >= toDateTime('2026-09-01 00:00:00') AND `ts` < toDateTime('2026-10-01 00:00:00') + INTERVAL 1 DAY "
+        "AND `region` = 'it\\'s'"
+    )
+    assert view_select(view, project, table, scheme, window).endswith(
+        " AS `src` GROUP BY day, region) WHERE (toYYYYMM(day)) = (toYYYYMM((CAST('2026-09-01' AS Date)))) "
+        "AND (region) = ('it\\'s')"
+    )
+
+
+def test_a_key_alone_swaps_its_value_and_reads_only_its_rows(keyed):
+    project, table, view, scheme, window = keyed_parts(keyed, "d.by_tenant", "acme")
+    assert partition_tuple(table, scheme, window) == "tuple('acme')"
+    assert partition_filter(table, scheme, window) == "(tenant) = ('acme')"
+    assert source_range_predicate(view, project, scheme, window) == "`tenant` = 'acme'"
+    assert shadow_ref(table.ref, window.key, "ab12").name == "_chmv_shadow_by_tenant_acme_rab12"
+
+
+def test_a_key_the_mv_computes_is_filtered_on_the_output_only(keyed):
+    """``bucket`` is a hash of the device: the trigger is read for the week, the output kept for the bucket."""
+    project, table, view, scheme, window = keyed_parts(keyed, "d.buckets", "2026-08-03|2")
+    assert partition_tuple(table, scheme, window) == "tuple('2', toMonday((CAST('2026-08-03' AS Date))))"
+    assert source_range_predicate(view, project, scheme, window) == (
+        "`ts` >= toDateTime('2026-08-03 00:00:00') AND `ts` < toDateTime('2026-08-10 00:00:00') + INTERVAL 1 WEEK"
+    )
+    assert partition_filter(table, scheme, window) == (
+        "(bucket) = ('2') AND (toMonday(week)) = (toMonday((CAST('2026-08-03' AS Date))))"
+    )
+    two = [window, window_for_partition_key(scheme, "2026-08-10|0")]
+    assert range_select(view, project, table, scheme, two).endswith(
+        "WHERE ((bucket) = ('2') AND (toMonday(week)) = (toMonday((CAST('2026-08-03' AS Date))))) "
+        "OR ((bucket) = ('0') AND (toMonday(week)) = (toMonday((CAST('2026-08-10' AS Date)))))"
+    )
+
+
+def test_a_shadow_of_a_key_without_letters_or_digits_gets_a_digest():
+    target = ObjectRef(database="d", name="t")
+    names = {shadow_ref(target, key, "ab12").name for key in ("東京", "大阪", "x" * 100, "y" * 100)}
+    assert len(names) == 4 and all(re.fullmatch(shadows_pattern(target), n) for n in names)
+    assert all(len(n) < 80 for n in names)
