@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from clickhouse_connect.driver.client import Client
-from clickhouse_connect.driver.exceptions import DatabaseError
+from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
 from chmv_assets.ddl.config import PacingConfig
 from chmv_assets.ddl.models import ObjectRef, Project
@@ -57,7 +57,9 @@ _NOT_RETRYABLE = ("Too many partitions for single INSERT block",)
 
 def retry_reason(error: BaseException) -> str | None:
     """The name of a server error worth retrying (see the module), or None for any other error."""
-    if not isinstance(error, DatabaseError):
+    if not isinstance(error, DatabaseError) or isinstance(
+        error, OperationalError
+    ):  # a lost connection: it may have run
         return None
     text = str(error)
     if any(marker in text for marker in _NOT_RETRYABLE):
