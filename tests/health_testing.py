@@ -81,8 +81,11 @@ def statements() -> dict[str, str]:
         ),
         "pacing.sql": "\n".join(
             [
-                section("the server's limits (once per session)", limits_sql()),
-                section("each table's own SETTINGS", bound(table_settings_sql(), params)),
+                section(
+                    "the server's limits and each table's own SETTINGS (once per session)",
+                    bound(limits_sql(tables=True), params),
+                ),
+                section("each table's own SETTINGS (the part-count check)", bound(table_settings_sql(), params)),
                 section(
                     "a look before an insert, on a server (chmv's running writes counted)",
                     bound(load_sql(running=True), params),

@@ -42,7 +42,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
 from chmv_assets.ddl.config import PacingConfig
 from chmv_assets.ddl.models import ObjectRef, Project
-from chmv_assets.engine.pressure import Load, ServerLimits, read_load, server_limits, table_limits
+from chmv_assets.engine.pressure import Load, ServerLimits, read_limits, read_load, server_limits, table_limits
 from chmv_assets.errors import ServerBusy
 
 T = TypeVar("T")
@@ -95,6 +95,7 @@ class PacingStats:
     """What pacing cost a session: for run metadata and benchmarks."""
 
     looks: int = 0
+    look_seconds: float = 0.0  # spent reading the server (its limits, the tables' limits, the looks)
     waits: int = 0
     waited_seconds: float = 0.0
     retries: int = 0
@@ -132,7 +133,9 @@ class Pacer:
     def server(self) -> ServerLimits:
         """The server's limits (read once per session)."""
         if self._server is None:
+            started = time.monotonic()
             self._server = server_limits(self.client)
+            self.stats.look_seconds += time.monotonic() - started
         return self._server
 
     def partitions_per_insert(self) -> int:
@@ -156,7 +159,12 @@ class Pacer:
     def _limits(self, tables: Sequence[ObjectRef]) -> dict[ObjectRef, dict[str, int] | None]:
         missing = [t for t in tables if t not in self._tables]
         if missing:
-            found = table_limits(self.client, missing, self.server())
+            started = time.monotonic()
+            if self._server is None:  # the server's limits and the tables' in one statement
+                self._server, found = read_limits(self.client, missing)
+            else:
+                found = table_limits(self.client, missing, self._server)
+            self.stats.look_seconds += time.monotonic() - started
             for table in missing:
                 self._tables[table] = found.get(table)
         return {t: self._tables[t] for t in tables}
@@ -265,8 +273,11 @@ class Pacer:
             and 2 * last.inserts_since < last.headroom
         ):
             return last
+        self._limits(list(watch))  # every table's limits in one statement, once per session
         thresholds = {t: self.wait_at(t) for t in watch}
+        started = time.monotonic()
         load = read_load(self.client, list(watch))
+        self.stats.look_seconds += time.monotonic() - started
         self.stats.looks += 1
         reasons, headroom = self._reasons(load, thresholds, waited)
         self._last = _Look(load, tables, headroom, reasons)

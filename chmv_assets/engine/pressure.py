@@ -76,12 +76,28 @@ def embedded(client: Client) -> bool:
 
 def server_limits(client: Client) -> ServerLimits:
     """The server's part limits, ``max_partitions_per_insert_block`` and ``background_pool_size`` (one statement)."""
-    values = {str(name): int(value) for name, value in client.query(limits_sql()).result_rows}
-    return ServerLimits(
+    return read_limits(client)[0]
+
+
+def read_limits(
+    client: Client, tables: Iterable[ObjectRef] = ()
+) -> tuple[ServerLimits, dict[ObjectRef, dict[str, int]]]:
+    """:func:`server_limits` and, in the same statement, :func:`table_limits` of ``tables``."""
+    tables = list(tables)
+    rows = client.query(limits_sql(tables=bool(tables)), parameters=bind(tables) if tables else None).result_rows
+    values = {str(name): int(value) for database, name, _text, value in rows if not database}
+    server = ServerLimits(
         parts={name: values.get(name, DEFAULT_LIMITS[name]) for name in PART_LIMITS},
         max_partitions_per_insert_block=values.get("max_partitions_per_insert_block", 100),
         background_pool_size=values.get("background_pool_size", 0),
     )
+    wanted = set(tables)
+    limits = {}
+    for database, name, engine_full, _value in rows:
+        ref = ObjectRef(database=str(database), name=str(name))
+        if database and ref in wanted:
+            limits[ref] = {**server.parts, **settings_of(str(engine_full))}
+    return server, limits
 
 
 def settings_of(engine_full: str) -> dict[str, int]:

@@ -29,16 +29,23 @@ def bind(tables: list[ObjectRef]) -> dict[str, list[str]]:
     return {"dbs": sorted({t.database for t in tables}), "names": sorted({t.name for t in tables})}
 
 
-def limits_sql() -> str:
-    """The server's insert limits, read once per session: rows ``(name, value)``, the MergeTree defaults of
-    :data:`PART_LIMITS` (system.merge_tree_settings), the session's ``max_partitions_per_insert_block`` and
-    ``background_pool_size`` (system.server_settings)."""
+def limits_sql(*, tables: bool = False) -> str:
+    """The server's insert limits, read once per session: rows ``(database, name, text, value)``, the MergeTree
+    defaults of :data:`PART_LIMITS` (system.merge_tree_settings), the session's ``max_partitions_per_insert_block``
+    and ``background_pool_size`` (system.server_settings), each with an empty database; with ``tables``, each bound
+    table's ``engine_full`` (:func:`table_settings_sql`) too, in the same statement."""
     names = ", ".join(string_literal(n) for n in PART_LIMITS)
-    return (
-        f"SELECT name, toFloat64OrZero(value) FROM system.merge_tree_settings WHERE name IN ({names})\n"
-        "UNION ALL\nSELECT 'max_partitions_per_insert_block', toFloat64(getSetting('max_partitions_per_insert_block'))\n"
-        "UNION ALL\nSELECT name, toFloat64OrZero(value) FROM system.server_settings WHERE name = 'background_pool_size'"
+    sql = (
+        f"SELECT '' AS database, name, '' AS text, toFloat64OrZero(value) AS value FROM system.merge_tree_settings "
+        f"WHERE name IN ({names})\n"
+        "UNION ALL\nSELECT '', 'max_partitions_per_insert_block', '', toFloat64(getSetting('max_partitions_per_insert_block'))\n"
+        "UNION ALL\nSELECT '', name, '', toFloat64OrZero(value) FROM system.server_settings WHERE name = 'background_pool_size'"
     )
+    return sql + (f"\nUNION ALL\n{_table_rows()}" if tables else "")
+
+
+def _table_rows() -> str:
+    return f"SELECT database, name, engine_full, 0 FROM system.tables WHERE {_of('name')}"
 
 
 def table_settings_sql() -> str:

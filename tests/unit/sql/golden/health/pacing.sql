@@ -1,11 +1,13 @@
--- the server's limits (once per session)
-SELECT name, toFloat64OrZero(value) FROM system.merge_tree_settings WHERE name IN ('parts_to_delay_insert', 'parts_to_throw_insert', 'max_parts_in_total')
+-- the server's limits and each table's own SETTINGS (once per session)
+SELECT '' AS database, name, '' AS text, toFloat64OrZero(value) AS value FROM system.merge_tree_settings WHERE name IN ('parts_to_delay_insert', 'parts_to_throw_insert', 'max_parts_in_total')
 UNION ALL
-SELECT 'max_partitions_per_insert_block', toFloat64(getSetting('max_partitions_per_insert_block'))
+SELECT '', 'max_partitions_per_insert_block', '', toFloat64(getSetting('max_partitions_per_insert_block'))
 UNION ALL
-SELECT name, toFloat64OrZero(value) FROM system.server_settings WHERE name = 'background_pool_size';
+SELECT '', name, '', toFloat64OrZero(value) FROM system.server_settings WHERE name = 'background_pool_size'
+UNION ALL
+SELECT database, name, engine_full, 0 FROM system.tables WHERE database IN ['metrics', 'metrics_dist'] AND name IN ['errors_daily_local', 'hosts', 'minute_local', 'samples_local'];
 
--- each table's own SETTINGS
+-- each table's own SETTINGS (the part-count check)
 SELECT database, name, engine_full FROM system.tables WHERE database IN ['metrics', 'metrics_dist'] AND name IN ['errors_daily_local', 'hosts', 'minute_local', 'samples_local'];
 
 -- a look before an insert, on a server (chmv's running writes counted)
