@@ -11,6 +11,7 @@ PARITY = "chmv_parity"
 PARTS = "chmv_part_count"
 DRIFT = "chmv_schema_drift"
 LINT = "chmv_lint"
+HEALTH = "chmv_health"
 
 
 #: Engines that collapse rows with the same key at merge time (a duplicate insert is counted once, eventually).

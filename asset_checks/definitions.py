@@ -8,6 +8,8 @@ module turns it into asset checks:
 - ``chmv_part_count`` (WARN / ERROR near the throw limit): asset_checks.parts
 - ``chmv_schema_drift`` (blocking if ``parity.blocking``): asset_checks.drift, on the target ops too
 - ``chmv_lint`` (WARN, model only): asset_checks.lint
+- ``chmv_health`` (per target and source table: mutations, detached MVs, read-only, replication):
+  chmv_assets.engine.health, its Dagster checks in asset_checks.health_checks
 """
 
 
@@ -27,23 +29,26 @@ from dagster import (
     multi_asset_check,
 )
 
-from asset_checks.common import DRIFT, LINT, PARITY, PARTS
+from asset_checks.common import DRIFT, HEALTH, LINT, PARITY, PARTS
+from asset_checks.health_checks import build_health_checks
 from asset_checks.lint import LintFinding, lint_target
-from asset_checks.parts import CLIMB_EVALUATIONS, assess, part_counts, server_thresholds, table_thresholds
+from asset_checks.parts import CLIMB_EVALUATIONS, assess, part_counts, pool_verdict, table_thresholds
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine.pressure import merges, read_load, server_limits, table_limits
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
 
-__all__ = ["DRIFT", "LINT", "PARITY", "PARTS", "build_asset_checks", "check_key", "targets_by_key"]
+__all__ = ["DRIFT", "HEALTH", "LINT", "PARITY", "PARTS", "build_asset_checks", "check_key", "targets_by_key"]
 
 
 def build_asset_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetChecksDefinition]:
-    """The checks with an op of their own: part counts and lint (parity and drift live on the target ops,
+    """The checks with an op of their own: part counts, lint and health (parity and drift live on the target ops,
     ``asset_checks.inline``)."""
     checks: list[AssetChecksDefinition] = build_part_checks(loaded, translator)
     checks += build_lint_checks(loaded, translator)
+    checks += build_health_checks(loaded, translator)
     return checks
 
 
@@ -93,17 +98,24 @@ def build_part_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list
     @multi_asset_check(specs=specs, name="chmv_part_checks", can_subset=True, pool=CLICKHOUSE_POOL)
     def _parts(context: AssetCheckExecutionContext, clickhouse: ClickHouseResource):
         selected = sorted(context.selected_asset_check_keys, key=str)
+        refs = [targets[k.asset_key] for k in selected]
         with clickhouse.get_client() as client:
-            server = server_thresholds(client)
-            counts = part_counts(client, [targets[k.asset_key] for k in selected])
+            server = server_limits(client)
+            live = table_limits(client, refs, server)  # the limits the server applies to each table
+            counts = part_counts(client, refs)
+            load = read_load(client, [], running=False)
+            running = merges(client, refs)
         sink = sink_for(loaded.config.alert_webhook)
         for check_key in selected:
             target = targets[check_key.asset_key]
             table = loaded.project.table(target)
-            thresholds = table_thresholds(server, table)
+            thresholds = live.get(target) or table_thresholds(server.parts, table)
             count = counts[target]
             history = previous_totals(context.instance, check_key)
             verdict = assess(count, thresholds, history)
+            if verdict.severity == "ok":
+                verdict = pool_verdict(load.pool_busy, load.pool_size) or verdict
+            merging, mutating = running.get(target, (0, 0))
             if verdict.severity != "ok":
                 context.log.warning(f"{target.fqn}: {verdict.message}")
                 sink.send(Alert("check_failed" if verdict.severity == "error" else "check_warned", verdict.severity,
@@ -121,7 +133,9 @@ def build_part_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list
                           "busiest_partition": count.partition or "", "parts_to_delay_insert":
                           thresholds.get("parts_to_delay_insert", 0), "parts_to_throw_insert":
                           thresholds.get("parts_to_throw_insert", 0),
-                          "chmv/history": MetadataValue.json([*history, count.total])},
+                          "chmv/history": MetadataValue.json([*history, count.total]),
+                          "merges_running": merging, "mutations_running": mutating,
+                          "merge_pool_busy": load.pool_busy, "merge_pool_size": load.pool_size},
             )  # fmt: skip
 
     return [_parts]

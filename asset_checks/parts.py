@@ -1,10 +1,11 @@
-"""Part-count growth: active parts per target against the server's own insert limits.
+"""Part-count growth: active parts per target against the server's own insert limits, and the merges behind them.
 
-Thresholds come from ``system.merge_tree_settings`` (``parts_to_delay_insert``, ``parts_to_throw_insert``,
-``max_parts_in_total``), overridden by a ``SETTINGS`` clause of the table in the DDL. The check warns
-when the busiest partition passes half the delay limit, or when the part count climbed at every one of
-the last evaluations (seed 001: a backlog that grows instead of plateauing); it fails near the throw
-limit. The history is the check's own previous evaluations, read from the Dagster instance.
+Thresholds are the ones the server applies: ``system.merge_tree_settings`` (``parts_to_delay_insert``,
+``parts_to_throw_insert``, ``max_parts_in_total``) overridden by the live table's own SETTINGS (its ``engine_full``;
+:func:`chmv_assets.engine.pressure.table_limits`), else the DDL's where the table does not exist. The check warns
+when the busiest partition passes half the delay limit, when the part count climbed at every one of the last
+evaluations (seed 001: a backlog that grows instead of plateauing) or when the merge pool is saturated (seed 000); it
+fails near the throw limit. The history is the check's own previous evaluations, read from the Dagster instance.
 """
 
 from collections.abc import Iterable, Sequence
@@ -97,3 +98,12 @@ def assess(count: PartCount, thresholds: dict[str, int], history: Sequence[int])
     return PartVerdict("ok", f"{count.total} active parts, at most {count.max_in_partition} in one partition")
 
 
+def pool_verdict(busy: int, size: int) -> PartVerdict | None:
+    """A warning when every task of the merge and mutation pool is busy (seed 000: merges then fall behind inserts)."""
+    if size and busy >= size:
+        return PartVerdict(
+            "warning",
+            f"the merge pool is saturated ({busy} of {size} merge/mutation tasks busy): parts merge slower than they "
+            "arrive; chmv's inserts wait for it ([pacing]), and other writers' may not",
+        )
+    return None

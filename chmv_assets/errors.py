@@ -85,3 +85,14 @@ class RebuildDeferred(ChmvError):
 
 class ParserUnavailable(ChmvError):
     """ClickHouse's own parser (the child process the DDL layer asks where sqlglot fails) could not be asked."""
+
+
+class ServerBusy(ChmvError):
+    """The server stayed too loaded for an insert (parts near their limits, merges behind) past ``[pacing]
+    max_wait_seconds``, or kept refusing it ("Too many parts", a lock timeout) through every retry: nothing of that
+    insert was written, unless ``written`` (it was refused after writing rows, and not retried); the message says why
+    and what to do."""
+
+    def __init__(self, message: str, *, written: bool = False):
+        super().__init__(message)
+        self.written = written

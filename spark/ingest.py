@@ -6,10 +6,14 @@ One load of one source:
 2. Spark reads the landing files that can hold rows with event time ``> L``, keeps those rows, drops
    duplicates by the source's dedup key and writes them to a staging folder (executors never open
    ClickHouse);
-3. under the gate again: write the ``loading`` intent, then ONE ``INSERT … SELECT FROM file(staging)``
-   of the staged rows with event time ``> L`` (``L`` re-read now) that the source does not hold yet
-   (anti-join on the dedup key over the same window). The live MVs fire on this insert. Then the
-   watermark advances to the newest staged event time (``committed``), only after the insert returned.
+3. under the gate again: write the ``loading`` intent, then ``INSERT … SELECT FROM file(staging)`` of the
+   staged rows with event time ``> L`` (``L`` re-read now) that the source does not hold yet (anti-join on the
+   dedup key over the same window): one insert, or one per run of at most the pacer's partitions per insert (days,
+   hours where a table the insert writes is partitioned by hour), in time order, each paced
+   (:mod:`chmv_assets.engine.pacing`: it waits while the source or a target its MVs write is near its part limits,
+   and retries a "Too many parts" refusal that wrote nothing). The live MVs fire on these inserts. Then the watermark
+   advances to the newest staged event time (``committed``), only after the last insert returned; a load that gives
+   up waiting commits what its finished inserts loaded (every staged row up to the last one's end) and says so.
 
 The anti-join is the batch's idempotency: replaying a batch, or re-running after a kill between the
 insert and the commit, inserts nothing that is already there. The insert carries a query_id derived from the
@@ -32,8 +36,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from chmv_assets.ddl.grains import PARTITION_FUNCTIONS, Grain
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.ddl.models import ObjectRef, Project, Table
 from chmv_assets.engine import landing
 from chmv_assets.engine import staging_area as staging
 from chmv_assets.engine.clients import ClientFactory
@@ -45,9 +50,10 @@ from chmv_assets.engine.gates import (
     ingestion_source_id,
     source_gate,
 )
-from chmv_assets.engine.statements import statement_id, wait_for_orphans
+from chmv_assets.engine.pacing import Pacer, chunks, pacer_for, written_by_insert
+from chmv_assets.engine.statements import chunk_id, statement_id, wait_for_orphans
 from chmv_assets.engine.watermarks import begin_load, commit_load
-from chmv_assets.errors import LandingZoneError
+from chmv_assets.errors import LandingZoneError, ServerBusy
 from chmv_assets.sql.quoting import qualified, quote
 from spark.staging import SparkStager, stage
 
@@ -141,8 +147,20 @@ def ingest(spark, clickhouse: ClientFactory, loaded: LoadedProject, source: Obje
         crash_point("ingest:intent")
         inserted, newest, oldest = 0, None, None
         if rows_staged:
-            inserted, newest, oldest = _insert(client, table.ref, folder, table, columns, tcol, keys, lower,
-                                               insert_id(source, batch_id))  # fmt: skip
+            load = _Load(pacer_for(client, loaded.config.pacing, say), loaded, table, folder, columns, tcol, keys)
+            try:
+                inserted, newest, oldest = load.insert(client, lower, insert_id(source, batch_id))
+            except ServerBusy as busy:
+                if busy.written:  # left `loading`: the next load completes the insert and repairs its MVs' output
+                    raise
+                # what the finished inserts loaded stays loaded (every staged row up to the last one's end)
+                rows, newest = load.done
+                commit_load(client, sid, source.fqn, batch_id, newest=newest, rows=rows, previous=intent)
+                done = f"{rows} rows, every staged row up to {newest}" if newest else "nothing"
+                raise ServerBusy(
+                    f"{busy}\n{source.fqn}: this load inserted {done}; the watermark says so and the next load takes "
+                    "the rest"
+                ) from busy
         crash_point("ingest:inserted")
         if interrupted:
             say(f"{source.fqn}: the previous load died during its insert; rebuilding the partitions it touched")
@@ -163,26 +181,96 @@ def insert_id(source: ObjectRef, batch_id: str) -> str:
     return statement_id("ingest", source.fqn, batch_id)
 
 
-def _insert(client, ref: ObjectRef, folder: Path, table, columns: list[str], tcol: str, keys: list[str],
-            lower: datetime | None, query_id: str) -> tuple[int, datetime | None, datetime | None]:  # fmt: skip
-    """The one INSERT of a load; returns (rows inserted, newest and oldest staged event time)."""
-    cols = ", ".join(quote(c) for c in columns)
-    key_sql = "(" + ", ".join(quote(k) for k in keys) + ")"
-    window = f"{quote(tcol)} > {{lower:DateTime64(6)}}" if lower is not None else "1"
-    params: dict = {"path": staging.staged_glob(folder), "structure": staging.structure(table, columns)}
-    if lower is not None:
-        params["lower"] = lower
-    relation = "file({path:String}, Parquet, {structure:String})"
-    stats = client.query(f"SELECT count(), max({quote(tcol)}), min({quote(tcol)}) FROM {relation}",
-                         parameters=params).result_rows[0]  # fmt: skip
-    count_sql = f"SELECT count() FROM {qualified(ref)} WHERE {window}"
-    before = int(client.query(count_sql, parameters=params).result_rows[0][0])
-    client.command(
-        f"INSERT INTO {qualified(ref)} ({cols}) SELECT {cols} FROM {relation} "
-        f"WHERE {window} AND {key_sql} NOT IN (SELECT {', '.join(quote(k) for k in keys)} FROM {qualified(ref)} "
-        f"WHERE {window})",
-        parameters=params,
-        settings={**INSERT_SETTINGS, "query_id": query_id},
-    )
-    after = int(client.query(count_sql, parameters=params).result_rows[0][0])
-    return after - before, (stats[1] if stats[0] else None), (stats[2] if stats[0] else None)
+class _Load:
+    """The inserts of one batch: as many as the pacer's partitions per insert require, each paced."""
+
+    def __init__(
+        self,
+        pacer: Pacer,
+        loaded: LoadedProject,
+        table: Table,
+        folder: Path,
+        columns: list[str],
+        tcol: str,
+        keys: list[str],
+    ):
+        self.pacer, self.table, self.folder = pacer, table, folder
+        self.columns, self.tcol, self.keys = columns, tcol, keys
+        self.watch = written_by_insert(loaded.project, table.ref)
+        self.unit = "Hour" if hourly(loaded.project, self.watch) else "Day"
+        #: (rows, newest event time) the finished inserts loaded
+        self.done: tuple[int, datetime | None] = (0, None)
+
+    def insert(self, client, lower: datetime | None, query_id: str) -> tuple[int, datetime | None, datetime | None]:
+        """Insert the staged rows past ``lower`` the source does not hold; (rows inserted, newest and oldest staged
+        event time)."""
+        ref, tcol = self.table.ref, quote(self.tcol)
+        cols = ", ".join(quote(c) for c in self.columns)
+        key_sql = "(" + ", ".join(quote(k) for k in self.keys) + ")"
+        window = f"{tcol} > {{lower:DateTime64(6)}}" if lower is not None else "1"
+        params: dict = {
+            "path": staging.staged_glob(self.folder),
+            "structure": staging.structure(self.table, self.columns),
+        }
+        if lower is not None:
+            params["lower"] = lower
+        relation = "file({path:String}, Parquet, {structure:String})"
+        stats = client.query(
+            f"SELECT count(), max({tcol}), min({tcol}) FROM {relation}", parameters=params
+        ).result_rows[0]
+        # the staged rows' days (hours where a table it writes is partitioned by hour), cut into runs of at most the
+        # partitions one insert may write
+        unit = f"toUnixTimestamp(toStartOf{self.unit}({tcol}))"
+        limit = self.pacer.partitions_per_insert() if self.pacer.rules.enabled else 0
+        units = [
+            int(u)
+            for (u,) in client.query(
+                f"SELECT DISTINCT {unit} AS u FROM {relation} WHERE {window} ORDER BY u", parameters=params
+            ).result_rows
+        ]
+        runs = chunks(units, limit)
+        if len(runs) > 1:
+            self.pacer.say(
+                f"{ref.fqn}: {len(units)} {self.unit.lower()}s of rows, in {len(runs)} inserts of at most {limit}"
+            )
+        inserted = 0
+        for number, run in enumerate(runs, start=1):
+            where = window if len(runs) == 1 else f"{window} AND {unit} BETWEEN {run[0]} AND {run[-1]}"
+            count_sql = f"SELECT count() FROM {qualified(ref)} WHERE {where}"
+            before = int(client.query(count_sql, parameters=params).result_rows[0][0])
+            sql = (
+                f"INSERT INTO {qualified(ref)} ({cols}) SELECT {cols} FROM {relation} WHERE {where} AND {key_sql} "
+                f"NOT IN (SELECT {', '.join(quote(k) for k in self.keys)} FROM {qualified(ref)} WHERE {window})"
+            )
+            settings = {**INSERT_SETTINGS, "query_id": chunk_id(query_id, number)}
+
+            def statement(sql: str = sql, settings: dict = settings) -> None:
+                client.command(sql, parameters=params, settings=settings)
+
+            def unchanged(before: int = before, count_sql: str = count_sql) -> bool:
+                return int(client.query(count_sql, parameters=params).result_rows[0][0]) == before
+
+            what = f"{ref.fqn}: insert {number}/{len(runs)} of the batch"
+            self.pacer.run(what, statement, watch=self.watch, unchanged=unchanged)
+            inserted += int(client.query(count_sql, parameters=params).result_rows[0][0]) - before
+            if number < len(runs):  # where a later insert that gives up leaves the load
+                end = client.query(f"SELECT max({tcol}) FROM {relation} WHERE {where}", parameters=params)
+                self.done = (inserted, end.result_rows[0][0])
+        return inserted, (stats[1] if stats[0] else None), (stats[2] if stats[0] else None)
+
+
+def hourly(project: Project, tables: list[ObjectRef]) -> bool:
+    """Whether a partition of one of ``tables`` may hold less than a day: partitioned by hour, or by an expression chmv
+    cannot read as a time grain (then an hour is the safe unit)."""
+    for ref in tables:
+        table = project.table(ref)
+        if table is None or table.partition_by is None or table.partition_by.sql.strip() in ("", "tuple()"):
+            continue
+        call = table.partition_call
+        column = table.column(call.column) if call is not None else None
+        if call is None or (call.function is None and not (column is not None and column.data_type.is_date)):
+            return True
+        grain = PARTITION_FUNCTIONS.get(call.function) if call.function else Grain.DAY
+        if grain is None or grain.order < Grain.DAY.order:
+            return True
+    return False

@@ -101,6 +101,115 @@ class RebuildSettings(BaseModel):
                                       "lease on a partition before it stops, naming that run.")
 
 
+class PacingConfig(BaseModel):
+    """How every chmv insert respects the server (README "Pacing: respecting the server"): ingestion batches, rebuild
+    fills and the apply's re-derivation are cut into inserts of at most ``max_partitions_per_insert`` partitions, each
+    started only while the tables it writes stay below their part limits, the merge pool has room and fewer than
+    ``max_concurrency`` chmv inserts run; "Too many parts" and lock timeouts are retried with backoff and jitter."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = Field(
+        default=True,
+        description="Pace, cut and retry chmv's inserts (false: each runs at once and whole, as before).",
+    )
+    parts_share: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="Wait while a partition of a table an insert "
+        "writes holds at least this share of its parts_to_delay_insert (the server's, or the "
+        "table's SETTINGS): chmv backs off before the server delays or refuses inserts.",
+    )
+    pool_share: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description="Wait while this share of the merge pool "
+        "(system.metrics BackgroundMergesAndMutationsPool*) is busy.",
+    )
+    pool_wait_seconds: float = Field(
+        default=120.0,
+        ge=0,
+        description="Longest wait for a busy merge pool alone; "
+        "then the insert goes ahead (the parts limits still hold it).",
+    )
+    max_concurrency: int = Field(
+        default=0,
+        ge=0,
+        description="Most chmv inserts running at once on the server "
+        "(system.processes); 0: background_pool_size / 2 (seed 003).",
+    )
+    max_partitions_per_insert: int = Field(
+        default=0,
+        ge=0,
+        description="Most partitions one insert writes; 0: the server's max_partitions_per_insert_block.",
+    )
+    retry_attempts: int = Field(
+        default=6,
+        ge=1,
+        description="Attempts of an insert refused with 'Too many parts' or "
+        "a lock timeout (other errors are never retried).",
+    )
+    backoff_base_seconds: float = Field(
+        default=2.0, ge=0, description="First pause of a wait or retry; doubles, with jitter (seed 003: 2 s)."
+    )
+    backoff_max_seconds: float = Field(
+        default=30.0, ge=0, description="Longest pause between two looks at the server (seed 003: 30 s)."
+    )
+    max_wait_seconds: float = Field(
+        default=1800.0,
+        ge=0,
+        description="Longest one insert waits for the server "
+        "before the run gives up, saying why (nothing of that insert is written).",
+    )
+
+
+class HealthConfig(BaseModel):
+    """The health checks and their sensor (README "Checks, sensors and alerts")."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = Field(default=True, description="Run the chmv_health sensor.")
+    interval_seconds: int = Field(default=120, ge=30, description="Seconds between two looks at the server.")
+    report_minutes: int = Field(
+        default=60,
+        ge=1,
+        description="Evaluate every health check at least this often "
+        "(numbers plotted over time), besides whenever a verdict changes.",
+    )
+    mutation_stuck_minutes: int = Field(default=30, ge=0, description="A mutation not done after this long is stuck.")
+    replication_queue_warn: int = Field(default=100, ge=1, description="Replication queue entries that warn.")
+    replication_queue_error: int = Field(default=1000, ge=1, description="Replication queue entries that fail.")
+    replication_age_minutes: int = Field(
+        default=30, ge=1, description="Age of the oldest queue entry that warns (ten times it fails)."
+    )
+    replica_delay_warn_seconds: int = Field(default=300, ge=1, description="Replica lag (absolute_delay) that warns.")
+    replica_delay_error_seconds: int = Field(default=3600, ge=1, description="Replica lag that fails.")
+
+
+class MaintenanceConfig(BaseModel):
+    """Merging partitions of Replacing/Summing/Aggregating targets that received late rows, in a quiet window."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = Field(default=False, description="Run OPTIMIZE … PARTITION … FINAL in the quiet window.")
+    window: str = Field(
+        default="01:00-05:00",
+        pattern=r"^([01]\d|2[0-3]):[0-5]\d-([01]\d|2[0-4]):[0-5]\d$",
+        description="HH:MM-HH:MM on the server's clock (may wrap midnight: 22:00-04:00).",
+    )
+    closed_after_hours: int = Field(
+        default=24,
+        ge=0,
+        description="A partition whose newest row is older than this "
+        "is closed: more than one active part there means rows arrived after its merge.",
+    )
+    min_parts: int = Field(default=2, ge=2, description="Active parts of a closed partition that call for a merge.")
+    max_partitions: int = Field(default=50, ge=1, description="Most partitions merged per window.")
+    interval_seconds: int = Field(default=600, ge=60, description="Seconds between two looks at the clock.")
+
+
 class ChmvConfig(BaseModel):
     """Everything chmv reads besides the DDL itself.
 
@@ -117,6 +226,9 @@ class ChmvConfig(BaseModel):
         sweep: The parity sweep's cadence and per-tick budget.
         writers: Who inserts into the sources besides chmv.
         rebuild: Race retries and partition leases.
+        pacing: How chmv's inserts wait for the server.
+        health: The health checks' thresholds and cadence.
+        maintenance: Merging closed partitions that received late rows.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -136,6 +248,9 @@ class ChmvConfig(BaseModel):
     sweep: SweepConfig = SweepConfig()
     writers: WritersConfig = WritersConfig()
     rebuild: RebuildSettings = RebuildSettings()
+    pacing: PacingConfig = PacingConfig()
+    health: HealthConfig = HealthConfig()
+    maintenance: MaintenanceConfig = MaintenanceConfig()
 
     @field_validator("partition_start")
     @classmethod

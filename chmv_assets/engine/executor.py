@@ -188,7 +188,7 @@ def execute(plan: RebuildPlan, loaded: LoadedProject, clickhouse: ClientFactory 
         raise RebuildDeferred(plan.deferral() + "\nNothing was rebuilt now; recovery requests each partition once it "
                               "closes (or rebuild it now with force).")  # fmt: skip
     settings = loaded.config.rebuild
-    rules = RaceRules.of(settings)
+    rules = RaceRules.of(settings, loaded.config.pacing)
     results: list[StepResult] = []
     keys = [rebuild_lease(plan.live.fqn, s.key) for s in runnable]
     with leases.holding(connect, keys, Holder(owner, plan.run), ttl=settings.lease_ttl_seconds,

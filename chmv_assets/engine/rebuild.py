@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 
 from clickhouse_connect.driver.client import Client
 
-from chmv_assets.ddl.config import RebuildSettings
+from chmv_assets.ddl.config import PacingConfig, RebuildSettings
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
 from chmv_assets.engine import races
 from chmv_assets.engine.catalog import live_table
 from chmv_assets.engine.guard import check_shrink
+from chmv_assets.engine.pacing import chunks, pacer_for
 from chmv_assets.engine.planner import Engine, PartitionStep, RebuildPlan, Swap, plan_from_source
 from chmv_assets.engine.statements import statement_id
 from chmv_assets.errors import RacedWrites, ShrinkRefused
@@ -48,15 +49,18 @@ MAX_BACKOFF_SECONDS = 30.0
 
 @dataclass(frozen=True)
 class RaceRules:
-    """How often a raced partition is read again, and how long a read waits for inserts already running."""
+    """How often a raced partition is read again, how long a read waits for inserts already running, and how the
+    fills respect the server (``pacing``: :mod:`chmv_assets.engine.pacing`)."""
 
     attempts: int = 4
     backoff_seconds: float = 1.0
     insert_wait_seconds: float = 60.0
+    pacing: PacingConfig = PacingConfig()
 
     @classmethod
-    def of(cls, settings: RebuildSettings) -> RaceRules:
-        return cls(settings.race_attempts, settings.race_backoff_seconds, settings.insert_wait_seconds)
+    def of(cls, settings: RebuildSettings, pacing: PacingConfig | None = None) -> RaceRules:
+        rules = (settings.race_attempts, settings.race_backoff_seconds, settings.insert_wait_seconds)
+        return cls(*rules, pacing or PacingConfig())
 
     def pause(self, attempt: int) -> float:
         """Seconds to wait before read ``attempt`` (2, 3, …): doubling from ``backoff_seconds``, ±25 % jitter."""
@@ -121,7 +125,7 @@ def run_step(client: Client, project: Project, plan: RebuildPlan, step: Partitio
                 client.command(sql)
         rows = int(client.command(f"SELECT count() FROM {qualified(plan.target)}"))
         return RebuildResult(plan.target.fqn, None, "refresh", rows, time.monotonic() - started, statements)
-    read = _Read(client, project, plan, say, one_read=False, trigger_relation=trigger_relation)
+    read = _Read(client, project, plan, say, one_read=False, trigger_relation=trigger_relation, pacing=rules.pacing)
     return _Races(read, rules).run([step])[0]
 
 
@@ -158,7 +162,7 @@ def run_steps(client: Client, project: Project, plan: RebuildPlan, steps: Sequen
     alone = {i: run_step(client, project, plan, s, log=say, rules=rules) for i, s in enumerate(steps) if s not in grouped}
     if not grouped:
         return list(alone.values())
-    read = _Read(client, project, plan, say, one_read=True)
+    read = _Read(client, project, plan, say, one_read=True, pacing=rules.pacing)
     results = iter(_Races(read, rules).run(grouped))
     return [alone[i] if i in alone else next(results) for i in range(len(steps))]
 
@@ -222,22 +226,43 @@ class _Shadow:
 
 class _Read:
     """How a group of steps is read into one shadow: one step alone (:func:`view_select`, its own shadow) or several
-    with one read (:func:`range_select`, a shadow for the range)."""
+    with one read (:func:`range_select`, a shadow for the range, one insert per MV and per run of at most the pacer's
+    partitions per insert). Every fill is paced (:mod:`chmv_assets.engine.pacing`)."""
 
-    def __init__(self, client: Client, project: Project, plan: RebuildPlan, say: Callable[[str], None], *,
-                 one_read: bool, trigger_relation: Callable[[ObjectRef], str | None] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        client: Client,
+        project: Project,
+        plan: RebuildPlan,
+        say: Callable[[str], None],
+        *,
+        one_read: bool,
+        trigger_relation: Callable[[ObjectRef], str | None] | None = None,
+        pacing: PacingConfig | None = None,
+    ):
         self.client, self.project, self.plan, self.say = client, project, plan, say
         self.one_read = one_read
         self.trigger_relation = trigger_relation
+        self.pacer = pacer_for(client, pacing, say)
         table = project.table(plan.target)
         assert table is not None
         self.table = table
         self.views = project.views_into(plan.target)
 
-    def statement(self, sql: str, statements: list[str], kind: str, settings: dict | None = None) -> None:
+    def statement(
+        self, sql: str, statements: list[str], kind: str, settings: dict | None = None, *, paced: str | None = None
+    ) -> None:
+        """Run ``sql``; an insert named by ``paced`` waits for the server's room and retries its refusals first."""
         statements.append(sql)
         query_id = statement_id("rebuild", self.plan.run, self.plan.live.fqn, kind, str(len(statements)))
-        self.client.command(sql, settings={**(settings or {}), "query_id": query_id})
+
+        def run() -> None:
+            self.client.command(sql, settings={**(settings or {}), "query_id": query_id})
+
+        if paced is None:
+            run()
+        else:  # the live target's part counts hold it (the shadow is new: only chmv writes it)
+            self.pacer.run(paced, run, watch=[self.plan.live])
 
     def fill(self, steps: Sequence[PartitionStep]) -> _Shadow:
         """The shadow of ``steps``, filled by every MV's own SELECT (the caller drops it)."""
@@ -245,6 +270,8 @@ class _Read:
         plan, table, statements = self.plan, self.table, []
         shadow = shadow_ref(plan.live, "range", plan.run) if self.one_read else steps[0].shadow
         assert shadow is not None
+        # room on the server before the shadow exists: a run that gives up waiting leaves nothing behind
+        self.pacer.wait_for_room(f"{plan.target.fqn} {steps[0].key or '(whole table)'}: fill", [plan.live])
         self.statement(drop_shadow_sql(shadow), statements, "drop")
         self.statement(create_shadow_sql(shadow, plan.live, table), statements, "create")
         if not self.one_read:
@@ -253,17 +280,27 @@ class _Read:
                 relation = self.trigger_relation(view.trigger) if self.trigger_relation and view.trigger else None
                 select = view_select(view, self.project, table, plan.scheme, step.window, trigger_relation=relation)
                 self.say(f"{view.ref.fqn}: running the MV's own SELECT into {shadow.fqn}")
-                self.statement(insert_sql(shadow, view, select), statements, "fill", SHADOW_INSERT_SETTINGS)
+                what = f"{plan.target.fqn} {step.key or '(whole table)'}: {view.ref.fqn}'s fill"
+                self.statement(insert_sql(shadow, view, select), statements, "fill", SHADOW_INSERT_SETTINGS, paced=what)
             rows = [int(self.client.command(f"SELECT count() FROM {qualified(shadow)}"))]
             return _Shadow(shadow, rows, statements, time.monotonic() - started)
         windows = [s.window for s in steps if s.window is not None]
         assert table.partition_by is not None and len(windows) == len(steps)
+        # at most the pacer's partitions per insert; runs of them keep only their own partitions (the edge partitions
+        # one run's read reaches are another run's: both in one shadow would count their rows twice)
+        runs = chunks(windows, self.pacer.partitions_per_insert()) if self.pacer.rules.enabled else [windows]
         for view in self.views:
-            self.say(f"{view.ref.fqn}: running the MV's own SELECT over {len(windows)} partitions into {shadow.fqn}")
-            holds_all = span_holds_all_sql(view, self.project, plan.scheme, span_of(windows))
-            whole = holds_all is not None and bool(self.client.query(holds_all).result_rows[0][0])
-            select = range_select(view, self.project, table, plan.scheme, windows, only_windows=False, prune=not whole)
-            self.statement(insert_sql(shadow, view, select), statements, "fill", SHADOW_INSERT_SETTINGS)
+            split = f" ({len(runs)} inserts of at most {len(runs[0])} partitions)" if len(runs) > 1 else ""
+            self.say(
+                f"{view.ref.fqn}: running the MV's own SELECT over {len(windows)} partitions into {shadow.fqn}{split}"
+            )
+            for number, run in enumerate(runs, start=1):
+                holds_all = span_holds_all_sql(view, self.project, plan.scheme, span_of(run))
+                whole = holds_all is not None and bool(self.client.query(holds_all).result_rows[0][0])
+                alone = len(runs) > 1  # keep its own partitions only
+                select = range_select(view, self.project, table, plan.scheme, run, only_windows=alone, prune=not whole)
+                what = f"{plan.target.fqn} {run[0].key}..{run[-1].key}: {view.ref.fqn}'s fill {number}/{len(runs)}"
+                self.statement(insert_sql(shadow, view, select), statements, "fill", SHADOW_INSERT_SETTINGS, paced=what)
         filters = [partition_filter(table, plan.scheme, w) for w in windows]
         counts = self.client.query(  # every partition's rows in one scan of the shadow
             "SELECT " + ", ".join(f"countIf({f})" for f in filters) + f" FROM {qualified(shadow)}"

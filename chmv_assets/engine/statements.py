@@ -28,13 +28,22 @@ def statement_id(operation: str, *parts: str) -> str:
     return f"chmv-{operation}-{digest}"
 
 
+def chunk_id(query_id: str, number: int) -> str:
+    """The ``query_id`` of chunk ``number`` (1, 2, …) of the statement ``query_id``: itself for the first chunk,
+    ``<query_id>-<number>`` for the next ones (:func:`running` finds them all by the first one's id)."""
+    return query_id if number <= 1 else f"{query_id}-{number}"
+
+
 def running(client: Client, query_ids: Iterable[str]) -> list[tuple[str, float]]:
-    """``(query_id, elapsed seconds)`` of those of ``query_ids`` the server is running."""
+    """``(query_id, elapsed seconds)`` of those of ``query_ids`` the server is running, and of their parts
+    (``<query_id>-<n>``: the later chunks of a paced insert, :func:`chunk_id`)."""
     ids = sorted(set(query_ids))
     if not ids:
         return []
     rows = client.query(
-        "SELECT query_id, elapsed FROM system.processes WHERE query_id IN {ids:Array(String)}", parameters={"ids": ids}
+        "SELECT query_id, elapsed FROM system.processes WHERE query_id IN {ids:Array(String)} "
+        "OR arrayExists(i -> startsWith(query_id, concat(i, '-')), {ids:Array(String)})",
+        parameters={"ids": ids},
     ).result_rows
     return [(str(q), float(e)) for q, e in rows]
 

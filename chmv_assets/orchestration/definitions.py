@@ -10,8 +10,10 @@ from dagster import Definitions, in_process_executor
 from asset_checks.definitions import build_asset_checks
 from chmv_assets.ddl.loader import LoadedProject, gc_paused, require_views, twin_of
 from chmv_assets.orchestration.assets import build_chmv_assets
+from chmv_assets.orchestration.health_sensor import build_health_sensor
 from chmv_assets.orchestration.jobs import build_jobs
 from chmv_assets.orchestration.live_state import build_live_state_sensor
+from chmv_assets.orchestration.maintenance import build_maintenance
 from chmv_assets.orchestration.sensors import build_sensors, rebuild_jobs
 from chmv_assets.orchestration.sweep import build_sweep
 from chmv_assets.orchestration.translator import ChmvTranslator
@@ -53,6 +55,7 @@ def _assemble(loaded: LoadedProject, clickhouse: ClickHouseResource, translator:
     spark = build_spark_definitions(loaded, translator)
     sweep_sensor, sweep_job = build_sweep(loaded, translator)
     (apply_job,) = build_jobs(loaded)
+    maintenance_sensor, maintain_job = build_maintenance(loaded)
     return Definitions.merge(
         Definitions(
             assets=build_chmv_assets(loaded, translator),
@@ -61,11 +64,13 @@ def _assemble(loaded: LoadedProject, clickhouse: ClickHouseResource, translator:
                 *build_sensors(loaded, translator, apply_job),
                 build_live_state_sensor(loaded, translator),
                 sweep_sensor,
+                build_health_sensor(loaded, translator),
+                maintenance_sensor,
             ],
             # The sensors' rebuild jobs are listed too: Definitions.with_definition_metadata_update (what a
             # dg project applies to a component's defs) copies a job that only sensors name once per sensor,
             # and two sensors naming one job then fail as "Duplicate definition found for unresolved job".
-            jobs=[apply_job, sweep_job, *{id(j): j for j in rebuild_jobs(loaded, translator).values()}.values()],
+            jobs=[apply_job, sweep_job, maintain_job, *{id(j): j for j in rebuild_jobs(loaded, translator).values()}.values()],
             resources={"clickhouse": clickhouse},
             # The embedded engine serves one process at a time: steps in subprocesses would only queue for
             # it, each paying ~5 s of start-up (code location load); a run's steps execute in its process.

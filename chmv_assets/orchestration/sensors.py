@@ -53,6 +53,7 @@ from chmv_assets.engine import deferrals
 from chmv_assets.engine.clock import wall_now
 from chmv_assets.engine.coverage import mappings
 from chmv_assets.engine.drift import describe_pending, drift_report
+from chmv_assets.engine.health import views_off
 from chmv_assets.engine.landing import landing_dir
 from chmv_assets.engine.planner import RebuildPlan, observe, plan_rebuild, windows_covering
 from chmv_assets.engine.recovery import DdlRepair, Decision, ddl_repair, entry_key, plan, split_key
@@ -303,6 +304,7 @@ class _RecoveryState:
     stale_ticks: dict = field(default_factory=dict)
     repairs: dict = field(default_factory=dict)  # objects → {attempts, last, since, exhausted}
     alerted: dict = field(default_factory=dict)  # target fqn → the last "held" message alerted
+    views_off: dict = field(default_factory=dict)  # MV fqn → consecutive ticks it was seen detached or missing
 
     @classmethod
     def read(cls, context: SensorEvaluationContext) -> "_RecoveryState":
@@ -315,6 +317,7 @@ class _RecoveryState:
             data.get("stale_ticks", {}),
             data.get("repairs", {}),
             data.get("alerted", {}),
+            data.get("views_off", {}),
         )
 
     def dumps(self) -> str:
@@ -325,6 +328,7 @@ class _RecoveryState:
             "stale_ticks": self.stale_ticks,
             "repairs": self.repairs,
             "alerted": self.alerted,
+            "views_off": self.views_off,
         }
         return json.dumps(data, sort_keys=True)
 
@@ -388,6 +392,7 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator, app
                 open_keys = (set(ledger) - (resolved - set(failing))) | set(failing)
                 # "changes": every pending change is applied, failing or not; else only what failing targets need
                 scope = set(loaded.project.targets) if applies == "changes" else {split_key(k)[0] for k in open_keys}
+                scope |= _targets_with_views_off(client, loaded, state) if applies != "never" else set()
                 repairs = _ddl_repairs(client, loaded, scope)
                 held = _held(open_keys, repairs, flight, applies)
                 now = time.time()
@@ -539,6 +544,16 @@ def due_deferrals(client, loaded: LoadedProject) -> list[str]:
     except ClickHouseError:
         return []
     return [entry_key(d.target, d.partition) for d in found if d.target in targets]
+
+
+def _targets_with_views_off(client, loaded: LoadedProject, state: _RecoveryState) -> set[ObjectRef]:
+    """Targets with an MV of the DDL directory detached or missing at this tick and the one before (one query): they
+    need a ``chmv_apply`` run even when no failing partition points at them (no row arrived yet). Two ticks, so a
+    stream consumer a rebuild pauses for its swap (seconds) is never restored under it."""
+    off = views_off(client, loaded.project)
+    seen = {v.fqn: state.views_off.get(v.fqn, 0) + 1 for views in off.values() for v in views}
+    state.views_off = seen
+    return {target for target, views in off.items() if any(seen[v.fqn] >= STALE_TICKS for v in views)}
 
 
 def _ddl_repairs(client, loaded: LoadedProject, targets: set[ObjectRef]) -> dict[ObjectRef, DdlRepair]:

@@ -9,7 +9,7 @@ from conftest import make_engine
 from dagster import AssetCheckKey, AssetCheckSeverity, DagsterInstance
 
 from asset_checks.definitions import PARTS
-from asset_checks.parts import PartCount, assess, server_thresholds, table_thresholds
+from asset_checks.parts import PartCount, assess, pool_verdict, server_thresholds, table_thresholds
 from chmv_assets.ddl.parser import parse_statement
 
 LIMITS = {"parts_to_delay_insert": 1000, "parts_to_throw_insert": 3000, "max_parts_in_total": 100000}
@@ -53,3 +53,32 @@ def test_flood_of_tiny_inserts_warns(tmp_path: Path, example) -> None:
     assert results[0].passed and results[1].passed
     assert not results[2].passed and results[2].severity == AssetCheckSeverity.WARN
     assert "climbed" in results[2].description
+
+
+def test_the_check_reads_the_limits_the_server_applies_and_the_merges(tmp_path: Path, example) -> None:
+    """A live ``ALTER TABLE … MODIFY SETTING`` the DDL does not have: the check judges by what the server enforces."""
+    engine = make_engine(tmp_path / "chdb", example, rows=0)
+    key = AssetCheckKey(TRANSLATOR.get_asset_key(ref("error_events")), PARTS)
+    with engine.get_client() as client:  # one session: the merges it stops stay stopped while the check runs
+        client.command(
+            "ALTER TABLE analytics.error_events MODIFY SETTING parts_to_delay_insert = 6, parts_to_throw_insert = 10"
+        )
+        client.command("SYSTEM STOP MERGES analytics.error_events")
+        for n in range(8):  # eight parts in one daily partition: 80 % of the live throw limit
+            client.command(
+                f"INSERT INTO analytics.all_events VALUES ('2027-01-02 00:00:0{n}', 'click', 'error', 0, 'x')",
+                settings={"async_insert": 0},
+            )
+        (evaluation,) = evaluations(run_checks(example, engine, [key], DagsterInstance.ephemeral()), PARTS)
+    metadata = {name: value.value for name, value in evaluation.metadata.items()}
+    assert (metadata["parts_to_delay_insert"], metadata["parts_to_throw_insert"]) == (6, 10)  # not the DDL's defaults
+    assert not evaluation.passed and evaluation.severity == AssetCheckSeverity.ERROR
+    assert "near parts_to_throw_insert=10" in evaluation.description
+    assert {"merges_running", "mutations_running", "merge_pool_busy", "merge_pool_size"} <= set(metadata)
+
+
+def test_a_saturated_merge_pool_warns() -> None:
+    assert pool_verdict(3, 4) is None and pool_verdict(0, 0) is None
+    verdict = pool_verdict(16, 16)
+    assert verdict is not None and verdict.severity == "warning"
+    assert verdict.message.startswith("the merge pool is saturated (16 of 16 merge/mutation tasks busy)")

@@ -15,7 +15,7 @@ from chmv_check_helpers import requested as requested_range
 from conftest import EXAMPLE_DDL, make_engine
 from dagster import DagsterInstance, DagsterRunStatus
 
-from asset_checks.definitions import DRIFT, LINT, PARITY, PARTS
+from asset_checks.definitions import DRIFT, HEALTH, LINT, PARITY, PARTS
 from chmv_assets.alerts import sink_for
 from chmv_assets.ddl.loader import load
 from chmv_assets.orchestration.definitions import build_definitions
@@ -24,11 +24,12 @@ from resources.clickhouse import ClickHouseResource
 
 def test_definitions_load_with_checks_and_sensors(example) -> None:
     repository = build_definitions(example, translator=TRANSLATOR).get_repository_def()
-    assert {s.name for s in repository.sensor_defs} == {"chmv_staleness", "chmv_recovery", "chmv_drift", "chmv_live_state", "chmv_parity_sweep"}
+    sensors = {"chmv_staleness", "chmv_recovery", "chmv_drift", "chmv_live_state", "chmv_parity_sweep", "chmv_health"}
+    assert {s.name for s in repository.sensor_defs} == {*sensors, "chmv_maintenance"}
     check_keys = repository.asset_graph.asset_check_keys
     for target in example.project.targets:
         key = TRANSLATOR.get_asset_key(target)
-        assert {c.name for c in check_keys if c.asset_key == key} == {PARITY, PARTS, DRIFT, LINT}
+        assert {c.name for c in check_keys if c.asset_key == key} == {PARITY, PARTS, DRIFT, LINT, HEALTH}
     parity = next(c for c in check_keys if c.name == PARITY and c.asset_key == TRANSLATOR.get_asset_key(ref("error_events")))
     assert repository.asset_graph.get(parity).blocking
 

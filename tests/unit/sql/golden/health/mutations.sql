@@ -1,0 +1,2 @@
+-- mutations not done, oldest first
+SELECT database, table, mutation_id, command, toUInt64(greatest(0, dateDiff('second', create_time, now()))), parts_to_do, is_killed, latest_fail_reason, latest_failed_part FROM system.mutations WHERE NOT is_done AND database IN ['metrics', 'metrics_dist'] AND table IN ['errors_daily_local', 'hosts', 'minute_local', 'samples_local'] ORDER BY create_time, mutation_id;

@@ -1,0 +1,4 @@
+-- read-only replicas and tables on read-only disks
+SELECT database, table, if(is_session_expired, 'replica read-only: its Keeper session expired', concat('replica read-only', if(zookeeper_exception != '', concat(': ', zookeeper_exception), ''))) FROM system.replicas WHERE is_readonly AND database IN ['metrics', 'metrics_dist'] AND table IN ['errors_daily_local', 'hosts', 'minute_local', 'samples_local']
+UNION ALL
+SELECT database, name, concat('every disk of storage policy ', storage_policy, ' is read-only') FROM system.tables WHERE database IN ['metrics', 'metrics_dist'] AND name IN ['errors_daily_local', 'hosts', 'minute_local', 'samples_local'] AND storage_policy IN (SELECT policy_name FROM system.storage_policies WHERE arrayAll(d -> d IN (SELECT name FROM system.disks WHERE is_read_only), disks));
