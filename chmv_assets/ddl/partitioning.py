@@ -184,9 +184,14 @@ def element_grain(call: PartitionCall | None, table: Table) -> Grain | None:
     if call is None:
         return None
     column = table.column(call.column)
-    if column is None or not column.data_type.is_time:
+    if column is None:
         return None
-    if call.function is None:
+    if not column.type.strip():  # an MV's inner table: its columns are the SELECT's, of types the DDL does not say
+        if call.function is None:  # a bare column of unknown type: its values are the key
+            return None
+    elif not column.data_type.is_time:
+        return None
+    elif call.function is None:
         return Grain.DAY if column.data_type.is_date else None
     if call.inner is not None:
         if call.function != "intDiv" or call.inner not in _UNIX_SECONDS or len(call.arguments) != 1:

@@ -24,7 +24,7 @@ from dagster import (
     materialize,
 )
 
-from asset_checks.common import DRIFT, LINT, PARITY, PARTS
+from asset_checks.common import DRIFT, HEALTH, LINT, PARITY, PARTS
 from chmv_assets.ddl.loader import load
 from chmv_assets.orchestration.assets import build_chmv_assets, target_groups
 from chmv_assets.orchestration.translator import ChmvTranslator
@@ -86,14 +86,15 @@ def test_a_range_run_evaluates_each_check_once_in_a_multi_process_run(chain, tmp
         assert result.success, [e.message for e in result.all_events if e.is_failure]
         run_id = result.run_id
         steps = {e.step_key for e in result.all_events if e.step_key}
-    # two target ops, the part-count and lint ops; no op split in subsets (``…_2``)
-    assert steps == {"rebuild_daily_targets", "rebuild_daily_targets_spark", "chmv_part_checks", "chmv_lint_checks"}
+    # two target ops, the part-count, health and lint ops; no op split in subsets (``…_2``)
+    assert steps == {"rebuild_daily_targets", "rebuild_daily_targets_spark", "chmv_part_checks", "chmv_health_checks",
+                     "chmv_lint_checks"}  # fmt: skip
 
     evaluations = [e.dagster_event.event_specific_data
                    for e in instance.all_logs(run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)]  # fmt: skip
     counted = Counter((e.asset_key, e.check_name, e.partition) for e in evaluations)
     expected = {(key, PARITY, day) for key in KEYS for day in DAYS}
-    expected |= {(key, name, None) for key in KEYS for name in (DRIFT, PARTS, LINT)}
+    expected |= {(key, name, None) for key in KEYS for name in (DRIFT, PARTS, HEALTH, LINT)}
     assert set(counted) == expected and set(counted.values()) == {1}, counted
     assert all(e.passed for e in evaluations if e.check_name in (PARITY, DRIFT))
 

@@ -9,6 +9,7 @@ import pytest
 from dagster import (
     AssetKey,
     DailyPartitionsDefinition,
+    DynamicPartitionsDefinition,
     MonthlyPartitionsDefinition,
     TableColumnLineage,
     TableSchema,
@@ -121,7 +122,7 @@ CREATE MATERIALIZED VIEW inner_mv ENGINE = MergeTree PARTITION BY toYYYYMMDD(ts)
 """
 
 
-def test_fan_in_dictionaries_hourly_and_unpartitioned_note(tmp_path):
+def test_fan_in_dictionaries_hourly_and_a_key_alone(tmp_path):
     (tmp_path / "x.sql").write_text(FAN_IN)
     loaded = load(tmp_path, default_database="app", partition_start="2026-01-01")
     graph = build_definitions(loaded, clickhouse=ClickHouseResource(dsn="chdb:///nonexistent")).get_repository_def().asset_graph
@@ -131,7 +132,8 @@ def test_fan_in_dictionaries_hourly_and_unpartitioned_note(tmp_path):
     assert t.description == "Both feeds, hourly.\n\nWritten by `app.a_mv`, `app.b_mv`."
     assert graph.get(AssetKey(["app", "names"])).parent_keys == {AssetKey(["app", "dim"])}
     odd = graph.get(AssetKey(["app", "odd"]))
-    assert odd.partitions_def is None and "no time-window equivalent" in odd.metadata["chmv/partitioning_note"]
+    # a key alone: partitioned by the values the server holds (unpartitioned only where the DDL says so)
+    assert isinstance(odd.partitions_def, DynamicPartitionsDefinition) and odd.partitions_def.name == "chmv:app.odd"
     inner = graph.get(AssetKey(["app", "inner_mv"]))
     assert isinstance(inner.partitions_def, DailyPartitionsDefinition) and inner.parent_keys == {AssetKey(["app", "b"])}
 

@@ -164,6 +164,32 @@ def test_partition_column_that_an_mv_aggregates(tmp_path, target, note, key):
         assert scheme == PartitionScheme(grain="day", column="hour")
 
 
+INNER_DDL = """
+CREATE TABLE d.src (ts DateTime, region String) ENGINE = MergeTree ORDER BY ts;
+CREATE MATERIALIZED VIEW d.monthly ENGINE = SummingMergeTree PARTITION BY toYYYYMM(day) ORDER BY day
+AS SELECT toDate(ts) AS day, count() AS n FROM d.src GROUP BY day;
+CREATE MATERIALIZED VIEW d.by_region ENGINE = SummingMergeTree PARTITION BY (toMonday(day), region) ORDER BY day
+AS SELECT toDate(ts) AS day, region, count() AS n FROM d.src GROUP BY day, region;
+CREATE MATERIALIZED VIEW d.bare ENGINE = MergeTree PARTITION BY day ORDER BY day AS SELECT toDate(ts) AS day FROM d.src;
+"""
+
+
+@pytest.mark.parametrize(
+    ("target", "scheme"),
+    [
+        ("d.monthly", PartitionScheme(grain="month", column="day")),
+        ("d.by_region", PartitionScheme(grain="week", column="day", keys=("region",), key_elements=(1,))),
+        ("d.bare", PartitionScheme(grain=None, keys=("day",), key_elements=(0,))),
+    ],
+    ids=["time-function", "time-and-key", "bare-column-of-unknown-type"],
+)
+def test_an_inner_table_of_unknown_column_types_is_partitioned_by_its_time_functions(tmp_path, target, scheme):
+    """An MV without TO declares no column types: a time function of a column still names the windows (it takes
+    nothing else); a bare column may be anything, so its values are the key."""
+    project = load_ddl(tmp_path, INNER_DDL).project
+    assert partition_scheme(project.table(ref(target)), project.views_into(ref(target))) == scheme
+
+
 def test_the_example_targets(example):
     grains = {t.name: partition_scheme(example.project.table(t), example.project.views_into(t))
               for t in example.project.targets}  # fmt: skip
