@@ -1,6 +1,6 @@
 # chmv: two commands on a fresh machine (Python 3.11+, Java 17+):
 #   make demo   - venv, install, deploy the example DDL into the embedded engine, load data, start the UI
-#   make test   - venv, install, lint, the import-layer contracts, run the test suite
+#   make test   - venv, install, lint and format check, the import-layer contracts, run the test suite
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -33,6 +33,7 @@ demo: install
 # which left the longest modules (a `dagster dev` each) to run alone at the end.
 test: install chromium
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder
 

@@ -30,5 +30,7 @@ def involved_objects(loaded: LoadedProject, target: ObjectRef) -> list[ObjectRef
 
 def missing_message(missing: Iterable[ObjectRef]) -> str:
     names = ", ".join(sorted(r.fqn for r in missing))
-    return (f"{names} does not exist on the server: deploy the DDL with `chmv apply` "
-            "(or the chmv_apply job), or fix the DDL directory")  # fmt: skip
+    return (
+        f"{names} does not exist on the server: deploy the DDL with `chmv apply` "
+        "(or the chmv_apply job), or fix the DDL directory"
+    )

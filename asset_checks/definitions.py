@@ -12,7 +12,6 @@ module turns it into asset checks:
   chmv_assets.engine.health, its Dagster checks in asset_checks.health_checks
 """
 
-
 from collections.abc import Iterable
 
 from dagster import (
@@ -60,8 +59,6 @@ def targets_by_key(loaded: LoadedProject, translator: ChmvTranslator) -> dict[As
 def check_key(translator: ChmvTranslator, ref: ObjectRef, name: str) -> AssetCheckKey:
     """The key of check ``name`` on the asset of ``ref``."""
     return AssetCheckKey(translator.get_asset_key(ref), name)
-
-
 
 
 def previous_totals(instance: DagsterInstance | None, check_key, limit: int = CLIMB_EVALUATIONS - 1) -> list[int]:
@@ -118,25 +115,39 @@ def build_part_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list
             merging, mutating = running.get(target, (0, 0))
             if verdict.severity != "ok":
                 context.log.warning(f"{target.fqn}: {verdict.message}")
-                sink.send(Alert("check_failed" if verdict.severity == "error" else "check_warned", verdict.severity,
-                                target.fqn, verdict.message, {"check": PARTS, "active_parts": count.total,
-                                                              "max_in_partition": count.max_in_partition}))  # fmt: skip
+                sink.send(
+                    Alert(
+                        "check_failed" if verdict.severity == "error" else "check_warned",
+                        verdict.severity,
+                        target.fqn,
+                        verdict.message,
+                        {"check": PARTS, "active_parts": count.total, "max_in_partition": count.max_in_partition},
+                    )
+                )
             yield AssetCheckResult(
-                asset_key=check_key.asset_key, check_name=PARTS, passed=verdict.severity == "ok",
+                asset_key=check_key.asset_key,
+                check_name=PARTS,
+                passed=verdict.severity == "ok",
                 severity=AssetCheckSeverity.ERROR if verdict.severity == "error" else AssetCheckSeverity.WARN,
                 description=verdict.message,
-                metadata={"active_parts": count.total, "max_parts_in_partition": count.max_in_partition,
-                          "partitions": len(count.by_partition),
-                          "chmv/parts_by_partition": MetadataValue.md(
-                              "| partition | active parts |\n|---|---|\n"
-                              + "\n".join(f"| {k} | {c} |" for k, c in count.by_partition)),
-                          "busiest_partition": count.partition or "", "parts_to_delay_insert":
-                          thresholds.get("parts_to_delay_insert", 0), "parts_to_throw_insert":
-                          thresholds.get("parts_to_throw_insert", 0),
-                          "chmv/history": MetadataValue.json([*history, count.total]),
-                          "merges_running": merging, "mutations_running": mutating,
-                          "merge_pool_busy": load.pool_busy, "merge_pool_size": load.pool_size},
-            )  # fmt: skip
+                metadata={
+                    "active_parts": count.total,
+                    "max_parts_in_partition": count.max_in_partition,
+                    "partitions": len(count.by_partition),
+                    "chmv/parts_by_partition": MetadataValue.md(
+                        "| partition | active parts |\n|---|---|\n"
+                        + "\n".join(f"| {k} | {c} |" for k, c in count.by_partition)
+                    ),
+                    "busiest_partition": count.partition or "",
+                    "parts_to_delay_insert": thresholds.get("parts_to_delay_insert", 0),
+                    "parts_to_throw_insert": thresholds.get("parts_to_throw_insert", 0),
+                    "chmv/history": MetadataValue.json([*history, count.total]),
+                    "merges_running": merging,
+                    "mutations_running": mutating,
+                    "merge_pool_busy": load.pool_busy,
+                    "merge_pool_size": load.pool_size,
+                },
+            )
 
     return [_parts]
 
@@ -148,8 +159,9 @@ def lint_result(findings: Iterable[LintFinding]) -> tuple[bool, dict]:
         "findings": len(findings),
         "chmv/rules": MetadataValue.json(sorted({f.rule for f in findings})),
         "chmv/findings": MetadataValue.md("| rule | MV | reason | fix | where |\n|---|---|---|---|---|\n" + table)
-        if findings else MetadataValue.md("no findings"),
-    }  # fmt: skip
+        if findings
+        else MetadataValue.md("no findings"),
+    }
     return not findings, metadata
 
 
@@ -174,9 +186,16 @@ def build_lint_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list
             passed, metadata = lint_result(findings)
             for finding in findings:
                 context.log.warning(str(finding))
-                sink.send(Alert("check_warned", "warning", target.fqn, str(finding), {"check": LINT, "rule": finding.rule}))
-            yield AssetCheckResult(asset_key=check_key.asset_key, check_name=LINT, passed=passed,
-                                   severity=AssetCheckSeverity.WARN, metadata=metadata,
-                                   description="; ".join(f"{f.rule}: {f.reason}" for f in findings)[:2000] or None)  # fmt: skip
+                sink.send(
+                    Alert("check_warned", "warning", target.fqn, str(finding), {"check": LINT, "rule": finding.rule})
+                )
+            yield AssetCheckResult(
+                asset_key=check_key.asset_key,
+                check_name=LINT,
+                passed=passed,
+                severity=AssetCheckSeverity.WARN,
+                metadata=metadata,
+                description="; ".join(f"{f.rule}: {f.reason}" for f in findings)[:2000] or None,
+            )
 
     return [_lint]

@@ -18,8 +18,15 @@ from chmv_assets.engine.lifecycle import LifecyclePlan
 from chmv_assets.engine.lifecycle_planner import plan_lifecycle
 from chmv_assets.errors import ChmvError
 
-__all__ = ["DriftItem", "DriftPlan", "drift_fix_markdown", "drift_markdown", "drift_report", "normalize_type",
-           "plan_for_drift"]  # fmt: skip
+__all__ = [
+    "DriftItem",
+    "DriftPlan",
+    "drift_fix_markdown",
+    "drift_markdown",
+    "drift_report",
+    "normalize_type",
+    "plan_for_drift",
+]
 
 
 def drift_markdown(items: list[DriftItem]) -> str:
@@ -75,21 +82,32 @@ def drift_fix_markdown(found: DriftPlan, loaded: LoadedProject, target: ObjectRe
     """
     ddl_dir = loaded.project.ddl_dir
     where = f" --ddl-dir {ddl_dir}" + (f" --dsn {_shown_dsn(dsn)}" if dsn else "")
-    how = ["**How to fix**: apply the DDL directory. In the UI, launch the `chmv_apply` job (its `plan_ddl` step "
-           "shows the whole plan, `apply_ddl` checks it in a scratch database, then applies it with zero gap); "
-           "on the command line:", "", "```bash", f"chmv plan{where}   # the plan (exit code 3: changes pending)",
-           f"chmv apply{where}", "```"]  # fmt: skip
+    how = [
+        "**How to fix**: apply the DDL directory. In the UI, launch the `chmv_apply` job (its `plan_ddl` step "
+        "shows the whole plan, `apply_ddl` checks it in a scratch database, then applies it with zero gap); "
+        "on the command line:",
+        "",
+        "```bash",
+        f"chmv plan{where}   # the plan (exit code 3: changes pending)",
+        f"chmv apply{where}",
+        "```",
+    ]
     objects = involved_objects_of(loaded.project, target)
     if found.plan is None:
         return "\n".join([f"The lifecycle plan could not be made: {found.error}", "", *how])
     part = found.plan.touching(objects)
     if not part.changes and not part.notes:
-        head = [f"The lifecycle plan has no change for {target.fqn}, its MVs or what they read: chmv does not "
-                "apply this difference (see `chmv/diff`)."]  # fmt: skip
+        head = [
+            f"The lifecycle plan has no change for {target.fqn}, its MVs or what they read: chmv does not "
+            "apply this difference (see `chmv/diff`)."
+        ]
     else:
-        head = [f"**The changes of the lifecycle plan that fix {target.fqn}** ({len(part.changes)} of the plan's "
-                f"{len(found.plan.changes)}: {found.plan.summary()}; planned in {found.seconds:.2f}s):", "",
-                *_changes_markdown(part)]  # fmt: skip
+        head = [
+            f"**The changes of the lifecycle plan that fix {target.fqn}** ({len(part.changes)} of the plan's "
+            f"{len(found.plan.changes)}: {found.plan.summary()}; planned in {found.seconds:.2f}s):",
+            "",
+            *_changes_markdown(part),
+        ]
     return "\n".join([*head, "", *how])
 
 

@@ -56,23 +56,34 @@ from chmv_assets.orchestration.partitions import window_for_key
 INLINE_CHECKS = (PARITY, DRIFT)
 
 
-def inline_check_specs(loaded: LoadedProject, key: AssetKey, ref: ObjectRef,
-                       partitions_def: PartitionsDefinition | None) -> list[AssetCheckSpec]:  # fmt: skip
+def inline_check_specs(
+    loaded: LoadedProject, key: AssetKey, ref: ObjectRef, partitions_def: PartitionsDefinition | None
+) -> list[AssetCheckSpec]:
     """The parity check (partitioned like the target) and the drift check of one target."""
     blocking = loaded.config.parity.blocking
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PreviewWarning)  # partitioned asset checks are "preview" in Dagster 1.13
-        parity = AssetCheckSpec(PARITY, asset=key, partitions_def=partitions_def, blocking=blocking,
-                                description=f"{ref.fqn} holds what its MVs' own SELECT yields over the source "
-                                            "rows of the same partition.")  # fmt: skip
+        parity = AssetCheckSpec(
+            PARITY,
+            asset=key,
+            partitions_def=partitions_def,
+            blocking=blocking,
+            description=f"{ref.fqn} holds what its MVs' own SELECT yields over the source rows of the same partition.",
+        )
     return [
         parity,
-        AssetCheckSpec(DRIFT, asset=key, blocking=blocking,
-                       description="The live target, its MVs and their sources match the DDL directory."),  # fmt: skip
+        AssetCheckSpec(
+            DRIFT,
+            asset=key,
+            blocking=blocking,
+            description="The live target, its MVs and their sources match the DDL directory.",
+        ),
     ]
 
 
-def check_partition_keys(context: AssetExecutionContext, partitions_def: PartitionsDefinition | None) -> list[str | None]:
+def check_partition_keys(
+    context: AssetExecutionContext, partitions_def: PartitionsDefinition | None
+) -> list[str | None]:
     """The partitions a run checks: the run's own, else the newest one; ``[None]`` when unpartitioned."""
     if partitions_def is None:
         return [None]
@@ -89,8 +100,12 @@ def target_materialization(record: Any) -> Any:
     storage form (the event log's persisted format, kept stable across Dagster versions). Without it a
     per-partition evaluation is not "current" for the partition and the partitions view hides it.
     """
-    payload = {"__class__": "AssetCheckEvaluationTargetMaterializationData", "run_id": record.run_id,
-               "storage_id": record.storage_id, "timestamp": record.timestamp}  # fmt: skip
+    payload = {
+        "__class__": "AssetCheckEvaluationTargetMaterializationData",
+        "run_id": record.run_id,
+        "storage_id": record.storage_id,
+        "timestamp": record.timestamp,
+    }
     return deserialize_value(json.dumps(payload))
 
 
@@ -103,8 +118,9 @@ def latest_materializations(instance: DagsterInstance, key: AssetKey, partitions
         if records:
             found[None] = records[0]
     if named:
-        records = instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=named),
-                                                  limit=2 * len(named)).records  # fmt: skip
+        records = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=key, asset_partitions=named), limit=2 * len(named)
+        ).records
         for record in records:  # newest first
             found.setdefault(record.partition_key, record)
         for partition in named:
@@ -125,8 +141,15 @@ class CheckOutcome:
     blocking_failed: list[str] = field(default_factory=list)
 
 
-def parity_evaluation(key: AssetKey, partition: str | None, result: ParityResult, record: Any | None, *,
-                      blocking: bool = False, metadata: dict | None = None) -> AssetCheckEvaluation:  # fmt: skip
+def parity_evaluation(
+    key: AssetKey,
+    partition: str | None,
+    result: ParityResult,
+    record: Any | None,
+    *,
+    blocking: bool = False,
+    metadata: dict | None = None,
+) -> AssetCheckEvaluation:
     """One partition's ``parity`` verdict as Dagster records it (the partitions view, alerts and recovery read it).
 
     Args:
@@ -134,17 +157,34 @@ def parity_evaluation(key: AssetKey, partition: str | None, result: ParityResult
         metadata: Added to :func:`parity_metadata`.
     """
     return AssetCheckEvaluation(
-        asset_key=key, check_name=PARITY, passed=result.passed, metadata={**parity_metadata(result), **(metadata or {})},
+        asset_key=key,
+        check_name=PARITY,
+        passed=result.passed,
+        metadata={**parity_metadata(result), **(metadata or {})},
         target_materialization_data=target_materialization(record) if record is not None else None,
-        severity=AssetCheckSeverity.ERROR, description=result.describe()[:2000], blocking=blocking, partition=partition,
-    )  # fmt: skip
+        severity=AssetCheckSeverity.ERROR,
+        description=result.describe()[:2000],
+        blocking=blocking,
+        partition=partition,
+    )
 
 
 def parity_alert(result: ParityResult, **details: Any) -> Alert:
     """The ``check_failed`` alert of a failed parity verdict, with ``details`` added to its figures."""
-    return Alert("check_failed", "error", result.target, result.describe(),
-                 {"check": PARITY, "partition": result.partition, "expected": result.expected, "actual": result.actual,
-                  "delta": result.delta, **details})  # fmt: skip
+    return Alert(
+        "check_failed",
+        "error",
+        result.target,
+        result.describe(),
+        {
+            "check": PARITY,
+            "partition": result.partition,
+            "expected": result.expected,
+            "actual": result.actual,
+            "delta": result.delta,
+            **details,
+        },
+    )
 
 
 def parity_metadata(result: ParityResult) -> dict:
@@ -157,9 +197,11 @@ def parity_metadata(result: ParityResult) -> dict:
         "chmv/partition": result.partition or "",
         "chmv/within_tolerance": result.within_tolerance,
         "chmv/in_grace": result.in_grace,
-        "chmv/measures": MetadataValue.md("| measure | expected | actual | delta |\n|---|---|---|---|\n" + "\n".join(
-            f"| {m.name} | {m.expected:g} | {m.actual:g} | {m.delta:g} |" for m in result.measures)),
-    }  # fmt: skip
+        "chmv/measures": MetadataValue.md(
+            "| measure | expected | actual | delta |\n|---|---|---|---|\n"
+            + "\n".join(f"| {m.name} | {m.expected:g} | {m.actual:g} | {m.delta:g} |" for m in result.measures)
+        ),
+    }
     for measure in result.measures[1:]:
         metadata[f"delta {measure.name}"] = measure.delta
     metadata["chmv/truth"] = result.truth
@@ -174,9 +216,17 @@ def parity_metadata(result: ParityResult) -> dict:
     return metadata
 
 
-def evaluate_inline_checks(context: AssetExecutionContext, client: Client, loaded: LoadedProject, ref: ObjectRef,
-                           key: AssetKey, partitions_def: PartitionsDefinition | None,
-                           checks: Iterable[AssetCheckKey], *, dsn: str | None = None) -> CheckOutcome:  # fmt: skip
+def evaluate_inline_checks(
+    context: AssetExecutionContext,
+    client: Client,
+    loaded: LoadedProject,
+    ref: ObjectRef,
+    key: AssetKey,
+    partitions_def: PartitionsDefinition | None,
+    checks: Iterable[AssetCheckKey],
+    *,
+    dsn: str | None = None,
+) -> CheckOutcome:
     """Evaluate the selected inline checks of one target: one evaluation per check (per partition for parity).
 
     Args:
@@ -200,8 +250,9 @@ def evaluate_inline_checks(context: AssetExecutionContext, client: Client, loade
         partitions = check_partition_keys(context, partitions_def)
         results = [parity_for_partition(client, loaded, ref, window_for_key(partitions_def, p)) for p in partitions]
         targets = latest_materializations(context.instance, key, partitions)
-        outcome.events.append(Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(
-            AssetCheckKey(key, PARITY))))  # fmt: skip
+        outcome.events.append(
+            Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(AssetCheckKey(key, PARITY)))
+        )
         for partition, result in zip(partitions, results, strict=True):
             context.log.info(result.describe())
             outcome.events.append(parity_evaluation(key, partition, result, targets.get(partition), blocking=blocking))
@@ -215,23 +266,34 @@ def evaluate_inline_checks(context: AssetExecutionContext, client: Client, loade
         kinds: dict[str, int] = {}
         for item in items:
             kinds[item.kind] = kinds.get(item.kind, 0) + 1
-        metadata: dict = {"differences": len(items), **{f"differences {k}": n for k, n in sorted(kinds.items())},
-                          "chmv/diff": MetadataValue.md(drift_markdown(items)),
-                          "chmv/kinds": MetadataValue.json(sorted(kinds))}  # fmt: skip
+        metadata: dict = {
+            "differences": len(items),
+            **{f"differences {k}": n for k, n in sorted(kinds.items())},
+            "chmv/diff": MetadataValue.md(drift_markdown(items)),
+            "chmv/kinds": MetadataValue.json(sorted(kinds)),
+        }
         if items:
             message = f"{len(items)} difference(s) from the DDL: " + "; ".join(str(i) for i in items[:5])
             context.log.error(f"{ref.fqn}: {message}")
-            sink.send(Alert("drift", "error", ref.fqn, message, {"check": DRIFT, "items": [str(i) for i in items]}),
-                      context.log)  # fmt: skip
+            sink.send(
+                Alert("drift", "error", ref.fqn, message, {"check": DRIFT, "items": [str(i) for i in items]}),
+                context.log,
+            )
             if blocking:
                 outcome.blocking_failed.append(DRIFT)
             found = run_drift_plan(context, client, loaded)
             metadata["chmv/fix"] = MetadataValue.md(drift_fix_markdown(found, loaded, ref, dsn=dsn))
             metadata["chmv/plan_seconds"] = round(found.seconds, 3)
-        outcome.events.append(AssetCheckResult(
-            asset_key=key, check_name=DRIFT, passed=not items, severity=AssetCheckSeverity.ERROR, metadata=metadata,
-            description="; ".join(str(i) for i in items)[:2000] or None,
-        ))  # fmt: skip
+        outcome.events.append(
+            AssetCheckResult(
+                asset_key=key,
+                check_name=DRIFT,
+                passed=not items,
+                severity=AssetCheckSeverity.ERROR,
+                metadata=metadata,
+                description="; ".join(str(i) for i in items)[:2000] or None,
+            )
+        )
     return outcome
 
 

@@ -216,9 +216,14 @@ def _plain_output(view: MaterializedView, column: str) -> bool:
     return output is not None and not output.is_aggregate
 
 
-def parity_sql(loaded: LoadedProject, target: ObjectRef, window: PartitionWindow | None,
-               live: ObjectRef | None = None, *,
-               trigger_relations: Mapping[ObjectRef, str] | None = None) -> str:  # fmt: skip
+def parity_sql(
+    loaded: LoadedProject,
+    target: ObjectRef,
+    window: PartitionWindow | None,
+    live: ObjectRef | None = None,
+    *,
+    trigger_relations: Mapping[ObjectRef, str] | None = None,
+) -> str:
     """One query returning two rows, ``('actual', m0, m1, …)`` and ``('expected', m0, m1, …)``.
 
     Args:
@@ -249,12 +254,15 @@ def parity_sql(loaded: LoadedProject, target: ObjectRef, window: PartitionWindow
             relation = trigger_relations[view.trigger]
         recomputes.append(view_select(view, project, table, scheme, window, trigger_relation=relation))
     union = " UNION ALL ".join(f"({sql})" for sql in recomputes)
-    return (f"SELECT 'actual' AS side, {actual_cols} FROM {qualified(live or target)}{final}{target_where} "
-            f"UNION ALL SELECT 'expected' AS side, {expected_cols} FROM ({union})")  # fmt: skip
+    return (
+        f"SELECT 'actual' AS side, {actual_cols} FROM {qualified(live or target)}{final}{target_where} "
+        f"UNION ALL SELECT 'expected' AS side, {expected_cols} FROM ({union})"
+    )
 
 
-def partitions_parity_sql(loaded: LoadedProject, target: ObjectRef, windows: Sequence[PartitionWindow],
-                          live: ObjectRef | None = None) -> str:  # fmt: skip
+def partitions_parity_sql(
+    loaded: LoadedProject, target: ObjectRef, windows: Sequence[PartitionWindow], live: ObjectRef | None = None
+) -> str:
     """:func:`parity_sql` of several partitions in one query: rows ``(side, partition, m0, m1, …)`` per partition.
 
     The target is read once for all of them and the MVs' own SELECT recomputed once over the span of the windows
@@ -281,12 +289,15 @@ def partitions_parity_sql(loaded: LoadedProject, target: ObjectRef, windows: Seq
         source = project.table(view.trigger) if view.trigger else None
         dedup = source is not None and source.engine is not None and source.engine.family in SELF_DEDUP_ENGINES
         relation = f"{qualified(view.trigger)} FINAL" if dedup and view.trigger else None
-        recomputes.append(range_select(view, project, table, scheme, windows, trigger_relation=relation,
-                                       only_windows=False))  # fmt: skip
+        recomputes.append(
+            range_select(view, project, table, scheme, windows, trigger_relation=relation, only_windows=False)
+        )
     union = " UNION ALL ".join(f"({sql})" for sql in recomputes)
-    return (f"SELECT 'actual' AS side, {key} AS _chmv_partition, {actual_cols} FROM {qualified(live or target)}{final} "
-            f"WHERE {keep} GROUP BY _chmv_partition UNION ALL SELECT 'expected' AS side, {key} AS _chmv_partition, "
-            f"{expected_cols} FROM ({union}) GROUP BY _chmv_partition")  # fmt: skip
+    return (
+        f"SELECT 'actual' AS side, {key} AS _chmv_partition, {actual_cols} FROM {qualified(live or target)}{final} "
+        f"WHERE {keep} GROUP BY _chmv_partition UNION ALL SELECT 'expected' AS side, {key} AS _chmv_partition, "
+        f"{expected_cols} FROM ({union}) GROUP BY _chmv_partition"
+    )
 
 
 def parity_for_partitions(
@@ -307,10 +318,22 @@ def parity_for_partitions(
     was compared is compared again. Args and the rest as :func:`_parity_for_partitions`.
     """
     return _against_writes(
-        client, loaded, target_ref, windows,
-        lambda ws: _parity_for_partitions(client, loaded, target_ref, ws, now=now, root=root, live=live,
-                                          coverage_first=coverage_first, pending=pending),
-    )  # fmt: skip
+        client,
+        loaded,
+        target_ref,
+        windows,
+        lambda ws: _parity_for_partitions(
+            client,
+            loaded,
+            target_ref,
+            ws,
+            now=now,
+            root=root,
+            live=live,
+            coverage_first=coverage_first,
+            pending=pending,
+        ),
+    )
 
 
 def _parity_for_partitions(
@@ -376,8 +399,10 @@ def _parity_for_partitions(
     missing = set(involved) - existing_objects(client, involved) - set(project.dictionaries)
     if missing:
         names = tuple(sorted(m.fqn for m in missing))
-        return [ParityResult(target_ref.fqn, w.key if w else None, tolerance=config.tolerance, missing=names)
-                for w in windows]  # fmt: skip
+        return [
+            ParityResult(target_ref.fqn, w.key if w else None, tolerance=config.tolerance, missing=names)
+            for w in windows
+        ]
     now = now or wall_now(client)  # the server's wall clock, as the windows (chmv_assets.engine.clock)
     root = root if root is not None else landing.landing_dir(loaded)
     notes: tuple[str, ...] = ()
@@ -403,8 +428,9 @@ def _parity_for_partitions(
     try:
         if by_source:
             sql = partitions_parity_sql(loaded, target_ref, by_source, live)
-            values = client.query("SELECT " + ", ".join(partition_expression(table, scheme, w)
-                                                        for w in by_source)).result_rows[0]  # fmt: skip
+            values = client.query(
+                "SELECT " + ", ".join(partition_expression(table, scheme, w) for w in by_source)
+            ).result_rows[0]
             keys = dict(zip(values, (w.key for w in by_source), strict=True))
             kinds = {type(v) for v in values}
             for side, value, *figures in client.query(sql).result_rows:
@@ -414,8 +440,9 @@ def _parity_for_partitions(
                     raise ChmvError(f"the parity query returned partition {value!r}, none of the checked ones")
     except (ClickHouseError, ChmvError) as err:  # a failing recompute is a parity failure with its reason
         for window in by_source:
-            results[window.key] = ParityResult(target_ref.fqn, window.key, tolerance=config.tolerance,
-                                               error=_first_line(err), sql=sql)  # fmt: skip
+            results[window.key] = ParityResult(
+                target_ref.fqn, window.key, tolerance=config.tolerance, error=_first_line(err), sql=sql
+            )
         by_source = []
     names = [name for name, _a, _e in measures_for(table, project.views_into(target_ref))]
     for window in by_source:
@@ -425,8 +452,9 @@ def _parity_for_partitions(
             Measure(n, float(e or 0), float(a or 0)) for n, e, a in zip(names, expected, actual, strict=True)
         )
         in_grace = window.end > now - timedelta(minutes=config.grace_minutes)
-        results[window.key] = ParityResult(target_ref.fqn, window.key, measures, config.tolerance, in_grace, sql=sql,
-                                           notes=notes)  # fmt: skip
+        results[window.key] = ParityResult(
+            target_ref.fqn, window.key, measures, config.tolerance, in_grace, sql=sql, notes=notes
+        )
         if not coverage_first and results[window.key].holds_more:
             results[window.key] = _parity_each(
                 client, loaded, target_ref, [window], now=now, root=root, live=live, pending=()
@@ -440,9 +468,16 @@ def _one_by_one(scheme: PartitionScheme) -> bool:
     return scheme.grain is None or scheme.keyed
 
 
-def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: ObjectRef,
-                         window: PartitionWindow | None, *, now: datetime | None = None,
-                         root: Path | None = None, live: ObjectRef | None = None) -> ParityResult:  # fmt: skip
+def parity_for_partition(
+    client: Client,
+    loaded: LoadedProject,
+    target_ref: ObjectRef,
+    window: PartitionWindow | None,
+    *,
+    now: datetime | None = None,
+    root: Path | None = None,
+    live: ObjectRef | None = None,
+) -> ParityResult:
     """Compare one target partition with what its MVs' own SELECT yields over the same source window.
 
     Where the source no longer holds the partition, the recompute reads the landing zone as a rebuild
@@ -461,9 +496,12 @@ def parity_for_partition(client: Client, loaded: LoadedProject, target_ref: Obje
         The figures; a missing object or a failing query is reported in the result, never raised.
     """
     return _against_writes(
-        client, loaded, target_ref, [window],
+        client,
+        loaded,
+        target_ref,
+        [window],
         lambda ws: _parity_each(client, loaded, target_ref, ws, now=now, root=root, live=live),
-    )[0]  # fmt: skip
+    )[0]
 
 
 #: Comparisons of a partition whose sources keep receiving rows of its window during them, before it is reported
@@ -474,9 +512,13 @@ RACE_CHECKS = 3
 INSERT_WAIT_SECONDS = 10.0
 
 
-def _against_writes(client: Client, loaded: LoadedProject, target: ObjectRef,
-                    windows: Sequence[PartitionWindow | None],
-                    evaluate: Callable[[list[PartitionWindow | None]], list[ParityResult]]) -> list[ParityResult]:  # fmt: skip
+def _against_writes(
+    client: Client,
+    loaded: LoadedProject,
+    target: ObjectRef,
+    windows: Sequence[PartitionWindow | None],
+    evaluate: Callable[[list[PartitionWindow | None]], list[ParityResult]],
+) -> list[ParityResult]:
     """``evaluate(windows)``, watched as a rebuild's read is (:mod:`chmv_assets.engine.races`).
 
     The target and its recompute are read at slightly different moments, and a block's MV output lands just after the
@@ -490,10 +532,13 @@ def _against_writes(client: Client, loaded: LoadedProject, target: ObjectRef,
     tolerance = loaded.config.parity.tolerance
     streams = streamed_triggers(loaded, target)
     if streams:
-        reason = (f"its trigger {', '.join(s.fqn for s in streams)} is a stream table, which chmv never reads (a "
-                  "SELECT would consume its messages); the tables its consumer writes are checked further down")
-        return [ParityResult(target.fqn, w.key if w else None, tolerance=tolerance, unverifiable=reason)
-                for w in windows]  # fmt: skip
+        reason = (
+            f"its trigger {', '.join(s.fqn for s in streams)} is a stream table, which chmv never reads (a "
+            "SELECT would consume its messages); the tables its consumer writes are checked further down"
+        )
+        return [
+            ParityResult(target.fqn, w.key if w else None, tolerance=tolerance, unverifiable=reason) for w in windows
+        ]
     table = project.table(target)
     triggers = triggers_of(project, target)
     if table is None or not triggers:
@@ -516,14 +561,19 @@ def _against_writes(client: Client, loaded: LoadedProject, target: ObjectRef,
         if not pending:
             break
     for i in pending:
-        results[i] = replace(last[i], unverifiable=(
-            f"rows of its window kept arriving in its sources through {RACE_CHECKS} comparisons (writers chmv does "
-            f"not control); compared again once they pause. Last: {last[i].describe()}"))  # fmt: skip
+        results[i] = replace(
+            last[i],
+            unverifiable=(
+                f"rows of its window kept arriving in its sources through {RACE_CHECKS} comparisons (writers chmv does "
+                f"not control); compared again once they pause. Last: {last[i].describe()}"
+            ),
+        )
     return [results[i] for i in range(len(windows))]
 
 
-def _target_ranges(table: Table, scheme: PartitionScheme,
-                   windows: Sequence[PartitionWindow | None]) -> list[str | None]:  # fmt: skip
+def _target_ranges(
+    table: Table, scheme: PartitionScheme, windows: Sequence[PartitionWindow | None]
+) -> list[str | None]:
     """Per window, the target's own rows in it (None: any row). A block committed to a source before the watch can
     still be on its way to the target (its MV output lands after it, and an asynchronous insert's flush shows in no
     process list): its output arriving during the comparison races it as a source row would."""
@@ -569,15 +619,24 @@ def _parity_each(
     missing = set(involved) - existing_objects(client, involved)
     missing -= set(loaded.project.dictionaries)  # dictionaries are checked by drift, parity does not read them
     if missing:
-        return [ParityResult(target_ref.fqn, w.key if w else None, tolerance=config.tolerance,
-                             missing=tuple(sorted(m.fqn for m in missing))) for w in windows]  # fmt: skip
+        return [
+            ParityResult(
+                target_ref.fqn,
+                w.key if w else None,
+                tolerance=config.tolerance,
+                missing=tuple(sorted(m.fqn for m in missing)),
+            )
+            for w in windows
+        ]
     now = now or wall_now(client)  # the server's wall clock, as the windows (chmv_assets.engine.clock)
     root = root if root is not None else landing.landing_dir(loaded)
     try:
         live = live or live_table(client, loaded.project, target_ref)
     except (ClickHouseError, ChmvError) as err:
-        return [ParityResult(target_ref.fqn, w.key if w else None, tolerance=config.tolerance, error=_first_line(err))
-                for w in windows]  # fmt: skip
+        return [
+            ParityResult(target_ref.fqn, w.key if w else None, tolerance=config.tolerance, error=_first_line(err))
+            for w in windows
+        ]
     results = []
     grace = timedelta(minutes=config.grace_minutes)
     for window in windows:
@@ -620,9 +679,16 @@ def _first_line(err: Exception) -> str:
     return str(err).strip().splitlines()[0][:500] if str(err).strip() else type(err).__name__
 
 
-def _parity(client: Client, loaded: LoadedProject, target_ref: ObjectRef, window: PartitionWindow | None,
-            live: ObjectRef, root: Path | None, in_grace: bool,
-            truth: tuple[dict[ObjectRef, str], str, tuple[str, ...]] | str | None = None) -> ParityResult:  # fmt: skip
+def _parity(
+    client: Client,
+    loaded: LoadedProject,
+    target_ref: ObjectRef,
+    window: PartitionWindow | None,
+    live: ObjectRef,
+    root: Path | None,
+    in_grace: bool,
+    truth: tuple[dict[ObjectRef, str], str, tuple[str, ...]] | str | None = None,
+) -> ParityResult:
     """One partition's parity against ``truth`` (default: what coverage says, as a rebuild would)."""
     config = loaded.config.parity
     partition = window.key if window else None
@@ -632,8 +698,9 @@ def _parity(client: Client, loaded: LoadedProject, target_ref: ObjectRef, window
     try:
         truth = truth if truth is not None else _truth(client, loaded, target_ref, window, live, root)
         if isinstance(truth, str):
-            return ParityResult(target_ref.fqn, partition, tolerance=config.tolerance, in_grace=in_grace,
-                                unverifiable=truth)  # fmt: skip
+            return ParityResult(
+                target_ref.fqn, partition, tolerance=config.tolerance, in_grace=in_grace, unverifiable=truth
+            )
         relations, label, notes = truth
         sql = parity_sql(loaded, target_ref, window, live, trigger_relations=relations)
         rows = {row[0]: row[1:] for row in client.query(sql).result_rows}
@@ -643,16 +710,23 @@ def _parity(client: Client, loaded: LoadedProject, target_ref: ObjectRef, window
     actual = rows.get("actual") or (0.0,) * len(names)
     expected = rows.get("expected") or (0.0,) * len(names)
     measures = tuple(Measure(n, float(e or 0), float(a or 0)) for n, e, a in zip(names, expected, actual, strict=True))
-    return ParityResult(target_ref.fqn, partition, measures, config.tolerance, in_grace, sql=sql, notes=notes,
-                        truth=label)  # fmt: skip
+    return ParityResult(
+        target_ref.fqn, partition, measures, config.tolerance, in_grace, sql=sql, notes=notes, truth=label
+    )
 
 
 #: Far enough back and ahead to hold every row of a whole (unpartitioned) target (DateTime's range ends in 2106).
 _EVER = (datetime(1970, 1, 1), datetime(2106, 1, 1))
 
 
-def _truth(client: Client, loaded: LoadedProject, target: ObjectRef, window: PartitionWindow | None, live: ObjectRef,
-           root: Path | None) -> tuple[dict[ObjectRef, str], str, tuple[str, ...]] | str:  # fmt: skip
+def _truth(
+    client: Client,
+    loaded: LoadedProject,
+    target: ObjectRef,
+    window: PartitionWindow | None,
+    live: ObjectRef,
+    root: Path | None,
+) -> tuple[dict[ObjectRef, str], str, tuple[str, ...]] | str:
     """What to recompute the partition from, per coverage: ``(relations, label, notes)``, or why it cannot be.
 
     The source tables (no relations) wherever they hold the partition or coverage cannot tell; the landing
@@ -668,8 +742,10 @@ def _truth(client: Client, loaded: LoadedProject, target: ObjectRef, window: Par
     if covered is None or not covered.loss_observed:
         return {}, "source", ()
     if root is None or not spark_capable(loaded, target, root) or not covered.lake_holds_entirely:
-        return (f"the source no longer holds it ({covered.table_reasons()}) and the landing zone does not either "
-                f"({covered.lake_reasons()}); the rebuild would refuse it too")  # fmt: skip
+        return (
+            f"the source no longer holds it ({covered.table_reasons()}) and the landing zone does not either "
+            f"({covered.lake_reasons()}); the rebuild would refuse it too"
+        )
     maps = mappings(loaded, target)
     relations, notes = {}, []
     for source in covered.sources:

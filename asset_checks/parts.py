@@ -72,8 +72,10 @@ def part_counts(client: Client, tables: Iterable[ObjectRef]) -> dict[ObjectRef, 
         " GROUP BY database, table, partition_id) GROUP BY database, table",
         parameters={"dbs": sorted({t.database for t in tables}), "names": sorted({t.name for t in tables})},
     ).result_rows
-    found = {ObjectRef(database=d, name=t): PartCount(f"{d}.{t}", int(s), int(m), p, tuple((str(k), int(c)) for k, c in per))
-             for d, t, s, m, p, per in rows}  # fmt: skip
+    found = {
+        ObjectRef(database=d, name=t): PartCount(f"{d}.{t}", int(s), int(m), p, tuple((str(k), int(c)) for k, c in per))
+        for d, t, s, m, p, per in rows
+    }
     return {t: found.get(t, PartCount(t.fqn, 0, 0, None)) for t in tables}
 
 
@@ -83,18 +85,27 @@ def assess(count: PartCount, thresholds: dict[str, int], history: Sequence[int])
     throw = thresholds.get("parts_to_throw_insert", 0)
     total_limit = thresholds.get("max_parts_in_total", 0)
     if throw and count.max_in_partition >= ERROR_SHARE * throw:
-        return PartVerdict("error", f"partition {count.partition} has {count.max_in_partition} active parts, near "
-                                    f"parts_to_throw_insert={throw}: inserts will fail with 'Too many parts'")  # fmt: skip
+        return PartVerdict(
+            "error",
+            f"partition {count.partition} has {count.max_in_partition} active parts, near "
+            f"parts_to_throw_insert={throw}: inserts will fail with 'Too many parts'",
+        )
     if total_limit and count.total >= ERROR_SHARE * total_limit:
         return PartVerdict("error", f"{count.total} active parts, near max_parts_in_total={total_limit}")
     if delay and count.max_in_partition >= WARN_SHARE * delay:
-        return PartVerdict("warning", f"partition {count.partition} has {count.max_in_partition} active parts "
-                                      f"(parts_to_delay_insert={delay}): inserts will soon be delayed")  # fmt: skip
+        return PartVerdict(
+            "warning",
+            f"partition {count.partition} has {count.max_in_partition} active parts "
+            f"(parts_to_delay_insert={delay}): inserts will soon be delayed",
+        )
     series = [*history[-(CLIMB_EVALUATIONS - 1) :], count.total]
     if len(series) >= CLIMB_EVALUATIONS and all(b > a for a, b in zip(series, series[1:], strict=False)):
-        return PartVerdict("warning", f"active parts climbed at each of the last {CLIMB_EVALUATIONS} evaluations "
-                                      f"({' → '.join(map(str, series))}) instead of plateauing: merges fall behind "
-                                      "the inserts (batch inserts, or fewer MVs on the source)")  # fmt: skip
+        return PartVerdict(
+            "warning",
+            f"active parts climbed at each of the last {CLIMB_EVALUATIONS} evaluations "
+            f"({' → '.join(map(str, series))}) instead of plateauing: merges fall behind "
+            "the inserts (batch inserts, or fewer MVs on the source)",
+        )
     return PartVerdict("ok", f"{count.total} active parts, at most {count.max_in_partition} in one partition")
 
 

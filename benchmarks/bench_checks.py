@@ -34,8 +34,14 @@ from chmv_assets.orchestration.translator import ChmvTranslator  # noqa: E402
 from chmv_assets.sql.quoting import qualified  # noqa: E402
 
 TRANSLATOR = ChmvTranslator()
-CASES = [("requests_enriched", "2026-09-01"), ("error_events", "2026-09-15"), ("hourly_endpoint_stats", "2026-09-15"),
-         ("counter_daily", "2026-09-01"), ("events_agg", "2026-09-01"), ("events_daily", "2026-09-15")]  # fmt: skip
+CASES = [
+    ("requests_enriched", "2026-09-01"),
+    ("error_events", "2026-09-15"),
+    ("hourly_endpoint_stats", "2026-09-15"),
+    ("counter_daily", "2026-09-01"),
+    ("events_agg", "2026-09-01"),
+    ("events_daily", "2026-09-15"),
+]
 
 
 class CountingClient:
@@ -69,7 +75,9 @@ def bench_parity(workdir: Path) -> None:
     loaded = load(EXAMPLE_DDL)
     engine = make_engine(workdir / "parity" / "chdb", loaded, rows=int(os.environ.get("CHMV_BENCH_ROWS", "1000000")))
     print("parity: rows read vs rows in the partition (1M demo rows)")
-    print(f"  {'target':24} {'partition':11} {'in partition':>12} {'read':>9} {'ratio':>6} {'unpruned':>9} {'ratio':>6}")
+    print(
+        f"  {'target':24} {'partition':11} {'in partition':>12} {'read':>9} {'ratio':>6} {'unpruned':>9} {'ratio':>6}"
+    )
     with engine.get_client() as client:
         for name, key in CASES:
             target = ObjectRef(database="analytics", name=name)
@@ -81,15 +89,21 @@ def bench_parity(workdir: Path) -> None:
             from chmv_assets.sql.rebuild_sql import partition_expression, source_range_predicate
 
             scheme = partition_scheme(table, (view,))
-            target_rows = client.command(f"SELECT count() FROM {qualified(target)} WHERE ({table.partition_by.sql}) = "
-                                         f"({partition_expression(table, scheme, window)})")  # fmt: skip
-            source_rows = client.command(f"SELECT count() FROM {qualified(view.trigger)} WHERE "
-                                         f"{source_range_predicate(view, loaded.project, scheme, window)}")  # fmt: skip
+            target_rows = client.command(
+                f"SELECT count() FROM {qualified(target)} WHERE ({table.partition_by.sql}) = "
+                f"({partition_expression(table, scheme, window)})"
+            )
+            source_rows = client.command(
+                f"SELECT count() FROM {qualified(view.trigger)} WHERE "
+                f"{source_range_predicate(view, loaded.project, scheme, window)}"
+            )
             in_partition = int(target_rows) + int(source_rows)
             read = rows_read(client, parity_sql(loaded, target, window))
             unpruned = rows_read(client, parity_sql(loaded, target, None))
-            print(f"  {name:24} {key:11} {in_partition:12d} {read:9d} {read / in_partition:6.2f} {unpruned:9d} "
-                  f"{unpruned / in_partition:6.2f}")  # fmt: skip
+            print(
+                f"  {name:24} {key:11} {in_partition:12d} {read:9d} {read / in_partition:6.2f} {unpruned:9d} "
+                f"{unpruned / in_partition:6.2f}"
+            )
 
 
 def generated_project(root: Path, targets: int) -> Path:
@@ -97,12 +111,18 @@ def generated_project(root: Path, targets: int) -> Path:
     ddl.mkdir(parents=True)
     lines = ["CREATE DATABASE IF NOT EXISTS gen ENGINE = Atomic;"]
     for i in range(targets):
-        lines.append(f"CREATE TABLE gen.src_{i} (ts DateTime, k UInt32, v UInt64) ENGINE = MergeTree "
-                     f"PARTITION BY toYYYYMM(ts) ORDER BY (k, ts);")  # fmt: skip
-        lines.append(f"CREATE TABLE gen.tgt_{i} (hour DateTime, k UInt32, v UInt64) ENGINE = SummingMergeTree "
-                     f"PARTITION BY toYYYYMM(hour) ORDER BY (k, hour);")  # fmt: skip
-        lines.append(f"CREATE MATERIALIZED VIEW gen.mv_{i} TO gen.tgt_{i} AS SELECT toStartOfHour(ts) AS hour, k, "
-                     f"sum(v) AS v FROM gen.src_{i} GROUP BY hour, k;")  # fmt: skip
+        lines.append(
+            f"CREATE TABLE gen.src_{i} (ts DateTime, k UInt32, v UInt64) ENGINE = MergeTree "
+            f"PARTITION BY toYYYYMM(ts) ORDER BY (k, ts);"
+        )
+        lines.append(
+            f"CREATE TABLE gen.tgt_{i} (hour DateTime, k UInt32, v UInt64) ENGINE = SummingMergeTree "
+            f"PARTITION BY toYYYYMM(hour) ORDER BY (k, hour);"
+        )
+        lines.append(
+            f"CREATE MATERIALIZED VIEW gen.mv_{i} TO gen.tgt_{i} AS SELECT toStartOfHour(ts) AS hour, k, "
+            f"sum(v) AS v FROM gen.src_{i} GROUP BY hour, k;"
+        )
     (ddl / "gen.sql").write_text("\n".join(lines))
     (ddl / "chmv.toml").write_text('default_database = "gen"\npartition_start = "2026-08-01"\n')
     return ddl
@@ -118,8 +138,10 @@ def bench_sensor_tick(workdir: Path, targets: int = 500) -> None:
     with engine.get_client() as client:
         apply(client, loaded.project)
         for i in range(targets):
-            client.command(f"INSERT INTO gen.src_{i} SELECT toDateTime('2026-11-01 00:00:00') + number * 37, "
-                           "number % 7, number FROM numbers(200)")  # fmt: skip
+            client.command(
+                f"INSERT INTO gen.src_{i} SELECT toDateTime('2026-11-01 00:00:00') + number * 37, "
+                "number % 7, number FROM numbers(200)"
+            )
     print(f"\nsensor tick over {targets} generated targets (setup {time.monotonic() - started:.1f}s)")
     with engine.get_client() as client:
         counting = CountingClient(client)
@@ -141,8 +163,10 @@ def bench_sensor_tick(workdir: Path, targets: int = 500) -> None:
             naive_queries += 2
         naive = time.monotonic() - t0
     print(f"  batched measurement: {queries:.0f} queries, {batched * 1000:.0f} ms per tick")
-    print(f"  baseline (a max() query per table): {naive_queries} queries, {naive * 1000:.0f} ms "
-          f"-> batched/baseline time ratio {batched / naive:.2f}")  # fmt: skip
+    print(
+        f"  baseline (a max() query per table): {naive_queries} queries, {naive * 1000:.0f} ms "
+        f"-> batched/baseline time ratio {batched / naive:.2f}"
+    )
 
     from dagster import DagsterInstance, build_sensor_context
 
@@ -153,8 +177,10 @@ def bench_sensor_tick(workdir: Path, targets: int = 500) -> None:
     t0 = time.monotonic()
     context = build_sensor_context(instance=instance, resources={"clickhouse": engine})
     data = sensor.evaluate_tick(context)
-    print(f"  full staleness sensor tick (open engine + measure + decide): {(time.monotonic() - t0) * 1000:.0f} ms, "
-          f"{len(data.run_requests)} run requests")  # fmt: skip
+    print(
+        f"  full staleness sensor tick (open engine + measure + decide): {(time.monotonic() - t0) * 1000:.0f} ms, "
+        f"{len(data.run_requests)} run requests"
+    )
 
 
 if __name__ == "__main__":

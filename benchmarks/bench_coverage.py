@@ -82,15 +82,19 @@ def bench_case(raw, loaded, name: str, windows: list) -> None:
     rebuild = since(raw, before)
     base, cov = min(plain), min(with_coverage)
     extra = cov[0] - base[0]
-    print(f"  {name:22} {len(windows):5d} {base[1]:5d} {cov[1]:5d} {base[0] * 1e3:8.1f} {extra * 1e3:9.1f} "
-          f"{probe[0]:10,d} {rebuild[0]:12,d} {probe[1] / max(rebuild[1], 1):8.3f} "
-          f"{rebuild_seconds * 1e3:8.1f} {extra / max(rebuild_seconds, 1e-9):6.1%}")  # fmt: skip
+    print(
+        f"  {name:22} {len(windows):5d} {base[1]:5d} {cov[1]:5d} {base[0] * 1e3:8.1f} {extra * 1e3:9.1f} "
+        f"{probe[0]:10,d} {rebuild[0]:12,d} {probe[1] / max(rebuild[1], 1):8.3f} "
+        f"{rebuild_seconds * 1e3:8.1f} {extra / max(rebuild_seconds, 1e-9):6.1%}"
+    )
     guarded = [s for s in plan.steps if s.guard]
     if guarded:
         _r, with_guard = timed(execute, plan, loaded, client=raw)
         _r, forced = timed(execute, replace(plan, force=True), loaded, client=raw)
-        print(f"  {'':22} shrink guard on {len(guarded)} step(s): rebuild {with_guard * 1e3:.1f} ms vs "
-              f"{forced * 1e3:.1f} ms forced (+2 count statements per step)")  # fmt: skip
+        print(
+            f"  {'':22} shrink guard on {len(guarded)} step(s): rebuild {with_guard * 1e3:.1f} ms vs "
+            f"{forced * 1e3:.1f} ms forced (+2 count statements per step)"
+        )
 
 
 def main() -> None:
@@ -100,8 +104,10 @@ def main() -> None:
         os.environ["CHMV_STATE_DIR"] = tmp
         engine = make_engine(Path(tmp) / "chdb", loaded, rows=rows)
         print(f"coverage cost per rebuild ({rows:,} demo rows; times in ms, best of 3 for the observation)")
-        print(f"  {'target':22} {'parts':>5} {'stmts':>5} {'+cov':>5} {'observe':>8} {'+coverage':>9} "
-              f"{'probe rows':>10} {'rebuild rows':>12} {'bytes x':>8} {'rebuild':>8} {'share':>6}")  # fmt: skip
+        print(
+            f"  {'target':22} {'parts':>5} {'stmts':>5} {'+cov':>5} {'observe':>8} {'+coverage':>9} "
+            f"{'probe rows':>10} {'rebuild rows':>12} {'bytes x':>8} {'rebuild':>8} {'share':>6}"
+        )
         with engine.get_client() as raw:
             for name, windows in CASES:
                 bench_case(raw, loaded, name, windows)
@@ -111,8 +117,9 @@ def main() -> None:
                 window = windows[0]
                 total = min(timed(parity_for_partition, raw, loaded, target, window)[1] for _ in range(3))
                 probe = min(timed(observe_coverage, raw, loaded, target, target, [window], None)[1] for _ in range(3))
-                print(f"  {name:22} parity {total * 1e3:7.1f}  of which coverage {probe * 1e3:6.1f} "
-                      f"({probe / total:.0%})")  # fmt: skip
+                print(
+                    f"  {name:22} parity {total * 1e3:7.1f}  of which coverage {probe * 1e3:6.1f} ({probe / total:.0%})"
+                )
 
 
 if __name__ == "__main__":

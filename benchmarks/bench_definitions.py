@@ -84,8 +84,10 @@ GROUP BY hour, endpoint, name;
 def generate(root: Path, views: int) -> None:
     """Write ``views`` MVs (and their tables) into ``root``, 50 MVs per file."""
     chains = views // 3 // 3
-    parts = ["CREATE DATABASE IF NOT EXISTS bench ENGINE = Atomic;\n",
-             "CREATE TABLE bench.dim (id UInt64, name String) ENGINE = MergeTree ORDER BY id;\n"]  # fmt: skip
+    parts = [
+        "CREATE DATABASE IF NOT EXISTS bench ENGINE = Atomic;\n",
+        "CREATE TABLE bench.dim (id UInt64, name String) ENGINE = MergeTree ORDER BY id;\n",
+    ]
     parts += [_chain(i) for i in range(chains)]
     parts += [_single(i) for i in range(views - 3 * chains)]
     for n in range(0, len(parts), 50):
@@ -179,8 +181,9 @@ def child(kind: str, root: Path, clock_name: str) -> None:
 
 def _in_child(kind: str, root: Path, state: Path, clock_name: str) -> tuple[Load, float]:
     argv = [sys.executable, __file__, "--child", kind, str(root), "--clock", clock_name]
-    out = subprocess.run(argv, env={**os.environ, "CHMV_STATE_DIR": str(state)}, check=True, capture_output=True,
-                         text=True).stdout  # fmt: skip
+    out = subprocess.run(
+        argv, env={**os.environ, "CHMV_STATE_DIR": str(state)}, check=True, capture_output=True, text=True
+    ).stdout
     data = json.loads(out.strip().splitlines()[-1])
     return Load(**data["load"]), data["floor"]
 
@@ -232,15 +235,21 @@ def profile(size: int) -> None:
 
 def best(rounds: list[Round]) -> Round:
     """The fastest of each measurement over the rounds."""
-    return Round(min((r.cold for r in rounds), key=lambda x: x.total), min((r.warm for r in rounds), key=lambda x: x.total),
-                 min(r.sqlglot for r in rounds), min(r.dagster for r in rounds))  # fmt: skip
+    return Round(
+        min((r.cold for r in rounds), key=lambda x: x.total),
+        min((r.warm for r in rounds), key=lambda x: x.total),
+        min(r.sqlglot for r in rounds),
+        min(r.dagster for r in rounds),
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, action="append", help="MVs to generate (repeatable; default: 250 to 2,000)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds per size; the best of each is printed")
-    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall clock or each process's CPU time")
+    parser.add_argument(
+        "--clock", choices=("wall", "cpu"), default="wall", help="wall clock or each process's CPU time"
+    )
     parser.add_argument("--in-process", action="store_true", help="both loads in this process, one after the other")
     parser.add_argument("--profile", type=int, metavar="N", help="print the cProfile of the loads of N MVs")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "DIR"), help=argparse.SUPPRESS)
@@ -253,22 +262,31 @@ def main() -> None:
     how = "both loads in one process" if args.in_process else "each load in a fresh process"
     print(f"seconds of {'CPU time' if args.clock == 'cpu' else 'wall clock'}, {how}, best of {max(1, args.repeat)}")
     run = measure_in_process if args.in_process else measure
-    print(f"{'views':>6} {'assets':>6} | {'cold':>6} {'parse':>6} {'build':>6} {'resolve':>7} | {'warm':>6} {'parse':>6} "
-          f"{'build':>6} {'resolve':>7} | {'sqlglot':>7} {'dagster':>7} | cold parse/sqlglot, warm/dagster")  # fmt: skip
+    print(
+        f"{'views':>6} {'assets':>6} | {'cold':>6} {'parse':>6} {'build':>6} {'resolve':>7} | {'warm':>6} {'parse':>6} "
+        f"{'build':>6} {'resolve':>7} | {'sqlglot':>7} {'dagster':>7} | cold parse/sqlglot, warm/dagster"
+    )
     for size in args.size or SIZES:
         r = results[size] = best([run(size, args.clock) for _ in range(max(1, args.repeat))])
         c, w = r.cold, r.warm
-        print(f"{size:>6} {c.assets:>6} | {c.total:>5.2f}s {c.parse:>5.2f}s {c.build:>5.2f}s {c.resolve:>6.2f}s | "
-              f"{w.total:>5.2f}s {w.parse:>5.2f}s {w.build:>5.2f}s {w.resolve:>6.2f}s | {r.sqlglot:>6.2f}s {r.dagster:>6.2f}s | "
-              f"{c.parse / r.sqlglot:.2f}x, {w.total / r.dagster:.2f}x", flush=True)  # fmt: skip
+        print(
+            f"{size:>6} {c.assets:>6} | {c.total:>5.2f}s {c.parse:>5.2f}s {c.build:>5.2f}s {c.resolve:>6.2f}s | "
+            f"{w.total:>5.2f}s {w.parse:>5.2f}s {w.build:>5.2f}s {w.resolve:>6.2f}s | {r.sqlglot:>6.2f}s {r.dagster:>6.2f}s | "
+            f"{c.parse / r.sqlglot:.2f}x, {w.total / r.dagster:.2f}x",
+            flush=True,
+        )
     if 1000 in results:
         r = results[1000]
-        print(f"1000 MVs: warm {r.warm.total:.2f}s (goal < {GOAL_SECONDS:.0f} s: {'met' if r.warm.total < GOAL_SECONDS else 'NOT met'}), "
-              f"cold {r.cold.total:.2f}s; floors: sqlglot parses the files in {r.sqlglot:.2f}s (chmv's parse "
-              f"{r.cold.parse / r.sqlglot:.2f}x that), Dagster builds the location from finished specs in {r.dagster:.2f}s")  # fmt: skip
+        print(
+            f"1000 MVs: warm {r.warm.total:.2f}s (goal < {GOAL_SECONDS:.0f} s: {'met' if r.warm.total < GOAL_SECONDS else 'NOT met'}), "
+            f"cold {r.cold.total:.2f}s; floors: sqlglot parses the files in {r.sqlglot:.2f}s (chmv's parse "
+            f"{r.cold.parse / r.sqlglot:.2f}x that), Dagster builds the location from finished specs in {r.dagster:.2f}s"
+        )
     if 1000 in results and 2000 in results:
-        print(f"ratio 2000/1000: cold {results[2000].cold.total / results[1000].cold.total:.2f}, "
-              f"warm {results[2000].warm.total / results[1000].warm.total:.2f} (linear = 2.00)")  # fmt: skip
+        print(
+            f"ratio 2000/1000: cold {results[2000].cold.total / results[1000].cold.total:.2f}, "
+            f"warm {results[2000].warm.total / results[1000].warm.total:.2f} (linear = 2.00)"
+        )
 
 
 if __name__ == "__main__":

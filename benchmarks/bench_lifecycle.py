@@ -70,8 +70,10 @@ def bench_plan(tmp: Path) -> None:
         planned = time.perf_counter() - started
         preflight(client, changed, plan)
         checked = time.perf_counter() - started - planned
-    print(f"plan of {len(loaded.project.views)} MVs: {min(times):.2f}s with no changes (best of 3; goal < 3 s); "
-          f"{planned:.2f}s with one SELECT changed ({plan.summary()}), preflight {checked:.2f}s")
+    print(
+        f"plan of {len(loaded.project.views)} MVs: {min(times):.2f}s with no changes (best of 3; goal < 3 s); "
+        f"{planned:.2f}s with one SELECT changed ({plan.summary()}), preflight {checked:.2f}s"
+    )
 
 
 def _cpu() -> float:
@@ -115,8 +117,10 @@ def bench_apply(tmp: Path, rows: int, rounds: int = 3) -> None:
         client.command("OPTIMIZE TABLE bench.api_requests FINAL")  # no merge of the load runs during the timings
     filtered = DDL.replace("FROM bench.api_requests\n", "FROM bench.api_requests\nWHERE status_code < 500\n")
     resorted = filtered.replace("ORDER BY (endpoint, day);", "ORDER BY (day, endpoint);")
-    for label, changed, back in (("SELECT changed (modify_query, in place)", filtered, DDL),
-                                 ("sort key changed too (new_version, parity-gated)", resorted, DDL)):  # fmt: skip
+    for label, changed, back in (
+        ("SELECT changed (modify_query, in place)", filtered, DDL),
+        ("sort key changed too (new_version, parity-gated)", resorted, DDL),
+    ):
         times: dict[str, list[tuple[float, float]]] = {"apply": [], "bare": []}
         report = None
         for _ in range(rounds):
@@ -133,8 +137,14 @@ def bench_apply(tmp: Path, rows: int, rounds: int = 3) -> None:
                 client = opened.enter_context(resource.get_client())
                 plan = plan_lifecycle(client, loaded)
                 wall, cpu = time.perf_counter(), _cpu()
-                report = lifecycle_apply.apply_plan(resource, loaded, plan, parity=_parity(loaded), batch_seconds=3600,
-                                                    opened=(client, opened.pop_all()))  # fmt: skip
+                report = lifecycle_apply.apply_plan(
+                    resource,
+                    loaded,
+                    plan,
+                    parity=_parity(loaded),
+                    batch_seconds=3600,
+                    opened=(client, opened.pop_all()),
+                )
                 times["apply"].append((time.perf_counter() - wall, _cpu() - cpu))
             (ddl / "bench.sql").write_text(back)  # back to the original, untimed, for the next round
             restore = load(ddl)
@@ -142,17 +152,20 @@ def bench_apply(tmp: Path, rows: int, rounds: int = 3) -> None:
                 undo = plan_lifecycle(client, restore)
             lifecycle_apply.apply_plan(resource, restore, undo, parity=_parity(restore), batch_seconds=3600)
             with resource.get_client() as client:
-                for (name,) in client.query("SELECT name FROM system.tables WHERE database = 'bench' "
-                                            "AND startsWith(name, '_chmv_old_')").result_rows:  # fmt: skip
+                for (name,) in client.query(
+                    "SELECT name FROM system.tables WHERE database = 'bench' AND startsWith(name, '_chmv_old_')"
+                ).result_rows:
                     client.command(f"DROP TABLE {qualified(ObjectRef(database='bench', name=name))} SYNC")
         assert report is not None
         apply_wall, apply_cpu = (min(t[i] for t in times["apply"]) for i in (0, 1))
         bare_wall, bare_cpu = (min(t[i] for t in times["bare"]) for i in (0, 1))
         partitions = sum(report.partitions.values())
-        print(f"apply, {label}, re-deriving {partitions} partitions of {rows:,} source rows (best of {rounds}): "
-              f"{apply_wall:.2f}s vs bare INSERT…SELECT {bare_wall:.2f}s: {apply_wall / bare_wall:.2f}x wall, "
-              f"{apply_cpu:.2f} vs {bare_cpu:.2f} CPU-s: {apply_cpu / bare_cpu:.2f}x CPU "
-              f"(goal ≤ 1.2x; incl. {report.parity_checked} parity checks)")
+        print(
+            f"apply, {label}, re-deriving {partitions} partitions of {rows:,} source rows (best of {rounds}): "
+            f"{apply_wall:.2f}s vs bare INSERT…SELECT {bare_wall:.2f}s: {apply_wall / bare_wall:.2f}x wall, "
+            f"{apply_cpu:.2f} vs {bare_cpu:.2f} CPU-s: {apply_cpu / bare_cpu:.2f}x CPU "
+            f"(goal ≤ 1.2x; incl. {report.parity_checked} parity checks)"
+        )
 
 
 def main() -> None:

@@ -43,9 +43,10 @@ def generated_project(root: Path, views: int) -> Path:
     ddl = checks_project(root, views)
     # the sources are daily ingestion assets (a landing zone is configured): their days are counted too
     (ddl / "landing").mkdir()
-    (ddl / "chmv.toml").write_text('default_database = "gen"\npartition_start = "2026-01-01"\n[ingestion]\n'
-                                   'landing_dir = "landing"\n[ingestion.time_columns]\n'
-                                   + "".join(f'"gen.src_{i}" = "ts"\n' for i in range(views)))  # fmt: skip
+    (ddl / "chmv.toml").write_text(
+        'default_database = "gen"\npartition_start = "2026-01-01"\n[ingestion]\n'
+        'landing_dir = "landing"\n[ingestion.time_columns]\n' + "".join(f'"gen.src_{i}" = "ts"\n' for i in range(views))
+    )
     return ddl
 
 
@@ -60,10 +61,15 @@ def bench_tick(workdir: Path, tables: int) -> None:
     with engine.get_client() as client:
         apply(client, loaded.project)
         for i in range(views):  # ten months of rows per source: ten partitions per table
-            client.command(f"INSERT INTO gen.src_{i} SELECT toDateTime('2026-01-01 00:00:00') + number * 26000, "
-                           "number % 7, number FROM numbers(1000)", settings={"max_partitions_per_insert_block": 0})  # fmt: skip
-    print(f"live-state sensor over {2 * views} tables ({views} sources, {views} targets; setup "
-          f"{time.monotonic() - started:.1f}s)")  # fmt: skip
+            client.command(
+                f"INSERT INTO gen.src_{i} SELECT toDateTime('2026-01-01 00:00:00') + number * 26000, "
+                "number % 7, number FROM numbers(1000)",
+                settings={"max_partitions_per_insert_block": 0},
+            )
+    print(
+        f"live-state sensor over {2 * views} tables ({views} sources, {views} targets; setup "
+        f"{time.monotonic() - started:.1f}s)"
+    )
     with engine.get_client() as client:
 
         def tick(cursor, label):
@@ -73,8 +79,10 @@ def bench_tick(workdir: Path, tables: int) -> None:
             report = evaluate_live_state(counting, loaded, TRANSLATOR, cursor)
             ms = (time.perf_counter() - t0) * 1000
             engine_queries = int(client.command(QUERY_COUNTER) or 0) - before - 1  # minus the counter query itself
-            print(f"  {label}: {counting.queries} queries (system.events Query: {engine_queries}), {ms:.0f} ms, "
-                  f"{len(report.events)} events, cursor {len(report.cursor) / 1024:.0f} KiB")  # fmt: skip
+            print(
+                f"  {label}: {counting.queries} queries (system.events Query: {engine_queries}), {ms:.0f} ms, "
+                f"{len(report.events)} events, cursor {len(report.cursor) / 1024:.0f} KiB"
+            )
             return report
 
         cold = tick(None, "first tick of a cold start")
@@ -91,11 +99,15 @@ def bench_tick(workdir: Path, tables: int) -> None:
         tick(steady.cursor, f"tick after inserts into {len(range(0, views, 10))} sources")
         t0 = time.perf_counter()
         for table in [*(f"src_{i}" for i in range(views)), *(f"tgt_{i}" for i in range(views))]:
-            client.query("SELECT partition_id, sum(rows), count(), max(modification_time) FROM system.parts "
-                         "WHERE active AND database = 'gen' AND table = {t:String} GROUP BY partition_id",
-                         parameters={"t": table})  # fmt: skip
-        print(f"  baseline (a system.parts query per table): {2 * views} queries, "
-              f"{(time.perf_counter() - t0) * 1000:.0f} ms")  # fmt: skip
+            client.query(
+                "SELECT partition_id, sum(rows), count(), max(modification_time) FROM system.parts "
+                "WHERE active AND database = 'gen' AND table = {t:String} GROUP BY partition_id",
+                parameters={"t": table},
+            )
+        print(
+            f"  baseline (a system.parts query per table): {2 * views} queries, "
+            f"{(time.perf_counter() - t0) * 1000:.0f} ms"
+        )
     bench_recording(cold.events[:200])
 
 
@@ -108,14 +120,18 @@ def bench_recording(events) -> None:
         for event in events:
             instance.report_runless_asset_event(event)
         per = (time.perf_counter() - t0) / max(len(events), 1)
-    print(f"  Dagster records a runless event in {per * 1000:.1f} ms (SQLite instance): a cold start of N "
-          f"partitions shows in the UI after ~N x {per * 1000:.0f} ms")  # fmt: skip
+    print(
+        f"  Dagster records a runless event in {per * 1000:.1f} ms (SQLite instance): a cold start of N "
+        f"partitions shows in the UI after ~N x {per * 1000:.0f} ms"
+    )
 
 
 def bench_ui(workdir: Path, rows: int) -> None:
     from ui_support import ASSETS, expected_partitions, start_demo, stop, wait_for
 
-    print(f"\ntime from the UI up to a true asset graph (demo, {rows} rows; sensor interval {LIVE_STATE_INTERVAL_SECONDS}s)")
+    print(
+        f"\ntime from the UI up to a true asset graph (demo, {rows} rows; sensor interval {LIVE_STATE_INTERVAL_SECONDS}s)"
+    )
     t0 = time.monotonic()
     dev = start_demo(workdir / "ui", rows=rows)
     try:
@@ -128,8 +144,10 @@ def bench_ui(workdir: Path, rows: int) -> None:
         def true_graph() -> bool:
             nodes = {"/".join(n["assetKey"]["path"]): n for n in dev.graphql(ASSETS)["assetNodes"]}
             got = {a: (nodes[a]["partitionStats"] or {}).get("numMaterialized") for a in expected}
-            if all(got[a] == n for a, n in expected.items() if a in targets) and nodes["analytics/entity_latest"][
-                    "assetMaterializations"]:  # fmt: skip
+            if (
+                all(got[a] == n for a, n in expected.items() if a in targets)
+                and nodes["analytics/entity_latest"]["assetMaterializations"]
+            ):
                 seen.setdefault("targets", time.monotonic())
             if got == expected and "targets" in seen:
                 seen["all"] = time.monotonic()
@@ -137,9 +155,11 @@ def bench_ui(workdir: Path, rows: int) -> None:
 
         wait_for(true_graph, 900, "a true asset graph", interval=0.5)
         events = sum(expected.values()) + 1
-        print(f"  targets true after {seen['targets'] - dev.up_at:.1f}s, every asset (targets and sources, "
-              f"{events} partitions) after {seen['all'] - dev.up_at:.1f}s "
-              f"(goal: within one tick, {LIVE_STATE_INTERVAL_SECONDS}s)")  # fmt: skip
+        print(
+            f"  targets true after {seen['targets'] - dev.up_at:.1f}s, every asset (targets and sources, "
+            f"{events} partitions) after {seen['all'] - dev.up_at:.1f}s "
+            f"(goal: within one tick, {LIVE_STATE_INTERVAL_SECONDS}s)"
+        )
     finally:
         stop(dev)
 

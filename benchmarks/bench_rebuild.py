@@ -66,8 +66,14 @@ def main() -> None:
         view = project.views_into(target)[0]
         table = project.table(target)
         scheme = partition_scheme(table, (view,))
-        windows = [PartitionWindow(key=f"{START + timedelta(days=d):%Y-%m-%d}", start=START + timedelta(days=d),
-                                   end=START + timedelta(days=d + 1)) for d in range(DAYS)]  # fmt: skip
+        windows = [
+            PartitionWindow(
+                key=f"{START + timedelta(days=d):%Y-%m-%d}",
+                start=START + timedelta(days=d),
+                end=START + timedelta(days=d + 1),
+            )
+            for d in range(DAYS)
+        ]
         resource = ClickHouseResource(dsn=f"chdb://{Path(tmp) / 'chdb'}")
         with resource.get_client() as client:
             apply(client, project)
@@ -77,8 +83,9 @@ def main() -> None:
                 "INSERT INTO bench.api_requests SELECT toDateTime('2026-09-01 00:00:00') + intDiv(number * 864000, {n:UInt64}), "
                 "concat('/api/v', toString(number % 3), '/e', toString(number % 50)), cityHash64(number) % 100000, "
                 "cityHash64(number, 1) % 2000, [200, 200, 404, 500][number % 4 + 1] FROM numbers({n:UInt64})",
-                parameters={"n": rows}, settings={"max_insert_threads": 2},
-            )  # fmt: skip
+                parameters={"n": rows},
+                settings={"max_insert_threads": 2},
+            )
             client.command("OPTIMIZE TABLE bench.api_requests FINAL")
             print(f"source: {rows:,} rows loaded in {time.perf_counter() - t:.1f}s")
             client.command("CREATE TABLE bench.baseline AS bench.daily_stats")
@@ -109,16 +116,24 @@ def main() -> None:
                     results[f"{name}-all"].append(time.perf_counter() - t)
             check = client.query("SELECT sumMerge(requests) FROM bench.daily_stats").result_rows[0][0]
             assert check == rows, (check, rows)
-            retries = {label: _reads_under_writer(Path(tmp) / "chdb", sql, interval, executor, windows)
-                       for label, sql, interval in WRITERS}  # fmt: skip
+            retries = {
+                label: _reads_under_writer(Path(tmp) / "chdb", sql, interval, executor, windows)
+                for label, sql, interval in WRITERS
+            }
         per_day = rows // DAYS
         best = {k: min(v) for k, v in results.items()}
-        print(f"one partition ({per_day:,} source rows): bare INSERT…SELECT {best['bare-1']:.3f}s, "
-              f"chmv rebuild {best['chmv-1']:.3f}s, ratio {best['chmv-1'] / best['bare-1']:.2f}")  # fmt: skip
-        print(f"all {DAYS} partitions ({rows:,} rows): bare {best['bare-all']:.3f}s, chmv {best['chmv-all']:.3f}s, "
-              f"ratio {best['chmv-all'] / best['bare-all']:.2f} (goal <= 1.1)")  # fmt: skip
-        print(f"with the lease (executor): one partition {best['exec-1']:.3f}s, ratio {best['exec-1'] / best['bare-1']:.2f}; "
-              f"all {DAYS}: {best['exec-all']:.3f}s, ratio {best['exec-all'] / best['bare-all']:.2f} (goal <= 1.1)")  # fmt: skip
+        print(
+            f"one partition ({per_day:,} source rows): bare INSERT…SELECT {best['bare-1']:.3f}s, "
+            f"chmv rebuild {best['chmv-1']:.3f}s, ratio {best['chmv-1'] / best['bare-1']:.2f}"
+        )
+        print(
+            f"all {DAYS} partitions ({rows:,} rows): bare {best['bare-all']:.3f}s, chmv {best['chmv-all']:.3f}s, "
+            f"ratio {best['chmv-all'] / best['bare-all']:.2f} (goal <= 1.1)"
+        )
+        print(
+            f"with the lease (executor): one partition {best['exec-1']:.3f}s, ratio {best['exec-1'] / best['bare-1']:.2f}; "
+            f"all {DAYS}: {best['exec-all']:.3f}s, ratio {best['exec-all'] / best['bare-all']:.2f} (goal <= 1.1)"
+        )
         for label, (reads, raced) in retries.items():
             print(f"reads per partition, {label}: {reads} for {DAYS} partitions; raced out: {raced}")
 
@@ -126,12 +141,16 @@ def main() -> None:
 #: Writers for the retry count: (label, insert, seconds between inserts).
 WRITERS = (
     ("a writer into the open month every 5 ms", "INSERT INTO bench.api_requests SELECT now(), '/w', 1, 1, 200", 0.005),
-    ("late rows into the rebuilt days every 0.5 s",
-     "INSERT INTO bench.api_requests SELECT toDateTime('2026-09-01 00:00:00') + rand() % 864000, '/w', 1, 1, 200",
-     0.5),
-    ("late rows into the rebuilt days every 50 ms (a stream into closed days)",
-     "INSERT INTO bench.api_requests SELECT toDateTime('2026-09-01 00:00:00') + rand() % 864000, '/w', 1, 1, 200",
-     0.05),
+    (
+        "late rows into the rebuilt days every 0.5 s",
+        "INSERT INTO bench.api_requests SELECT toDateTime('2026-09-01 00:00:00') + rand() % 864000, '/w', 1, 1, 200",
+        0.5,
+    ),
+    (
+        "late rows into the rebuilt days every 50 ms (a stream into closed days)",
+        "INSERT INTO bench.api_requests SELECT toDateTime('2026-09-01 00:00:00') + rand() % 864000, '/w', 1, 1, 200",
+        0.05,
+    ),
 )
 
 

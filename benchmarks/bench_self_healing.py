@@ -54,20 +54,38 @@ def bench_decision(workdir: Path, targets: int = 500) -> None:
     with engine.get_client() as client:
         apply(client, loaded.project)
         for i in range(targets):
-            client.command(f"INSERT INTO gen.src_{i} SELECT toDateTime('2026-09-01 00:00:00') + number * 3700, "
-                           "number % 7, number FROM numbers(1000)")  # fmt: skip
-        state = decide(client, loaded, list(loaded.project.targets), SweepState(), now=time.time(),
-                       max_partitions=10**6, max_rows=10**12).state  # the cold start: everything once
+            client.command(
+                f"INSERT INTO gen.src_{i} SELECT toDateTime('2026-09-01 00:00:00') + number * 3700, "
+                "number % 7, number FROM numbers(1000)"
+            )
+        state = decide(
+            client,
+            loaded,
+            list(loaded.project.targets),
+            SweepState(),
+            now=time.time(),
+            max_partitions=10**6,
+            max_rows=10**12,
+        ).state  # the cold start: everything once
         client.command("INSERT INTO gen.src_7 SELECT toDateTime('2026-09-15 00:00:00'), 1, 1")
         counting = CountingClient(client)
         before = _counter(client, QUERIES)
         started = time.perf_counter()
-        decision = decide(counting, loaded, list(loaded.project.targets), state, now=time.time(),
-                          max_partitions=24, max_rows=200_000_000)  # fmt: skip
+        decision = decide(
+            counting,
+            loaded,
+            list(loaded.project.targets),
+            state,
+            now=time.time(),
+            max_partitions=24,
+            max_rows=200_000_000,
+        )
         seconds = time.perf_counter() - started
         server = _counter(client, QUERIES) - before - 1  # the counter's own query
-    print(f"sweep decision over {targets} targets ({decision.tables} tables): {counting.queries} client query, "
-          f"{server} server queries, {seconds * 1000:.0f} ms; chose {[(i.target.fqn, i.key) for i in decision.items]}")  # fmt: skip
+    print(
+        f"sweep decision over {targets} targets ({decision.tables} tables): {counting.queries} client query, "
+        f"{server} server queries, {seconds * 1000:.0f} ms; chose {[(i.target.fqn, i.key) for i in decision.items]}"
+    )
 
 
 def bench_rows(workdir: Path) -> None:
@@ -76,15 +94,22 @@ def bench_rows(workdir: Path) -> None:
     engine = make_engine(workdir / "rows" / "chdb", loaded, rows=rows)
     targets = list(loaded.project.targets)
     with engine.get_client() as client:
-        state = decide(client, loaded, targets, SweepState(), now=time.time(), max_partitions=10**6,
-                       max_rows=10**12).state  # fmt: skip
-        client.command("INSERT INTO analytics.api_requests SELECT toDateTime('2026-09-03 10:00:00') + number, "
-                       "'/api/v1/users', 200, 12, 1 FROM numbers(500)")  # fmt: skip
-        client.command("INSERT INTO analytics.all_events SELECT toDateTime('2026-09-20 10:00:00') + number, 'click', "
-                       "'error', 0, 'x' FROM numbers(500)")  # fmt: skip
+        state = decide(
+            client, loaded, targets, SweepState(), now=time.time(), max_partitions=10**6, max_rows=10**12
+        ).state
+        client.command(
+            "INSERT INTO analytics.api_requests SELECT toDateTime('2026-09-03 10:00:00') + number, "
+            "'/api/v1/users', 200, 12, 1 FROM numbers(500)"
+        )
+        client.command(
+            "INSERT INTO analytics.all_events SELECT toDateTime('2026-09-20 10:00:00') + number, 'click', "
+            "'error', 0, 'x' FROM numbers(500)"
+        )
         client.command("DETACH TABLE analytics.mv_events_agg")
-        client.command("INSERT INTO analytics.raw_events SELECT toDateTime('2026-08-12 10:00:00') + number * 60, "
-                       "7000 + number % 5, 'click', 10 FROM numbers(300)")  # fmt: skip
+        client.command(
+            "INSERT INTO analytics.raw_events SELECT toDateTime('2026-08-12 10:00:00') + number * 60, "
+            "7000 + number % 5, 'click', 10 FROM numbers(300)"
+        )
         client.command("ATTACH TABLE analytics.mv_events_agg")
         selected = _counter(client, SELECTED)
         decision = decide(client, loaded, targets, state, now=time.time(), max_partitions=24, max_rows=200_000_000)
@@ -98,16 +123,28 @@ def bench_rows(workdir: Path) -> None:
         for item in decision.items:  # baseline: the partitions' rows, counted (target partition + source range)
             table = loaded.project.table(item.target)
             scheme = TRANSLATOR.get_partition_scheme(loaded, item.target)
-            exact += int(client.command(f"SELECT count() FROM {qualified(item.target)} WHERE ({table.partition_by.sql}) = "
-                                        f"({partition_expression(table, scheme, item.window)})"))  # fmt: skip
+            exact += int(
+                client.command(
+                    f"SELECT count() FROM {qualified(item.target)} WHERE ({table.partition_by.sql}) = "
+                    f"({partition_expression(table, scheme, item.window)})"
+                )
+            )
             for view in loaded.project.views_into(item.target):
-                exact += int(client.command(f"SELECT count() FROM {qualified(view.trigger)} WHERE "
-                                            f"{source_range_predicate(view, loaded.project, scheme, item.window)}"))  # fmt: skip
+                exact += int(
+                    client.command(
+                        f"SELECT count() FROM {qualified(view.trigger)} WHERE "
+                        f"{source_range_predicate(view, loaded.project, scheme, item.window)}"
+                    )
+                )
     failed = [r.describe() for r in results if not r.passed]
-    print(f"\nsweep over {rows:,} demo rows: {len(decision.items)} changed partition(s) "
-          f"{[(i.target.name, i.key) for i in decision.items]}")
-    print(f"  rows read by the tick: {read:,}; rows in those partitions: {exact:,} (estimated from parts: "
-          f"{in_partitions:,}) -> ratio {read / max(exact, 1):.2f} (goal <= 1.1)")
+    print(
+        f"\nsweep over {rows:,} demo rows: {len(decision.items)} changed partition(s) "
+        f"{[(i.target.name, i.key) for i in decision.items]}"
+    )
+    print(
+        f"  rows read by the tick: {read:,}; rows in those partitions: {exact:,} (estimated from parts: "
+        f"{in_partitions:,}) -> ratio {read / max(exact, 1):.2f} (goal <= 1.1)"
+    )
     print(f"  verdicts: {len(results) - len(failed)} pass, failing: {failed}")
 
 
@@ -123,8 +160,10 @@ def bench_loop(workdir: Path) -> None:
         healing = wait_for_repair(dev, loaded, TRANSLATOR, healing, deadline_seconds=1200)
     finally:
         stop(dev)
-    print(f"\nrunning dagster dev, default settings (sweep {loaded.config.sweep.interval_seconds}s, recovery "
-          f"{loaded.config.sweep.recovery_interval_seconds}s): planted gap -> {healing.describe()} (goal <= 600s)")
+    print(
+        f"\nrunning dagster dev, default settings (sweep {loaded.config.sweep.interval_seconds}s, recovery "
+        f"{loaded.config.sweep.recovery_interval_seconds}s): planted gap -> {healing.describe()} (goal <= 600s)"
+    )
 
 
 if __name__ == "__main__":

@@ -77,8 +77,12 @@ def _setup(work: Path):
 def _windows(first: int, count: int):
     from chmv_assets.ddl.partitioning import PartitionWindow
 
-    return [PartitionWindow(f"{START + timedelta(days=i):%Y-%m-%d}", START + timedelta(days=i),
-                            START + timedelta(days=i + 1)) for i in range(first, first + count)]  # fmt: skip
+    return [
+        PartitionWindow(
+            f"{START + timedelta(days=i):%Y-%m-%d}", START + timedelta(days=i), START + timedelta(days=i + 1)
+        )
+        for i in range(first, first + count)
+    ]
 
 
 def bare_pyspark(spark, files: list[str], columns: list[str], keys: list[str], out: Path) -> float:
@@ -88,11 +92,14 @@ def bare_pyspark(spark, files: list[str], columns: list[str], keys: list[str], o
     started = time.monotonic()
     ts = F.col("timestamp")
     df = spark.read.parquet(*files).select(*columns)
-    df = df.filter((ts >= F.lit(f"{START:%Y-%m-%d %H:%M:%S}").cast("timestamp"))
-                   & (ts < F.lit(f"{START + timedelta(days=DAYS):%Y-%m-%d %H:%M:%S}").cast("timestamp")))  # fmt: skip
+    df = df.filter(
+        (ts >= F.lit(f"{START:%Y-%m-%d %H:%M:%S}").cast("timestamp"))
+        & (ts < F.lit(f"{START + timedelta(days=DAYS):%Y-%m-%d %H:%M:%S}").cast("timestamp"))
+    )
     df = df.dropDuplicates(keys)
-    df.withColumn("_p", F.date_format(F.date_trunc("day", ts), "yyyyMMddHH")).write.mode("overwrite") \
-        .option("compression", "lz4_raw").partitionBy("_p").parquet(str(out))
+    df.withColumn("_p", F.date_format(F.date_trunc("day", ts), "yyyyMMddHH")).write.mode("overwrite").option(
+        "compression", "lz4_raw"
+    ).partitionBy("_p").parquet(str(out))
     return time.monotonic() - started
 
 
@@ -144,16 +151,26 @@ def phase_single(work: Path) -> dict:
         for window in _windows(0, DAYS):
             days = ",".join(f"date={window.start + timedelta(days=d):%Y-%m-%d}" for d in (0, 1))
             # The same cleaning as the Spark side: one row per dedup key.
-            rel = (f"(SELECT * FROM {file_relation(str(landing_root) + '/{' + days + '}/*.parquet', source, columns)} "
-                   f"LIMIT 1 BY {keys})")  # fmt: skip
+            rel = (
+                f"(SELECT * FROM {file_relation(str(landing_root) + '/{' + days + '}/*.parquet', source, columns)} "
+                f"LIMIT 1 BY {keys})"
+            )
             plan = plan_from_source(loaded.project, target, [window], live)
             run_step(client, loaded.project, plan, plan.steps[0], trigger_relation=lambda ref, r=rel: r)
     ch_seconds = time.monotonic() - started
     spark.stop()
-    return {"rows": rows, "spark_seconds": spark_seconds, "session_seconds": session_seconds,
-            "staging_seconds": staging_seconds, "bare_seconds": sum(bare) / len(bare), "bare_runs": bare,
-            "clickhouse_seconds": ch_seconds, "rss_mb": rss_spark, "jvm_mb": jvm_mb,
-            "written": sum(r.rows_written for r in results)}  # fmt: skip
+    return {
+        "rows": rows,
+        "spark_seconds": spark_seconds,
+        "session_seconds": session_seconds,
+        "staging_seconds": staging_seconds,
+        "bare_seconds": sum(bare) / len(bare),
+        "bare_runs": bare,
+        "clickhouse_seconds": ch_seconds,
+        "rss_mb": rss_spark,
+        "jvm_mb": jvm_mb,
+        "written": sum(r.rows_written for r in results),
+    }
 
 
 def _jvm_peak_mb() -> float:
@@ -182,8 +199,14 @@ def phase_one_partition(work: Path, index: int) -> dict:
     started = time.monotonic()
     loaded, engine = _setup(work)
     spark = get_spark_session("local[2]")
-    rebuild_partitions(engine, loaded, ObjectRef(database="analytics", name="hourly_endpoint_stats"),
-                       _windows(index, 1), engine="spark", stager=SparkStager(spark))  # fmt: skip
+    rebuild_partitions(
+        engine,
+        loaded,
+        ObjectRef(database="analytics", name="hourly_endpoint_stats"),
+        _windows(index, 1),
+        engine="spark",
+        stager=SparkStager(spark),
+    )
     spark.stop()
     return {"seconds": time.monotonic() - started}
 
@@ -217,25 +240,39 @@ def main() -> None:
         print(f"landing zone: {args.rows:,} rows over {DAYS} days in {time.monotonic() - started:.1f}s")
         single = _child("--phase", "single", "--work", str(work))
         rows = single["rows"]
-        print(f"spark backfill, {DAYS} partitions in one run: {single['spark_seconds']:.1f}s "
-              f"({rows / single['spark_seconds'] / 1e6:.2f}M landing rows/s; session start {single['session_seconds']:.1f}s)")
+        print(
+            f"spark backfill, {DAYS} partitions in one run: {single['spark_seconds']:.1f}s "
+            f"({rows / single['spark_seconds'] / 1e6:.2f}M landing rows/s; session start {single['session_seconds']:.1f}s)"
+        )
         bare = single["bare_seconds"]
-        print(f"bare PySpark job, same read + filter + dedup + partitioned Parquet write: {bare:.1f}s "
-              f"(runs: {', '.join(f'{s:.1f}s' for s in single['bare_runs'])})")
-        print(f"chmv's Spark staging / bare PySpark: {single['staging_seconds'] / bare:.2f}; "
-              f"chmv's whole Spark path (staging + {DAYS} ClickHouse swaps) / bare PySpark: "
-              f"{single['spark_seconds'] / bare:.2f} (goal <= 1.2)")
-        print(f"clickhouse file() through the same MV SELECT: {single['clickhouse_seconds']:.1f}s "
-              f"({rows / single['clickhouse_seconds'] / 1e6:.2f}M rows/s)")
-        print(f"throughput ratio spark / clickhouse-file(): {single['clickhouse_seconds'] / single['spark_seconds']:.2f} (goal >= 0.5)")
-        print(f"peak RSS of the driver process during the {rows / 1e6:.0f}M-row backfill: {single['rss_mb']:.0f} MB (goal < 2048 MB); "
-              f"Spark driver JVM: {single['jvm_mb']:.0f} MB")
+        print(
+            f"bare PySpark job, same read + filter + dedup + partitioned Parquet write: {bare:.1f}s "
+            f"(runs: {', '.join(f'{s:.1f}s' for s in single['bare_runs'])})"
+        )
+        print(
+            f"chmv's Spark staging / bare PySpark: {single['staging_seconds'] / bare:.2f}; "
+            f"chmv's whole Spark path (staging + {DAYS} ClickHouse swaps) / bare PySpark: "
+            f"{single['spark_seconds'] / bare:.2f} (goal <= 1.2)"
+        )
+        print(
+            f"clickhouse file() through the same MV SELECT: {single['clickhouse_seconds']:.1f}s "
+            f"({rows / single['clickhouse_seconds'] / 1e6:.2f}M rows/s)"
+        )
+        print(
+            f"throughput ratio spark / clickhouse-file(): {single['clickhouse_seconds'] / single['spark_seconds']:.2f} (goal >= 0.5)"
+        )
+        print(
+            f"peak RSS of the driver process during the {rows / 1e6:.0f}M-row backfill: {single['rss_mb']:.0f} MB (goal < 2048 MB); "
+            f"Spark driver JVM: {single['jvm_mb']:.0f} MB"
+        )
         if args.no_multi:
             return
         multi = [_child("--phase", "one", "--work", str(work), "--index", str(i))["seconds"] for i in range(DAYS)]
         single_total = single["spark_seconds"] + single["session_seconds"]
-        print(f"single-run backfill of {DAYS} partitions: {single_total:.1f}s; multi-run ({DAYS} runs): {sum(multi):.1f}s; "
-              f"multi/single = {sum(multi) / single_total:.2f} -> BackfillPolicy.single_run()")
+        print(
+            f"single-run backfill of {DAYS} partitions: {single_total:.1f}s; multi-run ({DAYS} runs): {sum(multi):.1f}s; "
+            f"multi/single = {sum(multi) / single_total:.2f} -> BackfillPolicy.single_run()"
+        )
 
 
 if __name__ == "__main__":

@@ -60,8 +60,15 @@ class AlertSink:
         budget_seconds: Most time spent delivering one alert, all attempts and pauses included.
     """
 
-    def __init__(self, webhook: str | None, *, timeout_seconds: float = 2.0, attempts: int = 3,
-                 backoff_seconds: float = 0.2, budget_seconds: float = 8.0):  # fmt: skip
+    def __init__(
+        self,
+        webhook: str | None,
+        *,
+        timeout_seconds: float = 2.0,
+        attempts: int = 3,
+        backoff_seconds: float = 0.2,
+        budget_seconds: float = 8.0,
+    ):
         self.webhook = webhook
         self.attempts = attempts
         self.backoff_seconds = backoff_seconds
@@ -92,7 +99,9 @@ class AlertSink:
         """Log the alert and queue it for the webhook; returns at once and never raises."""
         logger = log or _LOG
         line = f"[chmv alert] {alert.severity.upper()} {alert.kind} {alert.subject}: {alert.message}"
-        (logger.error if alert.severity == "error" else logger.warning if alert.severity == "warning" else logger.info)(line)
+        (logger.error if alert.severity == "error" else logger.warning if alert.severity == "warning" else logger.info)(
+            line
+        )
         if not self.webhook:
             return
         try:
@@ -132,8 +141,9 @@ class AlertSink:
     def _deliver(self, alert: Alert) -> bool:
         body = json.dumps(alert.payload(), default=str).encode()
         try:
-            response = self._http.request("POST", self.webhook or "", body=body,
-                                          headers={"Content-Type": "application/json"})  # fmt: skip
+            response = self._http.request(
+                "POST", self.webhook or "", body=body, headers={"Content-Type": "application/json"}
+            )
         except (HTTPError, ValueError) as err:
             error = scrub(str(err), self.webhook)
             what = (self.shown_webhook, alert.kind, alert.subject, self.attempts, error)

@@ -31,18 +31,28 @@ def _parser() -> argparse.ArgumentParser:
     lineage.add_argument("--format", choices=("json", "mermaid", "dot"), default="json")
     lineage.add_argument("--impact", metavar="DB.TABLE", help="print only what is downstream of this object")
 
-    plan = sub.add_parser("plan", help="diff the DDL directory against the server and print the ordered plan; "
-                                       "nothing is changed", epilog=PLAN_EXIT_CODES,
-                          formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    plan = sub.add_parser(
+        "plan",
+        help="diff the DDL directory against the server and print the ordered plan; nothing is changed",
+        epilog=PLAN_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ddl_args(plan)
     plan.add_argument("--dsn", help="http(s)://… or chdb:///path (default: the embedded engine)")
     plan.add_argument("--format", choices=("text", "json", "markdown"), default="text")
-    plan.add_argument("--allow-drop", action="store_true",
-                      help="plan drops of objects and columns the DDL no longer has (else they are notes)")
+    plan.add_argument(
+        "--allow-drop",
+        action="store_true",
+        help="plan drops of objects and columns the DDL no longer has (else they are notes)",
+    )
 
-    apply = sub.add_parser("apply", help="make the plan's changes with zero gap: creations, ALTERs, MODIFY QUERY, "
-                                         "new versions swapped in, history re-derived", epilog=PLAN_EXIT_CODES,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    apply = sub.add_parser(
+        "apply",
+        help="make the plan's changes with zero gap: creations, ALTERs, MODIFY QUERY, "
+        "new versions swapped in, history re-derived",
+        epilog=PLAN_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ddl_args(apply)
     apply.add_argument("--dsn", help="http(s)://… or chdb:///path (default: the embedded engine)")
     apply.add_argument("--allow-drop", action="store_true", help="drop objects and columns the DDL no longer has")
@@ -61,9 +71,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     rebuild.add_argument("--engine", choices=("auto", "clickhouse", "spark"), default="auto")
     rebuild.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    rebuild.add_argument("--force", action="store_true",
-                         help="rebuild partitions whose rows neither the source table nor the landing zone holds "
-                              "from what the source holds, and swap even where that shrinks them")  # fmt: skip
+    rebuild.add_argument(
+        "--force",
+        action="store_true",
+        help="rebuild partitions whose rows neither the source table nor the landing zone holds "
+        "from what the source holds, and swap even where that shrinks them",
+    )
 
     demo = sub.add_parser("load-demo", help="deploy the example DDL and load generated data")
     ddl_args(demo)
@@ -83,8 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DDLError as err:
         print(str(err), file=sys.stderr)
         if getattr(args, "format", None) == "json" and args.command == "plan":
-            problems = [{"file": p.file, "line": p.line, "column": p.column, "message": p.message, "fix": p.hint}
-                        for p in err.problems]  # fmt: skip
+            problems = [
+                {"file": p.file, "line": p.line, "column": p.column, "message": p.message, "fix": p.hint}
+                for p in err.problems
+            ]
             print(json.dumps({"status": "invalid", "exit_code": 2, "problems": problems}, indent=2))
         return 2
     except ChmvError as err:
@@ -95,8 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"chmv: ClickHouse did not answer: {_first_line(err)} (time limits: {limits})", file=sys.stderr)
         return 1
     except ClickHouseError as err:
-        print(f"chmv: the server failed: {str(err).strip().splitlines()[0] if str(err).strip() else err}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"chmv: the server failed: {str(err).strip().splitlines()[0] if str(err).strip() else err}", file=sys.stderr
+        )
         return 1
 
 
@@ -211,8 +227,9 @@ def _apply(args: argparse.Namespace, loaded, resource) -> int:
         if plan.has_changes:
             print(plan.describe())
         # the apply takes the client over (one opening of the engine for plan, preflight and apply)
-        apply_plan(resource, loaded, plan, parity=parity, stager=stage, root=root, log=print,
-                   opened=(client, opened.pop_all()))  # fmt: skip
+        apply_plan(
+            resource, loaded, plan, parity=parity, stager=stage, root=root, log=print, opened=(client, opened.pop_all())
+        )
     project = loaded.project
     objects = len(project.databases) + len(project.tables) + len(project.dictionaries) + len(project.views)
     objects += len(project.kept)
@@ -229,11 +246,16 @@ def _rebuild(args: argparse.Namespace, loaded, resource) -> int:
     from chmv_assets.engine.landing import landing_dir
 
     database, _, name = args.target.partition(".")
-    target = ObjectRef(database=database, name=name) if name else ObjectRef(database=loaded.config.default_database,
-                                                                              name=database)  # fmt: skip
+    target = (
+        ObjectRef(database=database, name=name)
+        if name
+        else ObjectRef(database=loaded.config.default_database, name=database)
+    )
     if target not in loaded.project.targets:
-        raise ChmvError(f"{args.target} is not an MV target of {args.ddl_dir}; targets: "
-                        + ", ".join(t.fqn for t in loaded.project.targets))  # fmt: skip
+        raise ChmvError(
+            f"{args.target} is not an MV target of {args.ddl_dir}; targets: "
+            + ", ".join(t.fqn for t in loaded.project.targets)
+        )
     table = loaded.project.table(target)
     scheme = partition_scheme(table, loaded.project.views_into(target)) if table is not None else None
     if args.partition and (scheme is None or not scheme.partitioned):

@@ -34,8 +34,9 @@ def _write_owner(fd: int) -> None:
 def _engine_file_lock(lock_path: str) -> FileLock:
     # One instance per path and process (is_singleton; filelock builds a fresh one after a fork), re-entrant
     # across the threads of the process (thread_local=False): the first use takes the flock, the last drops it.
-    return FileLock(lock_path, thread_local=False, is_singleton=True, poll_interval=_POLL_SECONDS,
-                    on_acquired=_write_owner)  # fmt: skip
+    return FileLock(
+        lock_path, thread_local=False, is_singleton=True, poll_interval=_POLL_SECONDS, on_acquired=_write_owner
+    )
 
 
 def _turn_file_lock(lock_path: str) -> FileLock:

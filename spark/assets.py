@@ -1,6 +1,5 @@
 """Dagster side of the Spark pipeline: one daily-partitioned ingestion asset per source table."""
 
-
 import os
 import sys
 from typing import Any
@@ -35,7 +34,9 @@ INGEST_JOB = "chmv_ingest"
 
 def ingestion_partitions(loaded: LoadedProject) -> DailyPartitionsDefinition:
     """One partition per landing-zone arrival day (``date=YYYY-MM-DD`` folders): the daily targets' definition."""
-    daily = partitions_definition(PartitionScheme(grain=Grain.DAY), loaded.config.partition_start, loaded.config.timezone)
+    daily = partitions_definition(
+        PartitionScheme(grain=Grain.DAY), loaded.config.partition_start, loaded.config.timezone
+    )
     assert isinstance(daily, DailyPartitionsDefinition)
     return daily
 
@@ -61,8 +62,15 @@ def build_ingestion_asset(loaded: LoadedProject, ref: ObjectRef, translator: Chm
     def _ingest(context: AssetExecutionContext) -> MaterializeResult:
         clickhouse: ClickHouseResource = context.resources.clickhouse
         days = set(context.partition_keys) if context.has_partition_key else None
-        result = ingest(session_of(context.resources.pyspark), clickhouse, loaded, ref, root=landing_dir(loaded),
-                        days=days, log=context.log.info)  # fmt: skip
+        result = ingest(
+            session_of(context.resources.pyspark),
+            clickhouse,
+            loaded,
+            ref,
+            root=landing_dir(loaded),
+            days=days,
+            log=context.log.info,
+        )
         return MaterializeResult(
             asset_key=spec.key,
             metadata={

@@ -87,9 +87,16 @@ def batch_id_of(source: ObjectRef, lower: datetime | None, files: list[landing.L
     return digest.hexdigest()[:16]
 
 
-def ingest(spark, clickhouse: ClientFactory, loaded: LoadedProject, source: ObjectRef, *,
-           root: Path | None = None, days: set[str] | None = None,
-           log: Callable[[str], None] | None = None) -> IngestResult:  # fmt: skip
+def ingest(
+    spark,
+    clickhouse: ClientFactory,
+    loaded: LoadedProject,
+    source: ObjectRef,
+    *,
+    root: Path | None = None,
+    days: set[str] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> IngestResult:
     """Load the landing-zone rows of ``source`` newer than its watermark (minus the late tolerance).
 
     Args:
@@ -107,8 +114,9 @@ def ingest(spark, clickhouse: ClientFactory, loaded: LoadedProject, source: Obje
     started = time.monotonic()
     root = root or landing.landing_dir(loaded)
     if root is None:
-        raise LandingZoneError("no landing zone configured: set [ingestion] landing_dir in chmv.toml or "
-                               f"${landing.LANDING_ENV}")  # fmt: skip
+        raise LandingZoneError(
+            f"no landing zone configured: set [ingestion] landing_dir in chmv.toml or ${landing.LANDING_ENV}"
+        )
     table = loaded.project.table(source)
     if table is None:
         raise LandingZoneError(f"{source.fqn} is not defined in the DDL directory")
@@ -122,8 +130,10 @@ def ingest(spark, clickhouse: ClientFactory, loaded: LoadedProject, source: Obje
     columns, rows_read = landing.check_files(files, table)
     keys = landing.dedup_keys(loaded, source, columns)
     batch_id = batch_id_of(source, lower, files)
-    say(f"{source.fqn}: batch {batch_id}, {len(files)} files, {rows_read} rows, watermark "
-        f"{mark.last_processed_ts if mark else None}, loading event time > {lower}")  # fmt: skip
+    say(
+        f"{source.fqn}: batch {batch_id}, {len(files)} files, {rows_read} rows, watermark "
+        f"{mark.last_processed_ts if mark else None}, loading event time > {lower}"
+    )
     folder = staging.staging_dir("ingest", [source], batch_id)
     if files:
         crash_point("ingest:before_stage")
@@ -138,8 +148,9 @@ def ingest(spark, clickhouse: ClientFactory, loaded: LoadedProject, source: Obje
         before = mark.last_processed_ts if mark else None
         interrupted = mark is not None and mark.interrupted
         earlier = {batch_id, *([mark.batch_id] if interrupted and mark is not None else [])}
-        waited = wait_for_orphans(client, [insert_id(source, b) for b in earlier],
-                                  timeout=loaded.config.rebuild.insert_wait_seconds)  # fmt: skip
+        waited = wait_for_orphans(
+            client, [insert_id(source, b) for b in earlier], timeout=loaded.config.rebuild.insert_wait_seconds
+        )
         if waited:
             say(f"{source.fqn}: waited for the insert of an interrupted load still running on the server: {waited}")
         sid = ingestion_source_id(source)
@@ -164,15 +175,37 @@ def ingest(spark, clickhouse: ClientFactory, loaded: LoadedProject, source: Obje
         crash_point("ingest:inserted")
         if interrupted:
             say(f"{source.fqn}: the previous load died during its insert; rebuilding the partitions it touched")
-            repaired = repair_interrupted_load(client, loaded, source, since=lower or oldest, until=newest or before,
-                                               cutoff=lower, root=root, stager=SparkStager(spark), log=say)  # fmt: skip
+            repaired = repair_interrupted_load(
+                client,
+                loaded,
+                source,
+                since=lower or oldest,
+                until=newest or before,
+                cutoff=lower,
+                root=root,
+                stager=SparkStager(spark),
+                log=say,
+            )
         committed = commit_load(client, sid, source.fqn, batch_id, newest=newest, rows=inserted, previous=intent)
         crash_point("ingest:committed")
     staging.remove(folder)
-    result = IngestResult(source.fqn, batch_id, len(files), rows_read, rows_staged, inserted, before,
-                          committed.last_processed_ts, lower, repaired, time.monotonic() - started)  # fmt: skip
-    say(f"{source.fqn}: batch {batch_id} inserted {inserted} of {rows_staged} staged rows; watermark "
-        f"{before} -> {committed.last_processed_ts}")  # fmt: skip
+    result = IngestResult(
+        source.fqn,
+        batch_id,
+        len(files),
+        rows_read,
+        rows_staged,
+        inserted,
+        before,
+        committed.last_processed_ts,
+        lower,
+        repaired,
+        time.monotonic() - started,
+    )
+    say(
+        f"{source.fqn}: batch {batch_id} inserted {inserted} of {rows_staged} staged rows; watermark "
+        f"{before} -> {committed.last_processed_ts}"
+    )
     return result
 
 

@@ -23,10 +23,20 @@ from chmv_assets.errors import LandingZoneError
 STAGING_CODEC = "lz4_raw"
 
 
-def stage(spark, files: Sequence[str], columns: Sequence[str], time_column: str, keys: Sequence[str],
-          out_dir: Path, *, after: datetime | None = None, at_or_before: datetime | None = None,
-          since: datetime | None = None, before: datetime | None = None,
-          partition_grain: str | None = None) -> None:  # fmt: skip
+def stage(
+    spark,
+    files: Sequence[str],
+    columns: Sequence[str],
+    time_column: str,
+    keys: Sequence[str],
+    out_dir: Path,
+    *,
+    after: datetime | None = None,
+    at_or_before: datetime | None = None,
+    since: datetime | None = None,
+    before: datetime | None = None,
+    partition_grain: str | None = None,
+) -> None:
     """Read ``files``, keep the rows in the time bounds, drop duplicates by ``keys``, write Parquet.
 
     Args:
@@ -57,8 +67,9 @@ def stage(spark, files: Sequence[str], columns: Sequence[str], time_column: str,
         if partition_grain is not None:
             unit = Grain(partition_grain)  # Spark's date_trunc units spell hour, day and month as chmv does
             writer = df.withColumn(PARTITION_COLUMN, F.date_format(F.date_trunc(unit.value, ts), "yyyyMMddHH"))
-            writer.write.mode("overwrite").option("compression", STAGING_CODEC).partitionBy(PARTITION_COLUMN) \
-                .parquet(str(out_dir))
+            writer.write.mode("overwrite").option("compression", STAGING_CODEC).partitionBy(PARTITION_COLUMN).parquet(
+                str(out_dir)
+            )
         else:
             df.write.mode("overwrite").option("compression", STAGING_CODEC).parquet(str(out_dir))
     except Exception as err:  # pyspark raises Py4J/Spark exceptions whose type depends on where it failed
@@ -68,16 +79,21 @@ def stage(spark, files: Sequence[str], columns: Sequence[str], time_column: str,
             raise
         where = named or "one of " + ", ".join(files[:5]) + ("…" if len(files) > 5 else "")
         first = text.strip().splitlines()[0][:500] if text.strip() else type(err).__name__
-        raise LandingZoneError(f"{where}: Spark could not read it ({first}); move the file out of the landing "
-                               "zone or re-deliver it, then re-run the load") from err  # fmt: skip
+        raise LandingZoneError(
+            f"{where}: Spark could not read it ({first}); move the file out of the landing "
+            "zone or re-deliver it, then re-run the load"
+        ) from err
 
 
 def unsigned_64_columns(df, first_file: str) -> set[str]:
     """Columns Spark read as ``Decimal(20,0)`` because the Parquet column is UINT64 (checked in the footer)."""
     from pyspark.sql.types import DecimalType
 
-    wide = {f.name for f in df.schema.fields
-            if isinstance(f.dataType, DecimalType) and (f.dataType.precision, f.dataType.scale) == (20, 0)}  # fmt: skip
+    wide = {
+        f.name
+        for f in df.schema.fields
+        if isinstance(f.dataType, DecimalType) and (f.dataType.precision, f.dataType.scale) == (20, 0)
+    }
     if not wide:
         return set()
     schema = pq.read_schema(first_file)
@@ -114,7 +130,14 @@ class SparkStager:
             self._spark = self._spark()
         return self._spark
 
-    def __call__(self, files: Sequence[str], columns: Sequence[str], time_column: str, keys: Sequence[str],
-                 out_dir: Path, **bounds: Any) -> None:  # fmt: skip
+    def __call__(
+        self,
+        files: Sequence[str],
+        columns: Sequence[str],
+        time_column: str,
+        keys: Sequence[str],
+        out_dir: Path,
+        **bounds: Any,
+    ) -> None:
         """Stage ``files`` into ``out_dir`` (see :func:`stage` for the bounds)."""
         stage(self.session, files, columns, time_column, keys, out_dir, **bounds)

@@ -23,6 +23,8 @@ def chain_split_job(ddl_dir: str, dsn: str) -> JobDefinition:
     defs = Definitions.merge(
         build_definitions(loaded, clickhouse=ClickHouseResource(dsn=dsn)),
         # each step in its own process (the code location runs steps in-process on the embedded engine)
-        Definitions(jobs=[define_asset_job(JOB, selection=AssetSelection.assets(*KEYS), executor_def=multiprocess_executor)]),
+        Definitions(
+            jobs=[define_asset_job(JOB, selection=AssetSelection.assets(*KEYS), executor_def=multiprocess_executor)]
+        ),
     )
     return defs.resolve_job_def(JOB)

@@ -34,8 +34,13 @@ def ref(name: str) -> ObjectRef:
     return ObjectRef(database="analytics", name=name)
 
 
-def run_checks(loaded: LoadedProject, resource, keys: list[AssetCheckKey], instance: DagsterInstance,
-               tags: dict[str, str] | None = None):  # fmt: skip
+def run_checks(
+    loaded: LoadedProject,
+    resource,
+    keys: list[AssetCheckKey],
+    instance: DagsterInstance,
+    tags: dict[str, str] | None = None,
+):
     """Execute asset checks alone (no materialization), as the UI's "execute checks" does."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -63,8 +68,9 @@ def tick(loaded: LoadedProject, sensor_name: str, resource, instance: DagsterIns
         defs = build_definitions(loaded, clickhouse=resource, translator=TRANSLATOR)
         repository = defs.get_repository_def()
         sensor_def = repository.get_sensor_def(sensor_name)
-        context = build_sensor_context(instance=instance, cursor=cursor, resources={"clickhouse": resource},
-                                       repository_def=repository)  # fmt: skip
+        context = build_sensor_context(
+            instance=instance, cursor=cursor, resources={"clickhouse": resource}, repository_def=repository
+        )
         return sensor_def.evaluate_tick(context)
 
 
@@ -87,9 +93,15 @@ def execute(loaded: LoadedProject, resource, instance: DagsterInstance, request:
         selection = selection | AssetSelection.checks(*request.asset_check_keys)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return materialize([*assets, *checks], selection=selection, partition_key=request.partition_key,
-                           resources={"clickhouse": resource}, instance=instance, tags=dict(request.tags),
-                           raise_on_error=False)  # fmt: skip
+        return materialize(
+            [*assets, *checks],
+            selection=selection,
+            partition_key=request.partition_key,
+            resources={"clickhouse": resource},
+            instance=instance,
+            tags=dict(request.tags),
+            raise_on_error=False,
+        )
 
 
 def requested(request: RunRequest) -> str:
@@ -108,9 +120,17 @@ def evaluations(result, name: str | None = None) -> list:
 def engine_held_by_another_process(resource) -> Iterator[subprocess.Popen]:
     """Another OS process holds the embedded engine's lock (as a run would) until the block ends."""
     lock = os.path.realpath(resource.embedded_path) + ".lock"
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl,sys,time; f=open(sys.argv[1],'a'); "
-                               "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(30)", lock],
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl,sys,time; f=open(sys.argv[1],'a'); "
+            "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(30)",
+            lock,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         yield holder

@@ -42,12 +42,17 @@ def project(tmp_path: Path, ttl: str = "", landing: Path | None = None) -> Loade
     return load_ddl(tmp_path / "ddl", DDL.format(ttl=ttl), toml=toml)
 
 
-def facts(table: Stats | None = None, windows: dict | None = None, target: dict | None = None,
-          mapped: bool = True) -> Facts:  # fmt: skip
+def facts(
+    table: Stats | None = None, windows: dict | None = None, target: dict | None = None, mapped: bool = True
+) -> Facts:
     """Facts about d.src (whole table, per window start) and the target (per window start)."""
-    return Facts(now=NOW, tables=((SRC, table),) if table else (),
-                 source_windows=tuple((SRC, k, s) for k, s in (windows or {}).items()),
-                 target_windows=tuple((target or {}).items()), mapped=(SRC,) if mapped else ())  # fmt: skip
+    return Facts(
+        now=NOW,
+        tables=((SRC, table),) if table else (),
+        source_windows=tuple((SRC, k, s) for k, s in (windows or {}).items()),
+        target_windows=tuple((target or {}).items()),
+        mapped=(SRC,) if mapped else (),
+    )
 
 
 AUG1, OCT31 = D(2026, 8, 1), D(2026, 10, 31)

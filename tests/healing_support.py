@@ -24,8 +24,10 @@ WEEKLY = ObjectRef(database="analytics", name="events_weekly")
 #: The chain's partitions the gap lands in, top to bottom.
 GAP_PARTITIONS = {AGG: "2026-08-01", DAILY: "2026-08-12", WEEKLY: "2026-08-01"}
 #: 300 rows of an old day inserted while the chain's first MV is detached: nothing in the chain sees them.
-GAP_ROWS = ("INSERT INTO analytics.raw_events SELECT toDateTime('2026-08-12 10:00:00') + number * 60, "
-            "7000 + number % 5, 'click', 10 FROM numbers(300)")  # fmt: skip
+GAP_ROWS = (
+    "INSERT INTO analytics.raw_events SELECT toDateTime('2026-08-12 10:00:00') + number * 60, "
+    "7000 + number % 5, 'click', 10 FROM numbers(300)"
+)
 
 RUNS = """
 query Runs($filter: RunsFilter) {
@@ -94,8 +96,9 @@ def _chain_exact(dev: DagsterDev, loaded: LoadedProject, translator: ChmvTransla
     return dev.run_python(code).strip() == "True"
 
 
-def wait_for_repair(dev: DagsterDev, loaded: LoadedProject, translator: ChmvTranslator, healing: Healing,
-                    deadline_seconds: float) -> Healing:  # fmt: skip
+def wait_for_repair(
+    dev: DagsterDev, loaded: LoadedProject, translator: ChmvTranslator, healing: Healing, deadline_seconds: float
+) -> Healing:
     """Poll the instance (GraphQL) until every target of the chain had a successful recovery run after the
     gap, then check the chain's parity on the engine; fills ``healing`` with the times."""
 

@@ -37,17 +37,25 @@ def snapshot(client) -> list[tuple]:
 
 
 # The edits of the example DDL the lifecycle tests use, one per change kind.
-ADD_COLUMN = ("40_all_events.sql",
-              "CREATE TABLE IF NOT EXISTS analytics.audit_log (timestamp DateTime, payload String)",
-              "CREATE TABLE IF NOT EXISTS analytics.audit_log (timestamp DateTime, payload String, "
-              "source_ip String DEFAULT '' COMMENT 'who')")  # fmt: skip
+ADD_COLUMN = (
+    "40_all_events.sql",
+    "CREATE TABLE IF NOT EXISTS analytics.audit_log (timestamp DateTime, payload String)",
+    "CREATE TABLE IF NOT EXISTS analytics.audit_log (timestamp DateTime, payload String, "
+    "source_ip String DEFAULT '' COMMENT 'who')",
+)
 CHANGED_FILTER = ("40_all_events.sql", "WHERE level = 'error';", "WHERE level IN ('error', 'warn');")
 NEW_TTL = ("40_all_events.sql", "TTL timestamp + INTERVAL 10 YEAR", "TTL timestamp + INTERVAL 11 YEAR")
-NEW_SORT_KEY = ("60_raw_events.sql", "ORDER BY (event_date, event_hour, event_type, user_id);",
-                "ORDER BY (event_type, event_date, event_hour, user_id);")  # fmt: skip
+NEW_SORT_KEY = (
+    "60_raw_events.sql",
+    "ORDER BY (event_date, event_hour, event_type, user_id);",
+    "ORDER BY (event_type, event_date, event_hour, user_id);",
+)
 TOP_OF_CHAIN_SELECT = ("60_raw_events.sql", "    count() AS count,\n", "    countIf(duration_ms > 100) AS count,\n")
-SELECT_CHANGE = ("10_api_requests.sql", "sumState(toUInt64(1)) AS request_count",
-                 "sumState(toUInt64(status_code < 500)) AS request_count")  # fmt: skip
+SELECT_CHANGE = (
+    "10_api_requests.sql",
+    "sumState(toUInt64(1)) AS request_count",
+    "sumState(toUInt64(status_code < 500)) AS request_count",
+)
 
 # Valid DDL (lineage passes) whose MV reads a column its source lacks: the preflight's case of issue 10.
 SHOP = """\
@@ -114,11 +122,12 @@ def assert_exact(client, loaded, target) -> int:
     actual = _finalized(loaded, target, f"SELECT * FROM {qualified(target)}")
     expected = _finalized(loaded, target, expected_relation(loaded, target))
     digest = "SELECT count(), sum(cityHash64(*)) FROM ({})"
-    (a_rows, a_hash), = client.query(digest.format(actual)).result_rows
-    (e_rows, e_hash), = client.query(digest.format(expected)).result_rows
+    ((a_rows, a_hash),) = client.query(digest.format(actual)).result_rows
+    ((e_rows, e_hash),) = client.query(digest.format(expected)).result_rows
     assert (a_rows, a_hash) == (e_rows, e_hash), (
         f"{target.fqn}: {a_rows} rows (hash {a_hash}) but its SELECT over all source rows gives {e_rows} "
-        f"(hash {e_hash})")
+        f"(hash {e_hash})"
+    )
     return a_rows
 
 
@@ -144,14 +153,14 @@ def small_engine(path: Path, loaded, rows: int = 6_000):
 
 WRITES = {
     "all_events": "INSERT INTO analytics.all_events SELECT toDateTime('2026-08-01 00:00:00') + rand() % (14 * 86400), "
-                  "['metric', 'click', 'audit'][rand() % 3 + 1], ['error', 'warn', 'info'][rand(1) % 3 + 1], "
-                  "rand(2) % 2, concat('w', toString(number)) FROM numbers(40)",
+    "['metric', 'click', 'audit'][rand() % 3 + 1], ['error', 'warn', 'info'][rand(1) % 3 + 1], "
+    "rand(2) % 2, concat('w', toString(number)) FROM numbers(40)",
     "raw_events": "INSERT INTO analytics.raw_events SELECT toDateTime('2026-08-01 00:00:00') + rand() % (14 * 86400), "
-                  "rand(1) % 50, ['click', 'view', 'buy'][rand(2) % 3 + 1], rand(3) % 500 FROM numbers(40)",
+    "rand(1) % 50, ['click', 'view', 'buy'][rand(2) % 3 + 1], rand(3) % 500 FROM numbers(40)",
     "api_requests": "INSERT INTO analytics.api_requests SELECT toDateTime('2026-08-01 00:00:00') + rand() % (14 * 86400), "
-                    "['/a', '/b', '/c'][rand(1) % 3 + 1], rand(2) % 100, rand(3) % 2000, [200, 404, 503][rand(4) % 3 + 1] "
-                    "FROM numbers(40)",
-}  # fmt: skip
+    "['/a', '/b', '/c'][rand(1) % 3 + 1], rand(2) % 100, rand(3) % 2000, [200, 404, 503][rand(4) % 3 + 1] "
+    "FROM numbers(40)",
+}
 
 
 class Writer:

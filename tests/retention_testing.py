@@ -13,7 +13,10 @@ from chmv_assets.sql.quoting import qualified
 
 ROOT_DIR = Path(__file__).resolve().parents[1]
 EXAMPLE_DDL = ROOT_DIR / "examples" / "ddl"
-RAW_EVENTS, EVENTS_AGG = ObjectRef(database="analytics", name="raw_events"), ObjectRef(database="analytics", name="events_agg")
+RAW_EVENTS, EVENTS_AGG = (
+    ObjectRef(database="analytics", name="raw_events"),
+    ObjectRef(database="analytics", name="events_agg"),
+)
 EVENTS_DAILY = ObjectRef(database="analytics", name="events_daily")
 AUGUST, SEPTEMBER = window_at(datetime(2026, 8, 1), "month"), window_at(datetime(2026, 9, 1), "month")
 #: What each way of losing old source rows does to analytics.raw_events (the demo data starts 2026-08-01).

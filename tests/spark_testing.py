@@ -28,7 +28,9 @@ def ref(name: str, database: str = "analytics") -> ObjectRef:
 
 def with_landing(example: LoadedProject, root: Path, tolerance: int = 60) -> LoadedProject:
     """The example project with a landing zone at ``root`` and a tolerance above the data's 40-minute lateness."""
-    ingestion = example.config.ingestion.model_copy(update={"landing_dir": str(root), "late_tolerance_minutes": tolerance})
+    ingestion = example.config.ingestion.model_copy(
+        update={"landing_dir": str(root), "late_tolerance_minutes": tolerance}
+    )
     return LoadedProject(config=example.config.model_copy(update={"ingestion": ingestion}), project=example.project)
 
 
@@ -72,8 +74,9 @@ def copy_engine(source: Path, dest: Path) -> ClickHouseResource:
     return ClickHouseResource(dsn=f"chdb://{dest}")
 
 
-def digest(client, loaded: LoadedProject, table: ObjectRef, where: str | None = None,
-           read: ObjectRef | None = None) -> list[tuple]:  # fmt: skip
+def digest(
+    client, loaded: LoadedProject, table: ObjectRef, where: str | None = None, read: ObjectRef | None = None
+) -> list[tuple]:
     """The table's content as readers see it: FINAL for collapsing engines, aggregate states finalized.
 
     Args:
@@ -81,8 +84,10 @@ def digest(client, loaded: LoadedProject, table: ObjectRef, where: str | None = 
     """
     t = loaded.project.table(table)
     assert t is not None and t.engine is not None
-    cols = [f"finalizeAggregation({quote(c.name)})" if (c.type or "").startswith("AggregateFunction")
-            else quote(c.name) for c in t.columns]  # fmt: skip
+    cols = [
+        f"finalizeAggregation({quote(c.name)})" if (c.type or "").startswith("AggregateFunction") else quote(c.name)
+        for c in t.columns
+    ]
     condition = f" WHERE {where}" if where else ""
     source = qualified(read or table)
     if t.engine.family in ("AggregatingMergeTree", "SummingMergeTree", "ReplacingMergeTree"):
@@ -100,8 +105,10 @@ def recompute(client, loaded: LoadedProject, target: ObjectRef, where: str | Non
     try:
         for view in loaded.project.views_into(target):
             cols = ", ".join(quote(c.name) for c in view.output_columns)
-            client.command(f"INSERT INTO {qualified(scratch)} ({cols}) SELECT {cols} FROM ({view.select_sql})",
-                           settings={"max_partitions_per_insert_block": 0})  # fmt: skip
+            client.command(
+                f"INSERT INTO {qualified(scratch)} ({cols}) SELECT {cols} FROM ({view.select_sql})",
+                settings={"max_partitions_per_insert_block": 0},
+            )
         return digest(client, loaded, target, where, read=scratch)
     finally:
         client.command(f"DROP TABLE IF EXISTS {qualified(scratch)} SYNC")
@@ -112,12 +119,14 @@ def distinct_landing_rows(tables: dict, source: str) -> int:
     return tables[source].group_by(tables[source].column_names).aggregate([]).num_rows
 
 
-def backfill(spark, clickhouse, loaded: LoadedProject, target: ObjectRef, windows, *, engine: str = "auto",
-             log=None) -> list:  # fmt: skip
+def backfill(
+    spark, clickhouse, loaded: LoadedProject, target: ObjectRef, windows, *, engine: str = "auto", log=None
+) -> list:
     """Plan and run a rebuild with Spark as the stager (what a target asset's run does); the step results."""
     from chmv_assets.engine.executor import rebuild_partitions
     from spark.staging import SparkStager
 
-    _plan, results = rebuild_partitions(clickhouse, loaded, target, windows, engine=engine, stager=SparkStager(spark),
-                                        log=log)  # fmt: skip
+    _plan, results = rebuild_partitions(
+        clickhouse, loaded, target, windows, engine=engine, stager=SparkStager(spark), log=log
+    )
     return results

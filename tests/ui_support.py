@@ -55,8 +55,16 @@ def _stop(process: subprocess.Popen, grace: float = 5) -> None:
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 #: Flags for the system Chromium in a container (no sandbox, no GPU, nothing phoning home).
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 TERMINAL_BACKFILL = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED", "FAILING"}
 #: Every asset with its materialized partitions and its latest materialization (a run's, or runless).
 ASSETS = """
@@ -113,9 +121,10 @@ class DagsterDev:
     def graphql(self, query: str, variables: dict | None = None, timeout: float = 60) -> dict:
         """POST a query; raises on GraphQL errors."""
         request = urllib.request.Request(
-            f"{self.url}/graphql", data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+            f"{self.url}/graphql",
+            data=json.dumps({"query": query, "variables": variables or {}}).encode(),
             headers={"Content-Type": "application/json"},
-        )  # fmt: skip
+        )
         with urllib.request.urlopen(request, timeout=timeout) as response:
             data = json.loads(response.read())
         if data.get("errors"):
@@ -190,16 +199,34 @@ def start_demo(
         env["CHMV_DDL_DIR"] = str(ddl_dir)
     env |= extra
     bin_dir = Path(sys.executable).parent
-    subprocess.run([str(bin_dir / "chmv"), "load-demo", "--ddl-dir", str(ddl_dir or ROOT / "examples" / "ddl"), "--rows", str(rows)],
-                   env=env, check=True, capture_output=True, timeout=300)  # fmt: skip
+    subprocess.run(
+        [
+            str(bin_dir / "chmv"),
+            "load-demo",
+            "--ddl-dir",
+            str(ddl_dir or ROOT / "examples" / "ddl"),
+            "--rows",
+            str(rows),
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     # one process initializes the instance's SQLite storage before dagster dev's processes open it
-    subprocess.run([str(bin_dir / "dagster"), "instance", "migrate"], env=env, check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [str(bin_dir / "dagster"), "instance", "migrate"], env=env, check=True, capture_output=True, timeout=120
+    )
     port = _free_port()
     log = workdir / "dagster_dev.log"
     process = subprocess.Popen(
         [str(bin_dir / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     dev = DagsterDev(port, home, state, log, process, 0.0, ddl_dir or ROOT / "examples" / "ddl", env, zone)
 
     def serving() -> bool:
@@ -241,14 +268,23 @@ def expected_partitions(dev: DagsterDev, loaded: LoadedProject, translator: Chmv
     for target in partitioned_targets(loaded, translator):
         scheme = translator.get_partition_scheme(loaded, target)
         column = quote(scheme.column or "")
-        queries.append(("/".join(translator.get_asset_key(target).path),
-                        f"SELECT count(DISTINCT {grains[scheme.grain]}({column})) FROM {qualified(target)} "
-                        f"WHERE {column} >= toDate('{start}')"))  # fmt: skip
+        queries.append(
+            (
+                "/".join(translator.get_asset_key(target).path),
+                f"SELECT count(DISTINCT {grains[scheme.grain]}({column})) FROM {qualified(target)} "
+                f"WHERE {column} >= toDate('{start}')",
+            )
+        )
     for fqn, name in loaded.config.ingestion.time_columns.items():
         database, _, table = fqn.partition(".")
         column = quote(name)
-        queries.append((f"{database}/{table}", f"SELECT count(DISTINCT toDate({column})) FROM "
-                        f"{qualified(ObjectRef(database=database, name=table))} WHERE {column} >= toDate('{start}')"))  # fmt: skip
+        queries.append(
+            (
+                f"{database}/{table}",
+                f"SELECT count(DISTINCT toDate({column})) FROM "
+                f"{qualified(ObjectRef(database=database, name=table))} WHERE {column} >= toDate('{start}')",
+            )
+        )
     with dev.engine().get_client() as client:
         return {asset: int(client.command(sql)) for asset, sql in queries}
 
@@ -260,8 +296,13 @@ def chromium_or_reason() -> str | None:
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         return f"{CHROMIUM} is missing and cannot be installed here (needs root and apt-get): apt-get install chromium"
     for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
-        done = subprocess.run(command, capture_output=True, text=True, timeout=900,
-                              env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})  # fmt: skip
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
         if done.returncode != 0:
             return f"installing chromium failed ({' '.join(command)}): {done.stderr[-500:]}"
     return None if os.access(CHROMIUM, os.X_OK) else f"{CHROMIUM} still missing after apt-get install chromium"

@@ -39,8 +39,11 @@ class IngestionConfig(BaseModel):
     late_tolerance_minutes: int = Field(default=15, description="Late-arrival window re-read below the watermark.")
     dedup_keys: dict[str, list[str]] = Field(default_factory=dict, description="Per source fqn, its dedup key.")
     time_columns: dict[str, str] = Field(default_factory=dict, description="Per source fqn, its event-time column.")
-    max_lateness_minutes: int = Field(default=1440, description="Latest a landing file arrives after its rows' "
-                                      "event time; bounds the files a partition backfill reads.")
+    max_lateness_minutes: int = Field(
+        default=1440,
+        description="Latest a landing file arrives after its rows' "
+        "event time; bounds the files a partition backfill reads.",
+    )
 
 
 class SweepConfig(BaseModel):
@@ -51,8 +54,12 @@ class SweepConfig(BaseModel):
     enabled: bool = Field(default=True, description="Run the parity sweep sensor.")
     interval_seconds: int = Field(default=60, ge=5, description="Seconds between two sweep ticks.")
     max_partitions: int = Field(default=100, ge=1, description="Most target partitions one tick evaluates.")
-    max_rows: int = Field(default=200_000_000, ge=1, description="Most rows (source + target, estimated from "
-                          "system.parts) one tick's evaluations read; one partition always fits.")
+    max_rows: int = Field(
+        default=200_000_000,
+        ge=1,
+        description="Most rows (source + target, estimated from "
+        "system.parts) one tick's evaluations read; one partition always fits.",
+    )
     recovery_interval_seconds: int = Field(default=60, ge=5, description="Seconds between two recovery ticks.")
     recovery_apply: str = Field(
         default="restore",
@@ -80,7 +87,9 @@ class WritersConfig(BaseModel):
     chmv: tuple[str, ...] = Field(default=(), description="Sources (db.table) written only through chmv.")
     others: tuple[str, ...] = Field(default=(), description="Sources (db.table) written by others too.")
     close_after_minutes: int = Field(
-        default=15, ge=0, description="How long after a window's end a row of it may still arrive from writers chmv "
+        default=15,
+        ge=0,
+        description="How long after a window's end a row of it may still arrive from writers chmv "
         "does not control: the partition is open until then, and rebuilt only once it has closed.",
     )
 
@@ -91,14 +100,26 @@ class RebuildSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     race_attempts: int = Field(default=4, ge=1, description="Reads of a partition while writes keep racing it.")
-    race_backoff_seconds: float = Field(default=1.0, ge=0, description="First wait after a raced read (doubles, "
-                                        "with jitter, up to 30 s).")
-    insert_wait_seconds: float = Field(default=60.0, ge=0, description="Longest wait for inserts already running "
-                                       "into a source before a read (their blocks may not have reached the MVs yet).")
-    lease_ttl_seconds: float = Field(default=300.0, ge=10, description="How long a partition's lease lasts unless "
-                                     "its run renews it (it renews every third of it while it runs).")
-    lease_wait_seconds: float = Field(default=60.0, ge=0, description="How long a run waits for another run's "
-                                      "lease on a partition before it stops, naming that run.")
+    race_backoff_seconds: float = Field(
+        default=1.0, ge=0, description="First wait after a raced read (doubles, with jitter, up to 30 s)."
+    )
+    insert_wait_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="Longest wait for inserts already running "
+        "into a source before a read (their blocks may not have reached the MVs yet).",
+    )
+    lease_ttl_seconds: float = Field(
+        default=300.0,
+        ge=10,
+        description="How long a partition's lease lasts unless "
+        "its run renews it (it renews every third of it while it runs).",
+    )
+    lease_wait_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="How long a run waits for another run's lease on a partition before it stops, naming that run.",
+    )
 
 
 class PacingConfig(BaseModel):
@@ -288,8 +309,17 @@ def load_config(ddl_dir: str | Path, **overrides: object) -> ChmvConfig:
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as err:
-            raise DDLError([DDLProblem(str(path), getattr(err, "lineno", 1) or 1, getattr(err, "colno", 1) or 1,
-                                       f"invalid TOML: {err}", "fix the syntax of chmv.toml")]) from err  # fmt: skip
+            raise DDLError(
+                [
+                    DDLProblem(
+                        str(path),
+                        getattr(err, "lineno", 1) or 1,
+                        getattr(err, "colno", 1) or 1,
+                        f"invalid TOML: {err}",
+                        "fix the syntax of chmv.toml",
+                    )
+                ]
+            ) from err
     data.update({k: v for k, v in overrides.items() if v is not None})
     data["ddl_dir"] = str(root)
     webhook = os.environ.get("CHMV_ALERT_WEBHOOK")

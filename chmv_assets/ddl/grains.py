@@ -125,12 +125,21 @@ _MONTHS = {Grain.MONTH: 1, Grain.QUARTER: 3, Grain.YEAR: 12}
 
 #: Monotone truncations of a time column, by the grain of their result (for range pruning).
 TRUNCATION_FUNCTIONS: dict[str, Grain] = {
-    "toStartOfMinute": Grain.MINUTE, "toStartOfFiveMinutes": Grain.FIVE_MINUTES,
-    "toStartOfFiveMinute": Grain.FIVE_MINUTES, "toStartOfTenMinutes": Grain.TEN_MINUTES,
-    "toStartOfFifteenMinutes": Grain.FIFTEEN_MINUTES, "toStartOfHour": Grain.HOUR, "toDate": Grain.DAY,
-    "toDate32": Grain.DAY, "toStartOfDay": Grain.DAY, "toMonday": Grain.WEEK, "toStartOfWeek": Grain.WEEK,
-    "toStartOfMonth": Grain.MONTH, "toStartOfQuarter": Grain.QUARTER, "toStartOfYear": Grain.YEAR,
-}  # fmt: skip
+    "toStartOfMinute": Grain.MINUTE,
+    "toStartOfFiveMinutes": Grain.FIVE_MINUTES,
+    "toStartOfFiveMinute": Grain.FIVE_MINUTES,
+    "toStartOfTenMinutes": Grain.TEN_MINUTES,
+    "toStartOfFifteenMinutes": Grain.FIFTEEN_MINUTES,
+    "toStartOfHour": Grain.HOUR,
+    "toDate": Grain.DAY,
+    "toDate32": Grain.DAY,
+    "toStartOfDay": Grain.DAY,
+    "toMonday": Grain.WEEK,
+    "toStartOfWeek": Grain.WEEK,
+    "toStartOfMonth": Grain.MONTH,
+    "toStartOfQuarter": Grain.QUARTER,
+    "toStartOfYear": Grain.YEAR,
+}
 #: PARTITION BY functions of one time column (and no other argument) that map onto Dagster time-window partitions.
 #: ``toStartOfWeek``, ``toStartOfInterval`` and ``intDiv`` of a Unix time take arguments: see
 #: :func:`chmv_assets.ddl.partitioning.element_grain`.

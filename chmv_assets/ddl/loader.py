@@ -134,8 +134,15 @@ def _check_writers(config: ChmvConfig, project: Project) -> None:
     problems = []
     for key, name in undefined:
         line = next((i for i, row in enumerate(text.splitlines(), 1) if f'"{name}"' in row or f"'{name}'" in row), 1)
-        problems.append(DDLProblem(str(path), line, 1, f"[writers] {key} names {name}, which the DDL directory does "
-                                   "not define", "fix the name (db.table) or declare the table in external"))
+        problems.append(
+            DDLProblem(
+                str(path),
+                line,
+                1,
+                f"[writers] {key} names {name}, which the DDL directory does not define",
+                "fix the name (db.table) or declare the table in external",
+            )
+        )
     raise DDLError(problems)
 
 

@@ -180,8 +180,13 @@ def load_project(
     if cycle:
         view = next((project.views[r] for r in project.views if r.fqn in cycle), None)
         loc = view.location if view else SourceLocation(file=str(root), line=1)
-        ctx.problem(loc.file, loc.line, loc.column, "cycle in the MV graph: " + " -> ".join(cycle),
-                    "an MV must not write, directly or through a chain, into a table it reads")
+        ctx.problem(
+            loc.file,
+            loc.line,
+            loc.column,
+            "cycle in the MV graph: " + " -> ".join(cycle),
+            "an MV must not write, directly or through a chain, into a table it reads",
+        )
     if ctx.problems:
         raise DDLError(ctx.problems)
     return project
@@ -250,9 +255,13 @@ def _register(obj: Table | Dictionary | MaterializedView, objects: dict, ctx: _C
         return
     if _normalize(previous.statement) != _normalize(obj.statement):
         loc = obj.location
-        ctx.problem(loc.file, loc.line, loc.column,
-                    f"{obj.ref.fqn} is defined again with a different definition (first at {previous.location})",
-                    "keep one definition; rename one of them if both are meant")  # fmt: skip
+        ctx.problem(
+            loc.file,
+            loc.line,
+            loc.column,
+            f"{obj.ref.fqn} is defined again with a different definition (first at {previous.location})",
+            "keep one definition; rename one of them if both are meant",
+        )
 
 
 def _normalize(sql: str) -> str:
@@ -261,7 +270,7 @@ def _normalize(sql: str) -> str:
 
 def _ref(name: str, default_database: str) -> ObjectRef:
     database, _, table = name.rpartition(".")
-    return ObjectRef(database=(database or default_database).strip("`\""), name=table.strip("`\""))
+    return ObjectRef(database=(database or default_database).strip('`"'), name=table.strip('`"'))
 
 
 def _parse_tokens(tokens, text: str) -> exp.Expression:
@@ -364,9 +373,16 @@ def _sqlglot(text: str, tokens) -> tuple[exp.Expression | None, list, bool, Pars
         node = _parse_tokens(tokens, text)
         if isinstance(node, exp.Command):
             # sqlglot cannot parse `… POPULATE AS SELECT`: blank the keyword (offsets stay valid) and retry.
-            keyword = next((t for t, after in zip(tokens, tokens[1:], strict=False)
-                            if t.token_type == TokenType.VAR and t.text.upper() == "POPULATE"
-                            and after.token_type == TokenType.ALIAS), None)  # fmt: skip
+            keyword = next(
+                (
+                    t
+                    for t, after in zip(tokens, tokens[1:], strict=False)
+                    if t.token_type == TokenType.VAR
+                    and t.text.upper() == "POPULATE"
+                    and after.token_type == TokenType.ALIAS
+                ),
+                None,
+            )
             if keyword is not None:
                 populate = True
                 blanked = text[: keyword.start] + " " * (keyword.end + 1 - keyword.start) + text[keyword.end + 1 :]
@@ -918,8 +934,9 @@ def _release(tree: exp.Expression) -> None:
         node.parent = None
 
 
-def _model(node: exp.Create, located: _Located, ctx: _Context, tokens,
-           populate: bool) -> Table | Dictionary | MaterializedView | Database | None:  # fmt: skip
+def _model(
+    node: exp.Create, located: _Located, ctx: _Context, tokens, populate: bool
+) -> Table | Dictionary | MaterializedView | Database | None:
     """The model of a parsed CREATE statement (None, with a problem recorded, for one chmv does not model)."""
     stmt, text = located.statement, located.statement.text
     kind = (node.args.get("kind") or "").upper()
@@ -927,8 +944,12 @@ def _model(node: exp.Create, located: _Located, ctx: _Context, tokens,
     props = _properties(node)
     if kind in ("SCHEMA", "DATABASE"):
         engine = props.get(exp.EngineProperty)
-        return Database(name=node.this.name, engine=to_sql(engine.this) if engine and engine.this else None,
-                        statement=text, location=located.location())  # fmt: skip
+        return Database(
+            name=node.this.name,
+            engine=to_sql(engine.this) if engine and engine.this else None,
+            statement=text,
+            location=located.location(),
+        )
     if kind == "TABLE":
         return _parse_table(node, located, ctx, description, tokens)
     if kind == "DICTIONARY":
@@ -970,8 +991,16 @@ def _columns(schema: exp.Expression | None, text: str = "", tokens=None) -> tupl
                 comment = kind.this.name
         col_type = col.args.get("kind")
         type_sql = to_sql(col_type) if col_type else ""
-        columns.append(Column(name=col.name, type=SPELLING.get(type_sql, type_sql), default_kind=default_kind,
-                              default_expression=default_expr, comment=comment, definition=definition))  # fmt: skip
+        columns.append(
+            Column(
+                name=col.name,
+                type=SPELLING.get(type_sql, type_sql),
+                default_kind=default_kind,
+                default_expression=default_expr,
+                comment=comment,
+                definition=definition,
+            )
+        )
     return tuple(columns)
 
 
@@ -991,9 +1020,13 @@ def _engine(props: dict[type[exp.Expression], exp.Expression]) -> Engine | None:
         name, arguments = function_name(value), list(value.expressions)
         keeper = [a.this for a in arguments[:2] if isinstance(a, exp.Literal) and a.is_string]
         explicit = name.startswith("Replicated") and len(keeper) == 2
-        return Engine(name=name, arguments=tuple(to_sql(a) for a in arguments),
-                      argument_columns=_column_names(arguments), keeper_path=keeper[0] if explicit else None,
-                      replica_name=keeper[1] if explicit else None)  # fmt: skip
+        return Engine(
+            name=name,
+            arguments=tuple(to_sql(a) for a in arguments),
+            argument_columns=_column_names(arguments),
+            keeper_path=keeper[0] if explicit else None,
+            replica_name=keeper[1] if explicit else None,
+        )
     if isinstance(value, exp.Null):  # ENGINE = Null
         return Engine(name="Null")
     return Engine(name=value.name if isinstance(value, exp.Identifier | exp.Var | exp.Column) else to_sql(value))
@@ -1007,8 +1040,9 @@ def _fragment(located: _Located, span: tuple[int, int], prop: exp.Expression | N
         meta = column.this.meta if isinstance(column.this, exp.Identifier) else {}
         if "start" in meta and column.args.get("table") is None:
             spans.setdefault(column.name, []).append(Span(start=meta["start"] - start, end=meta["end"] + 1 - start))
-    return Fragment(sql=located.statement.text[start:end],
-                    column_spans=tuple((name, tuple(s)) for name, s in spans.items()))  # fmt: skip
+    return Fragment(
+        sql=located.statement.text[start:end], column_spans=tuple((name, tuple(s)) for name, s in spans.items())
+    )
 
 
 def _column_names(nodes) -> tuple[str, ...]:
@@ -1096,8 +1130,9 @@ def _settings(prop: exp.SettingsProperty | None) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def _table_properties(node: exp.Create, located: _Located, ref: ObjectRef, columns, description, tokens,
-                      name_span: Span | None = None) -> Table:  # fmt: skip
+def _table_properties(
+    node: exp.Create, located: _Located, ref: ObjectRef, columns, description, tokens, name_span: Span | None = None
+) -> Table:
     text = located.statement.text
     spans = clauses(tokens)
 
@@ -1196,10 +1231,16 @@ def _parse_dictionary(node: exp.Create, located: _Located, ctx: _Context, descri
         if "TABLE" in settings and "QUERY" not in settings:
             source_table = ObjectRef(database=settings.get("DB") or ctx.default_database, name=settings["TABLE"])
     key = node.find(exp.PrimaryKey)
-    return Dictionary(ref=ref, columns=_columns(schema), source_table=source_table,
-                      primary_key=", ".join(to_sql(e) for e in key.expressions) if key else None,
-                      description=description, statement=located.statement.text, location=located.location(),
-                      name_span=_name_span(schema.this))  # fmt: skip
+    return Dictionary(
+        ref=ref,
+        columns=_columns(schema),
+        source_table=source_table,
+        primary_key=", ".join(to_sql(e) for e in key.expressions) if key else None,
+        description=description,
+        statement=located.statement.text,
+        location=located.location(),
+        name_span=_name_span(schema.this),
+    )
 
 
 def _parse_view(
@@ -1227,13 +1268,20 @@ def _parse_view(
     query = node.expression
     start = select_start(tokens)
     if query is None or start is None:
-        ctx.problem(located.file, stmt.line, stmt.column, f"materialized view {ref.fqn} has no AS SELECT",
-                    "write CREATE MATERIALIZED VIEW … TO target AS SELECT …")
+        ctx.problem(
+            located.file,
+            stmt.line,
+            stmt.column,
+            f"materialized view {ref.fqn} has no AS SELECT",
+            "write CREATE MATERIALIZED VIEW … TO target AS SELECT …",
+        )
         return None
     analysis = facts if facts is not None else _analyze_select(query, ctx.default_database, start)
     inner_table = None
     if target is None:
-        inner_columns = _columns(schema, stmt.text, tokens) or tuple(Column(name=c.name, type="") for c in analysis.outputs)
+        inner_columns = _columns(schema, stmt.text, tokens) or tuple(
+            Column(name=c.name, type="") for c in analysis.outputs
+        )
         inner_table = _table_properties(node, located, ref, inner_columns, description, tokens)
     select_sql = stmt.text[start:] if select is None else stmt.text[select[0] : select[0] + select[1]]
     return MaterializedView(
@@ -1346,8 +1394,9 @@ def _analyze_select(query: exp.Expression, default_database: str, base: int) -> 
             entry["block"].append(id(table) in block_positions)
     _in_tables(nodes, ctes, uses, default_database, base)
     sources = tuple(
-        SourceUse(ref=r, role=u["role"], spans=tuple(u["spans"]), has_alias=tuple(u["aliased"]),
-                  block=tuple(u["block"]))
+        SourceUse(
+            ref=r, role=u["role"], spans=tuple(u["spans"]), has_alias=tuple(u["aliased"]), block=tuple(u["block"])
+        )
         for r, u in sorted(uses.items(), key=lambda kv: kv[1]["role"] != SourceRole.TRIGGER)
     )
     self_join = trigger is not None and trigger in joined
@@ -1376,16 +1425,19 @@ def _analyze_select(query: exp.Expression, default_database: str, base: int) -> 
             if split and (isinstance(func, exp.AggFunc) or split[1] or function_name(func) in AGGREGATES):
                 is_aggregate = True
                 if func is inner or parts.funcs[0] is func:
-                    aggregates.append(AggregateCall(output=name, function=function_name(func),
-                                                    base=split[0], combinators=split[1]))  # fmt: skip
+                    aggregates.append(
+                        AggregateCall(output=name, function=function_name(func), base=split[0], combinators=split[1])
+                    )
                 break
-        outputs.append(OutputColumn(
-            name=name,
-            expression=to_sql(inner),
-            source_columns=tuple(_column_sources(parts.columns, aliases, trigger)),
-            truncation=_truncation(inner),
-            is_aggregate=is_aggregate,
-        ))  # fmt: skip
+        outputs.append(
+            OutputColumn(
+                name=name,
+                expression=to_sql(inner),
+                source_columns=tuple(_column_sources(parts.columns, aliases, trigger)),
+                truncation=_truncation(inner),
+                is_aggregate=is_aggregate,
+            )
+        )
     return SelectFacts(
         sources=sources,
         trigger=trigger,
@@ -1478,7 +1530,9 @@ def _first_select(query: exp.Expression) -> exp.Select | None:
     return selects[0] if selects else None
 
 
-def _alias_map(select: exp.Select | None, tables: list[exp.Table] | None, default_database: str) -> dict[str, ObjectRef]:
+def _alias_map(
+    select: exp.Select | None, tables: list[exp.Table] | None, default_database: str
+) -> dict[str, ObjectRef]:
     """Alias (and name) to table of the tables in ``select``; ``tables``: those tables when already collected."""
     mapping: dict[str, ObjectRef] = {}
     if select is None:
@@ -1534,28 +1588,44 @@ def _check_references(project: Project, ctx: _Context) -> None:
     for view in project.views.values():
         loc = view.location
         if view.target is not None and view.target not in project.tables and view.target not in project.external:
-            ctx.problem(loc.file, loc.line, loc.column,
-                        f"{view.ref.fqn} writes TO {view.target.fqn}, which is defined nowhere in the DDL directory",
-                        f"add CREATE TABLE {view.target.fqn} (…) to a .sql file, or list it under external")  # fmt: skip
+            ctx.problem(
+                loc.file,
+                loc.line,
+                loc.column,
+                f"{view.ref.fqn} writes TO {view.target.fqn}, which is defined nowhere in the DDL directory",
+                f"add CREATE TABLE {view.target.fqn} (…) to a .sql file, or list it under external",
+            )
         for source in view.sources:
             if source.ref not in known:
                 line, column = _offset_position(view, source.spans)
-                ctx.problem(loc.file, line, column,
-                            f"{view.ref.fqn} reads {source.ref.fqn}, which is defined nowhere in the DDL directory",
-                            f"add CREATE TABLE {source.ref.fqn} (…), or declare it external in chmv.toml "
-                            f"(external = [\"{source.ref.fqn}\"])")  # fmt: skip
+                ctx.problem(
+                    loc.file,
+                    line,
+                    column,
+                    f"{view.ref.fqn} reads {source.ref.fqn}, which is defined nowhere in the DDL directory",
+                    f"add CREATE TABLE {source.ref.fqn} (…), or declare it external in chmv.toml "
+                    f'(external = ["{source.ref.fqn}"])',
+                )
         for dictionary in view.dictionaries:
             if dictionary not in known:
-                ctx.problem(loc.file, loc.line, loc.column,
-                            f"{view.ref.fqn} uses dictionary {dictionary.fqn}, which is defined nowhere",
-                            f"add CREATE DICTIONARY {dictionary.fqn} (…), or declare it external in chmv.toml")  # fmt: skip
+                ctx.problem(
+                    loc.file,
+                    loc.line,
+                    loc.column,
+                    f"{view.ref.fqn} uses dictionary {dictionary.fqn}, which is defined nowhere",
+                    f"add CREATE DICTIONARY {dictionary.fqn} (…), or declare it external in chmv.toml",
+                )
     for dictionary in project.dictionaries.values():
         src = dictionary.source_table
         if src is not None and src not in known:
             loc = dictionary.location
-            ctx.problem(loc.file, loc.line, loc.column,
-                        f"dictionary {dictionary.ref.fqn} loads from {src.fqn}, which is defined nowhere",
-                        "add the table, or declare it external in chmv.toml")  # fmt: skip
+            ctx.problem(
+                loc.file,
+                loc.line,
+                loc.column,
+                f"dictionary {dictionary.ref.fqn} loads from {src.fqn}, which is defined nowhere",
+                "add the table, or declare it external in chmv.toml",
+            )
 
 
 def _offset_position(view: MaterializedView, spans: Sequence[Span]) -> tuple[int, int]:

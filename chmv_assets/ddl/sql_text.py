@@ -27,11 +27,28 @@ def to_sql(node) -> str:
     """
     return _GENERATOR.generate(node, copy=False)
 
+
 # Keywords that end a clause of CREATE TABLE / CREATE MATERIALIZED VIEW at parenthesis depth 0.
 _CLAUSE_STOPS = {
-    "ORDER", "PRIMARY", "SAMPLE", "TTL", "SETTINGS", "COMMENT", "PARTITION", "AS", "POPULATE",
-    "TO", "EMPTY", "REFRESH", "ENGINE", "DEFINER", "SQL", "SOURCE", "LAYOUT", "LIFETIME",
-}  # fmt: skip
+    "ORDER",
+    "PRIMARY",
+    "SAMPLE",
+    "TTL",
+    "SETTINGS",
+    "COMMENT",
+    "PARTITION",
+    "AS",
+    "POPULATE",
+    "TO",
+    "EMPTY",
+    "REFRESH",
+    "ENGINE",
+    "DEFINER",
+    "SQL",
+    "SOURCE",
+    "LAYOUT",
+    "LIFETIME",
+}
 # ``TTL … TO DISK 'd'`` / ``TO VOLUME 'v'``: a TO that belongs to the TTL clause, not an MV's ``TO target``.
 _TTL_TARGETS = {"DISK", "VOLUME"}
 
@@ -291,8 +308,9 @@ def on_cluster_span(tokens: list[Token]) -> tuple[int, int] | None:
             depth += 1
         elif kind in _CLOSE:
             depth -= 1
-        elif (depth == 0 and kind == TokenType.ON and i > 0 and i + 2 < len(tokens)
-              and _word(tokens[i + 1]) == "CLUSTER"):  # fmt: skip
+        elif (
+            depth == 0 and kind == TokenType.ON and i > 0 and i + 2 < len(tokens) and _word(tokens[i + 1]) == "CLUSTER"
+        ):
             return tokens[i - 1].end + 1, tokens[i + 2].end + 1
     return None
 

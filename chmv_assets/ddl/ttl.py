@@ -39,10 +39,16 @@ def parse_ttl(prop: exp.MergeTreeTTL | None, columns: tuple[Column, ...]) -> tup
         if last and group is not None and action == TtlAction.DELETE:
             action = TtlAction.GROUP_BY
         column, grain, interval = _time_expression(expression, {c.name: c for c in columns})
-        rules.append(TtlRule(
-            expression=to_sql(expression), column=column, truncation=grain, interval=interval, action=action,
-            condition=to_sql(condition.this) if last and condition is not None else None,
-        ))  # fmt: skip
+        rules.append(
+            TtlRule(
+                expression=to_sql(expression),
+                column=column,
+                truncation=grain,
+                interval=interval,
+                action=action,
+                condition=to_sql(condition.this) if last and condition is not None else None,
+            )
+        )
     return tuple(rules)
 
 
@@ -108,8 +114,9 @@ def _int(text: str) -> int | None:
         return None
 
 
-def _time_expression(node: exp.Expression, columns: dict[str, Column]
-                     ) -> tuple[str | None, Grain | None, tuple[int, str] | None]:  # fmt: skip
+def _time_expression(
+    node: exp.Expression, columns: dict[str, Column]
+) -> tuple[str | None, Grain | None, tuple[int, str] | None]:
     """``(column, truncation, interval)`` of ``f(col) [+|- interval]``; Nones where not of that form."""
     while isinstance(node, exp.Paren):
         node = node.this

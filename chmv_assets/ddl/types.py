@@ -23,8 +23,15 @@ from chmv_assets.ddl.sql_text import to_sql
 
 _T = exp.DataType.Type
 #: sqlglot renders a few ClickHouse type names in upper case; ClickHouse spells them so.
-SPELLING = {"DATE": "Date", "DATE32": "Date32", "DATETIME": "DateTime", "UUID": "UUID", "BOOLEAN": "Bool",
-            "TIME": "Time", "VARIANT": "Variant"}  # fmt: skip
+SPELLING = {
+    "DATE": "Date",
+    "DATE32": "Date32",
+    "DATETIME": "DateTime",
+    "UUID": "UUID",
+    "BOOLEAN": "Bool",
+    "TIME": "Time",
+    "VARIANT": "Variant",
+}
 _DATES = ("Date", "Date32")
 _DATETIMES = ("DateTime", "DateTime64")
 _STRINGS = ("String", "FixedString")
@@ -154,9 +161,14 @@ def _from_node(node: exp.DataType, text: str) -> ClickHouseType:
     aggregate = None
     if inner.this in (_T.AGGREGATEFUNCTION, _T.SIMPLEAGGREGATEFUNCTION) and inner.expressions:
         aggregate = _aggregate(inner)
-    return ClickHouseType(sql=text, canonical=_spell(to_sql(node)), base=_base_name(inner.this),
-                          nullable=bool(inner.args.get("nullable")), low_cardinality=low_cardinality,
-                          aggregate=aggregate)  # fmt: skip
+    return ClickHouseType(
+        sql=text,
+        canonical=_spell(to_sql(node)),
+        base=_base_name(inner.this),
+        nullable=bool(inner.args.get("nullable")),
+        low_cardinality=low_cardinality,
+        aggregate=aggregate,
+    )
 
 
 def _aggregate(node: exp.DataType) -> AggregateFunctionType:
@@ -195,8 +207,14 @@ def _opaque(text: str) -> ClickHouseType:
         if not (char.isalnum() or char == "_"):
             break
         base += char
-    return ClickHouseType(sql=text, canonical="".join(text.split()), base=base, nullable=nullable,
-                          low_cardinality=low_cardinality, known=False)  # fmt: skip
+    return ClickHouseType(
+        sql=text,
+        canonical="".join(text.split()),
+        base=base,
+        nullable=nullable,
+        low_cardinality=low_cardinality,
+        known=False,
+    )
 
 
 def _int_bits(t: ClickHouseType) -> tuple[bool, int] | None:

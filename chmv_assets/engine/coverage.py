@@ -236,8 +236,14 @@ def _time_column(loaded: LoadedProject, source: ObjectRef, mapping: TimeMapping 
     return column if table is not None and column and table.column(column) is not None else None
 
 
-def probe(client: Client, loaded: LoadedProject, target: ObjectRef, live: ObjectRef,
-          windows: Sequence[PartitionWindow | None], root: Path | None = None) -> Facts:  # fmt: skip
+def probe(
+    client: Client,
+    loaded: LoadedProject,
+    target: ObjectRef,
+    live: ObjectRef,
+    windows: Sequence[PartitionWindow | None],
+    root: Path | None = None,
+) -> Facts:
     """Read every fact coverage needs for ``windows`` of ``target``, in ONE statement.
 
     Per trigger: the whole table's rows and oldest/newest time (part metadata answers it when the time
@@ -349,8 +355,9 @@ def _fold(rows: list, grain: Grain) -> list:
     return [(source, start, stats) for (source, start), stats in folded.items()]
 
 
-def assess(loaded: LoadedProject, target: ObjectRef, windows: Sequence[PartitionWindow | None], facts: Facts,
-           root: Path | None) -> Coverage:  # fmt: skip
+def assess(
+    loaded: LoadedProject, target: ObjectRef, windows: Sequence[PartitionWindow | None], facts: Facts, root: Path | None
+) -> Coverage:
     """Decide, per window and trigger, how much the source table and the landing zone hold (pure but for
     listing the landing zone's file names)."""
     scheme = _scheme(loaded, target)
@@ -425,8 +432,14 @@ def _spans(starts: list[datetime], grain: Grain | None) -> str:
     return ", ".join(parts[:5]) + (f" and {len(parts) - 5} more span(s)" if len(parts) > 5 else "")
 
 
-def observe_coverage(client: Client, loaded: LoadedProject, target: ObjectRef, live: ObjectRef,
-                     windows: Sequence[PartitionWindow | None], root: Path | None) -> Coverage:  # fmt: skip
+def observe_coverage(
+    client: Client,
+    loaded: LoadedProject,
+    target: ObjectRef,
+    live: ObjectRef,
+    windows: Sequence[PartitionWindow | None],
+    root: Path | None,
+) -> Coverage:
     """:func:`probe` then :func:`assess`: the coverage of ``windows`` of ``target`` now."""
     return assess(loaded, target, windows, probe(client, loaded, target, live, windows, root), root)
 
@@ -439,8 +452,9 @@ def _span(stats: Stats) -> str:
     return f"{stats.rows:,} rows from {_when(stats.oldest)} to {_when(stats.newest)}"
 
 
-def _retention(loaded: LoadedProject, source: ObjectRef, column: str | None, window: PartitionWindow | None,
-               now: datetime) -> Verdict | None:  # fmt: skip
+def _retention(
+    loaded: LoadedProject, source: ObjectRef, column: str | None, window: PartitionWindow | None, now: datetime
+) -> Verdict | None:
     """What the source's TTL says about the window; None when no rule removes rows of it."""
     table = loaded.project.table(source)
     for rule in table.row_retention if table is not None else ():
@@ -449,11 +463,15 @@ def _retention(loaded: LoadedProject, source: ObjectRef, column: str | None, win
             before = f"before {_when(horizon)}" if horizon else "whose time has come"
             return Verdict(Holding.PARTLY, f"{source.fqn}: its TTL {rule.expression} deletes rows {before}")
         if horizon is None:
-            return Verdict(Holding.UNKNOWN, f"{source.fqn} has TTL {rule.expression}, which chmv cannot read as a "
-                                            "time horizon")  # fmt: skip
+            return Verdict(
+                Holding.UNKNOWN, f"{source.fqn} has TTL {rule.expression}, which chmv cannot read as a time horizon"
+            )
         if column is None or rule.column != column:
-            return Verdict(Holding.UNKNOWN, f"{source.fqn} has TTL {rule.expression} on `{rule.column}`, not on "
-                                            f"the column its rows are placed in windows by ({column or 'none'})")  # fmt: skip
+            return Verdict(
+                Holding.UNKNOWN,
+                f"{source.fqn} has TTL {rule.expression} on `{rule.column}`, not on "
+                f"the column its rows are placed in windows by ({column or 'none'})",
+            )
         if horizon <= window.start:
             continue
         what = f"rows matching {rule.condition} " if rule.condition else "rows "
@@ -466,9 +484,16 @@ def _retention(loaded: LoadedProject, source: ObjectRef, column: str | None, win
     return None
 
 
-def _table_verdict(loaded: LoadedProject, source: ObjectRef, window: PartitionWindow | None,
-                   mapping: TimeMapping | None, table: Stats | None, rows: Stats | None, target: Stats | None,
-                   now: datetime) -> Verdict:  # fmt: skip
+def _table_verdict(
+    loaded: LoadedProject,
+    source: ObjectRef,
+    window: PartitionWindow | None,
+    mapping: TimeMapping | None,
+    table: Stats | None,
+    rows: Stats | None,
+    target: Stats | None,
+    now: datetime,
+) -> Verdict:
     name = source.fqn
     if table is None:
         return Verdict(Holding.UNKNOWN, f"{name} was not observed")
@@ -478,8 +503,9 @@ def _table_verdict(loaded: LoadedProject, source: ObjectRef, window: PartitionWi
             return Verdict(Holding.NONE, f"{name} is empty while the target partition holds {target_rows:,} rows")
         return Verdict(Holding.UNKNOWN, f"{name} is empty: nothing tells whether the window ever had rows")
     held = f"{name} holds {_span(table)}" if table.oldest else f"{name} holds {table.rows:,} rows"
-    retention = _retention(loaded, source, mapping.column if mapping else _time_column(loaded, source, None),
-                           window, now)  # fmt: skip
+    retention = _retention(
+        loaded, source, mapping.column if mapping else _time_column(loaded, source, None), window, now
+    )
     if retention is not None and retention.holding != Holding.UNKNOWN:
         extra = f" ({rows.rows:,} rows of the window await deletion)" if rows is not None and rows.rows else ""
         return Verdict(retention.holding, f"{retention.reason}{extra}; {held}")
@@ -491,11 +517,17 @@ def _table_verdict(loaded: LoadedProject, source: ObjectRef, window: PartitionWi
         why = retention.reason if retention else unobservable
         return Verdict(Holding.UNKNOWN, f"{why}; {held}")
     if mapping is None or rows is None:
-        return Verdict(Holding.UNKNOWN, f"the rows of {name} cannot be placed in partition windows (the target's "
-                                        f"partition column is not a truncation of a column of {name}); {held}")  # fmt: skip
+        return Verdict(
+            Holding.UNKNOWN,
+            f"the rows of {name} cannot be placed in partition windows (the target's "
+            f"partition column is not a truncation of a column of {name}); {held}",
+        )
     if rows.rows == 0 and target_rows:
-        return Verdict(Holding.NONE, f"{name} holds no rows of the window while the target partition holds "
-                                     f"{target_rows:,} (dropped or deleted from the source); {held}")  # fmt: skip
+        return Verdict(
+            Holding.NONE,
+            f"{name} holds no rows of the window while the target partition holds "
+            f"{target_rows:,} (dropped or deleted from the source); {held}",
+        )
     if retention is not None:
         return Verdict(Holding.UNKNOWN, f"{retention.reason}; {held}")
     if rows.rows == 0:
@@ -506,8 +538,11 @@ def _table_verdict(loaded: LoadedProject, source: ObjectRef, window: PartitionWi
     if target is not None and target.rows and target.oldest is not None and rows.oldest > window.start:
         first = floor(rows.oldest, mapping.grain) if mapping.grain is not None else rows.oldest
         if target.oldest < first:
-            return Verdict(Holding.PARTLY, f"{name} holds the window from {_when(rows.oldest)} only, the target "
-                                           f"partition has rows from {_when(target.oldest)}; {held}")  # fmt: skip
+            return Verdict(
+                Holding.PARTLY,
+                f"{name} holds the window from {_when(rows.oldest)} only, the target "
+                f"partition has rows from {_when(target.oldest)}; {held}",
+            )
     return Verdict(Holding.ENTIRELY, f"{name} holds {_span(rows)} of the window")
 
 
@@ -527,13 +562,21 @@ class _Lake:
             self._files[source] = landing.list_files(self.root, source)
         return self._files[source]
 
-    def verdict(self, source: ObjectRef, window: PartitionWindow | None, mapping: TimeMapping | None,
-                rows: Stats | None, target: Stats | None, table: Stats | None) -> Verdict:  # fmt: skip
+    def verdict(
+        self,
+        source: ObjectRef,
+        window: PartitionWindow | None,
+        mapping: TimeMapping | None,
+        rows: Stats | None,
+        target: Stats | None,
+        table: Stats | None,
+    ) -> Verdict:
         if self.root is None:
             return Verdict(Holding.UNKNOWN, "no landing zone is configured")
         if source not in self.ingestible:
-            return Verdict(Holding.UNKNOWN, f"the landing zone is not used for {source.fqn} "
-                                            "(no [ingestion.time_columns] entry)")  # fmt: skip
+            return Verdict(
+                Holding.UNKNOWN, f"the landing zone is not used for {source.fqn} (no [ingestion.time_columns] entry)"
+            )
         files = self.files(source)
         where = self.root / source.fqn
         if not files:
@@ -541,8 +584,10 @@ class _Lake:
         first = min(f.first_arrival for f in files)
         if window is None:
             if table is not None and table.oldest is not None and table.oldest < first:
-                return Verdict(Holding.PARTLY, f"the landing zone starts at {_when(first)}, {source.fqn} holds rows "
-                                               f"from {_when(table.oldest)}")  # fmt: skip
+                return Verdict(
+                    Holding.PARTLY,
+                    f"the landing zone starts at {_when(first)}, {source.fqn} holds rows from {_when(table.oldest)}",
+                )
             return Verdict(Holding.ENTIRELY, f"{len(files)} landing files from {_when(first)}")
         lo, hi = mapping.source_range(window) if mapping else (window.start, window.end)
         inside = _arrived(files, lo, hi + self.lateness)
@@ -550,21 +595,32 @@ class _Lake:
             return Verdict(Holding.NONE, f"no landing file of {source.fqn} arrived in [{_when(lo)}, {_when(hi)})")
         if first > lo:
             if rows is not None and rows.rows and rows.oldest is not None and rows.oldest < first:
-                return Verdict(Holding.PARTLY, f"the landing zone starts at {_when(first)}, {source.fqn} holds rows "
-                                               f"of the window from {_when(rows.oldest)}")  # fmt: skip
+                return Verdict(
+                    Holding.PARTLY,
+                    f"the landing zone starts at {_when(first)}, {source.fqn} holds rows "
+                    f"of the window from {_when(rows.oldest)}",
+                )
             grain = mapping.grain if mapping else None
             start = floor(first, grain) if grain is not None else first
             if target is not None and target.rows and target.oldest is not None and target.oldest < start:
-                return Verdict(Holding.PARTLY, f"the landing zone starts at {_when(first)}, the target partition "
-                                               f"has rows from {_when(target.oldest)}")  # fmt: skip
+                return Verdict(
+                    Holding.PARTLY,
+                    f"the landing zone starts at {_when(first)}, the target partition "
+                    f"has rows from {_when(target.oldest)}",
+                )
         mark = self.watermarks.get(source)
         cutoff = mark - self.tolerance if mark is not None else None
         if cutoff is not None and hi > cutoff and (table is None or table.oldest is None or table.oldest > cutoff):
             held = f"holds nothing before {_when(table.oldest)}" if table and table.oldest else "is empty"
-            return Verdict(Holding.PARTLY, f"the window's rows after the cutoff {_when(cutoff)} (ingestion watermark "
-                                           f"- late tolerance) are read from {source.fqn}, which {held}")  # fmt: skip
-        return Verdict(Holding.ENTIRELY, f"{len(inside)} landing files arrived in the window's range (the landing "
-                                         f"zone starts at {_when(first)})")  # fmt: skip
+            return Verdict(
+                Holding.PARTLY,
+                f"the window's rows after the cutoff {_when(cutoff)} (ingestion watermark "
+                f"- late tolerance) are read from {source.fqn}, which {held}",
+            )
+        return Verdict(
+            Holding.ENTIRELY,
+            f"{len(inside)} landing files arrived in the window's range (the landing zone starts at {_when(first)})",
+        )
 
 
 def _arrived(files: Iterable[landing.LandingFile], lo: datetime, hi: datetime) -> list[landing.LandingFile]:

@@ -128,8 +128,15 @@ GENERATORS: dict[str, Callable] = {
 }
 
 
-def generate(source: str, rows: int, *, start: date = DEFAULT_START, days: int = DEFAULT_DAYS,
-             seed: int = DEFAULT_SEED, duplicates: float = 0.01) -> pa.Table:  # fmt: skip
+def generate(
+    source: str,
+    rows: int,
+    *,
+    start: date = DEFAULT_START,
+    days: int = DEFAULT_DAYS,
+    seed: int = DEFAULT_SEED,
+    duplicates: float = 0.01,
+) -> pa.Table:
     """Rows of one source table, sorted by event time, with ``duplicates`` of them repeated exactly.
 
     Args:
@@ -187,8 +194,9 @@ def _as_server_wall_clock(table: pa.Table, zone: str) -> pa.Table:
     return table
 
 
-def write_landing_zone(root: str | Path, tables: dict[str, pa.Table], *, late_share: float = 0.02,
-                       seed: int = DEFAULT_SEED) -> list[Path]:  # fmt: skip
+def write_landing_zone(
+    root: str | Path, tables: dict[str, pa.Table], *, late_share: float = 0.02, seed: int = DEFAULT_SEED
+) -> list[Path]:
     """Write rows as a lake would hold them: ``<root>/<source>/date=YYYY-MM-DD/hour=HH.parquet`` by arrival.
 
     About ``late_share`` of rows arrive up to 40 minutes after their event time, landing in a later file.

@@ -104,8 +104,9 @@ def read_live(
     ).result_rows:
         ref = ObjectRef(database=d, name=n)
         target = ObjectRef(database=target_db, name=target_name) if target_name else None
-        live[ref] = LiveObject(ref, engine, query or "", formatted or "", tuple(found.get(ref, ())), target,
-                               comment or "")  # fmt: skip
+        live[ref] = LiveObject(
+            ref, engine, query or "", formatted or "", tuple(found.get(ref, ())), target, comment or ""
+        )
     return live
 
 
@@ -114,9 +115,11 @@ def format_queries(client: Client, queries: Sequence[str], *, single_line: bool 
     if not queries:
         return []
     function = "formatQuerySingleLineOrNull" if single_line else "formatQueryOrNull"
-    return list(client.query(
-        f"SELECT arrayMap(q -> {function}(q), {{queries:Array(String)}})", parameters={"queries": list(queries)}
-    ).result_rows[0][0])  # fmt: skip
+    return list(
+        client.query(
+            f"SELECT arrayMap(q -> {function}(q), {{queries:Array(String)}})", parameters={"queries": list(queries)}
+        ).result_rows[0][0]
+    )
 
 
 def drift_report(client: Client, project: Project, targets: Iterable[ObjectRef]) -> dict[ObjectRef, list[DriftItem]]:
@@ -195,8 +198,9 @@ def select_changed(repo_select: str | None, live_select: str) -> bool:
 
 def select_diff(repo_select: str, live_select: str) -> str:
     """A unified diff of two formatted SELECTs, live → repo."""
-    return "\n".join(difflib.unified_diff(live_select.splitlines(), repo_select.splitlines(), "live", "repo",
-                                          lineterm=""))  # fmt: skip
+    return "\n".join(
+        difflib.unified_diff(live_select.splitlines(), repo_select.splitlines(), "live", "repo", lineterm="")
+    )
 
 
 def involved_objects_of(project: Project, target: ObjectRef) -> list[ObjectRef]:
@@ -208,7 +212,9 @@ def involved_objects_of(project: Project, target: ObjectRef) -> list[ObjectRef]:
     return list(dict.fromkeys(objects))
 
 
-def _object_drift(project: Project, obj: ObjectRef, live: LiveObject | None, repo_select: str | None) -> list[DriftItem]:
+def _object_drift(
+    project: Project, obj: ObjectRef, live: LiveObject | None, repo_select: str | None
+) -> list[DriftItem]:
     if live is None:
         kind = "view" if obj in project.views else "dictionary" if obj in project.dictionaries else "table"
         return [DriftItem(obj.fqn, "missing_object", repo=f"{kind} defined in the DDL", live="does not exist")]
@@ -216,8 +222,15 @@ def _object_drift(project: Project, obj: ObjectRef, live: LiveObject | None, rep
     view = project.views.get(obj)
     if view is not None and live.engine == "MaterializedView":
         if repo_select is not None and select_changed(repo_select, live.select):
-            items.append(DriftItem(obj.fqn, "select_changed", repo=_one_line(repo_select),
-                                   live=_one_line(live.select), diff=select_diff(repo_select, live.select)))  # fmt: skip
+            items.append(
+                DriftItem(
+                    obj.fqn,
+                    "select_changed",
+                    repo=_one_line(repo_select),
+                    live=_one_line(live.select),
+                    diff=select_diff(repo_select, live.select),
+                )
+            )
         live_target = live.target
         if live_target is None:
             live_view = _live_view(live.create_query, obj)

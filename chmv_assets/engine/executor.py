@@ -63,8 +63,15 @@ from chmv_assets.sql.rebuild_sql import drop_shadow_sql, run_of_shadow, shadows_
 class Stager(Protocol):
     """A provider of staged landing rows (``spark.staging.SparkStager``): reads files, filters, dedups, writes Parquet."""
 
-    def __call__(self, files: Sequence[str], columns: Sequence[str], time_column: str, keys: Sequence[str],
-                 out_dir: Path, **bounds: Any) -> None: ...  # fmt: skip
+    def __call__(
+        self,
+        files: Sequence[str],
+        columns: Sequence[str],
+        time_column: str,
+        keys: Sequence[str],
+        out_dir: Path,
+        **bounds: Any,
+    ) -> None: ...
 
 
 @dataclass
@@ -97,11 +104,19 @@ class _Staged:
     rows_read: int
 
 
-def rebuild_partitions(clickhouse: ClientFactory, loaded: LoadedProject, target: ObjectRef,
-                       windows: Sequence[PartitionWindow | None], *, engine: EngineOption = "auto",
-                       root: Path | None = None, stager: Stager | None = None,
-                       log: Callable[[str], None] | None = None, force: bool = False,
-                       owner: str = "chmv") -> tuple[RebuildPlan, list[StepResult]]:  # fmt: skip
+def rebuild_partitions(
+    clickhouse: ClientFactory,
+    loaded: LoadedProject,
+    target: ObjectRef,
+    windows: Sequence[PartitionWindow | None],
+    *,
+    engine: EngineOption = "auto",
+    root: Path | None = None,
+    stager: Stager | None = None,
+    log: Callable[[str], None] | None = None,
+    force: bool = False,
+    owner: str = "chmv",
+) -> tuple[RebuildPlan, list[StepResult]]:
     """Plan and run the rebuild of ``windows`` of ``target``, exact while ingestion keeps loading its sources.
 
     Args:
@@ -124,9 +139,16 @@ def rebuild_partitions(clickhouse: ClientFactory, loaded: LoadedProject, target:
     return plan, execute(plan, loaded, clickhouse, stager=stager, log=log, owner=owner)
 
 
-def plan_for(clickhouse: ClientFactory, loaded: LoadedProject, target: ObjectRef,
-             windows: Sequence[PartitionWindow | None], *, engine: EngineOption = "auto",
-             root: Path | None = None, force: bool = False) -> RebuildPlan:  # fmt: skip
+def plan_for(
+    clickhouse: ClientFactory,
+    loaded: LoadedProject,
+    target: ObjectRef,
+    windows: Sequence[PartitionWindow | None],
+    *,
+    engine: EngineOption = "auto",
+    root: Path | None = None,
+    force: bool = False,
+) -> RebuildPlan:
     """Observe the server (under the trigger gates, coverage included) and plan; nothing is changed.
 
     A plan may refuse partitions (``plan.refused``); :func:`execute` then raises before changing anything.
@@ -137,10 +159,18 @@ def plan_for(clickhouse: ClientFactory, loaded: LoadedProject, target: ObjectRef
     return plan_rebuild(loaded, target, windows, observations, engine=engine, root=root, force=force)
 
 
-def execute(plan: RebuildPlan, loaded: LoadedProject, clickhouse: ClientFactory | None = None, *,
-            client: Client | None = None, stager: Stager | None = None,
-            cutoffs: dict[ObjectRef, datetime | None] | None = None,
-            log: Callable[[str], None] | None = None, one_read: bool = False, owner: str = "chmv") -> list[StepResult]:  # fmt: skip
+def execute(
+    plan: RebuildPlan,
+    loaded: LoadedProject,
+    clickhouse: ClientFactory | None = None,
+    *,
+    client: Client | None = None,
+    stager: Stager | None = None,
+    cutoffs: dict[ObjectRef, datetime | None] | None = None,
+    log: Callable[[str], None] | None = None,
+    one_read: bool = False,
+    owner: str = "chmv",
+) -> list[StepResult]:
     """Run every step of ``plan``; results in the plan's partition order.
 
     The partitions run under a lease each on the server (:mod:`chmv_assets.engine.leases`: one run per partition,
@@ -180,21 +210,31 @@ def execute(plan: RebuildPlan, loaded: LoadedProject, clickhouse: ClientFactory 
     assert connect is not None
     if plan.deferred:
         with connect.get_client() as c:
-            deferrals.record(c, [Deferral(plan.target, s.key or "all", s.closes_at or datetime.max, s.reason)
-                                 for s in plan.deferred])  # fmt: skip
+            deferrals.record(
+                c, [Deferral(plan.target, s.key or "all", s.closes_at or datetime.max, s.reason) for s in plan.deferred]
+            )
         say(plan.deferral())
     runnable = [s for s in plan.steps if s.engine != Engine.DEFERRED]
     if not runnable:
-        raise RebuildDeferred(plan.deferral() + "\nNothing was rebuilt now; recovery requests each partition once it "
-                              "closes (or rebuild it now with force).")  # fmt: skip
+        raise RebuildDeferred(
+            plan.deferral() + "\nNothing was rebuilt now; recovery requests each partition once it "
+            "closes (or rebuild it now with force)."
+        )
     settings = loaded.config.rebuild
     rules = RaceRules.of(settings, loaded.config.pacing)
     results: list[StepResult] = []
     keys = [rebuild_lease(plan.live.fqn, s.key) for s in runnable]
-    with leases.holding(connect, keys, Holder(owner, plan.run), ttl=settings.lease_ttl_seconds,
-                        wait=settings.lease_wait_seconds, renewer=clickhouse, log=say,
-                        on_held=lambda c: _tidy(c, loaded, plan, say),
-                        on_release=lambda c: _settled(c, plan, results, say)):  # fmt: skip
+    with leases.holding(
+        connect,
+        keys,
+        Holder(owner, plan.run),
+        ttl=settings.lease_ttl_seconds,
+        wait=settings.lease_wait_seconds,
+        renewer=clickhouse,
+        log=say,
+        on_held=lambda c: _tidy(c, loaded, plan, say),
+        on_release=lambda c: _settled(c, plan, results, say),
+    ):
         results += _run_direct(plan, loaded, runnable, clickhouse, client, rules, say, one_read)
         spark_steps = [s for s in runnable if s.engine == Engine.SPARK]
         if spark_steps:
@@ -217,10 +257,13 @@ class _Open:
 def _tidy(client: Client, loaded: LoadedProject, plan: RebuildPlan, say: Callable[[str], None]) -> None:
     """What interrupted runs left behind, once this run holds its leases: their shadows of this table (and the
     statements still filling them, on a server) are dropped, and stream consumers they paused are resumed."""
-    shadows = [str(r[0]) for r in client.query(
-        "SELECT name FROM system.tables WHERE database = {db:String} AND match(name, {pattern:String})",
-        parameters={"db": plan.live.database, "pattern": shadows_pattern(plan.live)},
-    ).result_rows]  # fmt: skip
+    shadows = [
+        str(r[0])
+        for r in client.query(
+            "SELECT name FROM system.tables WHERE database = {db:String} AND match(name, {pattern:String})",
+            parameters={"db": plan.live.database, "pattern": shadows_pattern(plan.live)},
+        ).result_rows
+    ]
     consumers_ = tuple(dict.fromkeys(c for w in plan.writers for c in w.consumers))
     runs = leases.live_runs(client, "rebuild:") | {plan.run} if shadows or consumers_ else {plan.run}
     stale = [ObjectRef(database=plan.live.database, name=s) for s in shadows if run_of_shadow(s) not in runs]
@@ -239,9 +282,16 @@ def _settled(client: Client, plan: RebuildPlan, results: Sequence[StepResult], s
         say(f"{plan.target.fqn}: deferred partitions now rebuilt: {', '.join(done)}")
 
 
-def _run_direct(plan: RebuildPlan, loaded: LoadedProject, steps: Sequence[PartitionStep],
-                clickhouse: ClientFactory | None, client: Client | None, rules: RaceRules,
-                say: Callable[[str], None], one_read: bool) -> list[StepResult]:  # fmt: skip
+def _run_direct(
+    plan: RebuildPlan,
+    loaded: LoadedProject,
+    steps: Sequence[PartitionStep],
+    clickhouse: ClientFactory | None,
+    client: Client | None,
+    rules: RaceRules,
+    say: Callable[[str], None],
+    one_read: bool,
+) -> list[StepResult]:
     """The steps that read the source table (or refresh), under the gates, stream consumers paused where open."""
     direct = [s for s in steps if s.engine != Engine.SPARK]
     if not direct:
@@ -251,13 +301,29 @@ def _run_direct(plan: RebuildPlan, loaded: LoadedProject, steps: Sequence[Partit
             rebuilt = run_steps(c, loaded.project, plan, direct, log=say, rules=rules)
         else:
             rebuilt = [run_step(c, loaded.project, plan, step, log=say, rules=rules) for step in direct]
-    return [StepResult(plan.target.fqn, r.partition, str(step.engine), r.method, 0, r.rows_written, None, "",
-                       r.seconds, 0, r.statements, r.attempts) for step, r in zip(direct, rebuilt, strict=True)]  # fmt: skip
+    return [
+        StepResult(
+            plan.target.fqn,
+            r.partition,
+            str(step.engine),
+            r.method,
+            0,
+            r.rows_written,
+            None,
+            "",
+            r.seconds,
+            0,
+            r.statements,
+            r.attempts,
+        )
+        for step, r in zip(direct, rebuilt, strict=True)
+    ]
 
 
 @contextmanager
-def _paused(client: Client, loaded: LoadedProject, plan: RebuildPlan, steps: Sequence[PartitionStep],
-            say: Callable[[str], None]) -> Iterator[None]:  # fmt: skip
+def _paused(
+    client: Client, loaded: LoadedProject, plan: RebuildPlan, steps: Sequence[PartitionStep], say: Callable[[str], None]
+) -> Iterator[None]:
     """The stream consumers writing an open partition of ``steps`` paused for the block."""
     paused = tuple(dict.fromkeys(c for s in steps for c in s.pause))
     if not paused:
@@ -267,14 +333,23 @@ def _paused(client: Client, loaded: LoadedProject, plan: RebuildPlan, steps: Seq
         yield
 
 
-def _run_spark(plan: RebuildPlan, loaded: LoadedProject, steps: Sequence[PartitionStep],
-               cutoffs: dict[ObjectRef, datetime | None] | None, stager: Stager | None,
-               clickhouse: ClientFactory | None, client: Client | None, rules: RaceRules,
-               say: Callable[[str], None]) -> list[StepResult]:  # fmt: skip
+def _run_spark(
+    plan: RebuildPlan,
+    loaded: LoadedProject,
+    steps: Sequence[PartitionStep],
+    cutoffs: dict[ObjectRef, datetime | None] | None,
+    stager: Stager | None,
+    clickhouse: ClientFactory | None,
+    client: Client | None,
+    rules: RaceRules,
+    say: Callable[[str], None],
+) -> list[StepResult]:
     """The steps that read the landing zone: cutoffs under the gates, Spark staging without them, then the swaps."""
     if stager is None:
-        raise ChmvError(f"{plan.target.fqn}: {len(steps)} partition(s) need Spark (the landing zone), "
-                        "but no Spark session is configured; give the run the pyspark resource")  # fmt: skip
+        raise ChmvError(
+            f"{plan.target.fqn}: {len(steps)} partition(s) need Spark (the landing zone), "
+            "but no Spark session is configured; give the run the pyspark resource"
+        )
     assert plan.landing_root is not None
     say(f"{plan.target.fqn}: {len(steps)} partition(s) from the landing zone (spark engine)")
     if cutoffs is None:
@@ -294,8 +369,9 @@ def _session(plan: RebuildPlan, clickhouse: ClientFactory | None, client: Client
         yield opened
 
 
-def _read_cutoffs(client: Client, loaded: LoadedProject, plan: RebuildPlan,
-                  steps: Sequence[PartitionStep]) -> dict[ObjectRef, datetime | None]:  # fmt: skip
+def _read_cutoffs(
+    client: Client, loaded: LoadedProject, plan: RebuildPlan, steps: Sequence[PartitionStep]
+) -> dict[ObjectRef, datetime | None]:
     """Per trigger, ``watermark - tolerance`` (a first watermark is established if there is none)."""
     tolerance = loaded.config.ingestion.late_tolerance_minutes
     windows = [s.window for s in steps]
@@ -312,9 +388,17 @@ def _read_cutoffs(client: Client, loaded: LoadedProject, plan: RebuildPlan,
     return cutoffs
 
 
-def _run_spark_steps(plan: RebuildPlan, loaded: LoadedProject, steps: Sequence[PartitionStep],
-                     cutoffs: dict[ObjectRef, datetime | None], stager: Stager, clickhouse: ClientFactory | None,
-                     client: Client | None, rules: RaceRules, say: Callable[[str], None]) -> list[StepResult]:  # fmt: skip
+def _run_spark_steps(
+    plan: RebuildPlan,
+    loaded: LoadedProject,
+    steps: Sequence[PartitionStep],
+    cutoffs: dict[ObjectRef, datetime | None],
+    stager: Stager,
+    clickhouse: ClientFactory | None,
+    client: Client | None,
+    rules: RaceRules,
+    say: Callable[[str], None],
+) -> list[StepResult]:
     """Stage each trigger's lake rows (Spark, no gate held), then swap each partition under the gates."""
     target = plan.target
     windows = [s.window for s in steps]
@@ -323,8 +407,17 @@ def _run_spark_steps(plan: RebuildPlan, loaded: LoadedProject, steps: Sequence[P
     batch_id = hashlib.sha1(f"{target.fqn}|{keys}|{marks}".encode()).hexdigest()[:16]
     staged = {}
     for relation in steps[0].relations:
-        staged[relation.source] = _stage_source(loaded, plan, relation.source, relation.staged_per_window, windows,
-                                                cutoffs.get(relation.source), batch_id, stager, say)  # fmt: skip
+        staged[relation.source] = _stage_source(
+            loaded,
+            plan,
+            relation.source,
+            relation.staged_per_window,
+            windows,
+            cutoffs.get(relation.source),
+            batch_id,
+            stager,
+            say,
+        )
     crash_point("backfill:staged")
     results: list[StepResult] = []
     cutoff = min((v for v in cutoffs.values() if v is not None), default=None)
@@ -335,22 +428,53 @@ def _run_spark_steps(plan: RebuildPlan, loaded: LoadedProject, steps: Sequence[P
             r = run_step(c, loaded.project, plan, step, trigger_relation=relations.get, log=say, rules=rules)
             rows_staged = sum(staging.staged_rows(_window_folder(st, step.window)) for st in staged.values())
             mark_id, mark_key = f"backfill:{target.fqn}", step.key or "all"
-            write_watermark(c, mark_id, mark_key, last_processed_ts=cutoff, batch_id=batch_id, status=COMMITTED,
-                            rows=r.rows_written, previous=read_watermark(c, mark_id, mark_key))  # fmt: skip
-            say(f"{target.fqn} {step.key or '(whole table)'}: {r.method}, {rows_staged} landing rows staged, "
-                f"{r.rows_written} rows written, cutoff {cutoff}")  # fmt: skip
-            results.append(StepResult(target.fqn, step.key, str(step.engine), r.method, rows_staged, r.rows_written,
-                                      cutoff, batch_id, time.monotonic() - started,
-                                      sum(s.rows_read for s in staged.values()), r.statements, r.attempts))  # fmt: skip
+            write_watermark(
+                c,
+                mark_id,
+                mark_key,
+                last_processed_ts=cutoff,
+                batch_id=batch_id,
+                status=COMMITTED,
+                rows=r.rows_written,
+                previous=read_watermark(c, mark_id, mark_key),
+            )
+            say(
+                f"{target.fqn} {step.key or '(whole table)'}: {r.method}, {rows_staged} landing rows staged, "
+                f"{r.rows_written} rows written, cutoff {cutoff}"
+            )
+            results.append(
+                StepResult(
+                    target.fqn,
+                    step.key,
+                    str(step.engine),
+                    r.method,
+                    rows_staged,
+                    r.rows_written,
+                    cutoff,
+                    batch_id,
+                    time.monotonic() - started,
+                    sum(s.rows_read for s in staged.values()),
+                    r.statements,
+                    r.attempts,
+                )
+            )
             crash_point("backfill:swapped")
     for st in staged.values():
         staging.remove(st.folder)
     return results
 
 
-def _stage_source(loaded: LoadedProject, plan: RebuildPlan, source: ObjectRef, per_window: bool,
-                  windows: Sequence[PartitionWindow | None], cutoff: datetime | None, batch_id: str, stager: Stager,
-                  say: Callable[[str], None]) -> _Staged:  # fmt: skip
+def _stage_source(
+    loaded: LoadedProject,
+    plan: RebuildPlan,
+    source: ObjectRef,
+    per_window: bool,
+    windows: Sequence[PartitionWindow | None],
+    cutoff: datetime | None,
+    batch_id: str,
+    stager: Stager,
+    say: Callable[[str], None],
+) -> _Staged:
     table = loaded.project.table(source)
     if table is None:
         raise LandingZoneError(f"{source.fqn} is not defined in the DDL directory")
@@ -360,16 +484,28 @@ def _stage_source(loaded: LoadedProject, plan: RebuildPlan, source: ObjectRef, p
     since = min(w.start for w in windows if w is not None) if per_window else None
     before = max(w.end for w in windows if w is not None) if per_window else None
     upper = min(t for t in (before, cutoff) if t is not None) if (before or cutoff) else None
-    files = landing.list_files(plan.landing_root, source, arrived_after=since,
-                               arrived_before=upper + lateness if upper is not None else None)  # fmt: skip
+    files = landing.list_files(
+        plan.landing_root, source, arrived_after=since, arrived_before=upper + lateness if upper is not None else None
+    )
     columns, rows_read = landing.check_files(files, table)
     keys = landing.dedup_keys(loaded, source, columns)
     folder = staging.staging_dir("backfill", [plan.target, source], batch_id)
-    say(f"{plan.target.fqn}: Spark stages {source.fqn} from {len(files)} landing files ({rows_read} rows), "
-        f"event time in [{since}, {before}) and <= cutoff {cutoff}")  # fmt: skip
+    say(
+        f"{plan.target.fqn}: Spark stages {source.fqn} from {len(files)} landing files ({rows_read} rows), "
+        f"event time in [{since}, {before}) and <= cutoff {cutoff}"
+    )
     if files:
-        stager([f.path for f in files], columns, tcol, keys, folder, at_or_before=cutoff, since=since, before=before,
-               partition_grain=plan.scheme.grain if per_window else None)  # fmt: skip
+        stager(
+            [f.path for f in files],
+            columns,
+            tcol,
+            keys,
+            folder,
+            at_or_before=cutoff,
+            since=since,
+            before=before,
+            partition_grain=plan.scheme.grain if per_window else None,
+        )
     return _Staged(source, folder, columns, cutoff, per_window, rows_read)
 
 
@@ -393,9 +529,18 @@ def _relation(loaded: LoadedProject, source: ObjectRef, st: _Staged, window: Par
     return staged_relation(source, lake, st.columns, landing.time_column(loaded, source), st.cutoff)
 
 
-def repair_interrupted_load(client: Client, loaded: LoadedProject, source: ObjectRef, *, since: datetime | None,
-                            until: datetime | None, cutoff: datetime | None, root: Path, stager: Stager,
-                            log: Callable[[str], None] | None = None) -> list[str]:  # fmt: skip
+def repair_interrupted_load(
+    client: Client,
+    loaded: LoadedProject,
+    source: ObjectRef,
+    *,
+    since: datetime | None,
+    until: datetime | None,
+    cutoff: datetime | None,
+    root: Path,
+    stager: Stager,
+    log: Callable[[str], None] | None = None,
+) -> list[str]:
     """Rebuild what a load that died during its insert may have left inconsistent; the caller holds the gate.
 
     The source now holds every row of the batch, but a block inserted just before the kill may be in
@@ -412,10 +557,15 @@ def repair_interrupted_load(client: Client, loaded: LoadedProject, source: Objec
     direct = list(dict.fromkeys(v.writes_to for v in project.views_from(source) if v.trigger == source))
     for target in direct:
         windows = windows_covering(loaded, target, since, until)
-        plan = plan_rebuild(loaded, target, windows, Observations(live=live_table(client, project, target)),
-                            engine="spark", root=root)  # fmt: skip
-        cutoffs = {t: cutoff if t == source else cutoff_of(current_watermark(
-            client, t, landing.time_column(loaded, t)), tolerance) for t in plan.gates}  # fmt: skip
+        plan = plan_rebuild(
+            loaded, target, windows, Observations(live=live_table(client, project, target)), engine="spark", root=root
+        )
+        cutoffs = {
+            t: cutoff
+            if t == source
+            else cutoff_of(current_watermark(client, t, landing.time_column(loaded, t)), tolerance)
+            for t in plan.gates
+        }
         execute(plan, loaded, client=client, stager=stager, cutoffs=cutoffs, log=say)
         done += [f"{target.fqn}/{s.key or 'all'}" for s in plan.steps]
     chained = {d for t in direct for d in downstream_targets(loaded, t)} - set(direct)

@@ -90,22 +90,19 @@ def _one_gate(source: ObjectRef, timeout: float) -> Iterator[None]:
 
 def source_max_time(client: Client, source: ObjectRef, time_column: str) -> datetime | None:
     """Newest event time in the source table, None when it is empty."""
-    rows = client.query(
-        f"SELECT count(), max({quote(time_column)}) FROM {qualified(source)}"
-    ).result_rows
+    rows = client.query(f"SELECT count(), max({quote(time_column)}) FROM {qualified(source)}").result_rows
     return rows[0][1] if rows and rows[0][0] else None
 
 
 def source_min_time(client: Client, source: ObjectRef, time_column: str) -> datetime | None:
     """Oldest event time in the source table (the server's wall clock, as windows are), None when it is empty."""
-    rows = client.query(
-        f"SELECT count(), min({quote(time_column)}) FROM {qualified(source)}"
-    ).result_rows
+    rows = client.query(f"SELECT count(), min({quote(time_column)}) FROM {qualified(source)}").result_rows
     return wall(rows[0][1], server_zone(client)) if rows and rows[0][0] else None
 
 
-def current_watermark(client: Client, source: ObjectRef, time_column: str, *,
-                      establish_at: datetime | None = None) -> Watermark | None:  # fmt: skip
+def current_watermark(
+    client: Client, source: ObjectRef, time_column: str, *, establish_at: datetime | None = None
+) -> Watermark | None:
     """The ingestion watermark of ``source``; call it under the source's gate.
 
     With no watermark yet, ingestion starts where the source table is (its newest event time):
@@ -120,8 +117,15 @@ def current_watermark(client: Client, source: ObjectRef, time_column: str, *,
     start = source_max_time(client, source, time_column) or establish_at
     if start is None:
         return mark
-    return write_watermark(client, sid, source.fqn, last_processed_ts=start, batch_id="initial",
-                           status=mark.status if mark else COMMITTED, previous=mark)  # fmt: skip
+    return write_watermark(
+        client,
+        sid,
+        source.fqn,
+        last_processed_ts=start,
+        batch_id="initial",
+        status=mark.status if mark else COMMITTED,
+        previous=mark,
+    )
 
 
 def cutoff_of(mark: Watermark | None, tolerance_minutes: int) -> datetime | None:

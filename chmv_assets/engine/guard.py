@@ -21,8 +21,15 @@ from chmv_assets.sql.quoting import qualified
 from chmv_assets.sql.rebuild_sql import partition_filter
 
 #: Engines whose rows collapse at merge time: a count of unmerged parts overstates what readers see.
-COLLAPSING = ("ReplacingMergeTree", "CollapsingMergeTree", "VersionedCollapsingMergeTree", "SummingMergeTree",
-              "AggregatingMergeTree", "CoalescingMergeTree", "GraphiteMergeTree")  # fmt: skip
+COLLAPSING = (
+    "ReplacingMergeTree",
+    "CollapsingMergeTree",
+    "VersionedCollapsingMergeTree",
+    "SummingMergeTree",
+    "AggregatingMergeTree",
+    "CoalescingMergeTree",
+    "GraphiteMergeTree",
+)
 
 
 def readers_rows(client: Client, ref: ObjectRef, table: Table, where: str | None = None) -> int:
@@ -32,8 +39,9 @@ def readers_rows(client: Client, ref: ObjectRef, table: Table, where: str | None
     return int(client.command(sql))
 
 
-def check_shrink(client: Client, table: Table, plan: RebuildPlan, step: PartitionStep, *,
-                 shadow: ObjectRef | None = None) -> tuple[int, int]:  # fmt: skip
+def check_shrink(
+    client: Client, table: Table, plan: RebuildPlan, step: PartitionStep, *, shadow: ObjectRef | None = None
+) -> tuple[int, int]:
     """``(rows in the shadow, rows in the live partition)``; raise if the swap would shrink an unprotected one.
 
     Args:
@@ -58,5 +66,5 @@ def check_shrink(client: Client, table: Table, plan: RebuildPlan, step: Partitio
             "Nothing was swapped; the live partition is unchanged. To proceed: restore the rows where the rebuild "
             "reads them (the source table, or the landing zone with engine=auto) and rebuild, or rebuild with force "
             "(run config force: true, chmv rebuild --force) to accept the loss."
-        )  # fmt: skip
+        )
     return new, old

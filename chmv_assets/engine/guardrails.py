@@ -40,11 +40,13 @@ def refused_views(views: Iterable[MaterializedView]) -> list[DDLProblem]:
     for view in views:
         loc = view.location
         if view.populate:
-            problems.append(DDLProblem(loc.file, loc.line, loc.column, f"{view.ref.fqn}: {POPULATE_REASON}",
-                                       POPULATE_FIX))  # fmt: skip
+            problems.append(
+                DDLProblem(loc.file, loc.line, loc.column, f"{view.ref.fqn}: {POPULATE_REASON}", POPULATE_FIX)
+            )
         if view.or_replace:
-            problems.append(DDLProblem(loc.file, loc.line, loc.column, f"{view.ref.fqn}: {REPLACE_REASON}",
-                                       REPLACE_FIX))  # fmt: skip
+            problems.append(
+                DDLProblem(loc.file, loc.line, loc.column, f"{view.ref.fqn}: {REPLACE_REASON}", REPLACE_FIX)
+            )
     return problems
 
 

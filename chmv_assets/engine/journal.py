@@ -40,8 +40,15 @@ class Entry:
 def record(client: Client, kind: str, target: ObjectRef, phase: str, plan_id: str) -> None:
     """Append the phase of ``kind`` for ``target`` (a newer version than any before)."""
     source_id = f"{PREFIX}{kind}"
-    write_watermark(client, source_id, target.fqn, last_processed_ts=None, batch_id=plan_id, status=phase,
-                    previous=read_watermark(client, source_id, target.fqn))  # fmt: skip
+    write_watermark(
+        client,
+        source_id,
+        target.fqn,
+        last_processed_ts=None,
+        batch_id=plan_id,
+        status=phase,
+        previous=read_watermark(client, source_id, target.fqn),
+    )
 
 
 def unfinished(client: Client) -> list[Entry]:

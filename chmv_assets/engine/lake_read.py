@@ -43,8 +43,9 @@ class LakeRelation:
         return f"{source.fqn}: {self.files} landing files (rows {split})"
 
 
-def lake_relation(client: Client, loaded: LoadedProject, source: ObjectRef, lo: datetime, hi: datetime,
-                  root: Path) -> LakeRelation | None:  # fmt: skip
+def lake_relation(
+    client: Client, loaded: LoadedProject, source: ObjectRef, lo: datetime, hi: datetime, root: Path
+) -> LakeRelation | None:
     """The lake's rows of ``source`` with event time in ``[lo, hi)``, as the rebuild would read them.
 
     Returns None when the landing zone has no file that can hold such rows.
@@ -71,6 +72,8 @@ def lake_relation(client: Client, loaded: LoadedProject, source: ObjectRef, lo: 
     if cutoff is not None:
         bounds.append(f"{quote(tcol)} <= toDateTime64('{cutoff:%Y-%m-%d %H:%M:%S.%f}', 6, 'UTC')")
     cols = ", ".join(quote(c) for c in columns)
-    lake = (f"(SELECT {cols} FROM {staging.file_relation(glob, table, columns)} WHERE {' AND '.join(bounds)} "
-            f"LIMIT 1 BY {', '.join(quote(k) for k in keys)})")  # fmt: skip
+    lake = (
+        f"(SELECT {cols} FROM {staging.file_relation(glob, table, columns)} WHERE {' AND '.join(bounds)} "
+        f"LIMIT 1 BY {', '.join(quote(k) for k in keys)})"
+    )
     return LakeRelation(staged_relation(source, lake, columns, tcol, cutoff), len(files), cutoff)

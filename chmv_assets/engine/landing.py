@@ -72,13 +72,20 @@ def time_column(loaded: LoadedProject, source: ObjectRef) -> str:
     """
     column = loaded.config.ingestion.time_columns.get(source.fqn)
     if column is None:
-        raise LandingZoneError(f"{source.fqn} has no event-time column: add it under [ingestion.time_columns] "
-                               "in chmv.toml")  # fmt: skip
+        raise LandingZoneError(
+            f"{source.fqn} has no event-time column: add it under [ingestion.time_columns] in chmv.toml"
+        )
     return column
 
 
-def list_files(root: Path, source: ObjectRef, *, arrived_after: datetime | None = None,
-               arrived_before: datetime | None = None, days: set[str] | None = None) -> list[LandingFile]:  # fmt: skip
+def list_files(
+    root: Path,
+    source: ObjectRef,
+    *,
+    arrived_after: datetime | None = None,
+    arrived_before: datetime | None = None,
+    days: set[str] | None = None,
+) -> list[LandingFile]:
     """Files of ``source`` whose arrival hour can hold rows arriving in ``[arrived_after, arrived_before)``.
 
     Args:
@@ -95,13 +102,17 @@ def list_files(root: Path, source: ObjectRef, *, arrived_after: datetime | None 
         try:
             day = datetime.strptime(match.group(1), "%Y-%m-%d")
         except ValueError as err:
-            raise LandingZoneError(f"{day_dir}: not a calendar date ({err}); rename the folder to the day its files "
-                                   "arrived (date=YYYY-MM-DD) or move it out of the landing zone") from err  # fmt: skip
+            raise LandingZoneError(
+                f"{day_dir}: not a calendar date ({err}); rename the folder to the day its files "
+                "arrived (date=YYYY-MM-DD) or move it out of the landing zone"
+            ) from err
         for path in sorted(day_dir.glob("*.parquet")):
             hour_match = _HOUR.match(path.name)
             if hour_match and int(hour_match.group(1)) > 23:
-                raise LandingZoneError(f"{path}: hour={hour_match.group(1)} is not an hour of the day (00-23); "
-                                       "rename the file to the hour it arrived")  # fmt: skip
+                raise LandingZoneError(
+                    f"{path}: hour={hour_match.group(1)} is not an hour of the day (00-23); "
+                    "rename the file to the hour it arrived"
+                )
             hour = day + timedelta(hours=int(hour_match.group(1))) if hour_match else None
             item = LandingFile(str(path), day, hour)
             if arrived_after is not None and item.last_arrival <= arrived_after:
@@ -120,8 +131,13 @@ def insertable_columns(table: Table) -> list[Column]:
 _COMPATIBLE = {
     "int": (pa.types.is_integer, pa.types.is_decimal),
     "float": (pa.types.is_floating, pa.types.is_integer, pa.types.is_decimal),
-    "string": (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary,
-               pa.types.is_dictionary),  # fmt: skip
+    "string": (
+        pa.types.is_string,
+        pa.types.is_large_string,
+        pa.types.is_binary,
+        pa.types.is_large_binary,
+        pa.types.is_dictionary,
+    ),
     "time": (pa.types.is_timestamp, pa.types.is_date),
 }
 
@@ -155,26 +171,34 @@ def check_files(files: list[LandingFile], table: Table) -> tuple[list[str], int]
             meta = pq.read_metadata(item.path)
             schema = meta.schema.to_arrow_schema()
         except (OSError, pa.ArrowException) as err:
-            raise LandingZoneError(f"{item.path}: not a readable Parquet file ({err}); move it out of the landing "
-                                   "zone or re-deliver it, then re-run the load") from err  # fmt: skip
+            raise LandingZoneError(
+                f"{item.path}: not a readable Parquet file ({err}); move it out of the landing "
+                "zone or re-deliver it, then re-run the load"
+            ) from err
         present = []
         for column in columns:
             if column.name not in schema.names:
                 if column.default_kind is None:
-                    raise LandingZoneError(f"{item.path}: column {column.name!r} ({column.type}) of {table.ref.fqn} "
-                                           f"is missing (file has {', '.join(schema.names)}); fix the file's schema")  # fmt: skip
+                    raise LandingZoneError(
+                        f"{item.path}: column {column.name!r} ({column.type}) of {table.ref.fqn} "
+                        f"is missing (file has {', '.join(schema.names)}); fix the file's schema"
+                    )
                 continue
             family = _family(column)
             arrow_type = schema.field(column.name).type
             if family and not any(check(arrow_type) for check in _COMPATIBLE[family]):
-                raise LandingZoneError(f"{item.path}: column {column.name!r} is {arrow_type}, which does not convert "
-                                       f"to {column.type} of {table.ref.fqn}; fix the file's schema")  # fmt: skip
+                raise LandingZoneError(
+                    f"{item.path}: column {column.name!r} is {arrow_type}, which does not convert "
+                    f"to {column.type} of {table.ref.fqn}; fix the file's schema"
+                )
             present.append(column.name)
         if names is None:
             names = present
         elif present != names:
-            raise LandingZoneError(f"{item.path}: has columns {present}, other files of the load have {names}; "
-                                   "re-deliver it with the same schema")  # fmt: skip
+            raise LandingZoneError(
+                f"{item.path}: has columns {present}, other files of the load have {names}; "
+                "re-deliver it with the same schema"
+            )
         total += meta.num_rows
     return names or [c.name for c in columns], total
 
@@ -194,6 +218,8 @@ def dedup_keys(loaded: LoadedProject, source: ObjectRef, columns: list[str]) -> 
     keys = loaded.config.ingestion.dedup_keys.get(source.fqn) or list(columns)
     missing = [k for k in keys if k not in columns]
     if missing:
-        raise LandingZoneError(f"dedup key {missing} of {source.fqn} is not among the loaded columns {columns}; "
-                               "fix [ingestion.dedup_keys] in chmv.toml")  # fmt: skip
+        raise LandingZoneError(
+            f"dedup key {missing} of {source.fqn} is not among the loaded columns {columns}; "
+            "fix [ingestion.dedup_keys] in chmv.toml"
+        )
     return keys

@@ -60,8 +60,17 @@ class Action(StrEnum):
 
     @property
     def symbol(self) -> str:
-        return {"create_database": "+", "create": "+", "alter": "~", "modify_query": "~", "recreate_view": "~",
-                "new_version": "±", "rederive": "↻", "drop": "-", "manual": "!"}[self.value]  # fmt: skip
+        return {
+            "create_database": "+",
+            "create": "+",
+            "alter": "~",
+            "modify_query": "~",
+            "recreate_view": "~",
+            "new_version": "±",
+            "rederive": "↻",
+            "drop": "-",
+            "manual": "!",
+        }[self.value]
 
 
 @dataclass(frozen=True)
@@ -111,10 +120,17 @@ class Rederive:
         return f"{count} partition{'s' if count != 1 else ''}{span}: {by_engine}, ~{self.rows:,} rows"
 
     def to_dict(self) -> dict:
-        return {"target": self.target.fqn, "writes": self.plan.live.fqn, "rows": self.rows,
-                "partitions": [{"partition": p.partition, "engine": p.engine, "rows": p.rows, "reason": p.reason}
-                               for p in self.partitions],
-                "kept": list(self.kept), "lost_rows": self.lost_rows}  # fmt: skip
+        return {
+            "target": self.target.fqn,
+            "writes": self.plan.live.fqn,
+            "rows": self.rows,
+            "partitions": [
+                {"partition": p.partition, "engine": p.engine, "rows": p.rows, "reason": p.reason}
+                for p in self.partitions
+            ],
+            "kept": list(self.kept),
+            "lost_rows": self.lost_rows,
+        }
 
 
 @dataclass(frozen=True)
@@ -153,12 +169,17 @@ class Change:
     clauses: tuple[str, ...] = ()
 
     def headline(self) -> str:
-        what = {Action.CREATE_DATABASE: "create database", Action.CREATE: f"create {self.kind}",
-                Action.ALTER: "alter in place", Action.MODIFY_QUERY: "MODIFY QUERY",
-                Action.RECREATE_VIEW: "recreate the view (under the write gate)",
-                Action.NEW_VERSION: f"new version built beside as {self.next_ref}, swapped in with EXCHANGE TABLES",
-                Action.REDERIVE: "re-derive (an upstream target changed)", Action.DROP: f"drop {self.kind}",
-                Action.MANUAL: "needs a manual migration"}[self.action]  # fmt: skip
+        what = {
+            Action.CREATE_DATABASE: "create database",
+            Action.CREATE: f"create {self.kind}",
+            Action.ALTER: "alter in place",
+            Action.MODIFY_QUERY: "MODIFY QUERY",
+            Action.RECREATE_VIEW: "recreate the view (under the write gate)",
+            Action.NEW_VERSION: f"new version built beside as {self.next_ref}, swapped in with EXCHANGE TABLES",
+            Action.REDERIVE: "re-derive (an upstream target changed)",
+            Action.DROP: f"drop {self.kind}",
+            Action.MANUAL: "needs a manual migration",
+        }[self.action]
         return f"{self.action.symbol} {self.name}: {what}"
 
     @property
@@ -169,11 +190,19 @@ class Change:
         return self.ref.fqn if self.ref.database else self.ref.name
 
     def to_dict(self) -> dict:
-        return {"action": str(self.action), "object": self.name, "kind": self.kind, "layer": self.layer,
-                "reasons": list(self.reasons), "statements": list(self.statements), "location": self.location,
-                "next_version": self.next_ref.fqn if self.next_ref else None,
-                "views": [{"view": v.fqn, "beside": b.fqn} for v, b in self.views],
-                "rederive": self.rederive.to_dict() if self.rederive else None, "blocked": self.blocked}  # fmt: skip
+        return {
+            "action": str(self.action),
+            "object": self.name,
+            "kind": self.kind,
+            "layer": self.layer,
+            "reasons": list(self.reasons),
+            "statements": list(self.statements),
+            "location": self.location,
+            "next_version": self.next_ref.fqn if self.next_ref else None,
+            "views": [{"view": v.fqn, "beside": b.fqn} for v, b in self.views],
+            "rederive": self.rederive.to_dict() if self.rederive else None,
+            "blocked": self.blocked,
+        }
 
 
 @dataclass(frozen=True)
@@ -241,11 +270,16 @@ class LifecyclePlan:
         for change in self.changes:
             counts[str(change.action)] = counts.get(str(change.action), 0) + 1
         targets = list(self.rederivations())
-        text = f"{len(self.changes)} change{'s' if len(self.changes) != 1 else ''} (" + ", ".join(
-            f"{n} {a}" for a, n in counts.items()) + ")"  # fmt: skip
+        text = (
+            f"{len(self.changes)} change{'s' if len(self.changes) != 1 else ''} ("
+            + ", ".join(f"{n} {a}" for a, n in counts.items())
+            + ")"
+        )
         if targets:
-            text += f"; {len(targets)} target{'s' if len(targets) != 1 else ''} re-derived from history " \
-                    f"(~{sum(r.rows for r in targets):,} rows)"  # fmt: skip
+            text += (
+                f"; {len(targets)} target{'s' if len(targets) != 1 else ''} re-derived from history "
+                f"(~{sum(r.rows for r in targets):,} rows)"
+            )
         if self.blocked:
             text += f"; {len(self.blocked)} blocked"
         return text
@@ -253,14 +287,24 @@ class LifecyclePlan:
     def describe(self, *, markdown: bool = False) -> str:
         """The plan as text (``chmv plan``) or markdown (the ``chmv_apply`` job's metadata)."""
         code = "`" if markdown else ""
-        lines = [f"**chmv plan** of `{self.ddl_dir}`: {self.summary()}" if markdown
-                 else f"chmv plan of {self.ddl_dir}: {self.summary()}"]  # fmt: skip
+        lines = [
+            f"**chmv plan** of `{self.ddl_dir}`: {self.summary()}"
+            if markdown
+            else f"chmv plan of {self.ddl_dir}: {self.summary()}"
+        ]
         layer = None
         for change in self.changes:
-            heading = ("drops (downstream first)" if change.action == Action.DROP
-                       else "functions and named collections" if change.layer < -1
-                       else "databases" if change.layer < 0 else "access control" if change.layer >= ACCESS_LAYER
-                       else f"layer {change.layer}")  # fmt: skip
+            heading = (
+                "drops (downstream first)"
+                if change.action == Action.DROP
+                else "functions and named collections"
+                if change.layer < -1
+                else "databases"
+                if change.layer < 0
+                else "access control"
+                if change.layer >= ACCESS_LAYER
+                else f"layer {change.layer}"
+            )
             if heading != layer:
                 layer = heading
                 lines += ["", f"### {heading}" if markdown else heading]
@@ -288,9 +332,14 @@ class LifecyclePlan:
 
     def to_dict(self) -> dict:
         """The JSON shape of ``chmv plan --format json``."""
-        return {"ddl_dir": self.ddl_dir, "status": "changes" if self.changes else "no changes",
-                "exit_code": self.exit_code, "summary": self.summary(),
-                "changes": [c.to_dict() for c in self.changes], "notes": list(self.notes)}  # fmt: skip
+        return {
+            "ddl_dir": self.ddl_dir,
+            "status": "changes" if self.changes else "no changes",
+            "exit_code": self.exit_code,
+            "summary": self.summary(),
+            "changes": [c.to_dict() for c in self.changes],
+            "notes": list(self.notes),
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)

@@ -112,8 +112,10 @@ class ApplyReport:
 
     def describe(self) -> str:
         rebuilt = sum(self.partitions.values())
-        text = (f"apply: {len(self.done)} changes made, {rebuilt} partitions re-derived in {len(self.partitions)} "
-                f"targets, {self.parity_checked} parity checks passed ({self.seconds:.1f}s)")  # fmt: skip
+        text = (
+            f"apply: {len(self.done)} changes made, {rebuilt} partitions re-derived in {len(self.partitions)} "
+            f"targets, {self.parity_checked} parity checks passed ({self.seconds:.1f}s)"
+        )
         if self.resumed:
             text += "; resumed: " + ", ".join(self.resumed)
         return text
@@ -124,11 +126,20 @@ def plan_id(plan: LifecyclePlan) -> str:
     return hashlib.sha1("\n".join(plan.statements()).encode()).hexdigest()[:12]
 
 
-def apply_plan(clickhouse: ClientFactory, loaded: LoadedProject, plan: LifecyclePlan, *,
-               parity: ParityCheck | None = None, stager: Stager | None = None, root: Path | None = None,
-               log: Callable[[str], None] | None = None, pause: Callable[[str], None] | None = None,
-               batch_seconds: float = 2.0, check_in_place: bool = False,
-               opened: tuple[Client, ExitStack] | None = None) -> ApplyReport:  # fmt: skip
+def apply_plan(
+    clickhouse: ClientFactory,
+    loaded: LoadedProject,
+    plan: LifecyclePlan,
+    *,
+    parity: ParityCheck | None = None,
+    stager: Stager | None = None,
+    root: Path | None = None,
+    log: Callable[[str], None] | None = None,
+    pause: Callable[[str], None] | None = None,
+    batch_seconds: float = 2.0,
+    check_in_place: bool = False,
+    opened: tuple[Client, ExitStack] | None = None,
+) -> ApplyReport:
     """Make every change of ``plan`` (already checked by the preflight), finishing a killed apply's work first.
 
     Args:
@@ -167,10 +178,19 @@ def apply_plan(clickhouse: ClientFactory, loaded: LoadedProject, plan: Lifecycle
 
 
 class _Apply:
-    def __init__(self, clickhouse: ClientFactory, loaded: LoadedProject, plan: LifecyclePlan,
-                 parity: ParityCheck | None, stager: Stager | None, root: Path | None,
-                 log: Callable[[str], None] | None, pause: Callable[[str], None] | None,
-                 batch_seconds: float = 2.0, check_in_place: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        clickhouse: ClientFactory,
+        loaded: LoadedProject,
+        plan: LifecyclePlan,
+        parity: ParityCheck | None,
+        stager: Stager | None,
+        root: Path | None,
+        log: Callable[[str], None] | None,
+        pause: Callable[[str], None] | None,
+        batch_seconds: float = 2.0,
+        check_in_place: bool = False,
+    ):
         self.clickhouse = clickhouse
         self.loaded = loaded
         self.project = loaded.project
@@ -322,7 +342,7 @@ class _Apply:
         rows = client.query(
             "SELECT sum(rows) FROM system.parts WHERE active AND (database, table) IN {refs:Array(Tuple(String, String))}",
             parameters={"refs": [(s.database, s.name) for s in sources]},
-        ).result_rows  # fmt: skip
+        ).result_rows
         return bool(rows and rows[0][0])
 
     def _rederive(self, target: ObjectRef, *, writes: ObjectRef | None = None, only: set[str] | None = None) -> None:
@@ -333,21 +353,38 @@ class _Apply:
             return
         batches = _Batches(self.batch_seconds)
         with self._gated(target) as client:  # the plan's gates (the target's triggers) are among these
-            rederive = rederive_now(client, self.loaded, target, writes=writes, new_version=writes is not None,
-                                    allow_drop=self.plan.allow_drop, root=self.root)  # fmt: skip
+            rederive = rederive_now(
+                client,
+                self.loaded,
+                target,
+                writes=writes,
+                new_version=writes is not None,
+                allow_drop=self.plan.allow_drop,
+                root=self.root,
+            )
             if rederive is not None and only is not None:
                 steps = tuple(s for s in rederive.plan.steps if (s.key or "all") in only)
-                rederive = replace(rederive, plan=replace(rederive.plan, steps=steps),
-                                   partitions=tuple(p for p in rederive.partitions if (p.partition or "all") in only))
+                rederive = replace(
+                    rederive,
+                    plan=replace(rederive.plan, steps=steps),
+                    partitions=tuple(p for p in rederive.partitions if (p.partition or "all") in only),
+                )
             if rederive is not None:
                 if rederive.lost_rows and not self.plan.allow_drop:
-                    raise LifecycleError(f"{target.fqn}: the new version would lose {rederive.lost_rows:,} rows its "
-                                         "sources no longer hold; the old version stays live (--allow-drop accepts "
-                                         "it)")  # fmt: skip
+                    raise LifecycleError(
+                        f"{target.fqn}: the new version would lose {rederive.lost_rows:,} rows its "
+                        "sources no longer hold; the old version stays live (--allow-drop accepts "
+                        "it)"
+                    )
                 self.say(f"  re-derive {target.fqn} into {rederive.plan.live.fqn}: {rederive.summary()}")
                 if rederive.plan.deferred:  # open to writers chmv does not control: recovery rebuilds them once closed
-                    deferrals.record(client, [Deferral(target, s.key or "all", s.closes_at or datetime.max, s.reason)
-                                              for s in rederive.plan.deferred])  # fmt: skip
+                    deferrals.record(
+                        client,
+                        [
+                            Deferral(target, s.key or "all", s.closes_at or datetime.max, s.reason)
+                            for s in rederive.plan.deferred
+                        ],
+                    )
                     self.say(f"  {rederive.plan.deferral()}")
                 batches.start(rederive)
                 self._batch(client, target, rederive.plan, batches)
@@ -376,8 +413,15 @@ class _Apply:
         assert self.hold is not None  # the caller's
         while (steps := batches.take(self.hold)) is not None:
             started = time.monotonic()
-            execute(replace(plan, steps=steps), self.loaded, self.clickhouse, client=client, stager=self.stager,
-                    one_read=True, owner=f"chmv apply {self.id}")  # fmt: skip
+            execute(
+                replace(plan, steps=steps),
+                self.loaded,
+                self.clickhouse,
+                client=client,
+                stager=self.stager,
+                one_read=True,
+                owner=f"chmv apply {self.id}",
+            )
             self._check(client, target, plan, steps)
             batches.ran(steps, time.monotonic() - started)
             for _ in steps:
@@ -432,8 +476,10 @@ class _Apply:
             self._keep_old(beside, target, client)
         self._changed(target)
         if raced:  # writers chmv does not hold: their rows went through the old SELECT into the new version
-            self.say(f"  rows reached {target.fqn} between the exchange and its new SELECT in {', '.join(raced)}: "
-                     "re-deriving those partitions")  # fmt: skip
+            self.say(
+                f"  rows reached {target.fqn} between the exchange and its new SELECT in {', '.join(raced)}: "
+                "re-deriving those partitions"
+            )
             self._rederive(target, only=set(raced))
 
     def _raced_partitions(self, client: Client, target: ObjectRef, seen: races.Watch) -> list[str]:
@@ -445,7 +491,9 @@ class _Apply:
             return []
         steps = rederive.plan.steps
         plan = rederive.plan
-        raced = races.raced_windows(client, seen, race_ranges(self.project, target, plan.scheme, [s.window for s in steps]))
+        raced = races.raced_windows(
+            client, seen, race_ranges(self.project, target, plan.scheme, [s.window for s in steps])
+        )
         return [steps[i].key or "all" for i in raced]
 
     def _keep_old(self, beside: ObjectRef, target: ObjectRef, client: Client | None = None) -> None:

@@ -138,8 +138,9 @@ def read_state(client: Client, loaded: LoadedProject) -> ServerState:
     return ServerState(databases, live, formatted, selects, read_parts(client, wanted), kept, kept_formatted)
 
 
-def read_parts(client: Client, databases: Iterable[str],
-               tables: Iterable[ObjectRef] | None = None) -> dict[ObjectRef, tuple[PartStats, ...]]:  # fmt: skip
+def read_parts(
+    client: Client, databases: Iterable[str], tables: Iterable[ObjectRef] | None = None
+) -> dict[ObjectRef, tuple[PartStats, ...]]:
     """Rows and partition-key time range of the active parts of every table in ``databases`` (or only of ``tables``
     of them), by partition."""
     databases = sorted(set(databases))
@@ -169,8 +170,9 @@ def _naive(value: datetime) -> datetime:
     return value.replace(tzinfo=None)
 
 
-def plan_lifecycle(client: Client, loaded: LoadedProject, *, allow_drop: bool = False,
-                   root: Path | None = None) -> LifecyclePlan:  # fmt: skip
+def plan_lifecycle(
+    client: Client, loaded: LoadedProject, *, allow_drop: bool = False, root: Path | None = None
+) -> LifecyclePlan:
     """Diff the DDL directory against the server and plan; nothing is changed.
 
     Args:
@@ -185,8 +187,14 @@ def plan_lifecycle(client: Client, loaded: LoadedProject, *, allow_drop: bool = 
     return plan_from_state(read_state(client, loaded), loaded, client=client, allow_drop=allow_drop, root=root)
 
 
-def plan_from_state(state: ServerState, loaded: LoadedProject, *, client: Client | None = None,
-                    allow_drop: bool = False, root: Path | None = None) -> LifecyclePlan:  # fmt: skip
+def plan_from_state(
+    state: ServerState,
+    loaded: LoadedProject,
+    *,
+    client: Client | None = None,
+    allow_drop: bool = False,
+    root: Path | None = None,
+) -> LifecyclePlan:
     """The plan against a server state already read (:func:`read_state`), or written down (a snapshot of a cluster).
 
     Args:
@@ -207,8 +215,9 @@ def plan_from_state(state: ServerState, loaded: LoadedProject, *, client: Client
 class _Planner:
     """One planning pass: the state read, the changes found so far."""
 
-    def __init__(self, client: Client | None, loaded: LoadedProject, state: ServerState, allow_drop: bool,
-                 root: Path | None):  # fmt: skip
+    def __init__(
+        self, client: Client | None, loaded: LoadedProject, state: ServerState, allow_drop: bool, root: Path | None
+    ):
         self._client = client
         self.loaded = loaded
         self.project = loaded.project
@@ -234,21 +243,42 @@ class _Planner:
         project, live = self.project, self.state.live
         for database in project.databases:
             if database.name not in self.state.databases:
-                self.changes.append(Change(Action.CREATE_DATABASE, ObjectRef(database=database.name, name=""),
-                                           "database", -1, statements=(database.statement,),
-                                           location=str(database.location)))  # fmt: skip
+                self.changes.append(
+                    Change(
+                        Action.CREATE_DATABASE,
+                        ObjectRef(database=database.name, name=""),
+                        "database",
+                        -1,
+                        statements=(database.statement,),
+                        location=str(database.location),
+                    )
+                )
         for ref, table in project.tables.items():
             self._table(ref, table, live.get(ref))
         for ref, dictionary in project.dictionaries.items():
             if ref not in live:
-                self.changes.append(Change(Action.CREATE, ref, "dictionary", self._layer(ref),
-                                           statements=(dictionary.statement,), location=str(dictionary.location)))
+                self.changes.append(
+                    Change(
+                        Action.CREATE,
+                        ref,
+                        "dictionary",
+                        self._layer(ref),
+                        statements=(dictionary.statement,),
+                        location=str(dictionary.location),
+                    )
+                )
             elif not same_text(self.state.formatted.get(ref), live[ref].create_query):
-                self.changes.append(Change(Action.MANUAL, ref, "dictionary", self._layer(ref),
-                                           reasons=("the dictionary's definition differs from the server's",),
-                                           location=str(dictionary.location),
-                                           blocked="chmv does not change dictionaries: CREATE OR REPLACE "
-                                                   "DICTIONARY it by hand"))  # fmt: skip
+                self.changes.append(
+                    Change(
+                        Action.MANUAL,
+                        ref,
+                        "dictionary",
+                        self._layer(ref),
+                        reasons=("the dictionary's definition differs from the server's",),
+                        location=str(dictionary.location),
+                        blocked="chmv does not change dictionaries: CREATE OR REPLACE DICTIONARY it by hand",
+                    )
+                )
         for ref, view in project.views.items():
             self._view(ref, view, live.get(ref))
         for obj in project.kept:
@@ -256,8 +286,11 @@ class _Planner:
         self._finish_new_versions()
         self._downstream()
         self._extras()
-        refused = refused_views(self.project.views[c.ref] for c in self.changes
-                                if c.kind == "view" and c.action in (Action.CREATE, Action.RECREATE_VIEW))  # fmt: skip
+        refused = refused_views(
+            self.project.views[c.ref]
+            for c in self.changes
+            if c.kind == "view" and c.action in (Action.CREATE, Action.RECREATE_VIEW)
+        )
         refused += refused_views(self.project.views[v] for c in self.changes for v, _ in c.views)
         if refused:
             raise DDLError(refused)
@@ -288,15 +321,24 @@ class _Planner:
     def _table(self, ref: ObjectRef, table: Table, live: LiveObject | None) -> None:
         location = str(table.location)
         if live is None:
-            self.changes.append(Change(Action.CREATE, ref, "table", self._layer(ref), statements=(table.statement,),
-                                       location=location))  # fmt: skip
+            self.changes.append(
+                Change(Action.CREATE, ref, "table", self._layer(ref), statements=(table.statement,), location=location)
+            )
             return
         if table.engine is not None and table.engine.name == "View":
             return  # a plain view: its SELECT is read at query time, nothing to migrate
         if live.engine in ("MaterializedView", "View", "Dictionary"):
-            self.changes.append(Change(Action.MANUAL, ref, "table", self._layer(ref), location=location,
-                                       reasons=(f"the server has a {live.engine} named {ref.fqn}; the DDL a table",),
-                                       blocked="rename or drop the server's object by hand"))  # fmt: skip
+            self.changes.append(
+                Change(
+                    Action.MANUAL,
+                    ref,
+                    "table",
+                    self._layer(ref),
+                    location=location,
+                    reasons=(f"the server has a {live.engine} named {ref.fqn}; the DDL a table",),
+                    blocked="rename or drop the server's object by hand",
+                )
+            )
             return
         formatted = self.state.formatted.get(ref)
         if same_text(formatted, live.create_query):
@@ -306,35 +348,68 @@ class _Planner:
             return
         if diff.structural:
             if ref in set(self.project.targets) and self.project.views_into(ref):
-                self.new_versions[ref] = Change(Action.NEW_VERSION, ref, "table", self._layer(ref),
-                                                reasons=diff.structural + tuple(r for _, r in diff.in_place),
-                                                location=location, next_ref=next_version_ref(ref))  # fmt: skip
+                self.new_versions[ref] = Change(
+                    Action.NEW_VERSION,
+                    ref,
+                    "table",
+                    self._layer(ref),
+                    reasons=diff.structural + tuple(r for _, r in diff.in_place),
+                    location=location,
+                    next_ref=next_version_ref(ref),
+                )
             else:
-                self.changes.append(Change(Action.MANUAL, ref, "table", self._layer(ref), reasons=diff.structural,
-                                           location=location,
-                                           blocked="a source table's rows cannot be re-derived from history: "
-                                                   "migrate it by hand (or make it the target of an MV)"))  # fmt: skip
+                self.changes.append(
+                    Change(
+                        Action.MANUAL,
+                        ref,
+                        "table",
+                        self._layer(ref),
+                        reasons=diff.structural,
+                        location=location,
+                        blocked="a source table's rows cannot be re-derived from history: "
+                        "migrate it by hand (or make it the target of an MV)",
+                    )
+                )
             return
         if diff.in_place:
             clauses = ", ".join(c for c, _ in diff.in_place)
-            self.changes.append(Change(Action.ALTER, ref, "table", self._layer(ref),
-                                       reasons=tuple(r for _, r in diff.in_place),
-                                       statements=(alter_table_sql(ref, clauses, table.on_cluster),),
-                                       location=location, clauses=tuple(c for c, _ in diff.in_place)))  # fmt: skip
+            self.changes.append(
+                Change(
+                    Action.ALTER,
+                    ref,
+                    "table",
+                    self._layer(ref),
+                    reasons=tuple(r for _, r in diff.in_place),
+                    statements=(alter_table_sql(ref, clauses, table.on_cluster),),
+                    location=location,
+                    clauses=tuple(c for c, _ in diff.in_place),
+                )
+            )
         for clause, reason in diff.drops:
             if self.allow_drop:
-                self.changes.append(Change(Action.DROP, ref, "column", self._layer(ref), reasons=(reason,),
-                                           statements=(alter_table_sql(ref, clause, table.on_cluster),),
-                                           location=location, clauses=(clause,)))  # fmt: skip
+                self.changes.append(
+                    Change(
+                        Action.DROP,
+                        ref,
+                        "column",
+                        self._layer(ref),
+                        reasons=(reason,),
+                        statements=(alter_table_sql(ref, clause, table.on_cluster),),
+                        location=location,
+                        clauses=(clause,),
+                    )
+                )
             else:
                 self.notes.append(f"{ref.fqn}: {reason}; kept (--allow-drop drops it)")
 
     def _diff(self, ref: ObjectRef, table: Table, formatted: str | None, live: LiveObject) -> TableDiff | None:
         try:
-            repo_formatted = parse_statement(formatted or table.statement, default_database=ref.database,
-                                             origin=f"{table.location} (formatted by the server)")  # fmt: skip
-            live_model = parse_statement(live.create_query, default_database=ref.database,
-                                         origin=f"{ref.fqn} (server)")  # fmt: skip
+            repo_formatted = parse_statement(
+                formatted or table.statement,
+                default_database=ref.database,
+                origin=f"{table.location} (formatted by the server)",
+            )
+            live_model = parse_statement(live.create_query, default_database=ref.database, origin=f"{ref.fqn} (server)")
         except DDLError as err:
             self.notes.append(f"{ref.fqn}: not compared ({err.problems[0].message if err.problems else err})")
             return None
@@ -355,32 +430,65 @@ class _Planner:
         if target in self.new_versions:
             return  # fed by its own copy beside the new version (_finish_new_versions)
         if live is None:
-            change = Change(Action.CREATE, ref, "view", self._layer(ref), statements=(view.statement,),
-                            location=location)  # fmt: skip
+            change = Change(
+                Action.CREATE, ref, "view", self._layer(ref), statements=(view.statement,), location=location
+            )
             self.changes.append(self._with_rederive(change, target, why="new MV"))
             return
         if live.engine != "MaterializedView":
-            self.changes.append(Change(Action.MANUAL, ref, "view", self._layer(ref), location=location,
-                                       reasons=(f"the server has a {live.engine} named {ref.fqn}; the DDL an MV",),
-                                       blocked="rename or drop the server's object by hand"))  # fmt: skip
+            self.changes.append(
+                Change(
+                    Action.MANUAL,
+                    ref,
+                    "view",
+                    self._layer(ref),
+                    location=location,
+                    reasons=(f"the server has a {live.engine} named {ref.fqn}; the DDL an MV",),
+                    blocked="rename or drop the server's object by hand",
+                )
+            )
             return
         repo_select = self.state.selects.get(ref)
         changed = select_changed(repo_select or view.select_sql, live.select)
         diff = select_diff(repo_select or view.select_sql, live.select) if changed else ""
         if view.target is not None and live.target is not None and live.target != view.target:
             statements = (drop_view_sql(ref, view.on_cluster), view.statement)
-            change = Change(Action.RECREATE_VIEW, ref, "view", self._layer(ref), location=location, diff=diff,
-                            reasons=(f"TO target {live.target.fqn} → {view.target.fqn}",), statements=statements)
+            change = Change(
+                Action.RECREATE_VIEW,
+                ref,
+                "view",
+                self._layer(ref),
+                location=location,
+                diff=diff,
+                reasons=(f"TO target {live.target.fqn} → {view.target.fqn}",),
+                statements=statements,
+            )
             self.changes.append(self._with_rederive(change, target, why="new TO target"))
         elif changed and view.refreshable:
             statements = (drop_view_sql(ref, view.on_cluster), view.statement)
-            change = Change(Action.RECREATE_VIEW, ref, "view", self._layer(ref), location=location, diff=diff,
-                            reasons=("the SELECT of a refreshable MV changed",), statements=statements)
+            change = Change(
+                Action.RECREATE_VIEW,
+                ref,
+                "view",
+                self._layer(ref),
+                location=location,
+                diff=diff,
+                reasons=("the SELECT of a refreshable MV changed",),
+                statements=statements,
+            )
             self.changes.append(self._with_rederive(change, target, why="SELECT changed"))
         elif changed:
             statements = (modify_query_sql(ref, view.select_sql, view.on_cluster),)
-            change = Change(Action.MODIFY_QUERY, ref, "view", self._layer(ref), location=location, diff=diff,
-                            reasons=("the SELECT changed",), statements=statements)
+            change = Change(
+                Action.MODIFY_QUERY,
+                ref,
+                "view",
+                self._layer(ref),
+                location=location,
+                diff=diff,
+                reasons=("the SELECT changed",),
+                statements=statements,
+            )
             self.changes.append(self._with_rederive(change, target, why="SELECT changed"))
 
     def _finish_new_versions(self) -> None:
@@ -395,16 +503,25 @@ class _Planner:
                 names[view.ref] = beside
                 pairs.append((view.ref, beside))
                 live = self.state.live.get(view.ref)
-                if live is not None and select_changed(self.state.selects.get(view.ref) or view.select_sql,
-                                                       live.select):  # fmt: skip
+                if live is not None and select_changed(
+                    self.state.selects.get(view.ref) or view.select_sql, live.select
+                ):
                     reasons.append(f"the SELECT of {view.ref.fqn} changed")
             # Built ON CLUSTER where the DDL says so (the statement as written), under a Keeper path of its own.
             keeper_path = version_keeper_path(table, self.live_tables.get(ref))
             statements = [renamed_statement(table, names, keeper_path=keeper_path)]
             statements += [renamed_statement(self.project.views[v], names) for v, _ in pairs]
-            new = Change(Action.NEW_VERSION, ref, "table", change.layer, reasons=tuple(reasons),
-                         statements=tuple(statements), location=change.location, views=tuple(pairs),
-                         next_ref=change.next_ref)  # fmt: skip
+            new = Change(
+                Action.NEW_VERSION,
+                ref,
+                "table",
+                change.layer,
+                reasons=tuple(reasons),
+                statements=tuple(statements),
+                location=change.location,
+                views=tuple(pairs),
+                next_ref=change.next_ref,
+            )
             self.changes.append(self._with_rederive(new, ref, why="new version", writes=change.next_ref))
 
     def _downstream(self) -> None:
@@ -414,10 +531,14 @@ class _Planner:
             for down in downstream_targets(self.loaded, ref):
                 if down in self.rederived or down in self.new_versions:
                     continue
-                change = Change(Action.REDERIVE, down, "table", self._layer(down),
-                                reasons=(f"it reads {ref.fqn}, whose rows change",),
-                                location=str(self.project.tables[down].location) if down in self.project.tables
-                                else None)  # fmt: skip
+                change = Change(
+                    Action.REDERIVE,
+                    down,
+                    "table",
+                    self._layer(down),
+                    reasons=(f"it reads {ref.fqn}, whose rows change",),
+                    location=str(self.project.tables[down].location) if down in self.project.tables else None,
+                )
                 change = self._with_rederive(change, down, why=f"upstream {ref.fqn} changed")
                 if change.rederive is not None:
                     self.changes.append(change)
@@ -437,8 +558,10 @@ class _Planner:
         self.rederived.add(target)
         blocked = change.blocked
         if rederive.lost_rows and not self.allow_drop:
-            blocked = (f"the new version would not have {rederive.lost_rows:,} rows of {target.fqn} that its sources "
-                       "no longer hold (see the kept partitions); --allow-drop accepts losing them")  # fmt: skip
+            blocked = (
+                f"the new version would not have {rederive.lost_rows:,} rows of {target.fqn} that its sources "
+                "no longer hold (see the kept partitions); --allow-drop accepts losing them"
+            )
         return _replace(change, rederive=rederive, blocked=blocked)
 
     def _rederive(self, target: ObjectRef, writes: ObjectRef | None, *, new_version: bool) -> Rederive | None:
@@ -456,15 +579,23 @@ class _Planner:
         else:
             windows = list(self._windows(target, scheme, triggers))
         windows, kept = self._derivable(target, triggers, windows, self._reach(target, scheme, triggers))
-        observations = (observe(self.client, self.loaded, target, root=self.root) if target in state.live
-                        else Observations(live=target))  # fmt: skip
+        observations = (
+            observe(self.client, self.loaded, target, root=self.root)
+            if target in state.live
+            else Observations(live=target)
+        )
         if writes is not None:
             observations = Observations(live=writes, oldest=observations.oldest, now=observations.now)
-        plan = plan_rebuild(self.loaded, target, windows, observations, engine="auto", root=self.root,
-                            defer_open=not new_version)  # a new version, not live yet, cannot wait for them
+        plan = plan_rebuild(
+            self.loaded, target, windows, observations, engine="auto", root=self.root, defer_open=not new_version
+        )  # a new version, not live yet, cannot wait for them
         reach = self._reach(target, scheme, triggers)
-        estimates = tuple(PartitionEstimate(step.key, str(step.engine), _rounded(self._rows(triggers, step.window, reach)),
-                                            step.reason) for step in plan.steps)  # fmt: skip
+        estimates = tuple(
+            PartitionEstimate(
+                step.key, str(step.engine), _rounded(self._rows(triggers, step.window, reach)), step.reason
+            )
+            for step in plan.steps
+        )
         outside, lost = self._kept(target, windows, new_version, kept)
         return Rederive(target, plan, estimates, outside, lost)
 
@@ -481,8 +612,10 @@ class _Planner:
             else:
                 low, high = self._source_range(target, scheme, source)
                 if low is None or high is None:
-                    raise ChmvError(f"the time range of {source.fqn} is unknown (its partition key is not a time "
-                                    "and the MV's partition column is not a truncation of one of its columns)")
+                    raise ChmvError(
+                        f"the time range of {source.fqn} is unknown (its partition key is not a time "
+                        "and the MV's partition column is not a truncation of one of its columns)"
+                    )
             # The target's partition column truncates the trigger's time (toMonday(day) of 2026-08-01 is in July).
             low -= timedelta(seconds=max((g.seconds for g in self._truncations(target, scheme, source)), default=0))
             since = low if since is None else min(since, low)
@@ -510,8 +643,9 @@ class _Planner:
             return {}
         return {s: max((g.seconds for g in self._truncations(target, scheme, s)), default=0) for s in triggers}
 
-    def _derivable(self, target: ObjectRef, triggers: list[ObjectRef], windows: list[PartitionWindow],
-                   reach: dict[ObjectRef, int]) -> tuple[list[PartitionWindow], list[PartitionWindow]]:  # fmt: skip
+    def _derivable(
+        self, target: ObjectRef, triggers: list[ObjectRef], windows: list[PartitionWindow], reach: dict[ObjectRef, int]
+    ) -> tuple[list[PartitionWindow], list[PartitionWindow]]:
         """The windows the sources hold rows for; and those where only the target does (rebuilt, they would empty)."""
         keep, skip = [], []
         for window in windows:
@@ -522,20 +656,23 @@ class _Planner:
                 skip.append(window)
         return keep, skip
 
-    def _source_range(self, target: ObjectRef, scheme: PartitionScheme,
-                      source: ObjectRef) -> tuple[datetime | None, datetime | None]:  # fmt: skip
+    def _source_range(
+        self, target: ObjectRef, scheme: PartitionScheme, source: ObjectRef
+    ) -> tuple[datetime | None, datetime | None]:
         """Oldest and newest value of the trigger column that the target's partition column truncates."""
         for view in self.project.views_into(target):
             out = view.output(scheme.column) if scheme.column else None
             if view.trigger == source and out is not None and out.truncation is not None:
                 column = quote(out.truncation[0])
-                low, high = self.client.query(f"SELECT min({column}), max({column}) FROM {qualified(source)}"
-                                              ).result_rows[0]  # fmt: skip
+                low, high = self.client.query(
+                    f"SELECT min({column}), max({column}) FROM {qualified(source)}"
+                ).result_rows[0]
                 return _as_datetime(low), _as_datetime(high)
         return None, None
 
-    def _rows(self, tables: list[ObjectRef], window: PartitionWindow | None,
-              reach: dict[ObjectRef, int] | None = None) -> float | None:  # fmt: skip
+    def _rows(
+        self, tables: list[ObjectRef], window: PartitionWindow | None, reach: dict[ObjectRef, int] | None = None
+    ) -> float | None:
         """Rows of ``tables`` whose time falls in ``window`` (extended by ``reach`` seconds per table), estimated
         from the parts' time ranges by proportional overlap; None when a part's range is unknown."""
         total = 0.0
@@ -553,8 +690,13 @@ class _Planner:
                     total += part.rows * max(0.0, overlap) / span
         return total
 
-    def _kept(self, target: ObjectRef, windows: list[PartitionWindow | None], new_version: bool,
-              skipped: list[PartitionWindow]) -> tuple[tuple[str, ...], int]:  # fmt: skip
+    def _kept(
+        self,
+        target: ObjectRef,
+        windows: list[PartitionWindow | None],
+        new_version: bool,
+        skipped: list[PartitionWindow],
+    ) -> tuple[tuple[str, ...], int]:
         """Partitions of the live target outside the re-derived ones (the sources no longer hold their rows)."""
         if windows and windows[0] is None:
             return (), 0
@@ -563,15 +705,19 @@ class _Planner:
         def outside_all(p: PartStats) -> bool:
             return all(p.end <= w.start or p.start >= w.end for w in derived)  # type: ignore[operator]
 
-        outside = [p for p in self.state.parts.get(target, ()) if p.start is not None and p.end is not None
-                   and p.rows and outside_all(p)]  # fmt: skip
+        outside = [
+            p
+            for p in self.state.parts.get(target, ())
+            if p.start is not None and p.end is not None and p.rows and outside_all(p)
+        ]
         if not outside:
             return (), 0
         rows = sum(p.rows for p in outside)
-        fate = ("would be lost by the swap" if new_version
-                else "keep their rows as derived by the old SELECT")  # fmt: skip
-        note = (f"{len(outside)} partition(s) of {target.fqn} ({outside[0].partition} … {outside[-1].partition}, "
-                f"{rows:,} rows) lie outside what the sources hold and {fate}")  # fmt: skip
+        fate = "would be lost by the swap" if new_version else "keep their rows as derived by the old SELECT"
+        note = (
+            f"{len(outside)} partition(s) of {target.fqn} ({outside[0].partition} … {outside[-1].partition}, "
+            f"{rows:,} rows) lie outside what the sources hold and {fate}"
+        )
         return (note,), rows if new_version else 0
 
     # -- statements chmv keeps as written ---------------------------------------------------------------
@@ -684,9 +830,14 @@ class _Planner:
         project = self.project
         known = set(project.tables) | set(project.views) | set(project.dictionaries) | set(project.external)
         known |= set(project.plain_views)
-        extras = sorted((o for r, o in self.state.live.items() if r not in known and r.database != META_DATABASE
-                         and not r.name.startswith(".inner")), key=lambda o: (o.engine != "MaterializedView",
-                                                                             o.ref.fqn))  # fmt: skip
+        extras = sorted(
+            (
+                o
+                for r, o in self.state.live.items()
+                if r not in known and r.database != META_DATABASE and not r.name.startswith(".inner")
+            ),
+            key=lambda o: (o.engine != "MaterializedView", o.ref.fqn),
+        )
         for obj in extras:
             ref = obj.ref
             if ref.name.startswith(f"{CHMV_PREFIX}old_"):
@@ -701,11 +852,24 @@ class _Planner:
             kind = {"MaterializedView": "view", "View": "view", "Dictionary": "dictionary"}.get(obj.engine, "table")
             keyword = {"view": "VIEW", "dictionary": "DICTIONARY"}.get(kind, "TABLE")
             # An old version is dropped where its target lives; of another object the DDL says nothing: this server.
-            cluster = next((t.on_cluster for t in project.tables.values()
-                            if ref.name.startswith(old_version_ref(t.ref).name + "_") and t.ref.database == ref.database),
-                           None)  # fmt: skip
-            self.changes.append(Change(Action.DROP, ref, kind, 0, reasons=(what,),
-                                       statements=(f"DROP {keyword} IF EXISTS {qualified(ref)}{on_cluster(cluster)} SYNC",)))  # fmt: skip
+            cluster = next(
+                (
+                    t.on_cluster
+                    for t in project.tables.values()
+                    if ref.name.startswith(old_version_ref(t.ref).name + "_") and t.ref.database == ref.database
+                ),
+                None,
+            )
+            self.changes.append(
+                Change(
+                    Action.DROP,
+                    ref,
+                    kind,
+                    0,
+                    reasons=(what,),
+                    statements=(f"DROP {keyword} IF EXISTS {qualified(ref)}{on_cluster(cluster)} SYNC",),
+                )
+            )
 
 
 def kept_change_kind(kind: KeptKind) -> str:
@@ -781,8 +945,16 @@ def root_sources(loaded: LoadedProject, target: ObjectRef) -> set[ObjectRef]:
     return found
 
 
-def rederive_now(client: Client, loaded: LoadedProject, target: ObjectRef, *, writes: ObjectRef | None = None,
-                 new_version: bool = False, allow_drop: bool = False, root: Path | None = None) -> Rederive | None:  # fmt: skip
+def rederive_now(
+    client: Client,
+    loaded: LoadedProject,
+    target: ObjectRef,
+    *,
+    writes: ObjectRef | None = None,
+    new_version: bool = False,
+    allow_drop: bool = False,
+    root: Path | None = None,
+) -> Rederive | None:
     """The re-derivation of ``target`` planned from the server as it is now (``chmv apply`` re-plans each one when
     it starts it, after the new SELECT receives the new rows, so partitions that appeared since ``chmv plan`` count).
 

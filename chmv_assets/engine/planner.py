@@ -183,8 +183,9 @@ class RebuildPlan:
     def refusal(self) -> str:
         """The message of a refused plan: every refused partition with the reason and what to do."""
         count = len(self.refused)
-        head = (f"{self.target.fqn}: rebuild refused for {count} partition{'s' if count != 1 else ''}; "
-                "nothing was changed")  # fmt: skip
+        head = (
+            f"{self.target.fqn}: rebuild refused for {count} partition{'s' if count != 1 else ''}; nothing was changed"
+        )
         return "\n".join([head, *(f"- {s.key or '(whole table)'}: {s.reason}" for s in self.refused)])
 
     @property
@@ -195,8 +196,10 @@ class RebuildPlan:
     def deferral(self) -> str:
         """Which partitions wait, until when, and why."""
         count = len(self.deferred)
-        head = (f"{self.target.fqn}: {count} partition{'s' if count != 1 else ''} deferred until "
-                f"{'they close' if count != 1 else 'it closes'}")
+        head = (
+            f"{self.target.fqn}: {count} partition{'s' if count != 1 else ''} deferred until "
+            f"{'they close' if count != 1 else 'it closes'}"
+        )
         return "\n".join([head, *(f"- {s.key}: {s.reason}" for s in self.deferred)])
 
     def describe(self) -> str:
@@ -213,8 +216,10 @@ class RebuildPlan:
         if self.force:
             lines.append("- force: refusals rebuild from the source table; a shrinking swap is not stopped")
         elif any(s.guard for s in self.steps):
-            lines.append("- shrink guard: a partition whose source may not hold it entirely is not swapped if "
-                         "the rebuild would leave fewer rows than it holds (force overrides)")  # fmt: skip
+            lines.append(
+                "- shrink guard: a partition whose source may not hold it entirely is not swapped if "
+                "the rebuild would leave fewer rows than it holds (force overrides)"
+            )
         lines += ["", "| partition | engine | reads | shadow | swap | why |", "|---|---|---|---|---|---|"]
         for step in self.steps:
             reads = "; ".join(r.describe() for r in step.relations).replace("|", "/") or "-"
@@ -222,8 +227,12 @@ class RebuildPlan:
             reason = step.reason.replace("|", "/")
             lines.append(f"| {step.key or '(all)'} | {step.engine} | {reads} | {shadow} | {step.swap} | {reason} |")
         if self.coverage is not None:
-            lines += ["", f"**Coverage** (where the truth of each partition lives, at {self.coverage.now})", "",
-                      self.coverage.describe()]  # fmt: skip
+            lines += [
+                "",
+                f"**Coverage** (where the truth of each partition lives, at {self.coverage.now})",
+                "",
+                self.coverage.describe(),
+            ]
         if self.refused:
             lines += ["", "**Refused**", "", self.refusal()]
         if self.deferred:
@@ -278,8 +287,15 @@ def downstream_targets(loaded: LoadedProject, target: ObjectRef) -> tuple[Object
     return tuple(sorted(found, key=lambda r: (graph.depth.get(r.fqn, 0), r.fqn)))
 
 
-def observe(client: Client, loaded: LoadedProject, target: ObjectRef, *, engine: EngineOption = "auto",
-            root: Path | None = None, windows: Sequence[PartitionWindow | None] | None = None) -> Observations:  # fmt: skip
+def observe(
+    client: Client,
+    loaded: LoadedProject,
+    target: ObjectRef,
+    *,
+    engine: EngineOption = "auto",
+    root: Path | None = None,
+    windows: Sequence[PartitionWindow | None] | None = None,
+) -> Observations:
     """Read what the planner needs: the physical table and, for ``windows``, the coverage facts (one statement).
 
     Without ``windows`` only each trigger's oldest row is read, when ``auto`` may pick Spark (no coverage).
@@ -306,9 +322,18 @@ def streamed_triggers(loaded: LoadedProject, target: ObjectRef) -> list[ObjectRe
     return [t for t in triggers_of(loaded.project, target) if loaded.project.is_stream(t)]
 
 
-def plan_rebuild(loaded: LoadedProject, target: ObjectRef, windows: Sequence[PartitionWindow | None],
-                 observations: Observations, *, engine: EngineOption = "auto", root: Path | None = None,
-                 force: bool = False, defer_open: bool = True, run: str | None = None) -> RebuildPlan:  # fmt: skip
+def plan_rebuild(
+    loaded: LoadedProject,
+    target: ObjectRef,
+    windows: Sequence[PartitionWindow | None],
+    observations: Observations,
+    *,
+    engine: EngineOption = "auto",
+    root: Path | None = None,
+    force: bool = False,
+    defer_open: bool = True,
+    run: str | None = None,
+) -> RebuildPlan:
     """Decide the rebuild of ``windows`` of ``target``.
 
     With coverage observed, per partition: the source table holds it entirely → ClickHouse; else the
@@ -335,8 +360,10 @@ def plan_rebuild(loaded: LoadedProject, target: ObjectRef, windows: Sequence[Par
     """
     if engine == "spark" and not spark_capable(loaded, target, root):
         triggers = ", ".join(t.fqn for t in triggers_of(loaded.project, target))
-        raise ChmvError(f"{target.fqn}: the spark engine needs a landing zone and [ingestion.time_columns] for "
-                        f"{triggers}; configure them or use engine=clickhouse")  # fmt: skip
+        raise ChmvError(
+            f"{target.fqn}: the spark engine needs a landing zone and [ingestion.time_columns] for "
+            f"{triggers}; configure them or use engine=clickhouse"
+        )
     coverage = None
     if observations.coverage is not None:
         coverage = assess(loaded, target, windows, observations.coverage, root)
@@ -354,10 +381,16 @@ def plan_rebuild(loaded: LoadedProject, target: ObjectRef, windows: Sequence[Par
         return _decide(loaded, target, covered, engine, root, force)
 
     plan = _assemble(
-        loaded.project, target, windows, observations.live, choose=choose,
+        loaded.project,
+        target,
+        windows,
+        observations.live,
+        choose=choose,
         per_window=lambda source, ws: staged_per_window(loaded, target, source, ws),
-        downstream=downstream_targets(loaded, target), root=root, run=run,
-    )  # fmt: skip
+        downstream=downstream_targets(loaded, target),
+        root=root,
+        run=run,
+    )
     writers = tuple(loaded.writers(source) for source in plan.gates)
     plan = replace(plan, coverage=coverage, force=force, writers=writers)
     if observations.now is not None:
@@ -370,8 +403,14 @@ def plan_rebuild(loaded: LoadedProject, target: ObjectRef, windows: Sequence[Par
     return plan
 
 
-def _decide(loaded: LoadedProject, target: ObjectRef, covered: WindowCoverage, engine: EngineOption,
-            root: Path | None, force: bool) -> tuple[Engine, str, str | None]:  # fmt: skip
+def _decide(
+    loaded: LoadedProject,
+    target: ObjectRef,
+    covered: WindowCoverage,
+    engine: EngineOption,
+    root: Path | None,
+    force: bool,
+) -> tuple[Engine, str, str | None]:
     """Engine, reason and shrink guard of one partition from its coverage (see :func:`plan_rebuild`)."""
     source_ok = covered.source_holds_entirely
     lake_ok = spark_capable(loaded, target, root) and covered.lake_holds_entirely
@@ -381,8 +420,11 @@ def _decide(loaded: LoadedProject, target: ObjectRef, covered: WindowCoverage, e
     guard = None if source_ok else table
     if engine == "spark":
         if lake_ok or not at_stake or force:
-            return Engine.SPARK, f"engine=spark asked for; landing zone: {lake}", \
-                (f"rebuilt from the landing zone: {lake}" if not force else None)
+            return (
+                Engine.SPARK,
+                f"engine=spark asked for; landing zone: {lake}",
+                (f"rebuilt from the landing zone: {lake}" if not force else None),
+            )
         return Engine.REFUSED, _refusal(covered, root, asked="engine=spark", lake_only=True), None
     if source_ok:
         asked = "engine=clickhouse asked for; " if engine == "clickhouse" else ""
@@ -411,36 +453,64 @@ def _refusal(covered: WindowCoverage, root: Path | None, *, asked: str = "", lak
     parts = [f"{asked} asked for, but" if asked else "neither the source table nor the landing zone holds it:"]
     for s in lacking:
         since = f"it holds data from {s.held_from:%Y-%m-%d %H:%M:%S} on" if s.held_from else "it holds no data"
-        parts.append(f"{s.source.fqn} ({since}): source table: {s.table.holding}: {s.table.reason}; landing zone: "
-                     f"{s.lake.holding}: {s.lake.reason}.")  # fmt: skip
+        parts.append(
+            f"{s.source.fqn} ({since}): source table: {s.table.holding}: {s.table.reason}; landing zone: "
+            f"{s.lake.holding}: {s.lake.reason}."
+        )
     where = ", ".join(str((root or Path("<landing_dir>")) / s.source.fqn) for s in lacking)
     window = covered.window
     span = f" for [{window.start:%Y-%m-%d %H:%M}, {window.end:%Y-%m-%d %H:%M})" if window and window.timed else ""
     reads = "from the landing zone" if lake_only else "from the source"
-    steps = [f"deliver the source's files{span} to the landing zone ({where}; with [ingestion] landing_dir and "
-             "time_columns configured) and rebuild with engine=auto"]  # fmt: skip
+    steps = [
+        f"deliver the source's files{span} to the landing zone ({where}; with [ingestion] landing_dir and "
+        "time_columns configured) and rebuild with engine=auto"
+    ]
     if lake_only and covered.source_holds_entirely:
         steps.insert(0, "rebuild with engine=auto or engine=clickhouse (the source table holds it)")
-    steps += ["leave the partition as it is (it may hold the only copy)",
-              f"rebuild with force (run config force: true, chmv rebuild --force) to replace it with what is read {reads}"]  # fmt: skip
-    parts.append(f"The target partition holds {rows} rows, which a rebuild {reads} would lose. To proceed: "
-                 + "; or ".join(steps) + ".")  # fmt: skip
+    steps += [
+        "leave the partition as it is (it may hold the only copy)",
+        f"rebuild with force (run config force: true, chmv rebuild --force) to replace it with what is read {reads}",
+    ]
+    parts.append(
+        f"The target partition holds {rows} rows, which a rebuild {reads} would lose. To proceed: "
+        + "; or ".join(steps)
+        + "."
+    )
     return " ".join(parts)
 
 
-def plan_from_source(project: Project, target: ObjectRef, windows: Sequence[PartitionWindow | None],
-                     live: ObjectRef, *, run: str | None = None) -> RebuildPlan:  # fmt: skip
+def plan_from_source(
+    project: Project,
+    target: ObjectRef,
+    windows: Sequence[PartitionWindow | None],
+    live: ObjectRef,
+    *,
+    run: str | None = None,
+) -> RebuildPlan:
     """A plan that rebuilds every partition from the source table (the ClickHouse engine)."""
-    return _assemble(project, target, windows, live,
-                     choose=lambda _w: (Engine.CLICKHOUSE, "from the source table", None),
-                     per_window=lambda _s, _ws: False, run=run)  # fmt: skip
+    return _assemble(
+        project,
+        target,
+        windows,
+        live,
+        choose=lambda _w: (Engine.CLICKHOUSE, "from the source table", None),
+        per_window=lambda _s, _ws: False,
+        run=run,
+    )
 
 
-def _assemble(project: Project, target: ObjectRef, windows: Sequence[PartitionWindow | None], live: ObjectRef, *,
-              choose: Callable[[PartitionWindow | None], tuple[Engine, str, str | None]],
-              per_window: Callable[[ObjectRef, Sequence[PartitionWindow | None]], bool],
-              downstream: tuple[ObjectRef, ...] = (), root: Path | None = None,
-              run: str | None = None) -> RebuildPlan:  # fmt: skip
+def _assemble(
+    project: Project,
+    target: ObjectRef,
+    windows: Sequence[PartitionWindow | None],
+    live: ObjectRef,
+    *,
+    choose: Callable[[PartitionWindow | None], tuple[Engine, str, str | None]],
+    per_window: Callable[[ObjectRef, Sequence[PartitionWindow | None]], bool],
+    downstream: tuple[ObjectRef, ...] = (),
+    root: Path | None = None,
+    run: str | None = None,
+) -> RebuildPlan:
     run = run or new_run_token()
     views = project.views_into(target)
     if not views:
@@ -463,8 +533,9 @@ def _assemble(project: Project, target: ObjectRef, windows: Sequence[PartitionWi
             steps.append(PartitionStep(window, chosen, Swap.NONE, None, (), reason))
             continue
         if chosen == Engine.SPARK:
-            relations = tuple(TriggerRelation(s, "lake_then_source", staged_per_window=per_window(s, windows))
-                              for s in triggers)  # fmt: skip
+            relations = tuple(
+                TriggerRelation(s, "lake_then_source", staged_per_window=per_window(s, windows)) for s in triggers
+            )
         else:
             relations = tuple(_source_relation(project, target, s, scheme, window) for s in triggers)
         shadow = shadow_ref(live, window.key if window else None, run)
@@ -492,8 +563,9 @@ def reach(loaded: LoadedProject, target: ObjectRef, scheme: PartitionScheme) -> 
     return timedelta(seconds=seconds)
 
 
-def closes_at(loaded: LoadedProject, target: ObjectRef, scheme: PartitionScheme,
-              window: PartitionWindow | None) -> datetime | None:  # fmt: skip
+def closes_at(
+    loaded: LoadedProject, target: ObjectRef, scheme: PartitionScheme, window: PartitionWindow | None
+) -> datetime | None:
     """When no row of ``window`` can arrive any more from writers chmv does not control: the window's end, its
     :func:`reach` and ``[writers] close_after_minutes``. None for an unpartitioned target and a partition of a key alone
     (no time window: it never closes)."""
@@ -502,8 +574,9 @@ def closes_at(loaded: LoadedProject, target: ObjectRef, scheme: PartitionScheme,
     return window.end + reach(loaded, target, scheme) + timedelta(minutes=loaded.config.writers.close_after_minutes)
 
 
-def _open_step(loaded: LoadedProject, plan: RebuildPlan, step: PartitionStep, now: datetime,
-               defer: bool) -> PartitionStep:  # fmt: skip
+def _open_step(
+    loaded: LoadedProject, plan: RebuildPlan, step: PartitionStep, now: datetime, defer: bool
+) -> PartitionStep:
     """A step of ``plan`` as the sources' writers allow at ``now``: a partition still open to writers chmv does not
     control is deferred (``defer``), a stream consumer writing it is paused for its swap, a closed one is unchanged."""
     if step.engine not in (Engine.CLICKHOUSE, Engine.SPARK):
@@ -515,15 +588,27 @@ def _open_step(loaded: LoadedProject, plan: RebuildPlan, step: PartitionStep, no
     consumers = tuple(dict.fromkeys(c for w in plan.writers for c in w.consumers))
     until = f"until {closes:%Y-%m-%d %H:%M}" if closes is not None else "(without a time window it never closes)"
     if others and defer and closes is not None:
-        reason = (f"open {until}: {', '.join(others)} {'is' if len(others) == 1 else 'are'} written by others, whose "
-                  "rows a swap now could lose; rebuilt once it closes (recovery requests it then), or now with "
-                  "force (each read checked for racing writes)")
-        return replace(step, engine=Engine.DEFERRED, swap=Swap.NONE, shadow=None, relations=(), reason=reason,
-                       guard=None, closes_at=closes)  # fmt: skip
+        reason = (
+            f"open {until}: {', '.join(others)} {'is' if len(others) == 1 else 'are'} written by others, whose "
+            "rows a swap now could lose; rebuilt once it closes (recovery requests it then), or now with "
+            "force (each read checked for racing writes)"
+        )
+        return replace(
+            step,
+            engine=Engine.DEFERRED,
+            swap=Swap.NONE,
+            shadow=None,
+            relations=(),
+            reason=reason,
+            guard=None,
+            closes_at=closes,
+        )
     notes = []
     if others:
-        notes.append(f"open {until} to writers chmv does not control ({', '.join(others)}): a read that races a "
-                     "write is not swapped, and read again")
+        notes.append(
+            f"open {until} to writers chmv does not control ({', '.join(others)}): a read that races a "
+            "write is not swapped, and read again"
+        )
     if consumers:
         notes.append(f"stream consumers {', '.join(c.fqn for c in consumers)} paused for the swap")
     return replace(step, reason="; ".join([step.reason, *notes]), closes_at=closes, pause=consumers)
@@ -532,13 +617,21 @@ def _open_step(loaded: LoadedProject, plan: RebuildPlan, step: PartitionStep, no
 def _stream_refusal(loaded: LoadedProject, streams: Sequence[ObjectRef]) -> str:
     """Why a stream consumer's target is never rebuilt from its trigger."""
     engines = ", ".join(f"{s.fqn} ({loaded.project.tables[s].engine.name})" for s in streams)  # type: ignore[union-attr]
-    return (f"its trigger {engines} is a stream: chmv never reads one (a SELECT consumes messages its consumer then "
-            "never sees), and the target holds the only copy of those rows; the tables it writes are the sources the "
-            "targets further down are rebuilt from")
+    return (
+        f"its trigger {engines} is a stream: chmv never reads one (a SELECT consumes messages its consumer then "
+        "never sees), and the target holds the only copy of those rows; the tables it writes are the sources the "
+        "targets further down are rebuilt from"
+    )
 
 
-def _engine_for(loaded: LoadedProject, target: ObjectRef, window: PartitionWindow | None, observations: Observations,
-                engine: EngineOption, root: Path | None) -> tuple[Engine, str]:  # fmt: skip
+def _engine_for(
+    loaded: LoadedProject,
+    target: ObjectRef,
+    window: PartitionWindow | None,
+    observations: Observations,
+    engine: EngineOption,
+    root: Path | None,
+) -> tuple[Engine, str]:
     if engine == "spark":
         return Engine.SPARK, "engine=spark asked for"
     if engine == "clickhouse":
@@ -568,8 +661,9 @@ def _first_landing(root: Path, source: ObjectRef) -> datetime | None:
     return min((f.first_arrival for f in files), default=None)
 
 
-def _source_relation(project: Project, target: ObjectRef, source: ObjectRef, scheme: PartitionScheme,
-                     window: PartitionWindow | None) -> TriggerRelation:  # fmt: skip
+def _source_relation(
+    project: Project, target: ObjectRef, source: ObjectRef, scheme: PartitionScheme, window: PartitionWindow | None
+) -> TriggerRelation:
     predicate = None
     if window is not None:
         for view in project.views_into(target):
@@ -578,8 +672,9 @@ def _source_relation(project: Project, target: ObjectRef, source: ObjectRef, sch
     return TriggerRelation(source, "source_window" if predicate else "source", predicate)
 
 
-def staged_per_window(loaded: LoadedProject, target: ObjectRef, source: ObjectRef,
-                      windows: Sequence[PartitionWindow | None]) -> bool:  # fmt: skip
+def staged_per_window(
+    loaded: LoadedProject, target: ObjectRef, source: ObjectRef, windows: Sequence[PartitionWindow | None]
+) -> bool:
     """Whether each partition's trigger rows are exactly the rows whose event time falls in its window.
 
     Then Spark stages one folder per partition (and reads only the range's files); otherwise one folder

@@ -43,30 +43,30 @@ from chmv_assets.sql.rewrite import local_table_sql, renamed_select, renamed_sta
 #: Hints per server error name: what to do about the statement the server refused.
 HINTS = {
     "UNKNOWN_IDENTIFIER": "the SELECT reads a column its source does not have: add the column to the source's "
-                          "CREATE TABLE in the DDL directory (chmv plans the ALTER … ADD COLUMN) or fix the SELECT",
+    "CREATE TABLE in the DDL directory (chmv plans the ALTER … ADD COLUMN) or fix the SELECT",
     "NO_SUCH_COLUMN_IN_TABLE": "a column is missing from the table the statement names: add it to that table's "
-                               "CREATE TABLE, or fix the statement",
+    "CREATE TABLE, or fix the statement",
     "THERE_IS_NO_COLUMN": "the MV's SELECT yields a column its target does not have: add it to the target's "
-                          "CREATE TABLE, or rename the SELECT's alias",
+    "CREATE TABLE, or rename the SELECT's alias",
     "UNKNOWN_TABLE": "a table the statement needs is neither in the DDL directory nor on the server: add its "
-                     "CREATE TABLE, or create it and list it under external in chmv.toml",
+    "CREATE TABLE, or create it and list it under external in chmv.toml",
     "UNKNOWN_FUNCTION": "the server does not know this function (its version?): use one it has",
     "TYPE_MISMATCH": "the types do not fit: make the SELECT yield the target column's type (CAST) or change the "
-                     "column's type",
+    "column's type",
     "CANNOT_CONVERT_TYPE": "the SELECT's column does not convert to the target column's type: CAST it, or change "
-                           "the target column",
+    "the target column",
     "ILLEGAL_TYPE_OF_ARGUMENT": "a function got an argument of a type it does not take: fix the expression",
     "NO_COMMON_TYPE": "the branches of the SELECT yield types with no common type: CAST them alike",
     "SYNTAX_ERROR": "the server cannot parse the statement: fix its syntax",
     "BAD_ARGUMENTS": "the server refused an argument of the statement: fix it",
     "ALTER_OF_COLUMN_IS_FORBIDDEN": "the server cannot change this column in place (a key column?): the plan "
-                                    "must build a new version of the table; report this to chmv",
-}  # fmt: skip
+    "must build a new version of the table; report this to chmv",
+}
 #: Hints that differ for a table's own statement (a DEFAULT, MATERIALIZED or TTL expression, not a SELECT).
 TABLE_HINTS = {
     "UNKNOWN_IDENTIFIER": "an expression of the table (a DEFAULT, MATERIALIZED, TTL or key) names a column the table "
-                          "does not have: fix the expression or add the column",
-}  # fmt: skip
+    "does not have: fix the expression or add the column",
+}
 DEFAULT_HINT = "fix the statement so the server accepts it (the message is the server's own); nothing was changed"
 _CODE = re.compile(r"Code: \d+\.\s*DB::Exception:\s*")
 _NAME = re.compile(r"\(([A-Z][A-Z_]+)\)")
@@ -86,8 +86,10 @@ class PreflightReport:
     def describe(self) -> str:
         if not self.checked:
             return "preflight: nothing new or changed to check"
-        text = (f"preflight: the server accepted {self.statements} statements for {len(self.checked)} objects "
-                f"in {', '.join(self.scratch)} ({self.seconds:.1f}s)")  # fmt: skip
+        text = (
+            f"preflight: the server accepted {self.statements} statements for {len(self.checked)} objects "
+            f"in {', '.join(self.scratch)} ({self.seconds:.1f}s)"
+        )
         return "\n".join([text, *(f"  {s}" for s in self.skipped)])
 
 
@@ -97,8 +99,9 @@ def scratch_databases(plan: LifecyclePlan, databases: set[str]) -> dict[str, str
     return {d: f"{CHMV_PREFIX}preflight_{digest}_{safe_name(d)}" for d in sorted(databases)}
 
 
-def preflight(client: Client, loaded: LoadedProject, plan: LifecyclePlan,
-              log: Callable[[str], None] | None = None) -> PreflightReport:  # fmt: skip
+def preflight(
+    client: Client, loaded: LoadedProject, plan: LifecyclePlan, log: Callable[[str], None] | None = None
+) -> PreflightReport:
     """Run every new or changed statement of ``plan`` in scratch databases; raise if the server refuses any.
 
     Raises:
@@ -114,8 +117,13 @@ def preflight(client: Client, loaded: LoadedProject, plan: LifecyclePlan,
         run.drop_scratch()
     if problems:
         raise PreflightError(problems)
-    report = PreflightReport(tuple(run.scratch.values()), tuple(sorted(r.fqn for r in run.objects)), run.count,
-                             time.monotonic() - started, run.skipped)  # fmt: skip
+    report = PreflightReport(
+        tuple(run.scratch.values()),
+        tuple(sorted(r.fqn for r in run.objects)),
+        run.count,
+        time.monotonic() - started,
+        run.skipped,
+    )
     (log or (lambda _m: None))(report.describe())
     return report
 
@@ -132,8 +140,10 @@ def _existing_functions(client: Client, names: set[str]) -> set[str]:
 def _existing(client: Client, refs: set[ObjectRef]) -> set[ObjectRef]:
     if not refs:
         return set()
-    rows = client.query("SELECT database, name FROM system.tables WHERE (database, name) IN {refs:Array(Tuple(String, String))}",
-                        parameters={"refs": [(r.database, r.name) for r in refs]}).result_rows  # fmt: skip
+    rows = client.query(
+        "SELECT database, name FROM system.tables WHERE (database, name) IN {refs:Array(Tuple(String, String))}",
+        parameters={"refs": [(r.database, r.name) for r in refs]},
+    ).result_rows
     return {ObjectRef(database=d, name=n) for d, n in rows}
 
 
@@ -154,7 +164,10 @@ class _Preflight:
                 self.tables.add(ref)
             elif change.action == Action.CREATE and ref in self.project.dictionaries:
                 dictionaries.add(ref)
-            elif change.action in (Action.CREATE, Action.MODIFY_QUERY, Action.RECREATE_VIEW) and ref in self.project.views:
+            elif (
+                change.action in (Action.CREATE, Action.MODIFY_QUERY, Action.RECREATE_VIEW)
+                and ref in self.project.views
+            ):
                 self.views.append(self.project.views[ref])
             if change.action == Action.NEW_VERSION:
                 self.views += [self.project.views[v] for v, _ in change.views]
@@ -280,14 +293,21 @@ class _Preflight:
         # The SELECT's output must fit the target: the columns exist there and the types convert.
         select = renamed_select(view, self.names)
         columns = ", ".join(quote(c.name) for c in view.output_columns)
-        self._try(view.ref, view.location, insert_sql(self.names[view.target], view,
-                                                      f"SELECT {columns} FROM ({select}) LIMIT 0"))  # fmt: skip
+        self._try(
+            view.ref,
+            view.location,
+            insert_sql(self.names[view.target], view, f"SELECT {columns} FROM ({select}) LIMIT 0"),
+        )
 
     def _alter(self, ref: ObjectRef, clauses: tuple[str, ...]) -> None:
         clone = ObjectRef(database=self.scratch[ref.database], name=f"{CHMV_PREFIX}alter_{safe_name(ref.name)}")
         table = self.project.tables.get(ref)
         where = table.location if table is not None else None
-        copy = local_copy_sql(clone, ref, table) if table is not None else f"CREATE TABLE {qualified(clone)} AS {qualified(ref)}"
+        copy = (
+            local_copy_sql(clone, ref, table)
+            if table is not None
+            else f"CREATE TABLE {qualified(clone)} AS {qualified(ref)}"
+        )
         if not self._try(ref, where, copy):
             return
         self._try(ref, where, f"ALTER TABLE {qualified(clone)} {', '.join(clauses)}")
@@ -311,7 +331,7 @@ class _Preflight:
     def _problem(self, ref: ObjectRef, location: SourceLocation | None, err: Exception) -> DDLProblem:
         text = " ".join(str(err).split())
         match = _CODE.search(text)
-        message = text[match.end():] if match else text
+        message = text[match.end() :] if match else text
         message = re.sub(r"\s*\(version [^)]*\)\.?$", "", message)
         for database, scratch in self.scratch.items():
             message = message.replace(quote(scratch), quote(database)).replace(scratch, database)

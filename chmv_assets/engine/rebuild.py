@@ -81,8 +81,14 @@ class RebuildResult:
     attempts: int = 1
 
 
-def rebuild(client: Client, project: Project, target: ObjectRef, window: PartitionWindow | None, *,
-            log: Callable[[str], None] | None = None) -> RebuildResult:  # fmt: skip
+def rebuild(
+    client: Client,
+    project: Project,
+    target: ObjectRef,
+    window: PartitionWindow | None,
+    *,
+    log: Callable[[str], None] | None = None,
+) -> RebuildResult:
     """Rebuild one partition of ``target`` (or all of it) from its source tables, and swap it in.
 
     The planner's ClickHouse-engine plan of one partition, run on ``client``; see :func:`run_step`.
@@ -91,9 +97,16 @@ def rebuild(client: Client, project: Project, target: ObjectRef, window: Partiti
     return run_step(client, project, plan, plan.steps[0], log=log)
 
 
-def run_step(client: Client, project: Project, plan: RebuildPlan, step: PartitionStep, *,
-             trigger_relation: Callable[[ObjectRef], str | None] | None = None,
-             log: Callable[[str], None] | None = None, rules: RaceRules = RaceRules()) -> RebuildResult:  # fmt: skip
+def run_step(
+    client: Client,
+    project: Project,
+    plan: RebuildPlan,
+    step: PartitionStep,
+    *,
+    trigger_relation: Callable[[ObjectRef], str | None] | None = None,
+    log: Callable[[str], None] | None = None,
+    rules: RaceRules = RaceRules(),
+) -> RebuildResult:
     """Rebuild the partition of ``step`` from the MVs that write the target, then swap it in.
 
     Every MV writing into the target (a fan-in has several) runs its own SELECT over the trigger rows of the window
@@ -129,8 +142,15 @@ def run_step(client: Client, project: Project, plan: RebuildPlan, step: Partitio
     return _Races(read, rules).run([step])[0]
 
 
-def run_steps(client: Client, project: Project, plan: RebuildPlan, steps: Sequence[PartitionStep], *,
-              log: Callable[[str], None] | None = None, rules: RaceRules = RaceRules()) -> list[RebuildResult]:  # fmt: skip
+def run_steps(
+    client: Client,
+    project: Project,
+    plan: RebuildPlan,
+    steps: Sequence[PartitionStep],
+    *,
+    log: Callable[[str], None] | None = None,
+    rules: RaceRules = RaceRules(),
+) -> list[RebuildResult]:
     """Rebuild the partitions of ``steps`` with one read of their trigger rows, then swap each in; results in order.
 
     Every MV writing the target runs its own SELECT once over the trigger rows of all the windows
@@ -159,7 +179,9 @@ def run_steps(client: Client, project: Project, plan: RebuildPlan, steps: Sequen
     """
     say = log or (lambda _msg: None)
     grouped = [s for s in steps if s.engine == Engine.CLICKHOUSE and s.swap == Swap.REPLACE_PARTITION and _timed(s)]
-    alone = {i: run_step(client, project, plan, s, log=say, rules=rules) for i, s in enumerate(steps) if s not in grouped}
+    alone = {
+        i: run_step(client, project, plan, s, log=say, rules=rules) for i, s in enumerate(steps) if s not in grouped
+    }
     if not grouped:
         return list(alone.values())
     read = _Read(client, project, plan, say, one_read=True, pacing=rules.pacing)
@@ -191,8 +213,9 @@ def whole_table_swaps(client: Client, live: ObjectRef, shadow: ObjectRef) -> lis
     return [(f"ID {string_literal(str(pid))}", not in_shadow) for pid, in_shadow in rows]
 
 
-def race_ranges(project: Project, target: ObjectRef, scheme: PartitionScheme,
-                windows: Sequence[PartitionWindow | None]) -> dict[ObjectRef, list[str | None]]:  # fmt: skip
+def race_ranges(
+    project: Project, target: ObjectRef, scheme: PartitionScheme, windows: Sequence[PartitionWindow | None]
+) -> dict[ObjectRef, list[str | None]]:
     """Per trigger, per window, the source rows whose arrival races a read of the window: those mapping into it (the
     pruning range of each MV reading the trigger, OR-ed), any row (None) for a whole table or where a range cannot be
     derived (:func:`chmv_assets.engine.races.raced_windows` counts them in the parts written since the read)."""
@@ -204,8 +227,9 @@ def race_ranges(project: Project, target: ObjectRef, scheme: PartitionScheme,
     return ranges
 
 
-def _race_range(project: Project, scheme: PartitionScheme, views: Sequence[MaterializedView],
-                window: PartitionWindow | None) -> str | None:  # fmt: skip
+def _race_range(
+    project: Project, scheme: PartitionScheme, views: Sequence[MaterializedView], window: PartitionWindow | None
+) -> str | None:
     if window is None or not scheme.partitioned:
         return None
     predicates = [source_range_predicate(v, project, scheme, window) for v in views]
@@ -329,8 +353,10 @@ class _Races:
         for attempt in range(1, self.rules.attempts + 1):
             if attempt > 1:
                 pause = self.rules.pause(attempt)
-                say(f"{plan.target.fqn}: {why}; reading {self._keys(steps, pending)} again in {pause:.1f}s "
-                    f"(attempt {attempt} of {self.rules.attempts})")  # fmt: skip
+                say(
+                    f"{plan.target.fqn}: {why}; reading {self._keys(steps, pending)} again in {pause:.1f}s "
+                    f"(attempt {attempt} of {self.rules.attempts})"
+                )
                 time.sleep(pause)
             group = [steps[i] for i in pending]
             seen = races.watch(read.client, plan.gates)
@@ -350,11 +376,16 @@ class _Races:
                 return [done[i] for i in range(len(steps))]
             swapped_raced = outcome.swapped_raced
             why = f"writes raced the read of {self._keys(steps, pending)}" + (
-                " after its swap (a row's MV output may have gone with the old partition)" if swapped_raced else
-                " (not swapped)")  # fmt: skip
-        state = ("the last read was swapped: rows written during it may miss their MV output until the partition is "
-                 "rebuilt again (the parity sweep and recovery will see it)" if swapped_raced else
-                 "the last read was not swapped: the live partition is as it was")  # fmt: skip
+                " after its swap (a row's MV output may have gone with the old partition)"
+                if swapped_raced
+                else " (not swapped)"
+            )
+        state = (
+            "the last read was swapped: rows written during it may miss their MV output until the partition is "
+            "rebuilt again (the parity sweep and recovery will see it)"
+            if swapped_raced
+            else "the last read was not swapped: the live partition is as it was"
+        )
         raise RacedWrites(
             f"{plan.target.fqn} {self._keys(steps, pending)}: {why}, through {self.rules.attempts} attempts; {state}. "
             "Writers chmv does not control keep inserting rows of this window: rebuild it when they pause, or list "
@@ -386,8 +417,10 @@ class _Races:
                     except ShrinkRefused as error:
                         outcome.refused = error  # the partitions before it are swapped, it and the later ones not
                         break
-                    say(f"{plan.target.fqn} {step.key or '(whole table)'}: shrink guard passed ({new:,} rows rebuilt, "
-                        f"{old:,} live)")  # fmt: skip
+                    say(
+                        f"{plan.target.fqn} {step.key or '(whole table)'}: shrink guard passed ({new:,} rows rebuilt, "
+                        f"{old:,} live)"
+                    )
                 passed.append((i, swapped_partition(table, plan, step), rows))
             after: set[int] = set()
             if passed:
@@ -405,12 +438,20 @@ class _Races:
                     if i in after:
                         continue
                     method = "drop" if rows == 0 else "replace"
-                    say(f"{plan.target.fqn} {group[i].key or '(whole table)'}: {method}, {rows} rows"
-                        + (f" (attempt {attempt})" if attempt > 1 else ""))  # fmt: skip
+                    say(
+                        f"{plan.target.fqn} {group[i].key or '(whole table)'}: {method}, {rows} rows"
+                        + (f" (attempt {attempt})" if attempt > 1 else "")
+                    )
                     # The shared read and the one swap statement are counted once, with the first partition.
-                    outcome.results[i] = RebuildResult(plan.target.fqn, group[i].key, method, rows,
-                                                       seconds if first else 0.0,
-                                                       shadow.statements if first else [], attempt)  # fmt: skip
+                    outcome.results[i] = RebuildResult(
+                        plan.target.fqn,
+                        group[i].key,
+                        method,
+                        rows,
+                        seconds if first else 0.0,
+                        shadow.statements if first else [],
+                        attempt,
+                    )
                     first = False
             outcome.raced = sorted(before | after)
             outcome.swapped_raced = bool(after)

@@ -25,8 +25,11 @@ from chmv_assets.sql.rebuild_sql import view_select
 
 _EPOCH = datetime(1970, 1, 2)
 #: One UNION ALL over hundreds of targets exceeds the default 256 KiB query size and AST limits.
-BIG_QUERY_SETTINGS = {"max_query_size": 64 * 1024 * 1024, "max_ast_elements": 10_000_000,
-                      "max_expanded_ast_elements": 10_000_000}  # fmt: skip
+BIG_QUERY_SETTINGS = {
+    "max_query_size": 64 * 1024 * 1024,
+    "max_ast_elements": 10_000_000,
+    "max_expanded_ast_elements": 10_000_000,
+}
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,9 @@ def probes(loaded: LoadedProject, target: ObjectRef) -> list[Probe]:
     return out
 
 
-def measure_staleness(client: Client, loaded: LoadedProject, *, targets: list[ObjectRef] | None = None) -> list[TargetLag]:
+def measure_staleness(
+    client: Client, loaded: LoadedProject, *, targets: list[ObjectRef] | None = None
+) -> list[TargetLag]:
     """The lag of every target in at most three queries, whatever the number of targets.
 
     1. ``system.tables`` joined with ``system.parts``: which objects exist, and the newest value of every
@@ -136,8 +141,10 @@ def measure_staleness(client: Client, loaded: LoadedProject, *, targets: list[Ob
     values: dict[tuple[str, object], datetime | None] = {}
 
     def branch(kind: str, key: object, expr: str, relation: str) -> None:
-        branches.append(f"SELECT toUInt32({len(slots)}) AS i, CAST(maxOrNull({expr}) AS Nullable(DateTime64(3))) AS v "
-                        f"FROM {relation}")  # fmt: skip
+        branches.append(
+            f"SELECT toUInt32({len(slots)}) AS i, CAST(maxOrNull({expr}) AS Nullable(DateTime64(3))) AS v "
+            f"FROM {relation}"
+        )
         slots.append((kind, key))
 
     def newest_of(kind: str, ref: ObjectRef, column: str) -> None:
@@ -169,7 +176,9 @@ def measure_staleness(client: Client, loaded: LoadedProject, *, targets: list[Ob
         source_max = max((v for p in ps if (v := values.get(("source", p.trigger))) is not None), default=None)
         known = ("target", target) in values and all(("source", p.trigger) in values for p in ps)
         grain = max(p.grain_seconds for p in ps)
-        behind = source_max is not None and (target_max is None or (source_max - target_max).total_seconds() > sla + grain)
+        behind = source_max is not None and (
+            target_max is None or (source_max - target_max).total_seconds() > sla + grain
+        )
         if known and not behind:
             continue
         table = project.table(target)
@@ -177,8 +186,10 @@ def measure_staleness(client: Client, loaded: LoadedProject, *, targets: list[Ob
         scheme = partition_scheme(table, project.views_into(target))
         for n, probe in enumerate(ps):
             lookback = sla + min(probe.grain_seconds, 3600)
-            tail = (f"{quote(probe.trigger_column)} >= (SELECT max({quote(probe.trigger_column)}) "
-                    f"FROM {qualified(probe.trigger)}) - INTERVAL {int(lookback)} SECOND")  # fmt: skip
+            tail = (
+                f"{quote(probe.trigger_column)} >= (SELECT max({quote(probe.trigger_column)}) "
+                f"FROM {qualified(probe.trigger)}) - INTERVAL {int(lookback)} SECOND"
+            )
             select = view_select(probe.view, project, table, scheme, None, trigger_where=tail)
             branch("expected", (target, n), quote(probe.target_column), f"({select})")
     if branches:
@@ -205,13 +216,17 @@ def measure_staleness(client: Client, loaded: LoadedProject, *, targets: list[Ob
             else:
                 lag.lag_seconds = max(0.0, (lag.expected_max - lag.target_max).total_seconds())
         if lag.lag_seconds > sla:
-            lag.reasons.append(f"newest {lag.column} {lag.target_max} trails {lag.expected_max} by "
-                               f"{lag.lag_seconds / 60:.0f} min (SLA {sla // 60} min)")  # fmt: skip
+            lag.reasons.append(
+                f"newest {lag.column} {lag.target_max} trails {lag.expected_max} by "
+                f"{lag.lag_seconds / 60:.0f} min (SLA {sla // 60} min)"
+            )
         lag.watermark = watermarks.get(target.fqn)
         if lag.watermark is not None and lag.source_max is not None:
             lag.watermark_lag_seconds = max(0.0, (lag.source_max - lag.watermark).total_seconds())
             if lag.watermark_lag_seconds > sla:
-                lag.reasons.append(f"watermark {lag.watermark} trails the newest source row {lag.source_max} by "
-                                   f"{lag.watermark_lag_seconds / 60:.0f} min")  # fmt: skip
+                lag.reasons.append(
+                    f"watermark {lag.watermark} trails the newest source row {lag.source_max} by "
+                    f"{lag.watermark_lag_seconds / 60:.0f} min"
+                )
         lag.stale = bool(lag.reasons)
     return list(lags.values())

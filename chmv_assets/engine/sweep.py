@@ -117,8 +117,11 @@ class SweepState:
 
     def dumps(self) -> str:
         """JSON, deflated and base64-encoded: thousands of partitions repeat a lot."""
-        data = {"v": CURSOR_VERSION, "t": {t: {p: s.to_json() for p, s in ps.items()} for t, ps in self.tables.items()},
-                "p": self.pending}  # fmt: skip
+        data = {
+            "v": CURSOR_VERSION,
+            "t": {t: {p: s.to_json() for p, s in ps.items()} for t, ps in self.tables.items()},
+            "p": self.pending,
+        }
         return "z:" + base64.b64encode(zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 6)).decode()
 
     @classmethod
@@ -175,9 +178,11 @@ class SweepDecision:
 
     def summary(self) -> str:
         rows = sum(i.rows for i in self.items)
-        return (f"{len(self.items)} partition(s) to check (~{rows:,} rows), {self.marked} marked dirty this tick, "
-                f"{self.pending} pending ({self.waiting_for_grace} inside the grace period); {self.tables} tables, "
-                f"{self.queries} ClickHouse query")  # fmt: skip
+        return (
+            f"{len(self.items)} partition(s) to check (~{rows:,} rows), {self.marked} marked dirty this tick, "
+            f"{self.pending} pending ({self.waiting_for_grace} inside the grace period); {self.tables} tables, "
+            f"{self.queries} ClickHouse query"
+        )
 
 
 def tracked_tables(loaded: LoadedProject, targets: Iterable[ObjectRef]) -> list[ObjectRef]:
@@ -201,12 +206,14 @@ def read_parts(client: Client, loaded: LoadedProject, tables: list[ObjectRef]) -
         f"{wall_seconds_sql('max_time')}, toString(min_date), toString(max_date), partition FROM system.parts "
         "WHERE active AND database IN {dbs:Array(String)} AND (table IN {names:Array(String)} "
         "OR startsWith(table, '.inner'))"
-    )  # fmt: skip
+    )
     params: dict = {"dbs": sorted({t.database for t in tables}), "names": sorted({t.name for t in tables})}
     if inner:
-        sql += (" UNION ALL SELECT 'm', database, name, toString(uuid), toUInt64(0), toInt64(0), toInt64(0), "
-                "toInt64(0), toInt64(0), toInt64(0), '', '', '' FROM system.tables WHERE engine = 'MaterializedView' "
-                "AND database IN {mv_dbs:Array(String)} AND name IN {mv_names:Array(String)}")  # fmt: skip
+        sql += (
+            " UNION ALL SELECT 'm', database, name, toString(uuid), toUInt64(0), toInt64(0), toInt64(0), "
+            "toInt64(0), toInt64(0), toInt64(0), '', '', '' FROM system.tables WHERE engine = 'MaterializedView' "
+            "AND database IN {mv_dbs:Array(String)} AND name IN {mv_names:Array(String)}"
+        )
         params |= {"mv_dbs": sorted({t.database for t in inner}), "mv_names": sorted({t.name for t in inner})}
     rows = client.query(sql, parameters=params, settings=BIG_QUERY_SETTINGS).result_rows
     inner_names = inner_table_names((database, name, uuid) for kind, database, name, uuid, *_ in rows if kind == "m")
@@ -310,8 +317,9 @@ class _Marker:
                 out.add(window)
         return out
 
-    def source_windows(self, target: ObjectRef, source: ObjectRef, ranges: list[Range],
-                       held: list[Part]) -> set[PartitionWindow | None]:  # fmt: skip
+    def source_windows(
+        self, target: ObjectRef, source: ObjectRef, ranges: list[Range], held: list[Part]
+    ) -> set[PartitionWindow | None]:
         """The target's partitions that rows of the source's dirty ranges map into (with a key part: those windows
         for every key value the target holds)."""
         if not ranges:
@@ -370,8 +378,9 @@ def _overlapping(parts: list[Part], lo: int, hi: int) -> int:
     return sum(p.rows for p in parts if p.span is WHOLE or (p.first < hi and p.last >= lo))
 
 
-def estimate_rows(loaded: LoadedProject, target: ObjectRef, window: PartitionWindow | None,
-                  parts: dict[ObjectRef, list[Part]]) -> int:  # fmt: skip
+def estimate_rows(
+    loaded: LoadedProject, target: ObjectRef, window: PartitionWindow | None, parts: dict[ObjectRef, list[Part]]
+) -> int:
     """Rows an evaluation of the partition reads: the target's and its sources' parts over the window."""
     if window is None or window.start is None or window.end is None:
         return sum(p.rows for t in (target, *triggers(loaded, target)) for p in parts.get(t, []))
@@ -385,8 +394,16 @@ def estimate_rows(loaded: LoadedProject, target: ObjectRef, window: PartitionWin
     return total
 
 
-def decide(client: Client, loaded: LoadedProject, targets: list[ObjectRef], state: SweepState, *, now: float,
-           max_partitions: int, max_rows: int) -> SweepDecision:  # fmt: skip
+def decide(
+    client: Client,
+    loaded: LoadedProject,
+    targets: list[ObjectRef],
+    state: SweepState,
+    *,
+    now: float,
+    max_partitions: int,
+    max_rows: int,
+) -> SweepDecision:
     """Read the parts (one query), mark what changed since ``state`` and choose this tick's partitions.
 
     Args:
@@ -426,8 +443,9 @@ def decide(client: Client, loaded: LoadedProject, targets: list[ObjectRef], stat
                 entries[key] = (window.end.replace(tzinfo=UTC).timestamp() + grace, now)
     by_fqn = {t.fqn: t for t in targets}
     # the most recently changed go first: a fresh gap is not queued behind a cold start's backlog
-    ready = sorted((-marked, fqn, key) for fqn, keys in pending.items() for key, (turn, marked) in keys.items()
-                   if turn <= now)  # fmt: skip
+    ready = sorted(
+        (-marked, fqn, key) for fqn, keys in pending.items() for key, (turn, marked) in keys.items() if turn <= now
+    )
     items: list[SweepItem] = []
     rows_budget = max_rows
     for _marked, fqn, key in ready:
@@ -441,8 +459,9 @@ def decide(client: Client, loaded: LoadedProject, targets: list[ObjectRef], stat
         rows_budget -= rows
         items.append(SweepItem(target, window, rows))
         del pending[fqn][key]
-    new_state = SweepState({ref.fqn: change.seen for ref, change in changes.items()},
-                           {fqn: keys for fqn, keys in pending.items() if keys})  # fmt: skip
+    new_state = SweepState(
+        {ref.fqn: change.seen for ref, change in changes.items()}, {fqn: keys for fqn, keys in pending.items() if keys}
+    )
     left = sum(len(keys) for keys in new_state.pending.values())
     waiting = sum(1 for keys in new_state.pending.values() for turn, _marked in keys.values() if turn > now)
     return SweepDecision(tuple(items), new_state, 1, len(tables), len(fresh), left, waiting)

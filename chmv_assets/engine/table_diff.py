@@ -74,10 +74,15 @@ def diff_table(repo: Table, repo_formatted: Table, live: Table) -> TableDiff:
     b_engine = (b.engine.name, _arguments(b.engine.family_arguments)) if b.engine else None
     if a_engine != b_engine:
         structural.append(f"engine {_engine_text(b)} → {_engine_text(a)}")
-    for clause, left, right in (("PARTITION BY", b.partition_by.sql if b.partition_by else None,
-                                 a.partition_by.sql if a.partition_by else None),
-                                ("ORDER BY", b.order_by, a.order_by),
-                                ("PRIMARY KEY", b.primary_key or b.order_by, a.primary_key or a.order_by)):  # fmt: skip
+    for clause, left, right in (
+        (
+            "PARTITION BY",
+            b.partition_by.sql if b.partition_by else None,
+            a.partition_by.sql if a.partition_by else None,
+        ),
+        ("ORDER BY", b.order_by, a.order_by),
+        ("PRIMARY KEY", b.primary_key or b.order_by, a.primary_key or a.order_by),
+    ):
         explicit = clause != "PRIMARY KEY" or a.primary_key or b.primary_key
         if explicit and _canon(left) != _canon(right):
             structural.append(f"{clause} {_canon(left) or '(none)'} → {_canon(right) or '(none)'}")
@@ -118,14 +123,23 @@ def diff_table(repo: Table, repo_formatted: Table, live: Table) -> TableDiff:
     return TableDiff(tuple(in_place), tuple(structural), tuple(drops))
 
 
-def _column_change(repo: Column, live: Column, definition: str | None, in_key: bool,
-                   in_place: list[tuple[str, str]], structural: list[str]) -> None:  # fmt: skip
+def _column_change(
+    repo: Column,
+    live: Column,
+    definition: str | None,
+    in_key: bool,
+    in_place: list[tuple[str, str]],
+    structural: list[str],
+) -> None:
     """Append what changes one column: a MODIFY COLUMN that keeps every value, or a reason for a new version."""
     name = quote(repo.name)
     if repo.type != live.type and not (repo.type and live.type and _same_type(repo.type, live.type)):
         if in_key or not converts_in_place(live.type, repo.type):
-            why = "a sorting or partition key column" if in_key and converts_in_place(live.type, repo.type) else \
-                "the values do not convert in place"  # fmt: skip
+            why = (
+                "a sorting or partition key column"
+                if in_key and converts_in_place(live.type, repo.type)
+                else "the values do not convert in place"
+            )
             structural.append(f"column {repo.name} {live.type} → {repo.type} ({why})")
             return
         if definition is None:
@@ -136,8 +150,9 @@ def _column_change(repo: Column, live: Column, definition: str | None, in_key: b
     default_changed = (repo.default_kind, repo.default_expression) != (live.default_kind, live.default_expression)
     if default_changed:
         if repo.default_kind is None:
-            in_place.append((f"MODIFY COLUMN {name} REMOVE {live.default_kind}",
-                             f"column {repo.name}: {live.default_kind} removed"))  # fmt: skip
+            in_place.append(
+                (f"MODIFY COLUMN {name} REMOVE {live.default_kind}", f"column {repo.name}: {live.default_kind} removed")
+            )
         elif definition is not None:
             in_place.append((f"MODIFY COLUMN {definition}", f"column {repo.name}: {repo.default_kind} changed"))
     comment_changed = (repo.comment or "") != (live.comment or "")
@@ -150,8 +165,9 @@ def _column_change(repo: Column, live: Column, definition: str | None, in_key: b
         in_place.append((f"MODIFY COLUMN {definition}", f"column {repo.name}: definition changed"))
     if comment_changed:
         if repo.comment:
-            in_place.append((f"COMMENT COLUMN {name} {string_literal(repo.comment)}",
-                             f"column {repo.name}: comment changed"))  # fmt: skip
+            in_place.append(
+                (f"COMMENT COLUMN {name} {string_literal(repo.comment)}", f"column {repo.name}: comment changed")
+            )
         else:
             in_place.append((f"MODIFY COLUMN {name} REMOVE COMMENT", f"column {repo.name}: comment removed"))
 

@@ -70,9 +70,17 @@ def read_watermark(client: Client, source_id: str, target_table: str) -> Waterma
     return Watermark(source_id, target_table, None if ts <= EPOCH else ts, batch_id, status, int(count), int(version))
 
 
-def write_watermark(client: Client, source_id: str, target_table: str, *, last_processed_ts: datetime | None,
-                    batch_id: str, status: str, rows: int = 0,
-                    previous: Watermark | None = None) -> Watermark:  # fmt: skip
+def write_watermark(
+    client: Client,
+    source_id: str,
+    target_table: str,
+    *,
+    last_processed_ts: datetime | None,
+    batch_id: str,
+    status: str,
+    rows: int = 0,
+    previous: Watermark | None = None,
+) -> Watermark:
     """Append a record with a version above ``previous`` (and above the clock, so versions never go back)."""
     version = max(time.time_ns(), (previous.version + 1) if previous else 0)
     ts = _naive_utc(last_processed_ts) if last_processed_ts else EPOCH
@@ -81,25 +89,55 @@ def write_watermark(client: Client, source_id: str, target_table: str, *, last_p
         "(source_id, target_table, last_processed_ts, batch_id, status, rows, version) VALUES "
         "({source:String}, {target:String}, {ts:DateTime64(6)}, {batch:String}, {status:String}, {rows:UInt64}, "
         "{version:UInt64})",
-        parameters={"source": source_id, "target": target_table, "ts": ts, "batch": batch_id, "status": status,
-                    "rows": rows, "version": version},  # fmt: skip
+        parameters={
+            "source": source_id,
+            "target": target_table,
+            "ts": ts,
+            "batch": batch_id,
+            "status": status,
+            "rows": rows,
+            "version": version,
+        },
         settings={"insert_deduplicate": 0},
     )
     return Watermark(source_id, target_table, last_processed_ts, batch_id, status, rows, version)
 
 
-def begin_load(client: Client, source_id: str, target_table: str, batch_id: str,
-               previous: Watermark | None) -> Watermark:  # fmt: skip
+def begin_load(
+    client: Client, source_id: str, target_table: str, batch_id: str, previous: Watermark | None
+) -> Watermark:
     """Record the intent of a load (the watermark does not move)."""
-    return write_watermark(client, source_id, target_table,
-                           last_processed_ts=previous.last_processed_ts if previous else None,
-                           batch_id=batch_id, status=LOADING, previous=previous)  # fmt: skip
+    return write_watermark(
+        client,
+        source_id,
+        target_table,
+        last_processed_ts=previous.last_processed_ts if previous else None,
+        batch_id=batch_id,
+        status=LOADING,
+        previous=previous,
+    )
 
 
-def commit_load(client: Client, source_id: str, target_table: str, batch_id: str, *, newest: datetime | None,
-                rows: int, previous: Watermark | None) -> Watermark:  # fmt: skip
+def commit_load(
+    client: Client,
+    source_id: str,
+    target_table: str,
+    batch_id: str,
+    *,
+    newest: datetime | None,
+    rows: int,
+    previous: Watermark | None,
+) -> Watermark:
     """Advance the watermark to ``newest`` (never backwards) once the load's insert has committed."""
     before = previous.last_processed_ts if previous else None
     candidates = [t for t in (before, newest) if t is not None]
-    return write_watermark(client, source_id, target_table, last_processed_ts=max(candidates) if candidates else None,
-                           batch_id=batch_id, status=COMMITTED, rows=rows, previous=previous)  # fmt: skip
+    return write_watermark(
+        client,
+        source_id,
+        target_table,
+        last_processed_ts=max(candidates) if candidates else None,
+        batch_id=batch_id,
+        status=COMMITTED,
+        rows=rows,
+        previous=previous,
+    )

@@ -1,6 +1,5 @@
 """Build Dagster assets from a parsed project: targets are partitioned, sources and dictionaries upstream."""
 
-
 from collections.abc import Sequence
 from typing import Literal
 
@@ -76,8 +75,14 @@ def target_groups(loaded: LoadedProject, translator: ChmvTranslator) -> list[tup
     groups: dict[tuple, list[ObjectRef]] = {}
     for ref in sorted(targets, key=lambda r: (order.get(r.fqn, 0), r.fqn)):
         kind[ref] = (translator.get_asset_spec(loaded, ref).partitions_def, spark_capable(loaded, ref, root))
-        generation[ref] = max((generation[u] + (kind[u] != kind[ref]) for u in translator.get_upstream(loaded, ref)
-                               if u in targets and u in generation), default=0)  # fmt: skip
+        generation[ref] = max(
+            (
+                generation[u] + (kind[u] != kind[ref])
+                for u in translator.get_upstream(loaded, ref)
+                if u in targets and u in generation
+            ),
+            default=0,
+        )
         groups.setdefault((*kind[ref], generation[ref]), []).append(ref)
     return [(with_spark, refs) for (_, with_spark, _), refs in groups.items()]
 
@@ -113,8 +118,9 @@ def build_target_assets(loaded: LoadedProject, translator: ChmvTranslator) -> li
     return assets
 
 
-def _group_asset(loaded: LoadedProject, group: list[ObjectRef], specs: list[AssetSpec], name: str, root,
-                 with_spark: bool) -> AssetsDefinition:  # fmt: skip
+def _group_asset(
+    loaded: LoadedProject, group: list[ObjectRef], specs: list[AssetSpec], name: str, root, with_spark: bool
+) -> AssetsDefinition:
     by_key = dict(zip((s.key for s in specs), group, strict=True))
     partitions_def = specs[0].partitions_def
     check_specs = [c for spec in specs for c in inline_check_specs(loaded, spec.key, by_key[spec.key], partitions_def)]
@@ -139,9 +145,17 @@ def _group_asset(loaded: LoadedProject, group: list[ObjectRef], specs: list[Asse
                     stopped.add(key)
                     continue
                 try:
-                    plan = plan_for(clickhouse, loaded, ref, windows, engine=config.engine, root=root, force=config.force)
-                    results = execute(plan, loaded, clickhouse, stager=stager, log=context.log.info,
-                                      owner=f"dagster run {context.run_id}")  # fmt: skip
+                    plan = plan_for(
+                        clickhouse, loaded, ref, windows, engine=config.engine, root=root, force=config.force
+                    )
+                    results = execute(
+                        plan,
+                        loaded,
+                        clickhouse,
+                        stager=stager,
+                        log=context.log.info,
+                        owner=f"dagster run {context.run_id}",
+                    )
                     if plan.deferred:
                         context.log.warning(plan.deferral())
                     yield MaterializeResult(asset_key=key, metadata=rebuild_metadata(plan, results))
@@ -153,8 +167,9 @@ def _group_asset(loaded: LoadedProject, group: list[ObjectRef], specs: list[Asse
             checks = [c for c in selected_checks if c.asset_key == key]
             if checks:
                 with clickhouse.get_client() as client:
-                    outcome = evaluate_inline_checks(context, client, loaded, ref, key, partitions_def, checks,
-                                                     dsn=clickhouse.resolved_dsn)  # fmt: skip
+                    outcome = evaluate_inline_checks(
+                        context, client, loaded, ref, key, partitions_def, checks, dsn=clickhouse.resolved_dsn
+                    )
                 yield from outcome.events
                 if outcome.blocking_failed:
                     stopped.add(key)
@@ -162,8 +177,14 @@ def _group_asset(loaded: LoadedProject, group: list[ObjectRef], specs: list[Asse
         if failures:
             raise ChmvError("rebuild failed for " + "; ".join(failures))
 
-    kwargs = {"specs": specs, "check_specs": check_specs, "name": name, "backfill_policy": backfill_policy,
-              "pool": CLICKHOUSE_POOL, "can_subset": True}  # fmt: skip
+    kwargs = {
+        "specs": specs,
+        "check_specs": check_specs,
+        "name": name,
+        "backfill_policy": backfill_policy,
+        "pool": CLICKHOUSE_POOL,
+        "can_subset": True,
+    }
     if with_spark:
 
         @multi_asset(**kwargs, required_resource_keys={"clickhouse", "pyspark"})
@@ -187,10 +208,15 @@ def _upstream_in_op(loaded: LoadedProject, by_key: dict, ref: ObjectRef) -> list
 
 def rebuild_metadata(plan: RebuildPlan, results: list[StepResult]) -> dict:
     """Materialization metadata of a rebuild: the plan, per-partition progress and the statements run."""
-    rows = [f"| {r.partition or 'all'} | {r.engine} | {r.method} | {r.rows_staged} | {r.rows_written} | "
-            f"{r.cutoff or ''} | {r.batch_id} |" for r in results]  # fmt: skip
-    table = ("| partition | engine | swap | landing rows staged | rows written | cutoff | batch id |\n"
-             "|---|---|---|---|---|---|---|\n")  # fmt: skip
+    rows = [
+        f"| {r.partition or 'all'} | {r.engine} | {r.method} | {r.rows_staged} | {r.rows_written} | "
+        f"{r.cutoff or ''} | {r.batch_id} |"
+        for r in results
+    ]
+    table = (
+        "| partition | engine | swap | landing rows staged | rows written | cutoff | batch id |\n"
+        "|---|---|---|---|---|---|---|\n"
+    )
     return {
         "chmv/engine_path": ", ".join(sorted({r.engine for r in results})),
         "chmv/partitions": len(results),
@@ -206,12 +232,15 @@ def rebuild_metadata(plan: RebuildPlan, results: list[StepResult]) -> dict:
         "chmv/attempts": max((r.attempts for r in results), default=0),
         "chmv/progress": MetadataValue.md(table + "\n".join(rows)),
         # the last read's statements (partitions rebuilt by one read share them: the first one carries them)
-        "chmv/statements": MetadataValue.md("```sql\n" + ";\n".join(
-            next((r.statements for r in reversed(results) if r.statements), [])) + "\n```"),
+        "chmv/statements": MetadataValue.md(
+            "```sql\n" + ";\n".join(next((r.statements for r in reversed(results) if r.statements), [])) + "\n```"
+        ),
     }
 
 
-def build_chmv_assets(loaded: LoadedProject, translator: ChmvTranslator | None = None) -> Sequence[AssetsDefinition | AssetSpec]:
+def build_chmv_assets(
+    loaded: LoadedProject, translator: ChmvTranslator | None = None
+) -> Sequence[AssetsDefinition | AssetSpec]:
     """One materializable asset per MV target, and an external asset per source table and dictionary.
 
     Args:

@@ -70,7 +70,12 @@ def _assemble(loaded: LoadedProject, clickhouse: ClickHouseResource, translator:
             # The sensors' rebuild jobs are listed too: Definitions.with_definition_metadata_update (what a
             # dg project applies to a component's defs) copies a job that only sensors name once per sensor,
             # and two sensors naming one job then fail as "Duplicate definition found for unresolved job".
-            jobs=[apply_job, sweep_job, maintain_job, *{id(j): j for j in rebuild_jobs(loaded, translator).values()}.values()],
+            jobs=[
+                apply_job,
+                sweep_job,
+                maintain_job,
+                *{id(j): j for j in rebuild_jobs(loaded, translator).values()}.values(),
+            ],
             resources={"clickhouse": clickhouse},
             # The embedded engine serves one process at a time: steps in subprocesses would only queue for
             # it, each paying ~5 s of start-up (code location load); a run's steps execute in its process.

@@ -159,10 +159,12 @@ class TickReport:
         return [AddDynamicPartitionsRequest(name, keys) for name, keys in sorted(self.new_keys.items()) if keys]
 
     def summary(self) -> str:
-        return (f"{len(self.events)} partition(s) reported of {self.changed} changed, {self.already_materialized} "
-                f"already materialized by runs, {self.outside} outside the partitions definitions, "
-                f"{self.deferred} deferred; {self.tracked} assets, {self.queries} ClickHouse queries, "
-                f"{self.seconds:.2f}s")  # fmt: skip
+        return (
+            f"{len(self.events)} partition(s) reported of {self.changed} changed, {self.already_materialized} "
+            f"already materialized by runs, {self.outside} outside the partitions definitions, "
+            f"{self.deferred} deferred; {self.tracked} assets, {self.queries} ClickHouse queries, "
+            f"{self.seconds:.2f}s"
+        )
 
 
 def tracked_assets(loaded: LoadedProject, translator: ChmvTranslator) -> list[Tracked]:
@@ -186,7 +188,9 @@ def tracked_assets(loaded: LoadedProject, translator: ChmvTranslator) -> list[Tr
         for ref in ingested:
             out.append(Tracked(translator.get_asset_key(ref), ref, "ingested", daily, time_column(loaded, ref)))
     for ref in external_upstream(loaded, translator):
-        out.append(Tracked(translator.get_asset_key(ref), ref, "dictionary" if ref in project.dictionaries else "source"))
+        out.append(
+            Tracked(translator.get_asset_key(ref), ref, "dictionary" if ref in project.dictionaries else "source")
+        )
     return out
 
 
@@ -221,7 +225,7 @@ def read_state(client: _Counted, loaded: LoadedProject, tracked: list[Tracked]) 
             f"{wall_seconds_sql('maxIf(max_time, rows > 0)')} AS max_time, toString(maxIf(max_date, rows > 0)) "
             "AS max_date FROM system.parts WHERE active AND database IN {dbs:Array(String)} "
             "AND (table IN {names:Array(String)} OR startsWith(table, '.inner')) GROUP BY database, table, partition_id"
-        )  # fmt: skip
+        )
         params |= {"dbs": sorted({r.database for r in tables}), "names": sorted({r.name for r in tables})}
     if dictionaries:
         branches.append(
@@ -229,15 +233,17 @@ def read_state(client: _Counted, loaded: LoadedProject, tracked: list[Tracked]) 
             "toInt64(toUnixTimestamp(last_successful_update_time)), toInt64(0), toInt64(0), '', toInt64(0), '' "
             "FROM system.dictionaries "
             "WHERE database IN {dict_dbs:Array(String)} AND name IN {dict_names:Array(String)}"
-        )  # fmt: skip
-        params |= {"dict_dbs": sorted({r.database for r in dictionaries}),
-                   "dict_names": sorted({r.name for r in dictionaries})}  # fmt: skip
+        )
+        params |= {
+            "dict_dbs": sorted({r.database for r in dictionaries}),
+            "dict_names": sorted({r.name for r in dictionaries}),
+        }
     if inner_mvs:
         branches.append(
             "SELECT 'm', database, name, toString(uuid), '', toUInt64(0), toUInt64(0), toUInt64(0), toInt64(0), "
             "toInt64(0), toInt64(0), '', toInt64(0), '' FROM system.tables WHERE engine = 'MaterializedView' "
             "AND database IN {mv_dbs:Array(String)} AND name IN {mv_names:Array(String)}"
-        )  # fmt: skip
+        )
         params |= {"mv_dbs": sorted({r.database for r in inner_mvs}), "mv_names": sorted({r.name for r in inner_mvs})}
     if not branches:
         return {}
@@ -245,14 +251,42 @@ def read_state(client: _Counted, loaded: LoadedProject, tracked: list[Tracked]) 
     inner_names = inner_table_names((database, name, uuid) for kind, database, name, uuid, *_ in rows if kind == "m")
     wanted = {(t.ref.database, t.ref.name): t.ref for t in tracked}  # no model built or hashed per row
     by_name: dict[tuple[str, str], list[PartState]] = {}
-    for kind, database, name, pid, value, n_rows, parts, size, newest, block, min_time, min_date, max_time, max_date in rows:
+    for (
+        kind,
+        database,
+        name,
+        pid,
+        value,
+        n_rows,
+        parts,
+        size,
+        newest,
+        block,
+        min_time,
+        min_date,
+        max_time,
+        max_date,
+    ) in rows:
         if kind == "m":
             continue
         table = (database, inner_names.get((database, name), name))
         if table not in wanted:
             continue
-        by_name.setdefault(table, []).append(PartState(str(pid), str(value), int(n_rows), int(parts), int(size), int(newest),
-                                                   int(block), int(min_time), str(min_date), int(max_time), str(max_date)))  # fmt: skip
+        by_name.setdefault(table, []).append(
+            PartState(
+                str(pid),
+                str(value),
+                int(n_rows),
+                int(parts),
+                int(size),
+                int(newest),
+                int(block),
+                int(min_time),
+                str(min_date),
+                int(max_time),
+                str(max_date),
+            )
+        )
     return {wanted[table]: parts for table, parts in by_name.items()}
 
 
@@ -382,15 +416,19 @@ def _day_counts(client: _Counted, requests: list[_DayRequest]) -> dict[ObjectRef
             # wall seconds (engine.clock): bound as the wall clock, which the server reads in the column's zone
             where = f" WHERE {column} >= toDateTime({{lo_{i}:String}}) AND {column} <= toDateTime({{hi_{i}:String}})"
             params[f"lo_{i}"], params[f"hi_{i}"] = (f"{from_wall_seconds(b):%Y-%m-%d %H:%M:%S}" for b in request.bounds)
-        branches.append(f"SELECT {i} AS source, toString(toDate({column})) AS day, count() AS rows "
-                        f"FROM {qualified(request.tracked.ref)}{where} GROUP BY day")  # fmt: skip
+        branches.append(
+            f"SELECT {i} AS source, toString(toDate({column})) AS day, count() AS rows "
+            f"FROM {qualified(request.tracked.ref)}{where} GROUP BY day"
+        )
     out: dict[ObjectRef, dict[str, int]] = {r.tracked.ref: {} for r in requests}
     for source, day, n_rows in client.query(" UNION ALL ".join(branches), params):
         out[requests[int(source)].tracked.ref][str(day)] = int(n_rows)
     return out
 
 
-def _materialized_after(instance: DagsterInstance | None, candidates: dict[AssetKey, dict[str, int]]) -> set[tuple[AssetKey, str]]:
+def _materialized_after(
+    instance: DagsterInstance | None, candidates: dict[AssetKey, dict[str, int]]
+) -> set[tuple[AssetKey, str]]:
     """``(asset, partition)`` among the candidates whose latest materialization is at or after their newest write."""
     if instance is None or not candidates:
         return set()
@@ -403,7 +441,9 @@ def _materialized_after(instance: DagsterInstance | None, candidates: dict[Asset
         if last is None or last.timestamp < oldest_write:
             continue  # nothing materialized it since the oldest of these writes: report them all
         named = [p for p in partitions if p]
-        filter_ = AssetRecordsFilter(asset_key=key, asset_partitions=named or None, after_timestamp=float(oldest_write - 1))
+        filter_ = AssetRecordsFilter(
+            asset_key=key, asset_partitions=named or None, after_timestamp=float(oldest_write - 1)
+        )
         for record in instance.fetch_materializations(filter_, limit=4 * len(partitions)).records:
             partition = record.partition_key or ""
             if partition in partitions and record.timestamp >= partitions[partition]:
@@ -411,9 +451,15 @@ def _materialized_after(instance: DagsterInstance | None, candidates: dict[Asset
     return done
 
 
-def evaluate_live_state(client: Client, loaded: LoadedProject, translator: ChmvTranslator, cursor: str | None,
-                        instance: DagsterInstance | None = None, *,
-                        tracked: list[Tracked] | None = None) -> TickReport:  # fmt: skip
+def evaluate_live_state(
+    client: Client,
+    loaded: LoadedProject,
+    translator: ChmvTranslator,
+    cursor: str | None,
+    instance: DagsterInstance | None = None,
+    *,
+    tracked: list[Tracked] | None = None,
+) -> TickReport:
     """Read the live state of every tracked asset and build the events for what changed since ``cursor``.
 
     Args:
@@ -469,8 +515,9 @@ class _Scan:
                 if moved or dropped:
                     bounds = [p.time_bounds() for p in moved]
                     whole = dropped or None in bounds  # no min/max index, or rows gone: count every day again
-                    day_requests.append(_DayRequest(item, None if whole else (min(b[0] for b in bounds),
-                                                                              max(b[1] for b in bounds))))  # fmt: skip
+                    day_requests.append(
+                        _DayRequest(item, None if whole else (min(b[0] for b in bounds), max(b[1] for b in bounds)))
+                    )
                 continue
             units, outside = _units(item, parts, self.keys)
             self.report.outside += outside
@@ -485,8 +532,12 @@ class _Scan:
                     self.changed.setdefault(item.key, {})[partition] = (unit, unit.fingerprint)
         return day_requests
 
-    def days(self, requests: list[_DayRequest], days: dict[ObjectRef, dict[str, int]],
-             state: dict[ObjectRef, list[PartState]]) -> None:  # fmt: skip
+    def days(
+        self,
+        requests: list[_DayRequest],
+        days: dict[ObjectRef, dict[str, int]],
+        state: dict[ObjectRef, list[PartState]],
+    ) -> None:
         """Compare the day counts of the re-read ingested sources with the cursor."""
         for request in requests:
             item = request.tracked
@@ -494,7 +545,9 @@ class _Scan:
             seen = self.new_assets[name]
             counted_days = set()
             for day, n_rows in days.get(item.ref, {}).items():
-                partition = self.keys.key(item.partitions_def, datetime.fromisoformat(day)) if item.partitions_def else None
+                partition = (
+                    self.keys.key(item.partitions_def, datetime.fromisoformat(day)) if item.partitions_def else None
+                )
                 if partition is None:
                     self.report.outside += 1
                     continue
@@ -574,11 +627,17 @@ def _event(item: Tracked, partition: str | None, unit: _Unit) -> AssetMaterializ
         "chmv/observed_by": OBSERVER,
     }
     if item.kind == "dictionary":
-        metadata = {"dagster/row_count": MetadataValue.int(unit.rows), "chmv/bytes_allocated": MetadataValue.int(unit.bytes),
-                    "dagster/last_updated_timestamp": MetadataValue.timestamp(float(unit.newest_write)),
-                    "chmv/observed_by": "chmv_live_state (system.dictionaries)"}  # fmt: skip
-    description = (f"Live state of {item.ref.fqn}" + (f" partition {partition}" if partition else "")
-                   + ": written by the live MVs / ingestion, observed without a run.")  # fmt: skip
+        metadata = {
+            "dagster/row_count": MetadataValue.int(unit.rows),
+            "chmv/bytes_allocated": MetadataValue.int(unit.bytes),
+            "dagster/last_updated_timestamp": MetadataValue.timestamp(float(unit.newest_write)),
+            "chmv/observed_by": "chmv_live_state (system.dictionaries)",
+        }
+    description = (
+        f"Live state of {item.ref.fqn}"
+        + (f" partition {partition}" if partition else "")
+        + ": written by the live MVs / ingestion, observed without a run."
+    )
     # no tags: Dagster indexes event tags in a table of their own, one more write per event
     return AssetMaterialization(asset_key=item.key, partition=partition, metadata=metadata, description=description)
 
@@ -594,22 +653,28 @@ def build_live_state_sensor(loaded: LoadedProject, translator: ChmvTranslator) -
     def tracked() -> list[Tracked]:  # at the first tick: loading the code location does not need it
         return tracked_assets(loaded, translator)
 
-    @sensor(name="chmv_live_state", minimum_interval_seconds=LIVE_STATE_INTERVAL_SECONDS,
-            default_status=DefaultSensorStatus.RUNNING,
-            description="Partitions that hold data (targets and sources), read from system.parts in one query "
-                        "per tick and reported as runless materializations: rows, parts, bytes, newest write.")  # fmt: skip
+    @sensor(
+        name="chmv_live_state",
+        minimum_interval_seconds=LIVE_STATE_INTERVAL_SECONDS,
+        default_status=DefaultSensorStatus.RUNNING,
+        description="Partitions that hold data (targets and sources), read from system.parts in one query "
+        "per tick and reported as runless materializations: rows, parts, bytes, newest write.",
+    )
     def _live_state(context: SensorEvaluationContext, clickhouse: ClickHouseResource):
         try:
             with sensor_client(clickhouse, context) as client:
-                report = evaluate_live_state(client, loaded, translator, context.cursor, context.instance,
-                                             tracked=tracked())  # fmt: skip
+                report = evaluate_live_state(
+                    client, loaded, translator, context.cursor, context.instance, tracked=tracked()
+                )
         except SensorSkip as skip:
             return SkipReason(str(skip))
         context.log.info(report.summary())
         requests = report.partition_requests()
         if not report.events and not requests:
-            return SensorResult(skip_reason=SkipReason(f"no partition changed since the last report ({report.summary()})"),
-                                cursor=report.cursor)  # fmt: skip
+            return SensorResult(
+                skip_reason=SkipReason(f"no partition changed since the last report ({report.summary()})"),
+                cursor=report.cursor,
+            )
         return SensorResult(asset_events=report.events, cursor=report.cursor, dynamic_partitions_requests=requests)
 
     return _live_state
@@ -632,4 +697,11 @@ def _read_cursor(cursor: str | None) -> dict:
     return data if isinstance(data, dict) and data.get("v") == CURSOR_VERSION else {}
 
 
-__all__ = ["TickReport", "Tracked", "build_live_state_sensor", "evaluate_live_state", "partition_start", "tracked_assets"]
+__all__ = [
+    "TickReport",
+    "Tracked",
+    "build_live_state_sensor",
+    "evaluate_live_state",
+    "partition_start",
+    "tracked_assets",
+]

@@ -17,7 +17,6 @@ the queue at the next tick; a tick that meets a busy engine or an unreachable se
 reason and catches up.
 """
 
-
 import json
 import time
 from collections import defaultdict
@@ -73,8 +72,11 @@ def build_sweep(loaded: LoadedProject, translator: ChmvTranslator) -> tuple[Sens
     by_fqn = {t.fqn: t for t in targets}
     sink = sink_for(loaded.config.alert_webhook)
 
-    @op(name="chmv_parity_sweep_op", pool=CLICKHOUSE_POOL,
-        description="Evaluate parity for the target partitions the sweep chose; log one check evaluation each.")  # fmt: skip
+    @op(
+        name="chmv_parity_sweep_op",
+        pool=CLICKHOUSE_POOL,
+        description="Evaluate parity for the target partitions the sweep chose; log one check evaluation each.",
+    )
     def sweep_op(context: OpExecutionContext, config: SweepRunConfig, clickhouse: ClickHouseResource) -> None:
         failed, checked = [], 0
         with clickhouse.get_client() as client:
@@ -95,23 +97,38 @@ def build_sweep(loaded: LoadedProject, translator: ChmvTranslator) -> tuple[Sens
                 for partition, result in zip(partitions, results, strict=True):
                     checked += 1
                     context.log.info(result.describe())
-                    context.log_event(parity_evaluation(key, partition, result, records.get(partition),
-                                                        metadata={"chmv/checked_by": SWEEP_SENSOR}))  # fmt: skip
+                    context.log_event(
+                        parity_evaluation(
+                            key, partition, result, records.get(partition), metadata={"chmv/checked_by": SWEEP_SENSOR}
+                        )
+                    )
                     if not result.passed:
                         failed.append(result.describe())
                         sink.send(parity_alert(result, by=SWEEP_SENSOR), context.log)
-        context.add_output_metadata({"chmv/checked": checked, "chmv/failed": len(failed),
-                                     "chmv/failures": MetadataValue.md("\n".join(f"- {f}" for f in failed) or "none")})  # fmt: skip
+        context.add_output_metadata(
+            {
+                "chmv/checked": checked,
+                "chmv/failed": len(failed),
+                "chmv/failures": MetadataValue.md("\n".join(f"- {f}" for f in failed) or "none"),
+            }
+        )
 
-    @job(name=SWEEP_JOB, tags={"chmv/reason": "parity_sweep"},
-         description="Parity of the target partitions the chmv_parity_sweep sensor found changed.")  # fmt: skip
+    @job(
+        name=SWEEP_JOB,
+        tags={"chmv/reason": "parity_sweep"},
+        description="Parity of the target partitions the chmv_parity_sweep sensor found changed.",
+    )
     def sweep_job() -> None:
         sweep_op()
 
-    @sensor(name=SWEEP_SENSOR, job=sweep_job, minimum_interval_seconds=settings.interval_seconds,
-            default_status=DefaultSensorStatus.RUNNING if settings.enabled else DefaultSensorStatus.STOPPED,
-            description="Parity on its own: the target partitions whose source or target changed since their "
-                        "last verdict (one system.parts query per tick), checked within a per-tick budget.")  # fmt: skip
+    @sensor(
+        name=SWEEP_SENSOR,
+        job=sweep_job,
+        minimum_interval_seconds=settings.interval_seconds,
+        default_status=DefaultSensorStatus.RUNNING if settings.enabled else DefaultSensorStatus.STOPPED,
+        description="Parity on its own: the target partitions whose source or target changed since their "
+        "last verdict (one system.parts query per tick), checked within a per-tick budget.",
+    )
     def _sweep(context: SensorEvaluationContext, clickhouse: ClickHouseResource):
         cursor = _read(context.cursor)
         state = SweepState.loads(cursor.get("state"))
@@ -119,25 +136,35 @@ def build_sweep(loaded: LoadedProject, translator: ChmvTranslator) -> tuple[Sens
         busy = _settle_inflight(context, state, inflight)
         try:
             with sensor_client(clickhouse, context) as client:
-                decision = decide(client, loaded, targets, state, now=time.time(),
-                                  max_partitions=0 if busy else settings.max_partitions, max_rows=settings.max_rows)  # fmt: skip
+                decision = decide(
+                    client,
+                    loaded,
+                    targets,
+                    state,
+                    now=time.time(),
+                    max_partitions=0 if busy else settings.max_partitions,
+                    max_rows=settings.max_rows,
+                )
         except SensorSkip as skip:
             return SkipReason(str(skip))
         summary = decision.summary() + (f"; waiting for the sweep run {busy} to finish" if busy else "")
         context.log.info(summary)
         if not decision.items:
-            return SensorResult(skip_reason=SkipReason(summary),
-                                cursor=_write(decision.state, inflight))  # fmt: skip
+            return SensorResult(skip_reason=SkipReason(summary), cursor=_write(decision.state, inflight))
         partitions: dict[str, list[str]] = defaultdict(list)
         for item in decision.items:
             partitions[item.target.fqn].append(item.key or "")
         run_key = f"chmv-sweep:{time.time_ns()}"
         inflight[run_key] = dict(partitions)
         request = RunRequest(
-            run_key=run_key, run_config={"ops": {"chmv_parity_sweep_op": {"config": {"partitions": dict(partitions)}}}},
-            tags={"chmv/reason": "parity_sweep", "chmv/partitions": str(len(decision.items)),
-                  "chmv/targets": ", ".join(sorted(partitions))[:250]},
-        )  # fmt: skip
+            run_key=run_key,
+            run_config={"ops": {"chmv_parity_sweep_op": {"config": {"partitions": dict(partitions)}}}},
+            tags={
+                "chmv/reason": "parity_sweep",
+                "chmv/partitions": str(len(decision.items)),
+                "chmv/targets": ", ".join(sorted(partitions))[:250],
+            },
+        )
         known = _known_partitions(loaded, translator, decision.items)
         cursor = _write(decision.state, inflight)
         return SensorResult(run_requests=[request], cursor=cursor, dynamic_partitions_requests=known)
@@ -158,8 +185,9 @@ def _known_partitions(
     return [AddDynamicPartitionsRequest(name, sorted(set(values))) for name, values in keys.items()]
 
 
-def _settle_inflight(context: SensorEvaluationContext, state: SweepState,
-                     inflight: dict[str, dict[str, list[str]]]) -> str | None:  # fmt: skip
+def _settle_inflight(
+    context: SensorEvaluationContext, state: SweepState, inflight: dict[str, dict[str, list[str]]]
+) -> str | None:
     """Forget the sweep runs that succeeded, put the partitions of failed or canceled ones back in the queue.
 
     Returns:

@@ -92,8 +92,12 @@ class ChmvTranslator:
         project = loaded.project
         table = project.table(ref)
         dictionary = project.dictionaries.get(ref)
-        meta: dict = {"chmv/object": ref.fqn, "chmv/database": ref.database, "chmv/table": ref.name,
-                      "chmv/chain_depth": loaded.graph.depth.get(ref.fqn, 0)}  # fmt: skip
+        meta: dict = {
+            "chmv/object": ref.fqn,
+            "chmv/database": ref.database,
+            "chmv/table": ref.name,
+            "chmv/chain_depth": loaded.graph.depth.get(ref.fqn, 0),
+        }
         obj: Table | Dictionary | None = table or dictionary
         if obj is not None:
             meta["chmv/ddl"] = MetadataValue.md(f"```sql\n{obj.statement}\n```")
@@ -104,8 +108,11 @@ class ChmvTranslator:
             if table.engine is not None:
                 args = f"({', '.join(table.engine.arguments)})" if table.engine.arguments else ""
                 meta["chmv/engine"] = table.engine.name + args
-            for key, value in (("order_by", table.order_by), ("ttl", table.ttl),
-                               ("partition_by", table.partition_by.sql if table.partition_by else None)):  # fmt: skip
+            for key, value in (
+                ("order_by", table.order_by),
+                ("ttl", table.ttl),
+                ("partition_by", table.partition_by.sql if table.partition_by else None),
+            ):
                 if value:
                     meta[f"chmv/{key}"] = value
             scheme = self.get_partition_scheme(loaded, ref)
@@ -139,7 +146,9 @@ class ChmvTranslator:
                 ups[dictionary] = None
         return list(ups)
 
-    def get_partition_mapping(self, loaded: LoadedProject, ref: ObjectRef, upstream: ObjectRef) -> PartitionMapping | None:
+    def get_partition_mapping(
+        self, loaded: LoadedProject, ref: ObjectRef, upstream: ObjectRef
+    ) -> PartitionMapping | None:
         """How a partitioned target's partitions map onto a partitioned upstream.
 
         Upstreams with time partitions are chained targets and the daily Spark ingestion assets of
@@ -242,12 +251,18 @@ def check_distinct_keys(loaded: LoadedProject, translator: ChmvTranslator) -> di
         if first == ref:
             continue
         obj = project.table(ref) or project.dictionaries.get(ref) or project.views.get(ref)
-        file, line, column = (obj.location.file, obj.location.line, obj.location.column) if obj else (project.ddl_dir, 1, 1)
-        problems.append(DDLProblem(
-            file, line, column,
-            f"{qualified(first)} and {qualified(ref)} map to the same asset key {key.to_user_string()!r}",
-            f"make {type(translator).__name__}.get_asset_key return distinct keys for them, or rename one",
-        ))  # fmt: skip
+        file, line, column = (
+            (obj.location.file, obj.location.line, obj.location.column) if obj else (project.ddl_dir, 1, 1)
+        )
+        problems.append(
+            DDLProblem(
+                file,
+                line,
+                column,
+                f"{qualified(first)} and {qualified(ref)} map to the same asset key {key.to_user_string()!r}",
+                f"make {type(translator).__name__}.get_asset_key return distinct keys for them, or rename one",
+            )
+        )
     if problems:
         raise DDLError(problems)
     return keys
@@ -256,7 +271,9 @@ def check_distinct_keys(loaded: LoadedProject, translator: ChmvTranslator) -> di
 def _column(column: Column) -> TableColumn:
     description = column.comment
     if column.default_kind:
-        description = f"{column.default_kind} {column.default_expression}" + (f" — {description}" if description else "")
+        description = f"{column.default_kind} {column.default_expression}" + (
+            f" — {description}" if description else ""
+        )
     return TableColumn(name=column.name, type=column.type or "unknown", description=description)
 
 

@@ -168,6 +168,11 @@ def plain_engine(table: Table) -> str:
 
 def storage_clauses(table: Table) -> list[str]:
     """The repo's PARTITION BY, ORDER BY, PRIMARY KEY, TTL and SETTINGS of ``table``, verbatim, in that order."""
-    pairs = (("PARTITION BY", table.partition_by.sql if table.partition_by else None), ("ORDER BY", table.order_by),
-             ("PRIMARY KEY", table.primary_key), ("TTL", table.ttl), ("SETTINGS", table.settings))  # fmt: skip
+    pairs = (
+        ("PARTITION BY", table.partition_by.sql if table.partition_by else None),
+        ("ORDER BY", table.order_by),
+        ("PRIMARY KEY", table.primary_key),
+        ("TTL", table.ttl),
+        ("SETTINGS", table.settings),
+    )
     return [f"{keyword} {text}" for keyword, text in pairs if text]

@@ -117,13 +117,23 @@ def sub_grain_of(grain: Grain | None, mappings: Sequence[TimeMapping], target_ty
     return sub
 
 
-def _branch(side: str, index: int, table: ObjectRef, *, key: str, column: str | None, where: str | None = None,
-            grouped: bool = False) -> str:  # fmt: skip
+def _branch(
+    side: str,
+    index: int,
+    table: ObjectRef,
+    *,
+    key: str,
+    column: str | None,
+    where: str | None = None,
+    grouped: bool = False,
+) -> str:
     # Aliases carry a prefix no column has, so a column called ``n`` or ``k`` is never shadowed by one.
     lo = f"CAST(toDateTime(min({quote(column)})) AS Nullable(DateTime))" if column else _NULL_TIME
     hi = f"CAST(toDateTime(max({quote(column)})) AS Nullable(DateTime))" if column else _NULL_TIME
-    sql = (f"SELECT '{side}' AS _chmv_side, toUInt32({index}) AS _chmv_i, {key} AS _chmv_k, count() AS _chmv_n, "
-           f"{lo} AS _chmv_lo, {hi} AS _chmv_hi, now() AS _chmv_now FROM {qualified(table)}")  # fmt: skip
+    sql = (
+        f"SELECT '{side}' AS _chmv_side, toUInt32({index}) AS _chmv_i, {key} AS _chmv_k, count() AS _chmv_n, "
+        f"{lo} AS _chmv_lo, {hi} AS _chmv_hi, now() AS _chmv_now FROM {qualified(table)}"
+    )
     if where:
         sql += f" WHERE {where}"
     if grouped:
@@ -166,17 +176,28 @@ def windows_branches(
         where = " OR ".join(bounds(lo, hi) for _start, lo, hi in ranges)
         key = f"CAST(toDateTime({floor_sql(sub_grain or grain, name)}) AS Nullable(DateTime))"
         return [_branch(side, index, table, key=key, column=column, where=where, grouped=True)]
-    return [_branch(side, index, table, key=f"CAST(toDateTime('{start:%Y-%m-%d %H:%M:%S}') AS Nullable(DateTime))",
-                    column=column, where=bounds(lo, hi)) for start, lo, hi in ranges]  # fmt: skip
+    return [
+        _branch(
+            side,
+            index,
+            table,
+            key=f"CAST(toDateTime('{start:%Y-%m-%d %H:%M:%S}') AS Nullable(DateTime))",
+            column=column,
+            where=bounds(lo, hi),
+        )
+        for start, lo, hi in ranges
+    ]
 
 
 def watermark_branch(side: str, index: int, source_id: str, target_table: str) -> str:
     """The newest ingestion watermark of a source (``_chmv_lo``; NULL-free epoch when there is none)."""
     newest = "CAST(toDateTime(argMax(last_processed_ts, version), 'UTC') AS Nullable(DateTime))"
-    return (f"SELECT '{side}' AS _chmv_side, toUInt32({index}) AS _chmv_i, {_NULL_TIME} AS _chmv_k, "
-            f"count() AS _chmv_n, {newest} AS _chmv_lo, {_NULL_TIME} AS _chmv_hi, now() AS _chmv_now "
-            f"FROM {qualified(WATERMARKS)} WHERE source_id = {format_query_value(source_id)} "
-            f"AND target_table = {format_query_value(target_table)}")  # fmt: skip
+    return (
+        f"SELECT '{side}' AS _chmv_side, toUInt32({index}) AS _chmv_i, {_NULL_TIME} AS _chmv_k, "
+        f"count() AS _chmv_n, {newest} AS _chmv_lo, {_NULL_TIME} AS _chmv_hi, now() AS _chmv_now "
+        f"FROM {qualified(WATERMARKS)} WHERE source_id = {format_query_value(source_id)} "
+        f"AND target_table = {format_query_value(target_table)}"
+    )
 
 
 def union(branches: Sequence[str]) -> str:

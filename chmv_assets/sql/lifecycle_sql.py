@@ -21,8 +21,9 @@ from chmv_assets.sql.cluster import (
 )
 
 
-def discard_beside_sql(project: Project, target: ObjectRef, beside: ObjectRef,
-                       views: Sequence[tuple[ObjectRef, ObjectRef]]) -> list[str]:  # fmt: skip
+def discard_beside_sql(
+    project: Project, target: ObjectRef, beside: ObjectRef, views: Sequence[tuple[ObjectRef, ObjectRef]]
+) -> list[str]:
     """Drop a (half-built) new version: the MV copies feeding it first, then the table.
 
     Args:
@@ -35,8 +36,13 @@ def discard_beside_sql(project: Project, target: ObjectRef, beside: ObjectRef,
     return [*statements, drop_table_sql(beside, cluster_of(project, target))]
 
 
-def cut_over_sql(project: Project, target: ObjectRef, beside: ObjectRef, views: Sequence[tuple[ObjectRef, ObjectRef]],
-                 live_views: Collection[ObjectRef]) -> list[str]:  # fmt: skip
+def cut_over_sql(
+    project: Project,
+    target: ObjectRef,
+    beside: ObjectRef,
+    views: Sequence[tuple[ObjectRef, ObjectRef]],
+    live_views: Collection[ObjectRef],
+) -> list[str]:
     """The cut-over, in order: ``EXCHANGE TABLES target AND beside``, then per MV its new SELECT (``MODIFY QUERY``,
     or its CREATE when it does not exist) and its copy dropped.
 
@@ -57,8 +63,12 @@ def cut_over_sql(project: Project, target: ObjectRef, beside: ObjectRef, views: 
     return statements
 
 
-def finish_swap_sql(project: Project, target: ObjectRef, copies: Sequence[tuple[ObjectRef, ObjectRef]],
-                    live_views: Collection[ObjectRef]) -> list[str]:  # fmt: skip
+def finish_swap_sql(
+    project: Project,
+    target: ObjectRef,
+    copies: Sequence[tuple[ObjectRef, ObjectRef]],
+    live_views: Collection[ObjectRef],
+) -> list[str]:
     """A cut-over killed after its ``EXCHANGE``: each live MV on its new SELECT, each copy dropped.
 
     Args:

@@ -57,9 +57,11 @@ def meta_ddl(cluster: str | None = None, *, replicated: bool = False) -> tuple[s
     shared = cluster and replicated
     engine = "ReplicatedReplacingMergeTree" if shared else "ReplacingMergeTree"
     dedup = "" if shared else "\nSETTINGS non_replicated_deduplication_window = 10000"
-    return (f"CREATE DATABASE IF NOT EXISTS chmv_meta{on_cluster(cluster)} ENGINE = Atomic",
-            _WATERMARKS_DDL.format(cluster=on_cluster(cluster), engine=engine),
-            _LEASES_DDL.format(cluster=on_cluster(cluster), engine=engine, settings=dedup))  # fmt: skip
+    return (
+        f"CREATE DATABASE IF NOT EXISTS chmv_meta{on_cluster(cluster)} ENGINE = Atomic",
+        _WATERMARKS_DDL.format(cluster=on_cluster(cluster), engine=engine),
+        _LEASES_DDL.format(cluster=on_cluster(cluster), engine=engine, settings=dedup),
+    )
 
 
 def meta_ddl_for(project: Project) -> tuple[str, ...]:

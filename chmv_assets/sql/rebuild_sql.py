@@ -128,8 +128,9 @@ def _partition_edits(target: Table, scheme: PartitionScheme, window: PartitionWi
     return edits
 
 
-def _source_range(view: MaterializedView, project: Project, scheme: PartitionScheme,
-                  window: PartitionWindow) -> tuple[Column, str, str] | None:  # fmt: skip
+def _source_range(
+    view: MaterializedView, project: Project, scheme: PartitionScheme, window: PartitionWindow
+) -> tuple[Column, str, str] | None:
     """``(trigger column, lower bound, upper bound)`` of :func:`source_range_predicate`, as SQL literals."""
     if scheme.column is None or view.trigger is None or window.start is None or window.end is None:
         return None
@@ -147,8 +148,9 @@ def _source_range(view: MaterializedView, project: Project, scheme: PartitionSch
     return col, time_literal(window.start, col.type), upper
 
 
-def source_range_predicate(view: MaterializedView, project: Project, scheme: PartitionScheme,
-                           window: PartitionWindow) -> str | None:  # fmt: skip
+def source_range_predicate(
+    view: MaterializedView, project: Project, scheme: PartitionScheme, window: PartitionWindow
+) -> str | None:
     """A predicate on the trigger's own columns that holds for every row mapping into the partition, for pruning.
 
     The time part: derivable when the MV computes the partition column as a bare trigger column or a monotone
@@ -185,8 +187,9 @@ def key_predicates(
     return out
 
 
-def span_holds_all_sql(view: MaterializedView, project: Project, scheme: PartitionScheme,
-                       span: PartitionWindow) -> str | None:  # fmt: skip
+def span_holds_all_sql(
+    view: MaterializedView, project: Project, scheme: PartitionScheme, span: PartitionWindow
+) -> str | None:
     """``SELECT <every row of the trigger is inside the pruning range of span>`` (1 or 0), where part metadata answers
     it: the MV's partition column truncates a trigger column that the trigger's PARTITION BY reads (the server keeps
     that column's min and max per part). None otherwise, or when the read of ``span`` is not pruned anyway.
@@ -205,8 +208,9 @@ def span_holds_all_sql(view: MaterializedView, project: Project, scheme: Partiti
     return f"SELECT count() > 0 AND min({name}) >= {lower} AND max({name}) < {upper} FROM {qualified(view.trigger)}"
 
 
-def source_relation(project: Project, source: ObjectRef, *, where: str | None = None,
-                    relation: str | None = None) -> str:  # fmt: skip
+def source_relation(
+    project: Project, source: ObjectRef, *, where: str | None = None, relation: str | None = None
+) -> str:
     """A parenthesized subquery standing in for a source table inside the MV's SELECT.
 
     Args:
@@ -221,9 +225,16 @@ def source_relation(project: Project, source: ObjectRef, *, where: str | None = 
     return f"({sql} WHERE {where})" if where else f"({sql})"
 
 
-def view_select(view: MaterializedView, project: Project, target: Table, scheme: PartitionScheme,
-                window: PartitionWindow | None, *, trigger_where: str | None = None,
-                trigger_relation: str | None = None) -> str:  # fmt: skip
+def view_select(
+    view: MaterializedView,
+    project: Project,
+    target: Table,
+    scheme: PartitionScheme,
+    window: PartitionWindow | None,
+    *,
+    trigger_where: str | None = None,
+    trigger_relation: str | None = None,
+) -> str:
     """The MV's own SELECT over the trigger rows of a window, its output filtered to the window's partition.
 
     Args:
@@ -257,9 +268,17 @@ def span_of(windows: Sequence[PartitionWindow]) -> PartitionWindow:
     return PartitionWindow(key=windows[0].key, start=min(starts), end=max(ends))
 
 
-def range_select(view: MaterializedView, project: Project, target: Table, scheme: PartitionScheme,
-                 windows: Sequence[PartitionWindow], *, trigger_relation: str | None = None,
-                 only_windows: bool = True, prune: bool = True) -> str:  # fmt: skip
+def range_select(
+    view: MaterializedView,
+    project: Project,
+    target: Table,
+    scheme: PartitionScheme,
+    windows: Sequence[PartitionWindow],
+    *,
+    trigger_relation: str | None = None,
+    only_windows: bool = True,
+    prune: bool = True,
+) -> str:
     """:func:`view_select` of several partitions in one read of the trigger: each partition gets the same rows.
 
     The trigger is pruned to the span of the windows (the earliest start to the latest end, through
@@ -425,13 +444,15 @@ def swaps_sql(live: ObjectRef, shadow: ObjectRef, partitions: Sequence[tuple[str
             shadow holds no rows of it (see :func:`swap_sql`).
     """
     assert partitions, "nothing to swap"
-    commands = [f"DROP PARTITION {p}" if empty else f"REPLACE PARTITION {p} FROM {qualified(shadow)}"
-                for p, empty in partitions]  # fmt: skip
+    commands = [
+        f"DROP PARTITION {p}" if empty else f"REPLACE PARTITION {p} FROM {qualified(shadow)}" for p, empty in partitions
+    ]
     return f"ALTER TABLE {qualified(live)} " + ", ".join(commands)
 
 
-def staged_relation(source: ObjectRef, lake_relation: str, columns: Sequence[str], time_column: str,
-                    cutoff: datetime | None) -> str:  # fmt: skip
+def staged_relation(
+    source: ObjectRef, lake_relation: str, columns: Sequence[str], time_column: str, cutoff: datetime | None
+) -> str:
     """``(landing rows <= cutoff UNION ALL source rows > cutoff)`` standing in for a trigger table.
 
     Args:

@@ -17,8 +17,13 @@ from chmv_assets.sql.cluster import storage_clauses
 from chmv_assets.sql.quoting import qualified, quote, string_literal
 
 
-def renamed_statement(obj: Table | MaterializedView | Dictionary | KeptObject, names: Mapping[ObjectRef, ObjectRef], *,
-                      keeper_path: str | None = None, local: bool = False) -> str:  # fmt: skip
+def renamed_statement(
+    obj: Table | MaterializedView | Dictionary | KeptObject,
+    names: Mapping[ObjectRef, ObjectRef],
+    *,
+    keeper_path: str | None = None,
+    local: bool = False,
+) -> str:
     """``obj.statement`` with every object in ``names`` renamed to its value.
 
     Renamed: the object's own name; an MV's TO target; the table ``CREATE TABLE t AS other`` copies; every table an

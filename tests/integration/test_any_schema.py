@@ -31,17 +31,29 @@ LINEAGE = {
     },
     "kafka_chain": {
         "shop.order_events_consumer": ("shop.order_events_queue", ["shop.order_events_queue"], "shop.order_events", []),
-        "shop.order_events_dead_letters_mv": ("shop.order_events_queue", ["shop.order_events_queue"],
-                                              "shop.order_events_dead_letters", []),
+        "shop.order_events_dead_letters_mv": (
+            "shop.order_events_queue",
+            ["shop.order_events_queue"],
+            "shop.order_events_dead_letters",
+            [],
+        ),
         "shop.revenue_daily_mv": ("shop.order_events", ["shop.order_events"], "shop.revenue_daily", []),
         "shop.revenue_monthly_mv": ("shop.revenue_daily", ["shop.revenue_daily"], "shop.revenue_monthly", []),
         "shop.invoices_mv": ("shop.invoice_files", ["shop.invoice_files"], "shop.invoices", []),
     },
     "functions_views": {
-        "web.section_hits_mv": ("web.page_views", ["web.page_views", "web.live_sections"], "web.section_hits",
-                                ["is_bot", "path_section"]),
-        "web.referrers_daily_mv": ("web.page_views", ["web.page_views", "web.cleared_countries"],
-                                   "web.referrers_daily", []),
+        "web.section_hits_mv": (
+            "web.page_views",
+            ["web.page_views", "web.live_sections"],
+            "web.section_hits",
+            ["is_bot", "path_section"],
+        ),
+        "web.referrers_daily_mv": (
+            "web.page_views",
+            ["web.page_views", "web.cleared_countries"],
+            "web.referrers_daily",
+            [],
+        ),
     },
     "aliases_lambdas": {
         "tracking.tag_sets_daily_mv": ("tracking.events", ["tracking.events"], "tracking.tag_sets_daily", []),
@@ -49,10 +61,21 @@ LINEAGE = {
     },
     "partition_shapes": {  # its partitions: tests/integration/test_partition_shapes.py
         f"fleet.{name}_mv": ("fleet.readings", ["fleet.readings"], f"fleet.{name}", [])
-        for name in ("weekly_load", "quarterly_devices", "yearly_tenants", "daily_devices", "shift_load",
-                     "temperatures", "regional_days", "tenant_totals", "device_buckets", "device_latest")
-    } | {"fleet.regional_years_mv": ("fleet.regional_days", ["fleet.regional_days"], "fleet.regional_years", [])},
-}  # fmt: skip
+        for name in (
+            "weekly_load",
+            "quarterly_devices",
+            "yearly_tenants",
+            "daily_devices",
+            "shift_load",
+            "temperatures",
+            "regional_days",
+            "tenant_totals",
+            "device_buckets",
+            "device_latest",
+        )
+    }
+    | {"fleet.regional_years_mv": ("fleet.regional_days", ["fleet.regional_days"], "fleet.regional_years", [])},
+}
 #: Per fixture, lines ``chmv apply`` prints about its stand-ins.
 STAND_INS = {
     "clustered": [
@@ -70,7 +93,7 @@ STAND_INS = {
     "functions_views": [],
     "aliases_lambdas": [],
     "partition_shapes": [],
-}  # fmt: skip
+}
 
 
 def chmv(*args: str) -> tuple[int, str]:
@@ -142,12 +165,15 @@ def test_a_clustered_schema_runs_on_one_host(deployed):
             "('h1', 'api', 'http_errors', now(), 2)"
         )
         assert rows(client, "SELECT count() FROM metrics.samples_local") == [(3,)]
-        assert rows(client, "SELECT countMerge(samples), sumMerge(total), max(peak) FROM metrics.minute "
-                            "WHERE metric = 'latency'") == [(2, 40.0, 30.0)]  # fmt: skip
+        assert rows(
+            client,
+            "SELECT countMerge(samples), sumMerge(total), max(peak) FROM metrics.minute WHERE metric = 'latency'",
+        ) == [(2, 40.0, 30.0)]
         assert rows(client, "SELECT service, sum(errors) FROM metrics.errors_all GROUP BY service") == [("api", 1)]
         # writes through the Distributed table's stand-in land in the local table
-        client.command("INSERT INTO metrics.samples (host, service, metric, ts, value) VALUES "
-                       "('h3', 'web', 'latency', now(), 5)")  # fmt: skip
+        client.command(
+            "INSERT INTO metrics.samples (host, service, metric, ts, value) VALUES ('h3', 'web', 'latency', now(), 5)"
+        )
         assert rows(client, "SELECT count() FROM metrics.samples_local") == [(4,)]
         assert rows(client, "SELECT count() FROM metrics.samples WHERE host = 'h3'") == [(1,)]
 
@@ -163,16 +189,21 @@ def test_a_kafka_fed_chain_runs_from_its_stand_in(deployed):
         client.command(
             "INSERT INTO shop.order_events_queue (_raw_message, _error, _offset) VALUES ('{oops', 'bad json', 44)"
         )
-        assert rows(client, "SELECT order_id, kafka_partition, kafka_offset FROM shop.order_events ORDER BY order_id") == [
-            (1, 0, 41), (2, 1, 42), (3, 0, 43)]  # fmt: skip
+        assert rows(
+            client, "SELECT order_id, kafka_partition, kafka_offset FROM shop.order_events ORDER BY order_id"
+        ) == [(1, 0, 41), (2, 1, 42), (3, 0, 43)]
         assert rows(client, "SELECT kafka_offset, raw, error FROM shop.order_events_dead_letters") == [
-            (44, "{oops", "bad json")]  # fmt: skip
+            (44, "{oops", "bad json")
+        ]
         # the remote dictionary's stand-in is empty: dictGetOrDefault falls back to its default
         assert rows(client, "SELECT day, uniqMerge(orders), sum(revenue_eur) FROM shop.revenue_daily GROUP BY day") == [
-            (datetime(2026, 6, 2).date(), 2, 20.5)]  # fmt: skip
+            (datetime(2026, 6, 2).date(), 2, 20.5)
+        ]
         assert rows(client, "SELECT uniqMerge(orders) FROM shop.revenue_monthly") == [(2,)]
-        client.command("INSERT INTO shop.invoice_files (invoice_id, order_id, issued_at, _file) "
-                       "VALUES ('inv-1', 1, '2026-06-02 12:00:00', 'a.jsonl')")  # fmt: skip
+        client.command(
+            "INSERT INTO shop.invoice_files (invoice_id, order_id, issued_at, _file) "
+            "VALUES ('inv-1', 1, '2026-06-02 12:00:00', 'a.jsonl')"
+        )
         assert rows(client, "SELECT invoice_id, source_file FROM shop.invoices") == [("inv-1", "a.jsonl")]
         assert rows(client, "SELECT count() FROM shop.order_events_queue") == [(0,)]  # nothing is kept in a stand-in
 
@@ -189,10 +220,12 @@ def test_functions_and_plain_views_feed_an_mv(deployed):
             "('2026-06-01 11:00:00', generateUUIDv4(), '/docs/api', '', 'GoogleBot/2.1', 'FR'), "
             "('2026-06-01 12:00:00', generateUUIDv4(), '/beta/new', '', 'Mozilla', 'DE')"
         )
-        assert rows(client, "SELECT section, owner, sum(hits), sum(humans) FROM web.section_hits GROUP BY section, owner") == [
-            ("docs", "devrel", 2, 1)]  # fmt: skip
+        assert rows(
+            client, "SELECT section, owner, sum(hits), sum(humans) FROM web.section_hits GROUP BY section, owner"
+        ) == [("docs", "devrel", 2, 1)]
         assert rows(client, "SELECT referrer_host, sum(visits) FROM web.referrers_daily GROUP BY referrer_host") == [
-            ("news.example", 1)]  # fmt: skip
+            ("news.example", 1)
+        ]
 
 
 def test_aliases_inside_arguments_and_lambdas_run_as_written(deployed):
@@ -204,9 +237,11 @@ def test_aliases_inside_arguments_and_lambdas_run_as_written(deployed):
             "('2026-06-01 11:00:00', 2, 'view', ['a', 'b', 'a'], map(), [300]), "
             "('2026-06-01 12:00:00', 3, 'checkout', ['x'], map('step', 'pay'), [10, -1, 5])"
         )
-        assert rows(client, "SELECT event, tag_count, sum(events), sum(big_amounts), uniqMerge(users) "
-                            "FROM tracking.tag_sets_daily GROUP BY event, tag_count ORDER BY event") == [
-            ("checkout", 1, 1, 0, 1), ("view", 2, 2, 2, 2)]  # fmt: skip
+        assert rows(
+            client,
+            "SELECT event, tag_count, sum(events), sum(big_amounts), uniqMerge(users) "
+            "FROM tracking.tag_sets_daily GROUP BY event, tag_count ORDER BY event",
+        ) == [("checkout", 1, 1, 0, 1), ("view", 2, 2, 2, 2)]
         assert rows(client, "SELECT count() FROM tracking.checkout_steps") == [(0,)]  # a negative amount: filtered
         assert rows(client, "SELECT uniqExact(tag_set) FROM tracking.events WHERE event = 'view'") == [(1,)]
 

@@ -19,8 +19,12 @@ EXAMPLE_DDL = ROOT / "examples" / "ddl"
 def chmv(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "chmv_assets.cli", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})},
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_lineage_json():
@@ -103,7 +107,9 @@ def test_apply_is_idempotent(tmp_path):
         assert len(rows) == 26
         assert ("events_weekly", "AggregatingMergeTree") in rows
         assert ("mv_events_weekly", "MaterializedView") in rows
-        assert int(client.command("SELECT count() FROM system.tables WHERE database = 'chmv_meta'")) == 2  # watermarks, leases
+        assert (
+            int(client.command("SELECT count() FROM system.tables WHERE database = 'chmv_meta'")) == 2
+        )  # watermarks, leases
 
 
 def test_rebuild_plans_then_runs_through_the_planner(tmp_path, example):
@@ -112,8 +118,10 @@ def test_rebuild_plans_then_runs_through_the_planner(tmp_path, example):
     engine = make_engine(tmp_path / "chdb", example, rows=20_000)
     dsn = ["--dsn", f"chdb://{tmp_path / 'chdb'}"]
     with engine.get_client() as client:
-        before = client.query("SELECT hour, endpoint, sumMerge(request_count) FROM analytics.hourly_endpoint_stats "
-                              "WHERE toDate(hour) = '2026-08-03' GROUP BY hour, endpoint ORDER BY hour, endpoint").result_rows  # fmt: skip
+        before = client.query(
+            "SELECT hour, endpoint, sumMerge(request_count) FROM analytics.hourly_endpoint_stats "
+            "WHERE toDate(hour) = '2026-08-03' GROUP BY hour, endpoint ORDER BY hour, endpoint"
+        ).result_rows
         client.command("ALTER TABLE analytics.hourly_endpoint_stats DROP PARTITION tuple(toDate('2026-08-03'))")
     target = ["--ddl-dir", str(EXAMPLE_DDL), "--target", "analytics.hourly_endpoint_stats"]
     dry = chmv("rebuild", *target, "--partition", "2026-08-03", *dsn, "--dry-run")
@@ -121,13 +129,18 @@ def test_rebuild_plans_then_runs_through_the_planner(tmp_path, example):
     assert "| 2026-08-03 | clickhouse | analytics.api_requests WHERE `timestamp` >=" in dry.stdout
     assert "_chmv_shadow_hourly_endpoint_stats_20260803" in dry.stdout and "replace_partition" in dry.stdout
     with engine.get_client() as client:  # the dry run changed nothing
-        assert int(client.command("SELECT count() FROM analytics.hourly_endpoint_stats WHERE toDate(hour) = '2026-08-03'")) == 0
+        assert (
+            int(client.command("SELECT count() FROM analytics.hourly_endpoint_stats WHERE toDate(hour) = '2026-08-03'"))
+            == 0
+        )
     run = chmv("rebuild", *target, "--partition", "2026-08-03", *dsn)
     assert run.returncode == 0, run.stderr
     assert "rebuild: analytics.hourly_endpoint_stats 2026-08-03: clickhouse, replace" in run.stdout
     with engine.get_client() as client:
-        after = client.query("SELECT hour, endpoint, sumMerge(request_count) FROM analytics.hourly_endpoint_stats "
-                             "WHERE toDate(hour) = '2026-08-03' GROUP BY hour, endpoint ORDER BY hour, endpoint").result_rows  # fmt: skip
+        after = client.query(
+            "SELECT hour, endpoint, sumMerge(request_count) FROM analytics.hourly_endpoint_stats "
+            "WHERE toDate(hour) = '2026-08-03' GROUP BY hour, endpoint ORDER BY hour, endpoint"
+        ).result_rows
     assert after == before and before
 
 
@@ -136,8 +149,9 @@ def test_rebuild_bad_input_names_what_to_do(tmp_path):
     unknown = chmv("rebuild", "--ddl-dir", str(EXAMPLE_DDL), "--target", "analytics.nope", *dsn)
     assert unknown.returncode == 1 and "analytics.nope is not an MV target" in unknown.stderr
     assert "analytics.events_daily" in unknown.stderr  # the targets there are
-    bad_key = chmv("rebuild", "--ddl-dir", str(EXAMPLE_DDL), "--target", "analytics.events_agg", "--partition",
-                   "2026-08-03", *dsn)  # fmt: skip
+    bad_key = chmv(
+        "rebuild", "--ddl-dir", str(EXAMPLE_DDL), "--target", "analytics.events_agg", "--partition", "2026-08-03", *dsn
+    )
     assert bad_key.returncode == 1 and "is not the start of a month partition" in bad_key.stderr
 
 
@@ -184,8 +198,13 @@ def test_apply_runs_the_preflight_first_an_mv_reading_a_missing_column_deploys_n
     applied = chmv("apply", "--ddl-dir", str(ddl), "--dsn", dsn)
     assert applied.returncode == 2, applied.stderr
     assert "Traceback" not in applied.stderr and applied.stdout == ""
-    assert applied.stderr.startswith("1 problem found by the server's preflight (in a scratch database); nothing was changed")
-    assert f"{ddl / 'shop.sql'}:7:8: shop.by_customer_mv: the server refused it: Unknown expression identifier `customer_id`" in applied.stderr
+    assert applied.stderr.startswith(
+        "1 problem found by the server's preflight (in a scratch database); nothing was changed"
+    )
+    assert (
+        f"{ddl / 'shop.sql'}:7:8: shop.by_customer_mv: the server refused it: Unknown expression identifier `customer_id`"
+        in applied.stderr
+    )
     assert "fix: the SELECT reads a column its source does not have" in applied.stderr
     planned = chmv("plan", "--ddl-dir", str(ddl), "--dsn", dsn)
     assert planned.returncode == 2 and "customer_id" in planned.stderr
@@ -213,7 +232,9 @@ def test_populate_and_or_replace_are_refused_with_the_reason_and_the_alternative
         assert result.returncode == 2, result.stderr
         assert "Traceback" not in result.stderr
         assert f"{ddl / 'a.sql'}:4:1: g.p: POPULATE is refused: " in result.stderr
-        assert "fix: remove POPULATE (and give the MV a TO table): chmv fills the target's history itself" in result.stderr
+        assert (
+            "fix: remove POPULATE (and give the MV a TO table): chmv fills the target's history itself" in result.stderr
+        )
         assert f"{ddl / 'a.sql'}:5:1: g.r: CREATE OR REPLACE MATERIALIZED VIEW is refused: " in result.stderr
         assert "ClickHouse #108726" in result.stderr and "MODIFY QUERY" in result.stderr
 
@@ -242,8 +263,9 @@ def test_unqualified_ddl_lands_in_the_default_database_of_a_fresh_server(tmp_pat
     from resources.clickhouse import ClickHouseResource
 
     with ClickHouseResource(dsn=dsn).get_client() as client:
-        names = client.query("SELECT database, name FROM system.tables WHERE name IN ('orders', 'daily', 'daily_mv') "
-                             "ORDER BY name").result_rows  # fmt: skip
+        names = client.query(
+            "SELECT database, name FROM system.tables WHERE name IN ('orders', 'daily', 'daily_mv') ORDER BY name"
+        ).result_rows
     assert names == [("shop", "daily"), ("shop", "daily_mv"), ("shop", "orders")]
     again = chmv("plan", "--ddl-dir", str(ddl), "--dsn", dsn)
     assert again.returncode == 0 and "no changes" in again.stdout, again.stdout + again.stderr

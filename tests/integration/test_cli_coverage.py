@@ -16,8 +16,14 @@ AUG = "toYYYYMM(event_date) = 202608"
 
 
 def chmv(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "chmv_assets.cli", *args], cwd=ROOT_DIR, capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ))  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "chmv_assets.cli", *args],
+        cwd=ROOT_DIR,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
 
 
 KINDS = ["ttl", "drop_partition", "delete"]
@@ -31,14 +37,28 @@ def test_rebuild_of_a_month_the_source_lost(tmp_path, example, kind):
         client.command(RETENTION[kind], settings={"mutations_sync": 2})
         live = count(client, EVENTS_AGG, AUG)
     ddl = loaded.config.ddl_dir if kind == "ttl" else str(EXAMPLE_DDL)
-    args = ["rebuild", "--ddl-dir", ddl, "--target", "analytics.events_agg", "--partition", "2026-08-01",
-            "--dsn", f"chdb://{tmp_path / 'chdb'}"]  # fmt: skip
-    holding = {"ttl": "partly: analytics.raw_events: its TTL", "drop_partition": "none: analytics.raw_events holds no",
-               "delete": "partly: analytics.raw_events holds the window from 2026-08-10"}[kind]  # fmt: skip
+    args = [
+        "rebuild",
+        "--ddl-dir",
+        ddl,
+        "--target",
+        "analytics.events_agg",
+        "--partition",
+        "2026-08-01",
+        "--dsn",
+        f"chdb://{tmp_path / 'chdb'}",
+    ]
+    holding = {
+        "ttl": "partly: analytics.raw_events: its TTL",
+        "drop_partition": "none: analytics.raw_events holds no",
+        "delete": "partly: analytics.raw_events holds the window from 2026-08-10",
+    }[kind]
 
     dry = chmv(*args, "--dry-run")
     assert dry.returncode == 1 and "Traceback" not in dry.stderr + dry.stdout
-    assert "| 2026-08-01 | refused | - | - | none | neither the source table nor the landing zone holds it" in dry.stdout
+    assert (
+        "| 2026-08-01 | refused | - | - | none | neither the source table nor the landing zone holds it" in dry.stdout
+    )
     assert "**Coverage**" in dry.stdout and f"| 2026-08-01 | analytics.raw_events | {holding}" in dry.stdout
     assert dry.stderr.startswith("chmv: analytics.events_agg: rebuild refused for 1 partition; nothing was changed\n")
     since = "2026-09-01" if kind == "drop_partition" else "2026-08-10"

@@ -45,8 +45,15 @@ def receiver():
 def test_webhook_receives_the_alert_as_json(receiver) -> None:
     handler, url = receiver
     sink = AlertSink(url)
-    sink.send(Alert("check_failed", "error", "analytics.error_events", "partition 2026-08-03 lost 7 rows",
-                    {"partition": "2026-08-03", "delta": -7}))  # fmt: skip
+    sink.send(
+        Alert(
+            "check_failed",
+            "error",
+            "analytics.error_events",
+            "partition 2026-08-03 lost 7 rows",
+            {"partition": "2026-08-03", "delta": -7},
+        )
+    )
     assert sink.flush(5)
     (body,) = handler.received
     assert body["kind"] == "check_failed" and body["subject"] == "analytics.error_events"

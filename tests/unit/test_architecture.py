@@ -29,4 +29,3 @@ def test_no_private_dagster_imports():
         if module.split(".")[0].startswith("dagster") and any(part.startswith("_") for part in module.split(".")[1:])
     ]
     assert not offenders, "private Dagster imports:\n" + "\n".join(offenders)
-

@@ -19,16 +19,23 @@ def test_live_changes_fail_drift_with_a_readable_diff(tmp_path: Path, example) -
     with engine.get_client() as client:
         assert all(not items for items in drift_report(client, example.project, example.project.targets).values())
         client.command("ALTER TABLE analytics.audit_log ADD COLUMN source_ip String")
-        client.command("ALTER TABLE analytics.errors_mv MODIFY QUERY "
-                       "SELECT timestamp, level, payload FROM analytics.all_events WHERE level = 'fatal'")  # fmt: skip
+        client.command(
+            "ALTER TABLE analytics.errors_mv MODIFY QUERY "
+            "SELECT timestamp, level, payload FROM analytics.all_events WHERE level = 'fatal'"
+        )
         client.command("DROP VIEW analytics.metrics_mv SYNC")
-    keys = [AssetCheckKey(TRANSLATOR.get_asset_key(ref(n)), DRIFT) for n in ("audit_log", "error_events",
-                                                                            "metric_events", "counter_daily")]  # fmt: skip
+    keys = [
+        AssetCheckKey(TRANSLATOR.get_asset_key(ref(n)), DRIFT)
+        for n in ("audit_log", "error_events", "metric_events", "counter_daily")
+    ]
     result = run_checks(example, engine, keys, DagsterInstance.ephemeral())
     by_asset = {e.asset_key.path[-1]: e for e in evaluations(result, DRIFT)}
     assert by_asset["counter_daily"].passed
     audit = by_asset["audit_log"]
-    assert not audit.passed and "| analytics.audit_log | extra_column | absent | source_ip String |" in audit.metadata["chmv/diff"].value
+    assert (
+        not audit.passed
+        and "| analytics.audit_log | extra_column | absent | source_ip String |" in audit.metadata["chmv/diff"].value
+    )
     errors = by_asset["error_events"].metadata["chmv/diff"].value
     assert "select_changed" in errors and "-WHERE level = 'fatal'" in errors and "+WHERE level = 'error'" in errors
     assert "| analytics.metrics_mv | missing_object |" in by_asset["metric_events"].metadata["chmv/diff"].value
@@ -39,7 +46,9 @@ def test_type_normalization() -> None:
     assert normalize_type("INT") == "Int32" and normalize_type("LowCardinality( String )") == "LowCardinality(String)"
 
 
-def test_a_target_whose_select_changed_in_the_repo_links_to_the_part_of_the_plan_that_fixes_it(tmp_path: Path, example) -> None:
+def test_a_target_whose_select_changed_in_the_repo_links_to_the_part_of_the_plan_that_fixes_it(
+    tmp_path: Path, example
+) -> None:
     """The repo changes two MVs' SELECT (targets in two ops of the run): each failing drift check carries the
     MODIFY QUERY of its own MV with the re-derivation of its target, and how to run it; the plan is made once."""
     engine = make_engine(tmp_path / "chdb", example, rows=2_000)
@@ -71,7 +80,10 @@ def test_a_target_whose_select_changed_in_the_repo_links_to_the_part_of_the_plan
     # The chain below events_agg is re-derived too, but it fixes events_daily's rows, not events_agg's drift.
     assert "re-derive analytics.events_daily" not in agg_fix
 
-    planned = [e for e in instance.all_logs(result.run_id)
-               if "lifecycle plan for the drift checks of this run" in (e.user_message or "")]
+    planned = [
+        e
+        for e in instance.all_logs(result.run_id)
+        if "lifecycle plan for the drift checks of this run" in (e.user_message or "")
+    ]
     assert len(planned) == 1, "one plan per run, shared by the drift checks of both ops"
     assert errors.metadata["chmv/plan_seconds"].value == agg.metadata["chmv/plan_seconds"].value

@@ -59,8 +59,10 @@ def chain(tmp_path: Path):
     loaded = load(ddl)
     engine = make_engine(tmp_path / "chdb", loaded)
     with engine.get_client() as client:
-        client.command("INSERT INTO chain.src SELECT toDateTime('2026-08-01 00:00:00') + number * 97, number % 7, 1 "
-                       "FROM numbers(3000)")  # fmt: skip
+        client.command(
+            "INSERT INTO chain.src SELECT toDateTime('2026-08-01 00:00:00') + number * 97, number % 7, 1 "
+            "FROM numbers(3000)"
+        )
     return ddl, loaded, engine
 
 
@@ -78,20 +80,30 @@ def test_a_range_run_evaluates_each_check_once_in_a_multi_process_run(chain, tmp
     monkeypatch.delenv("PYTHONHASHSEED", raising=False)  # each step process hashes with its own seed
     (tmp_path / "dagster_home").mkdir()
     instance = DagsterInstance.local_temp(str(tmp_path / "dagster_home"))
-    job = build_reconstructable_job("chain_split_job", "chain_split_job",
-                                    reconstructable_args=(str(ddl), engine.resolved_dsn),
-                                    reconstructor_working_directory=str(Path(__file__).resolve().parents[2]))  # fmt: skip
+    job = build_reconstructable_job(
+        "chain_split_job",
+        "chain_split_job",
+        reconstructable_args=(str(ddl), engine.resolved_dsn),
+        reconstructor_working_directory=str(Path(__file__).resolve().parents[2]),
+    )
     tags = {"dagster/asset_partition_range_start": DAYS[0], "dagster/asset_partition_range_end": DAYS[-1]}
     with execute_job(job, instance=instance, tags=tags, raise_on_error=False) as result:
         assert result.success, [e.message for e in result.all_events if e.is_failure]
         run_id = result.run_id
         steps = {e.step_key for e in result.all_events if e.step_key}
     # two target ops, the part-count, health and lint ops; no op split in subsets (``…_2``)
-    assert steps == {"rebuild_daily_targets", "rebuild_daily_targets_spark", "chmv_part_checks", "chmv_health_checks",
-                     "chmv_lint_checks"}  # fmt: skip
+    assert steps == {
+        "rebuild_daily_targets",
+        "rebuild_daily_targets_spark",
+        "chmv_part_checks",
+        "chmv_health_checks",
+        "chmv_lint_checks",
+    }
 
-    evaluations = [e.dagster_event.event_specific_data
-                   for e in instance.all_logs(run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)]  # fmt: skip
+    evaluations = [
+        e.dagster_event.event_specific_data
+        for e in instance.all_logs(run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+    ]
     counted = Counter((e.asset_key, e.check_name, e.partition) for e in evaluations)
     expected = {(key, PARITY, day) for key in KEYS for day in DAYS}
     expected |= {(key, name, None) for key in KEYS for name in (DRIFT, PARTS, HEALTH, LINT)}
@@ -128,11 +140,18 @@ def test_a_failed_blocking_check_stops_the_downstream_target_of_the_same_op(tmp_
     (group,) = {i for i, (_spark, refs) in enumerate(target_groups(loaded, ChmvTranslator())) for r in refs}  # one op
     engine = make_engine(tmp_path / "chdb", loaded)
     with engine.get_client() as client:
-        client.command("INSERT INTO chain.src SELECT toDateTime('2026-08-01 00:00:00') + number * 97, number % 7, 1 "
-                       "FROM numbers(3000)")  # fmt: skip
+        client.command(
+            "INSERT INTO chain.src SELECT toDateTime('2026-08-01 00:00:00') + number * 97, number % 7, 1 "
+            "FROM numbers(3000)"
+        )
         client.command("ALTER TABLE chain.t1 ADD COLUMN extra UInt8 DEFAULT 0")  # drift: a column the DDL lacks
-    result = materialize(build_chmv_assets(loaded), selection=AssetSelection.assets(*KEYS), partition_key=DAYS[0],
-                         resources={"clickhouse": engine}, raise_on_error=False)  # fmt: skip
+    result = materialize(
+        build_chmv_assets(loaded),
+        selection=AssetSelection.assets(*KEYS),
+        partition_key=DAYS[0],
+        resources={"clickhouse": engine},
+        raise_on_error=False,
+    )
     assert not result.success
     assert [m.asset_key for m in result.get_asset_materialization_events()] == [KEYS[0]]  # t2 was not rebuilt
     verdicts = {(e.asset_key, e.check_name): e.passed for e in result.get_asset_check_evaluations()}

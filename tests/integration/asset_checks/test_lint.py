@@ -46,8 +46,14 @@ def test_bad_patterns_are_found(tmp_path: Path) -> None:
     (tmp_path / "shop.sql").write_text(BAD_DDL)
     findings = lint_project(load(tmp_path))
     by_rule = {f.rule: f for f in findings}
-    assert {"join_instead_of_dictget", "dedup_source_additive_aggregate", "order_by_in_select", "no_to_clause",
-            "populate", "aggregating_without_state"} <= set(by_rule)  # fmt: skip
+    assert {
+        "join_instead_of_dictget",
+        "dedup_source_additive_aggregate",
+        "order_by_in_select",
+        "no_to_clause",
+        "populate",
+        "aggregating_without_state",
+    } <= set(by_rule)
     assert "counted twice" in by_rule["dedup_source_additive_aggregate"].reason
     assert "dictGet" in by_rule["join_instead_of_dictget"].fix
     assert "n (AggregateFunction(count))" in by_rule["aggregating_without_state"].reason

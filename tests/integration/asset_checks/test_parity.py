@@ -32,7 +32,9 @@ def test_every_example_target_passes(tmp_path: Path, example) -> None:
     with engine.get_client() as client:
         for target in example.project.targets:
             partitions_def = TRANSLATOR.get_partitions_def(example, target)
-            keys = [None] if partitions_def is None else ["2026-08-02" if "Daily" in str(partitions_def) else "2026-09-01"]
+            keys = (
+                [None] if partitions_def is None else ["2026-08-02" if "Daily" in str(partitions_def) else "2026-09-01"]
+            )
             for key in keys:
                 result = parity_for_partition(client, example, target, window_for_key(partitions_def, key))
                 assert result.passed and result.expected > 0, result.describe()
@@ -55,12 +57,19 @@ def test_partitions_in_one_query_equal_one_by_one(tmp_path: Path, example) -> No
             grouped = parity_for_partitions(client, example, target, windows)
             alone = [parity_for_partition(client, example, target, w) for w in windows]
             assert [(r.partition, r.measures, r.within_tolerance, r.error) for r in grouped] == [
-                (r.partition, r.measures, r.within_tolerance, r.error) for r in alone], target.fqn
+                (r.partition, r.measures, r.within_tolerance, r.error) for r in alone
+            ], target.fqn
             assert any(r.expected > 0 for r in grouped), target.fqn
             checked += 1
-        lost = parity_for_partitions(client, example, ref("hourly_endpoint_stats"),
-                                     [window_for_key(TRANSLATOR.get_partitions_def(example, ref("hourly_endpoint_stats")),
-                                                     k) for k in ("2026-08-01", "2026-08-02")])  # fmt: skip
+        lost = parity_for_partitions(
+            client,
+            example,
+            ref("hourly_endpoint_stats"),
+            [
+                window_for_key(TRANSLATOR.get_partitions_def(example, ref("hourly_endpoint_stats")), k)
+                for k in ("2026-08-01", "2026-08-02")
+            ],
+        )
     assert checked >= 5
     assert [r.within_tolerance for r in lost] == [True, False] and lost[1].actual == 0 < lost[1].expected
 
@@ -84,7 +93,9 @@ def test_lost_rows_fail_only_their_partition_with_numbers(tmp_path: Path, exampl
     assert [p for p, e in by_partition.items() if not e.passed] == ["2026-08-02"]
     assert by_partition["2026-08-02"].metadata["delta"].value < 0
     assert isinstance(by_partition["2026-08-02"].metadata["expected"].value, float)
-    single = evaluations(run_parity(example, engine, ref("hourly_endpoint_stats"), instance, "2026-08-01", "2026-08-01"))
+    single = evaluations(
+        run_parity(example, engine, ref("hourly_endpoint_stats"), instance, "2026-08-01", "2026-08-01")
+    )
     assert single[0].passed and single[0].partition == "2026-08-01"
 
 
@@ -119,12 +130,15 @@ def test_replacing_source_with_duplicates_shows_the_overcount(tmp_path: Path) ->
     engine = make_engine(tmp_path / "chdb", loaded)
     with engine.get_client() as client:
         for _ in range(2):  # a retried delivery: the same 10 orders twice
-            client.command("INSERT INTO shop.orders SELECT toDateTime('2026-09-10 12:00:00') + number, number, 5 "
-                           "FROM numbers(10)", settings={"insert_deduplicate": 0})  # fmt: skip
+            client.command(
+                "INSERT INTO shop.orders SELECT toDateTime('2026-09-10 12:00:00') + number, number, 5 FROM numbers(10)",
+                settings={"insert_deduplicate": 0},
+            )
         pdef = TRANSLATOR.get_partitions_def(loaded, SHOP_TARGET)
         result = parity_for_partition(client, loaded, SHOP_TARGET, window_for_key(pdef, "2026-09-01"))
-        grouped = parity_for_partitions(client, loaded, SHOP_TARGET, [window_for_key(pdef, k)
-                                                                      for k in ("2026-09-01", "2026-10-01")])  # fmt: skip
+        grouped = parity_for_partitions(
+            client, loaded, SHOP_TARGET, [window_for_key(pdef, k) for k in ("2026-09-01", "2026-10-01")]
+        )
     assert not result.passed
     assert (result.measures[0].name, result.expected, result.actual) == ("countMerge(orders)", 10.0, 20.0)
     assert grouped[0].measures == result.measures and grouped[1].within_tolerance  # the source read FINAL too

@@ -25,12 +25,17 @@ def test_a_month_the_source_lost_without_a_lake_is_not_verifiable_not_failed(tmp
         september = parity_for_partition(client, example, EVENTS_AGG, SEPTEMBER)
         together = parity_for_partitions(client, example, EVENTS_AGG, [AUGUST, SEPTEMBER])
     assert [(r.unverifiable, r.measures, r.truth) for r in together] == [
-        (r.unverifiable, r.measures, r.truth) for r in (august, september)]
+        (r.unverifiable, r.measures, r.truth) for r in (august, september)
+    ]
     assert august.passed and august.unverifiable and not august.measures
-    assert august.describe().startswith("analytics.events_agg partition 2026-08-01: not verifiable: the source no "
-                                        "longer holds it (analytics.raw_events holds no rows of the window")  # fmt: skip
-    assert "and the landing zone does not either (no landing zone is configured); the rebuild would refuse it too" \
+    assert august.describe().startswith(
+        "analytics.events_agg partition 2026-08-01: not verifiable: the source no "
+        "longer holds it (analytics.raw_events holds no rows of the window"
+    )
+    assert (
+        "and the landing zone does not either (no landing zone is configured); the rebuild would refuse it too"
         in august.describe()
+    )
     assert september.passed and september.truth == "source" and september.expected > 0 and not september.unverifiable
 
 
@@ -44,8 +49,9 @@ def lake_backed(tmp_path, example):
     demo_data.write_landing_zone(root, {source: demo_data.generate(source, 20_000, days=40, seed=5)}, seed=5)
     engine = make_engine(tmp_path / "chdb", loaded)
     with engine.get_client() as client:
-        demo_data.load_into_clickhouse(client, {source: demo_data.generate(source, 20_000, days=40, seed=5,
-                                                                           duplicates=0.0)})  # fmt: skip
+        demo_data.load_into_clickhouse(
+            client, {source: demo_data.generate(source, 20_000, days=40, seed=5, duplicates=0.0)}
+        )
         client.command(RETENTION["drop_partition"])
     return loaded, engine
 
@@ -67,8 +73,9 @@ def test_a_lake_backed_month_is_checked_against_the_lake(lake_backed):
 def test_a_gap_in_a_lake_backed_month_still_fails(lake_backed):
     loaded, engine = lake_backed
     with engine.get_client() as client:
-        client.command("ALTER TABLE analytics.events_agg DELETE WHERE event_date = '2026-08-05'",
-                       settings={"mutations_sync": 2})  # fmt: skip
+        client.command(
+            "ALTER TABLE analytics.events_agg DELETE WHERE event_date = '2026-08-05'", settings={"mutations_sync": 2}
+        )
         result = parity_for_partition(client, loaded, EVENTS_AGG, AUGUST)
         day = parity_for_partition(client, loaded, EVENTS_AGG, window_at(datetime(2026, 9, 1), "month"))
     assert not result.passed and result.truth == "landing zone" and result.actual < result.expected

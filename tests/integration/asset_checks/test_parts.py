@@ -28,8 +28,10 @@ def test_thresholds_come_from_the_server_and_the_ddl(tmp_path: Path, example) ->
     with engine.get_client() as client:
         server = server_thresholds(client)
     assert set(server) == set(LIMITS) and server["parts_to_throw_insert"] > server["parts_to_delay_insert"] > 0
-    table = parse_statement("CREATE TABLE t (a UInt8) ENGINE = MergeTree ORDER BY a "
-                            "SETTINGS parts_to_delay_insert = 7, index_granularity = 8192")  # fmt: skip
+    table = parse_statement(
+        "CREATE TABLE t (a UInt8) ENGINE = MergeTree ORDER BY a "
+        "SETTINGS parts_to_delay_insert = 7, index_granularity = 8192"
+    )
     assert table_thresholds(server, table)["parts_to_delay_insert"] == 7
     assert table_thresholds(server, None) == server
 
@@ -43,8 +45,10 @@ def test_flood_of_tiny_inserts_warns(tmp_path: Path, example) -> None:
         with engine.get_client() as client:
             for i in range(15):  # one tiny insert per new daily partition: parts that can never merge away
                 day = 1 + round_ * 15 + i
-                client.command(f"INSERT INTO analytics.all_events VALUES (toDateTime('2027-01-01 00:00:00') + "
-                               f"INTERVAL {day} DAY, 'click', 'error', 0, 'x')")  # fmt: skip
+                client.command(
+                    f"INSERT INTO analytics.all_events VALUES (toDateTime('2027-01-01 00:00:00') + "
+                    f"INTERVAL {day} DAY, 'click', 'error', 0, 'x')"
+                )
         (evaluation,) = evaluations(run_checks(example, engine, [key], instance), PARTS)
         results.append(evaluation)
     assert [e.metadata["active_parts"].value for e in results] == [15, 30, 45]

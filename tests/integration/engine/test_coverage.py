@@ -52,14 +52,18 @@ def test_a_plain_backfill_of_a_month_the_source_lost_is_refused_and_keeps_the_ta
     with pytest.raises(RebuildRefused) as refused:
         rebuild_partitions(engine, loaded, EVENTS_AGG, [AUGUST])
     message = str(refused.value)
-    assert message.startswith("analytics.events_agg: rebuild refused for 1 partition; nothing was changed\n"
-                              "- 2026-08-01: neither the source table nor the landing zone holds it: "
-                              "analytics.raw_events (it holds data from 2026-")  # fmt: skip
-    expected = {"drop_partition": "source table: none: analytics.raw_events holds no rows of the window while the "
-                                  "target partition holds",
-                "ttl": "source table: partly: analytics.raw_events: its TTL timestamp + INTERVAL",
-                "delete": "source table: partly: analytics.raw_events holds the window from 2026-08-10",
-                "lightweight_delete": "source table: partly: analytics.raw_events holds the window from 2026-08-10"}
+    assert message.startswith(
+        "analytics.events_agg: rebuild refused for 1 partition; nothing was changed\n"
+        "- 2026-08-01: neither the source table nor the landing zone holds it: "
+        "analytics.raw_events (it holds data from 2026-"
+    )
+    expected = {
+        "drop_partition": "source table: none: analytics.raw_events holds no rows of the window while the "
+        "target partition holds",
+        "ttl": "source table: partly: analytics.raw_events: its TTL timestamp + INTERVAL",
+        "delete": "source table: partly: analytics.raw_events holds the window from 2026-08-10",
+        "lightweight_delete": "source table: partly: analytics.raw_events holds the window from 2026-08-10",
+    }
     assert expected[kind] in message
     with engine.get_client() as client:
         rows = count(client, EVENTS_AGG, AUG_WHERE)
@@ -98,15 +102,25 @@ def test_coverage_is_one_statement_that_matches_the_tables(fresh_engine, example
     days = [window_at(AUGUST.start.replace(day=d), "day") for d in (1, 2, 3)]
     target = ObjectRef(database="analytics", name="hourly_endpoint_stats")
     with fresh_engine.get_client() as client:
-        client.command("ALTER TABLE analytics.api_requests DELETE WHERE timestamp < '2026-08-02 10:00:00'",
-                       settings={"mutations_sync": 2})  # fmt: skip
+        client.command(
+            "ALTER TABLE analytics.api_requests DELETE WHERE timestamp < '2026-08-02 10:00:00'",
+            settings={"mutations_sync": 2},
+        )
         facts = probe(client, example, target, target, days)
-        truth = {r[0]: tuple(r[1:]) for r in client.query(
-            "SELECT toStartOfDay(timestamp), count(), min(timestamp), max(timestamp) FROM analytics.api_requests "
-            "WHERE timestamp < '2026-08-04' GROUP BY 1").result_rows}  # fmt: skip
-        target_rows = {r[0]: r[1] for r in client.query(
-            "SELECT toStartOfDay(hour), count() FROM analytics.hourly_endpoint_stats WHERE hour < '2026-08-04' "
-            "GROUP BY 1").result_rows}  # fmt: skip
+        truth = {
+            r[0]: tuple(r[1:])
+            for r in client.query(
+                "SELECT toStartOfDay(timestamp), count(), min(timestamp), max(timestamp) FROM analytics.api_requests "
+                "WHERE timestamp < '2026-08-04' GROUP BY 1"
+            ).result_rows
+        }
+        target_rows = {
+            r[0]: r[1]
+            for r in client.query(
+                "SELECT toStartOfDay(hour), count() FROM analytics.hourly_endpoint_stats WHERE hour < '2026-08-04' "
+                "GROUP BY 1"
+            ).result_rows
+        }
         coverage = observe_coverage(client, example, target, target, days, None)
     assert facts.sql.count("SELECT") == 1 + 1 + 1  # the table, its windows, the target's windows: one statement
     for window in days[1:]:
@@ -122,8 +136,10 @@ def test_the_shrink_guard_stops_an_unpartitioned_swap_that_would_lose_rows(fresh
     """Coverage of an unpartitioned target is unknown: a rebuild that would shrink it is stopped before the swap."""
     latest = ObjectRef(database="analytics", name="entity_latest")
     with fresh_engine.get_client() as client:
-        client.command("ALTER TABLE analytics.raw_webhooks DELETE WHERE received_at < '2026-09-01 00:00:00'",
-                       settings={"mutations_sync": 2})  # fmt: skip
+        client.command(
+            "ALTER TABLE analytics.raw_webhooks DELETE WHERE received_at < '2026-09-01 00:00:00'",
+            settings={"mutations_sync": 2},
+        )
         live = int(client.command("SELECT count() FROM analytics.entity_latest FINAL"))
         rebuilt = int(client.command("SELECT uniqExact(entity_id) FROM analytics.raw_webhooks"))
         before = digest(client, example, latest)
@@ -150,8 +166,10 @@ def test_the_shrink_guard_on_a_partition_whose_coverage_is_unknown(tmp_path):
     loaded = raw_events_ttl_project(tmp_path, "TTL timestamp + INTERVAL 1 YEAR + INTERVAL 1 DAY")
     engine = make_engine(tmp_path / "chdb", loaded, rows=50_000)
     with engine.get_client() as client:
-        client.command("ALTER TABLE analytics.raw_events DELETE WHERE timestamp >= '2026-08-10' AND "
-                       "timestamp < '2026-08-12'", settings={"mutations_sync": 2})  # fmt: skip
+        client.command(
+            "ALTER TABLE analytics.raw_events DELETE WHERE timestamp >= '2026-08-10' AND timestamp < '2026-08-12'",
+            settings={"mutations_sync": 2},
+        )
         before = digest(client, loaded, EVENTS_AGG, AUG_WHERE)
     plan = plan_for(engine, loaded, EVENTS_AGG, [AUGUST])
     assert plan.steps[0].engine == Engine.CLICKHOUSE and "cannot read as a time horizon" in plan.steps[0].guard

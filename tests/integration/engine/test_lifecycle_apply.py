@@ -59,8 +59,9 @@ def apply_with_writer(engine, ddl: Path, source: str, *, batch_seconds: float = 
         return parity_for_partitions(client, loaded, target, windows, live=live)
 
     with Writer(engine, source) as writer:
-        report = apply_plan(engine, loaded, plan, parity=parity, pause=writer.pause, batch_seconds=batch_seconds,
-                            check_in_place=True)  # fmt: skip
+        report = apply_plan(
+            engine, loaded, plan, parity=parity, pause=writer.pause, batch_seconds=batch_seconds, check_in_place=True
+        )
     assert writer.batches >= len(writer.paused_at) >= 3  # inserts went on between the apply's steps
     with engine.get_client() as client:
         again = plan_lifecycle(client, loaded)
@@ -83,10 +84,18 @@ def test_select_change_modify_query_and_history_re_derived(engine, tmp_path: Pat
 
 def test_added_column_filled_for_history(engine, tmp_path: Path) -> None:
     ddl = copy_ddl(tmp_path)
-    edit(ddl, "40_all_events.sql", "CREATE TABLE IF NOT EXISTS analytics.audit_log (timestamp DateTime, payload String)",
-         "CREATE TABLE IF NOT EXISTS analytics.audit_log (timestamp DateTime, payload String, level String DEFAULT '')")
-    edit(ddl, "40_all_events.sql", "SELECT timestamp, payload FROM analytics.all_events WHERE is_audit = 1;",
-         "SELECT timestamp, payload, level FROM analytics.all_events WHERE is_audit = 1;")
+    edit(
+        ddl,
+        "40_all_events.sql",
+        "CREATE TABLE IF NOT EXISTS analytics.audit_log (timestamp DateTime, payload String)",
+        "CREATE TABLE IF NOT EXISTS analytics.audit_log (timestamp DateTime, payload String, level String DEFAULT '')",
+    )
+    edit(
+        ddl,
+        "40_all_events.sql",
+        "SELECT timestamp, payload FROM analytics.all_events WHERE is_audit = 1;",
+        "SELECT timestamp, payload, level FROM analytics.all_events WHERE is_audit = 1;",
+    )
     loaded, plan, _report, _writer = apply_with_writer(engine, ddl, "all_events")
     assert [c.action for c in plan.changes] == [Action.ALTER, Action.MODIFY_QUERY]
     with engine.get_client() as client:
@@ -115,13 +124,15 @@ def test_new_sort_key_new_version_swapped_in_and_the_chain_below_re_derived(engi
     assert [c.action for c in plan.changes] == [Action.NEW_VERSION, Action.REDERIVE, Action.REDERIVE]
     assert "cut-in analytics._chmv_next_events_agg" in writer.paused_at  # rows arrived while it was built
     with engine.get_client() as client:
-        (sorting_key,) = client.query("SELECT sorting_key FROM system.tables WHERE database = 'analytics' "
-                                      "AND name = 'events_agg'").result_rows[0]  # fmt: skip
+        (sorting_key,) = client.query(
+            "SELECT sorting_key FROM system.tables WHERE database = 'analytics' AND name = 'events_agg'"
+        ).result_rows[0]
         assert sorting_key == "event_type, event_date, event_hour, user_id"
         for name in ("events_agg", "events_daily", "events_weekly"):
             assert assert_exact(client, loaded, ref(name)) > 0
-        leftovers = client.query("SELECT name FROM system.tables WHERE database = 'analytics' AND "
-                                 "name LIKE '\\_chmv\\_%'").result_rows  # fmt: skip
+        leftovers = client.query(
+            "SELECT name FROM system.tables WHERE database = 'analytics' AND name LIKE '\\_chmv\\_%'"
+        ).result_rows
     assert [n for (n,) in leftovers if not n.startswith("_chmv_old_events_agg_")] == []
 
 
@@ -201,8 +212,12 @@ def test_an_apply_takes_over_the_planning_client(engine, tmp_path: Path, writer_
         client = opened.enter_context(engine.get_client())
         plan = plan_lifecycle(client, loaded)
         if writer_waiting:  # holds the gate, then waits for the engine this process holds
-            writer = subprocess.Popen([sys.executable, "-c", GATED_WRITER, engine.dsn], stdout=subprocess.PIPE,
-                                      text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})  # fmt: skip
+            writer = subprocess.Popen(
+                [sys.executable, "-c", GATED_WRITER, engine.dsn],
+                stdout=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+            )
             assert writer.stdout is not None and writer.stdout.readline().strip() == "gate held"
         report = apply_plan(counting, loaded, plan, batch_seconds=600.0, opened=(client, opened.pop_all()))
     assert report.partitions["analytics.hourly_endpoint_stats"] >= 12

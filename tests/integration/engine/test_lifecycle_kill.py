@@ -34,8 +34,14 @@ def ref(name: str) -> ObjectRef:
 
 def chmv_apply(ddl: Path, dsn: str, crash_at: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, CRASH_ENV: crash_at or ""}
-    return subprocess.run([sys.executable, "-m", "chmv_assets.cli", "apply", "--ddl-dir", str(ddl), "--dsn", dsn],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "chmv_assets.cli", "apply", "--ddl-dir", str(ddl), "--dsn", dsn],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
 
 
 def insert(engine, source: str, batches: int = 3) -> None:
@@ -65,8 +71,9 @@ def test_killed_during_a_re_derivation_the_next_apply_resumes_it(tmp_path: Path,
 
 
 @pytest.mark.parametrize("crash_at", ["lifecycle:cut_in", "lifecycle:partition", "lifecycle:exchanged"])
-def test_killed_while_building_or_swapping_a_new_version_the_next_apply_ends_exact(tmp_path: Path, example,
-                                                                                  crash_at: str) -> None:  # fmt: skip
+def test_killed_while_building_or_swapping_a_new_version_the_next_apply_ends_exact(
+    tmp_path: Path, example, crash_at: str
+) -> None:
     engine = small_engine(tmp_path / "chdb", example)
     dsn = f"chdb://{tmp_path / 'chdb'}"
     ddl = copy_ddl(tmp_path)
@@ -81,10 +88,15 @@ def test_killed_while_building_or_swapping_a_new_version_the_next_apply_ends_exa
     with engine.get_client() as client:
         for name in ("events_agg", "events_daily", "events_weekly"):
             assert assert_exact(client, loaded, ref(name)) > 0
-        (sorting_key,) = client.query("SELECT sorting_key FROM system.tables WHERE database = 'analytics' "
-                                      "AND name = 'events_agg'").result_rows[0]  # fmt: skip
-        chmv_objects = [n for (n,) in client.query("SELECT name FROM system.tables WHERE database = 'analytics' "
-                                                   "AND name LIKE '\\_chmv\\_%'").result_rows]  # fmt: skip
+        (sorting_key,) = client.query(
+            "SELECT sorting_key FROM system.tables WHERE database = 'analytics' AND name = 'events_agg'"
+        ).result_rows[0]
+        chmv_objects = [
+            n
+            for (n,) in client.query(
+                "SELECT name FROM system.tables WHERE database = 'analytics' AND name LIKE '\\_chmv\\_%'"
+            ).result_rows
+        ]
     assert sorting_key == "event_type, event_date, event_hour, user_id"
     assert chmv_objects and all(n.startswith("_chmv_old_events_agg_") for n in chmv_objects)
     again = chmv_apply(ddl, dsn)

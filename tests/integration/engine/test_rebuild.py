@@ -114,7 +114,7 @@ RECOMPUTE = {
         """SELECT toMonday(toDate(timestamp)) AS w, event_type, count(), uniq(user_id) FROM analytics.raw_events
            WHERE w >= toDate({lo:DateTime}) AND w < toDate({hi:DateTime}) GROUP BY ALL ORDER BY ALL""",
     ),
-}  # fmt: skip
+}
 
 PARTITIONS = {
     "hourly_endpoint_stats": ["2026-08-01", "2026-09-15", "2026-10-31"],
@@ -130,19 +130,30 @@ PARTITIONS = {
 }
 #: Chain intermediates are only dropped: an INSERT of garbage into them would fire the next MV of the chain.
 CHAIN_INTERMEDIATES = {"events_agg", "events_daily"}
-CASES = [(target, key, "drop" if target in CHAIN_INTERMEDIATES else corruption)
-         for target, keys in PARTITIONS.items()
-         for key, corruption in zip(keys, ["drop", "garbage", "drop"], strict=False)]  # fmt: skip
+CASES = [
+    (target, key, "drop" if target in CHAIN_INTERMEDIATES else corruption)
+    for target, keys in PARTITIONS.items()
+    for key, corruption in zip(keys, ["drop", "garbage", "drop"], strict=False)
+]
 
 
 #: The target column its PARTITION BY reads, to find the partition's id by hand.
-PARTITION_COLUMN = {"hourly_endpoint_stats": "hour", "counter_daily": "day", "events_agg": "event_date",
-                    "events_daily": "event_date", "events_weekly": "week"}  # fmt: skip
+PARTITION_COLUMN = {
+    "hourly_endpoint_stats": "hour",
+    "counter_daily": "day",
+    "events_agg": "event_date",
+    "events_daily": "event_date",
+    "events_weekly": "week",
+}
 
 
 def other_partitions(client, target: ObjectRef, partition_id: str) -> list[tuple]:
-    return rows(client, f"SELECT _partition_id, count() FROM analytics.{target.name} WHERE _partition_id != {{p:String}} "
-                        "GROUP BY 1 ORDER BY 1", p=partition_id)  # fmt: skip
+    return rows(
+        client,
+        f"SELECT _partition_id, count() FROM analytics.{target.name} WHERE _partition_id != {{p:String}} "
+        "GROUP BY 1 ORDER BY 1",
+        p=partition_id,
+    )
 
 
 @pytest.mark.parametrize(("target_name", "key", "corruption"), CASES, ids=[f"{t}-{k}-{c}" for t, k, c in CASES])
@@ -156,17 +167,25 @@ def test_rebuilt_partition_equals_independent_recompute(engine, example, target_
         assert expected, "the test partition must hold source rows"
         assert rows(client, finalized, **params) == expected, "the live MV agrees before the test corrupts it"
         column = PARTITION_COLUMN.get(target_name, "timestamp")
-        ids = rows(client, f"SELECT DISTINCT _partition_id FROM analytics.{target_name} "
-                           f"WHERE {column} >= {{lo:DateTime}} AND {column} < {{hi:DateTime}}", **params)  # fmt: skip
+        ids = rows(
+            client,
+            f"SELECT DISTINCT _partition_id FROM analytics.{target_name} "
+            f"WHERE {column} >= {{lo:DateTime}} AND {column} < {{hi:DateTime}}",
+            **params,
+        )
         assert len(ids) == 1, ids
         partition_id = ids[0][0]
         untouched = other_partitions(client, target, partition_id)
         if corruption == "drop":
-            client.command(f"ALTER TABLE analytics.{target_name} DROP PARTITION ID {{p:String}}",
-                           parameters={"p": partition_id})  # fmt: skip
+            client.command(
+                f"ALTER TABLE analytics.{target_name} DROP PARTITION ID {{p:String}}", parameters={"p": partition_id}
+            )
         else:
-            client.command(f"INSERT INTO analytics.{target_name} SELECT * FROM analytics.{target_name} "
-                           "WHERE _partition_id = {p:String}", parameters={"p": partition_id})  # fmt: skip
+            client.command(
+                f"INSERT INTO analytics.{target_name} SELECT * FROM analytics.{target_name} "
+                "WHERE _partition_id = {p:String}",
+                parameters={"p": partition_id},
+            )
         assert rows(client, finalized, **params) != expected
 
         first = rebuild(client, example.project, target, win)
@@ -193,20 +212,39 @@ def test_partitions_rebuilt_in_one_read_equal_their_recomputes(engine, example, 
     windows = [window(example, target, key) for key in keys]
     with engine.get_client() as client:
         expected = {w.key: rows(client, recompute, lo=w.start, hi=w.end) for w in windows}
-        ids = [rows(client, f"SELECT DISTINCT _partition_id FROM analytics.{target_name} WHERE {column} >= "
-                            "{lo:DateTime} AND {column} < {hi:DateTime}".replace("{column}", column),
-                    lo=w.start, hi=w.end)[0][0] for w in windows]  # fmt: skip
-        untouched = rows(client, f"SELECT _partition_id, count() FROM analytics.{target_name} WHERE _partition_id "
-                                 "NOT IN {ids:Array(String)} GROUP BY 1 ORDER BY 1", ids=ids)  # fmt: skip
+        ids = [
+            rows(
+                client,
+                f"SELECT DISTINCT _partition_id FROM analytics.{target_name} WHERE {column} >= "
+                "{lo:DateTime} AND {column} < {hi:DateTime}".replace("{column}", column),
+                lo=w.start,
+                hi=w.end,
+            )[0][0]
+            for w in windows
+        ]
+        untouched = rows(
+            client,
+            f"SELECT _partition_id, count() FROM analytics.{target_name} WHERE _partition_id "
+            "NOT IN {ids:Array(String)} GROUP BY 1 ORDER BY 1",
+            ids=ids,
+        )
         for partition_id in ids:
-            client.command(f"ALTER TABLE analytics.{target_name} DROP PARTITION ID {{p:String}}",
-                           parameters={"p": partition_id})  # fmt: skip
+            client.command(
+                f"ALTER TABLE analytics.{target_name} DROP PARTITION ID {{p:String}}", parameters={"p": partition_id}
+            )
         plan = plan_from_source(example.project, target, windows, live_table(client, example.project, target))
         results = run_steps(client, example.project, plan, plan.steps)
         for w in windows:
             assert rows(client, finalized, lo=w.start, hi=w.end) == expected[w.key], w.key
-        assert rows(client, f"SELECT _partition_id, count() FROM analytics.{target_name} WHERE _partition_id "
-                            "NOT IN {ids:Array(String)} GROUP BY 1 ORDER BY 1", ids=ids) == untouched  # fmt: skip
+        assert (
+            rows(
+                client,
+                f"SELECT _partition_id, count() FROM analytics.{target_name} WHERE _partition_id "
+                "NOT IN {ids:Array(String)} GROUP BY 1 ORDER BY 1",
+                ids=ids,
+            )
+            == untouched
+        )
         assert int(client.command("SELECT count() FROM system.tables WHERE name LIKE '\\_chmv\\_shadow\\_%'")) == 0
     assert [(r.partition, r.method) for r in results] == [(k, "replace") for k in keys]
     assert all(r.rows_written > 0 for r in results)
@@ -246,14 +284,21 @@ def test_a_guarded_partition_of_one_read_that_would_shrink_stops_there(engine, e
     count = "SELECT count() FROM analytics.error_events WHERE timestamp >= {lo:DateTime} AND timestamp < {hi:DateTime}"
     with engine.get_client() as client:
         good = {w.key: int(client.command(count, parameters={"lo": w.start, "hi": w.end})) for w in (first, second)}
-        client.command("ALTER TABLE analytics.error_events DELETE WHERE timestamp >= {lo:DateTime} AND timestamp < "
-                       "{hi:DateTime}", parameters={"lo": first.start, "hi": first.end}, settings={"mutations_sync": 2})  # fmt: skip
-        client.command("INSERT INTO analytics.error_events SELECT * FROM analytics.error_events WHERE timestamp "
-                       ">= {lo:DateTime} AND timestamp < {hi:DateTime}", parameters={"lo": second.start, "hi": second.end})  # fmt: skip
-        plan = plan_from_source(example.project, target, [first, second],
-                                live_table(client, example.project, target))  # fmt: skip
+        client.command(
+            "ALTER TABLE analytics.error_events DELETE WHERE timestamp >= {lo:DateTime} AND timestamp < {hi:DateTime}",
+            parameters={"lo": first.start, "hi": first.end},
+            settings={"mutations_sync": 2},
+        )
+        client.command(
+            "INSERT INTO analytics.error_events SELECT * FROM analytics.error_events WHERE timestamp "
+            ">= {lo:DateTime} AND timestamp < {hi:DateTime}",
+            parameters={"lo": second.start, "hi": second.end},
+        )
+        plan = plan_from_source(example.project, target, [first, second], live_table(client, example.project, target))
         guarded = replace(plan, steps=tuple(replace(s, guard="the test says so") for s in plan.steps))
-        with pytest.raises(ShrinkRefused, match=f"partition {second.key}: the rebuild would leave {good[second.key]:,}"):
+        with pytest.raises(
+            ShrinkRefused, match=f"partition {second.key}: the rebuild would leave {good[second.key]:,}"
+        ):
             run_steps(client, example.project, guarded, guarded.steps)
         assert int(client.command(count, parameters={"lo": first.start, "hi": first.end})) == good[first.key]
         assert int(client.command(count, parameters={"lo": second.start, "hi": second.end})) == 2 * good[second.key]
@@ -275,14 +320,19 @@ def test_unpartitioned_replacing_target_rebuilds_whole_table(engine, example):
         # Expected: the latest updated_at per entity and every payload seen at that instant (ties are legal).
         expected = {
             entity: (updated_at, set(payloads))
-            for entity, updated_at, payloads in rows(client, """
+            for entity, updated_at, payloads in rows(
+                client,
+                """
                 SELECT entity_id, max(updated_at) AS m, groupUniqArrayIf(payload, updated_at = m_all) FROM (
                     SELECT entity_id, updated_at, payload, max(updated_at) OVER (PARTITION BY entity_id) AS m_all
-                    FROM analytics.raw_webhooks) GROUP BY entity_id""")
-        }  # fmt: skip
+                    FROM analytics.raw_webhooks) GROUP BY entity_id""",
+            )
+        }
         assert sum(len(p) > 1 for _, p in expected.values()) < 5
-        client.command("INSERT INTO analytics.entity_latest VALUES (1, 'garbage', '2099-01-01 00:00:00'), "
-                       "(999999, 'ghost', '2026-01-01 00:00:00')")  # fmt: skip
+        client.command(
+            "INSERT INTO analytics.entity_latest VALUES (1, 'garbage', '2099-01-01 00:00:00'), "
+            "(999999, 'ghost', '2026-01-01 00:00:00')"
+        )
         assert latest_by_entity()[1][1] == "garbage"
         for _ in range(2):
             result = rebuild(client, example.project, target, None)
@@ -293,7 +343,10 @@ def test_unpartitioned_replacing_target_rebuilds_whole_table(engine, example):
             assert (result.method, result.partition) == ("replace", None)
             assert any("REPLACE PARTITION tuple() FROM" in s for s in result.statements)
         # A window passed for an unpartitioned target rebuilds the whole table.
-        assert rebuild(client, example.project, target, window(example, ref("audit_log"), "2026-09-01")).method == "replace"
+        assert (
+            rebuild(client, example.project, target, window(example, ref("audit_log"), "2026-09-01")).method
+            == "replace"
+        )
         assert int(client.command("SELECT count() FROM system.tables WHERE name LIKE '_chmv_shadow_%'")) == 0
 
 
@@ -301,12 +354,17 @@ def test_empty_source_partition_drops_the_target_partition(engine, example):
     target = ref("hourly_endpoint_stats")
     win = window(example, target, "2026-12-01")  # no source rows that day
     with engine.get_client() as client:
-        client.command("INSERT INTO analytics.hourly_endpoint_stats SELECT toDateTime('2026-12-01 05:00:00'), 'x', "
-                       "sumState(toUInt64(7)), uniqState(toUInt64(1)), quantileState(0.99)(toUInt32(1))")  # fmt: skip
+        client.command(
+            "INSERT INTO analytics.hourly_endpoint_stats SELECT toDateTime('2026-12-01 05:00:00'), 'x', "
+            "sumState(toUInt64(7)), uniqState(toUInt64(1)), quantileState(0.99)(toUInt32(1))"
+        )
         before = int(client.command("SELECT count() FROM analytics.hourly_endpoint_stats"))
         result = rebuild(client, example.project, target, win)
         assert (result.method, result.rows_written) == ("drop", 0)
-        assert int(client.command("SELECT count() FROM analytics.hourly_endpoint_stats WHERE toDate(hour) = '2026-12-01'")) == 0
+        assert (
+            int(client.command("SELECT count() FROM analytics.hourly_endpoint_stats WHERE toDate(hour) = '2026-12-01'"))
+            == 0
+        )
         assert int(client.command("SELECT count() FROM analytics.hourly_endpoint_stats")) == before - 1
 
 
@@ -314,8 +372,9 @@ def test_replace_partition_is_atomic_for_readers(engine, example):
     """A reader sampling the partition during repeated corrupt+rebuild cycles only ever sees whole states."""
     target = ref("requests_enriched")
     win = window(example, target, "2026-09-01")
-    count_sql = ("SELECT count() FROM analytics.requests_enriched "
-                 "WHERE timestamp >= {lo:DateTime} AND timestamp < {hi:DateTime}")  # fmt: skip
+    count_sql = (
+        "SELECT count() FROM analytics.requests_enriched WHERE timestamp >= {lo:DateTime} AND timestamp < {hi:DateTime}"
+    )
     params = {"lo": win.start, "hi": win.end}
     with engine.get_client() as client:
         good = int(client.command(count_sql, parameters=params))
@@ -338,8 +397,11 @@ def test_replace_partition_is_atomic_for_readers(engine, example):
     try:
         with engine.get_client() as client:
             for _ in range(5):
-                client.command("INSERT INTO analytics.requests_enriched SELECT * FROM analytics.requests_enriched "
-                               "WHERE timestamp >= {lo:DateTime} AND timestamp < {hi:DateTime}", parameters=params)  # fmt: skip
+                client.command(
+                    "INSERT INTO analytics.requests_enriched SELECT * FROM analytics.requests_enriched "
+                    "WHERE timestamp >= {lo:DateTime} AND timestamp < {hi:DateTime}",
+                    parameters=params,
+                )
                 sampled_more(len(samples))  # the reader sees the corrupted (doubled) partition
                 rebuild(client, example.project, target, win)
                 sampled_more(len(samples))  # and the rebuilt one
@@ -384,18 +446,24 @@ def shop(tmp_path):
     loaded = load(ddl, default_database="shop", partition_start="2026-01-01")
     resource = make_engine(tmp_path / "chdb", loaded)
     with resource.get_client() as client:
-        client.command("INSERT INTO shop.web_orders SELECT toDateTime('2026-03-01 00:00:00') + number * 3600, "
-                       "concat('sku', toString(number % 7)), number % 5 + 1 FROM numbers(24 * 90)")  # fmt: skip
-        client.command("INSERT INTO shop.store_orders SELECT toDateTime('2026-03-15 00:00:00') + number * 7200, "
-                       "concat('sku', toString(number % 3)), 2 FROM numbers(12 * 60)")  # fmt: skip
+        client.command(
+            "INSERT INTO shop.web_orders SELECT toDateTime('2026-03-01 00:00:00') + number * 3600, "
+            "concat('sku', toString(number % 7)), number % 5 + 1 FROM numbers(24 * 90)"
+        )
+        client.command(
+            "INSERT INTO shop.store_orders SELECT toDateTime('2026-03-15 00:00:00') + number * 7200, "
+            "concat('sku', toString(number % 3)), 2 FROM numbers(12 * 60)"
+        )
     return loaded, resource
 
 
 def test_fan_in_target_rebuilds_from_every_view(shop):
     loaded, resource = shop
     target = ref("sales_daily", "shop")
-    finalized = ("SELECT day, channel, sku, sumMerge(units) FROM shop.sales_daily WHERE toYYYYMM(day) = 202604 "
-                 "GROUP BY ALL ORDER BY ALL")  # fmt: skip
+    finalized = (
+        "SELECT day, channel, sku, sumMerge(units) FROM shop.sales_daily WHERE toYYYYMM(day) = 202604 "
+        "GROUP BY ALL ORDER BY ALL"
+    )
     recompute = """
         SELECT toDate(ts) AS d, 'web' AS c, sku, sum(qty) FROM shop.web_orders WHERE toYYYYMM(ts) = 202604 GROUP BY ALL
         UNION ALL
@@ -414,8 +482,12 @@ def test_fan_in_target_rebuilds_from_every_view(shop):
 def test_inner_table_view_rebuilds(shop):
     loaded, resource = shop
     target = ref("sku_counts", "shop")
-    finalized = "SELECT day, sku, sum(orders) FROM shop.sku_counts WHERE toYYYYMM(day) = 202603 GROUP BY ALL ORDER BY ALL"
-    recompute = "SELECT toDate(ts), sku, count() FROM shop.web_orders WHERE toYYYYMM(ts) = 202603 GROUP BY ALL ORDER BY ALL"
+    finalized = (
+        "SELECT day, sku, sum(orders) FROM shop.sku_counts WHERE toYYYYMM(day) = 202603 GROUP BY ALL ORDER BY ALL"
+    )
+    recompute = (
+        "SELECT toDate(ts), sku, count() FROM shop.web_orders WHERE toYYYYMM(ts) = 202603 GROUP BY ALL ORDER BY ALL"
+    )
     with resource.get_client() as client:
         expected = rows(client, recompute)
         client.command("INSERT INTO shop.sku_counts SELECT * FROM shop.sku_counts")  # doubles every partition
@@ -425,7 +497,8 @@ def test_inner_table_view_rebuilds(shop):
         assert result.method == "replace" and ".inner" in result.statements[-2]
         # April was not rebuilt: still doubled.
         assert int(client.command("SELECT sum(orders) FROM shop.sku_counts WHERE toYYYYMM(day) = 202604")) == 2 * int(
-            client.command("SELECT count() FROM shop.web_orders WHERE toYYYYMM(ts) = 202604"))
+            client.command("SELECT count() FROM shop.web_orders WHERE toYYYYMM(ts) = 202604")
+        )
 
 
 def test_refreshable_view_materializes_by_system_refresh(shop):
@@ -437,8 +510,13 @@ def test_refreshable_view_materializes_by_system_refresh(shop):
         client.command("INSERT INTO shop.sku_totals VALUES ('garbage', 1)")
         result = rebuild(client, loaded.project, target, None)
         assert result.method == "refresh"
-        assert result.statements == ["SYSTEM REFRESH VIEW `shop`.`sku_totals_mv`", "SYSTEM WAIT VIEW `shop`.`sku_totals_mv`"]
-        assert rows(client, "SELECT sku, units FROM shop.sku_totals ORDER BY sku") == sorted([*expected, ("sku-new", 11)])
+        assert result.statements == [
+            "SYSTEM REFRESH VIEW `shop`.`sku_totals_mv`",
+            "SYSTEM WAIT VIEW `shop`.`sku_totals_mv`",
+        ]
+        assert rows(client, "SELECT sku, units FROM shop.sku_totals ORDER BY sku") == sorted(
+            [*expected, ("sku-new", 11)]
+        )
         assert result.rows_written == len(expected) + 1
 
 
@@ -452,5 +530,8 @@ def test_inner_table_not_deployed_is_a_clear_error(shop, tmp_path):
     loaded, _ = shop
     empty = ClickHouseResource(dsn=f"chdb://{Path(tmp_path) / 'empty'}")
     target = ref("sku_counts", "shop")
-    with empty.get_client() as client, pytest.raises(ChmvError, match=r"inner table of shop.sku_counts not found: .*chmv apply"):
+    with (
+        empty.get_client() as client,
+        pytest.raises(ChmvError, match=r"inner table of shop.sku_counts not found: .*chmv apply"),
+    ):
         rebuild(client, loaded.project, target, window(loaded, target, "2026-03-01"))

@@ -28,8 +28,15 @@ def engine(tmp_path, example):
 def test_watermark_is_absent_then_read_back_exactly(engine):
     with engine.get_client() as client:
         assert read_watermark(client, "landing:x", "x") is None
-        mark = write_watermark(client, "landing:x", "x", last_processed_ts=datetime(2026, 8, 1, 12, 30, 5, 250000),
-                               batch_id="b1", status="committed", rows=42)  # fmt: skip
+        mark = write_watermark(
+            client,
+            "landing:x",
+            "x",
+            last_processed_ts=datetime(2026, 8, 1, 12, 30, 5, 250000),
+            batch_id="b1",
+            status="committed",
+            rows=42,
+        )
         back = read_watermark(client, "landing:x", "x")
     assert back == mark
     assert back.last_processed_ts == datetime(2026, 8, 1, 12, 30, 5, 250000)
@@ -103,8 +110,10 @@ def test_gate_times_out_with_a_clear_error(engine):
     thread.start()
     entered.wait(5)
     try:
-        with pytest.raises(EngineBusyError, match=r"write gate of analytics.api_requests .* stayed held"), \
-                source_gate([SRC], timeout=0.2):  # fmt: skip
+        with (
+            pytest.raises(EngineBusyError, match=r"write gate of analytics.api_requests .* stayed held"),
+            source_gate([SRC], timeout=0.2),
+        ):
             pass
     finally:
         release.set()

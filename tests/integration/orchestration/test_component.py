@@ -41,7 +41,8 @@ def _dg_project(root: Path, module: str = MODULE) -> Path:
     """What ``create-dagster project`` lays out, minus the venv."""
     package = root / "src" / module
     (package / "defs").mkdir(parents=True)
-    (root / "pyproject.toml").write_text(textwrap.dedent(f"""
+    (root / "pyproject.toml").write_text(
+        textwrap.dedent(f"""
         [project]
         name = "{module}"
         version = "0.1.0"
@@ -53,10 +54,12 @@ def _dg_project(root: Path, module: str = MODULE) -> Path:
 
         [tool.dg.project]
         root_module = "{module}"
-    """))
+    """)
+    )
     (package / "__init__.py").write_text("")
     (package / "defs" / "__init__.py").write_text("")
-    (package / "definitions.py").write_text(textwrap.dedent("""
+    (package / "definitions.py").write_text(
+        textwrap.dedent("""
         from pathlib import Path
 
         import dagster as dg
@@ -65,13 +68,13 @@ def _dg_project(root: Path, module: str = MODULE) -> Path:
         @dg.definitions
         def defs() -> dg.Definitions:
             return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)
-    """))
+    """)
+    )
     return package
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    done = subprocess.run(args, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=180)  # fmt: skip
+    done = subprocess.run(args, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, f"{' '.join(args)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 
@@ -84,16 +87,26 @@ def test_dg_project_scaffolds_loads_and_materializes_one_partition(tmp_path, mon
     dagster_home.mkdir()
     (dagster_home / "dagster.yaml").write_text("")
     dsn = f"chdb://{tmp_path / 'chdb'}"
-    env = {**os.environ, "PYTHONPATH": str(project / "src"), "DAGSTER_HOME": str(dagster_home),
-           "CHMV_STATE_DIR": str(tmp_path / "state"), "DAGSTER_DISABLE_TELEMETRY": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(project / "src"),
+        "DAGSTER_HOME": str(dagster_home),
+        "CHMV_STATE_DIR": str(tmp_path / "state"),
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+    }
 
     # The short name resolves only through the registry entry point, so this also checks the registration.
-    _run([str(BIN / "dg"), "scaffold", "defs", "ChmvComponent", "chmv", "--ddl-dir", str(EXAMPLE_DDL),
-          "--dsn", dsn], cwd=project, env=env)  # fmt: skip
+    _run(
+        [str(BIN / "dg"), "scaffold", "defs", "ChmvComponent", "chmv", "--ddl-dir", str(EXAMPLE_DDL), "--dsn", dsn],
+        cwd=project,
+        env=env,
+    )
     defs_yaml = package / "defs" / "chmv" / "defs.yaml"
     scaffolded = yaml.safe_load(defs_yaml.read_text())
-    assert scaffolded == {"type": "chmv_assets.component.ChmvComponent",
-                          "attributes": {"ddl_dir": str(EXAMPLE_DDL), "dsn": dsn}}  # fmt: skip
+    assert scaffolded == {
+        "type": "chmv_assets.component.ChmvComponent",
+        "attributes": {"ddl_dir": str(EXAMPLE_DDL), "dsn": dsn},
+    }
     scaffolded["attributes"].update(key_prefix="warehouse", group_name="clickhouse")
     defs_yaml.write_text(yaml.safe_dump(scaffolded))
 
@@ -119,8 +132,9 @@ def test_dg_project_scaffolds_loads_and_materializes_one_partition(tmp_path, mon
     assert expected, "the demo rows cover the partition"
 
     # One run; on the embedded engine the code location runs its steps in process (one engine user at a time).
-    launched = _run([str(BIN / "dg"), "launch", "--assets", TARGET.to_user_string(), "--partition", PARTITION],
-                    cwd=project, env=env)  # fmt: skip
+    launched = _run(
+        [str(BIN / "dg"), "launch", "--assets", TARGET.to_user_string(), "--partition", PARTITION], cwd=project, env=env
+    )
     log = launched.stdout + launched.stderr
     assert "RUN_SUCCESS" in log
     assert f"Asset check 'chmv_parity' on '{TARGET.to_user_string()}' passed" in log
@@ -133,27 +147,36 @@ def test_paths_are_relative_to_defs_yaml_and_translator_class_is_the_hook(tmp_pa
     project = tmp_path / "project"
     package = _dg_project(project, module)
     (project / "ddl").symlink_to(EXAMPLE_DDL)
-    (package / "translators.py").write_text(textwrap.dedent("""
+    (package / "translators.py").write_text(
+        textwrap.dedent("""
         from chmv_assets.orchestration.translator import ChmvTranslator
 
 
         class Described(ChmvTranslator):
             def get_description(self, loaded, ref):
                 return "from the project's translator"
-    """))
+    """)
+    )
     # `dg scaffold defs … --ddl-dir ddl --dsn chdb://.chmv/chdb` run at the project root.
     monkeypatch.chdir(project)
     folder = package / "defs" / "chmv"
     folder.mkdir()
     params = ChmvScaffoldParams(ddl_dir="ddl", dsn="chdb://.chmv/chdb")
-    ChmvComponentScaffolder().scaffold(ScaffoldRequest(type_name="chmv_assets.component.ChmvComponent",
-                                                       target_path=folder, scaffold_format="yaml",
-                                                       project_root=project, params=params))  # fmt: skip
+    ChmvComponentScaffolder().scaffold(
+        ScaffoldRequest(
+            type_name="chmv_assets.component.ChmvComponent",
+            target_path=folder,
+            scaffold_format="yaml",
+            project_root=project,
+            params=params,
+        )
+    )
     attributes = yaml.safe_load((folder / "defs.yaml").read_text())["attributes"]
     assert attributes == {"ddl_dir": "../../../../ddl", "dsn": "chdb://../../../../.chmv/chdb"}
     attributes["translator_class"] = f"{module}.translators.Described"
-    (folder / "defs.yaml").write_text(yaml.safe_dump({"type": "chmv_assets.component.ChmvComponent",
-                                                      "attributes": attributes}))  # fmt: skip
+    (folder / "defs.yaml").write_text(
+        yaml.safe_dump({"type": "chmv_assets.component.ChmvComponent", "attributes": attributes})
+    )
 
     monkeypatch.chdir(tmp_path)  # paths must not depend on where the code location is loaded from
     monkeypatch.syspath_prepend(str(project / "src"))

@@ -24,14 +24,22 @@ def test_a_backfill_of_a_month_the_source_lost_fails_clearly_and_keeps_the_rows(
         live = count(client, TABLE, AUG)
     asset = next(a for a in build_chmv_assets(loaded) if hasattr(a, "keys") and EVENTS_AGG in a.keys)
     instance = DagsterInstance.ephemeral()
-    result = materialize([asset], selection=[EVENTS_AGG], partition_key="2026-08-01", instance=instance,
-                         resources={"clickhouse": engine}, raise_on_error=False)  # fmt: skip
+    result = materialize(
+        [asset],
+        selection=[EVENTS_AGG],
+        partition_key="2026-08-01",
+        instance=instance,
+        resources={"clickhouse": engine},
+        raise_on_error=False,
+    )
     assert not result.success
     (failure,) = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE]
     error = failure.step_failure_data.error.cause  # Dagster wraps the op's own error
     assert error.cls_name == "ChmvError"
-    assert error.message.startswith("chmv_assets.errors.ChmvError: rebuild failed for analytics.events_agg: "
-                                    "analytics.events_agg: rebuild refused for 1 partition; nothing was changed")  # fmt: skip
+    assert error.message.startswith(
+        "chmv_assets.errors.ChmvError: rebuild failed for analytics.events_agg: "
+        "analytics.events_agg: rebuild refused for 1 partition; nothing was changed"
+    )
     since = "2026-09-01" if kind == "drop_partition" else "2026-08-10"
     assert f"analytics.raw_events (it holds data from {since}" in error.message
     assert f"The target partition holds {live:,} rows" in error.message and "force: true" in error.message
@@ -41,9 +49,14 @@ def test_a_backfill_of_a_month_the_source_lost_fails_clearly_and_keeps_the_rows(
     with engine.get_client() as client:
         assert count(client, TABLE, AUG) == live
 
-    forced = materialize([asset], selection=[EVENTS_AGG], partition_key="2026-08-01", instance=instance,
-                         resources={"clickhouse": engine},
-                         run_config={"ops": {asset.node_def.name: {"config": {"force": True}}}})  # fmt: skip
+    forced = materialize(
+        [asset],
+        selection=[EVENTS_AGG],
+        partition_key="2026-08-01",
+        instance=instance,
+        resources={"clickhouse": engine},
+        run_config={"ops": {asset.node_def.name: {"config": {"force": True}}}},
+    )
     assert forced.success
     meta = forced.asset_materializations_for_node(asset.node_def.name)[0].metadata
     assert meta["chmv/method"].value == ("drop" if kind == "drop_partition" else "replace")

@@ -31,9 +31,10 @@ QUERY = """
 
 def _graphql(port: int, query: str) -> dict:
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query}).encode(),
+        f"http://127.0.0.1:{port}/graphql",
+        data=json.dumps({"query": query}).encode(),
         headers={"Content-Type": "application/json"},
-    )  # fmt: skip
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())
 
@@ -44,14 +45,31 @@ def test_dagster_dev_serves_the_assets(tmp_path):
     home.mkdir()
     shutil.copy(ROOT / "examples" / "dagster.yaml", home / "dagster.yaml")
     port = _free_port()
-    env = {**os.environ, "DAGSTER_HOME": str(home), "CHMV_STATE_DIR": str(tmp_path / "state"),
-           "DAGSTER_DISABLE_TELEMETRY": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "CHMV_STATE_DIR": str(tmp_path / "state"),
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+    }
     env.pop("CHMV_DDL_DIR", None)
     log = (tmp_path / "dagster_dev.log").open("w")
     process = subprocess.Popen(
-        [str(Path(sys.executable).with_name("dagster")), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        [
+            str(Path(sys.executable).with_name("dagster")),
+            "dev",
+            "-w",
+            "workspace.yaml",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         nodes, deadline = None, time.monotonic() + 60
         while time.monotonic() < deadline and process.poll() is None:
@@ -63,16 +81,21 @@ def test_dagster_dev_serves_the_assets(tmp_path):
             except (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError):
                 pass
             time.sleep(0.5)
-        assert nodes, f"dagster dev did not serve assets within 60 s:\n{(tmp_path / 'dagster_dev.log').read_text()[-3000:]}"
+        assert nodes, (
+            f"dagster dev did not serve assets within 60 s:\n{(tmp_path / 'dagster_dev.log').read_text()[-3000:]}"
+        )
     finally:
         _stop(process)
         log.close()
     by_key = {"/".join(n["assetKey"]["path"]): n for n in nodes}
     expected = {
-        "analytics/hourly_endpoint_stats": "TIME_WINDOW", "analytics/events_daily": "TIME_WINDOW",
-        "analytics/events_weekly": "TIME_WINDOW", "analytics/requests_enriched": "TIME_WINDOW",
-        "analytics/counter_daily": "TIME_WINDOW", "analytics/entity_latest": None,
-    }  # fmt: skip
+        "analytics/hourly_endpoint_stats": "TIME_WINDOW",
+        "analytics/events_daily": "TIME_WINDOW",
+        "analytics/events_weekly": "TIME_WINDOW",
+        "analytics/requests_enriched": "TIME_WINDOW",
+        "analytics/counter_daily": "TIME_WINDOW",
+        "analytics/entity_latest": None,
+    }
     for asset, partition_type in expected.items():
         node = by_key[asset]
         assert node["isMaterializable"] and node["groupName"] == "analytics"

@@ -45,7 +45,11 @@ def key(name: str) -> AssetKey:
 
 @pytest.fixture(scope="module")
 def asset_graph(example):
-    return build_definitions(example, clickhouse=ClickHouseResource(dsn="chdb:///nonexistent")).get_repository_def().asset_graph
+    return (
+        build_definitions(example, clickhouse=ClickHouseResource(dsn="chdb:///nonexistent"))
+        .get_repository_def()
+        .asset_graph
+    )
 
 
 def test_module_level_defs_load_and_resolve():
@@ -76,7 +80,9 @@ def test_sources_are_external_upstream_assets(asset_graph):
         node = asset_graph.get(key(name))
         assert not node.is_materializable and node.partitions_def is None
     assert asset_graph.get(key("raw_events")).child_keys == {key("events_agg")}
-    assert asset_graph.get(key("all_events")).child_keys == {key(n) for n in ("error_events", "metric_events", "audit_log")}
+    assert asset_graph.get(key("all_events")).child_keys == {
+        key(n) for n in ("error_events", "metric_events", "audit_log")
+    }
 
 
 def test_metadata(asset_graph):
@@ -87,12 +93,16 @@ def test_metadata(asset_graph):
     schema = meta["dagster/column_schema"]
     assert isinstance(schema, TableSchema)
     assert [(c.name, c.type) for c in schema.columns] == [
-        ("week", "Date"), ("event_type", "LowCardinality(String)"), ("events", "AggregateFunction(sum, UInt64)"),
+        ("week", "Date"),
+        ("event_type", "LowCardinality(String)"),
+        ("events", "AggregateFunction(sum, UInt64)"),
         ("users", "AggregateFunction(uniq, UInt64)"),
-    ]  # fmt: skip
+    ]
     lineage = meta["dagster/column_lineage"]
     assert isinstance(lineage, TableColumnLineage)
-    assert [(d.asset_key, d.column_name) for d in lineage.deps_by_column["week"]] == [(key("events_daily"), "event_date")]
+    assert [(d.asset_key, d.column_name) for d in lineage.deps_by_column["week"]] == [
+        (key("events_daily"), "event_date")
+    ]
     assert meta["chmv/engine"] == "AggregatingMergeTree"
     assert meta["chmv/partition_by"] == "toYYYYMM(week)"
     assert meta["chmv/order_by"] == "(event_type, week)"
@@ -125,7 +135,11 @@ CREATE MATERIALIZED VIEW inner_mv ENGINE = MergeTree PARTITION BY toYYYYMMDD(ts)
 def test_fan_in_dictionaries_hourly_and_a_key_alone(tmp_path):
     (tmp_path / "x.sql").write_text(FAN_IN)
     loaded = load(tmp_path, default_database="app", partition_start="2026-01-01")
-    graph = build_definitions(loaded, clickhouse=ClickHouseResource(dsn="chdb:///nonexistent")).get_repository_def().asset_graph
+    graph = (
+        build_definitions(loaded, clickhouse=ClickHouseResource(dsn="chdb:///nonexistent"))
+        .get_repository_def()
+        .asset_graph
+    )
     t = graph.get(AssetKey(["app", "t"]))
     assert t.parent_keys == {AssetKey(["app", n]) for n in ("a", "b", "names")}
     assert t.partitions_def.get_first_partition_key() == "2026-01-01-00:00"
@@ -160,16 +174,21 @@ def test_materialize_target_partition_produces_the_right_rows(fresh_engine, exam
     assets = {k: a for a in build_chmv_assets(example) if hasattr(a, "op") for k in a.keys}
     hourly_key = key("hourly_endpoint_stats")
     hourly = assets[hourly_key]
-    finalized = ("SELECT hour, endpoint, sumMerge(request_count) FROM analytics.hourly_endpoint_stats "
-                 "WHERE toDate(hour) = '2026-09-15' GROUP BY ALL ORDER BY ALL")  # fmt: skip
-    recompute = ("SELECT toStartOfHour(timestamp) AS h, endpoint, count() FROM analytics.api_requests "
-                 "WHERE toDate(timestamp) = '2026-09-15' GROUP BY ALL ORDER BY ALL")  # fmt: skip
+    finalized = (
+        "SELECT hour, endpoint, sumMerge(request_count) FROM analytics.hourly_endpoint_stats "
+        "WHERE toDate(hour) = '2026-09-15' GROUP BY ALL ORDER BY ALL"
+    )
+    recompute = (
+        "SELECT toStartOfHour(timestamp) AS h, endpoint, count() FROM analytics.api_requests "
+        "WHERE toDate(timestamp) = '2026-09-15' GROUP BY ALL ORDER BY ALL"
+    )
     with fresh_engine.get_client() as client:
         expected = client.query(recompute).result_rows
         client.command("ALTER TABLE analytics.hourly_endpoint_stats DROP PARTITION '2026-09-15'")
         assert client.query(finalized).result_rows == []
-    result = materialize([hourly], selection=[hourly_key], partition_key="2026-09-15",
-                         resources={"clickhouse": fresh_engine})  # fmt: skip
+    result = materialize(
+        [hourly], selection=[hourly_key], partition_key="2026-09-15", resources={"clickhouse": fresh_engine}
+    )
     assert result.success
     materialization = result.asset_materializations_for_node(hourly.node_def.name)[0]
     assert materialization.partition == "2026-09-15"

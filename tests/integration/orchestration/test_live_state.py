@@ -76,11 +76,20 @@ def test_the_demo_is_materialized_without_a_run(demo, example, tmp_path: Path) -
     assert not instance.get_runs()  # nothing was launched
 
     with demo.get_client() as client:
-        monthly = {f"{m}-01" for (m,) in client.query(
-            "SELECT DISTINCT formatDateTime(day, '%Y-%m') FROM analytics.counter_daily").result_rows}  # fmt: skip
-        days = dict(client.query("SELECT toString(toDate(timestamp)), count() FROM analytics.error_events GROUP BY 1").result_rows)
-        source_days = dict(client.query("SELECT toString(toDate(timestamp)), count() FROM analytics.all_events "
-                                        "GROUP BY 1").result_rows)  # fmt: skip
+        monthly = {
+            f"{m}-01"
+            for (m,) in client.query(
+                "SELECT DISTINCT formatDateTime(day, '%Y-%m') FROM analytics.counter_daily"
+            ).result_rows
+        }
+        days = dict(
+            client.query(
+                "SELECT toString(toDate(timestamp)), count() FROM analytics.error_events GROUP BY 1"
+            ).result_rows
+        )
+        source_days = dict(
+            client.query("SELECT toString(toDate(timestamp)), count() FROM analytics.all_events GROUP BY 1").result_rows
+        )
     assert instance.get_materialized_partitions(key("counter_daily")) == monthly
     assert instance.get_materialized_partitions(key("error_events")) == set(days)
     assert instance.get_materialized_partitions(key("all_events")) == set(source_days)  # the ingestion asset's days
@@ -134,9 +143,13 @@ def test_a_partition_a_run_materialized_is_not_reported_again(demo, example, tmp
     report(instance, data)
     check = AssetCheckKey(key("error_events"), PARITY)
     assets = build_chmv_assets(example, TRANSLATOR)
-    run = materialize(assets, selection=AssetSelection.assets(key("error_events")) | AssetSelection.checks(check),
-                      partition_key="2026-08-05", instance=instance,
-                      resources={"clickhouse": demo, "pyspark": pyspark_resource()})  # fmt: skip
+    run = materialize(
+        assets,
+        selection=AssetSelection.assets(key("error_events")) | AssetSelection.checks(check),
+        partition_key="2026-08-05",
+        instance=instance,
+        resources={"clickhouse": demo, "pyspark": pyspark_resource()},
+    )
     assert run.success
     after = tick(example, "chmv_live_state", demo, instance, data.cursor)
     assert not after.asset_events  # the rebuild swapped new parts in, but the run already reported them
@@ -146,7 +159,9 @@ def test_a_partition_a_run_materialized_is_not_reported_again(demo, example, tmp
         client.command("INSERT INTO analytics.all_events VALUES ('2026-08-05 02:00:00', 'click', 'error', 0, 'y')")
     later = tick(example, "chmv_live_state", demo, instance, after.cursor)
     assert {(e.asset_key.path[-1], e.partition) for e in later.asset_events} == {
-        ("error_events", "2026-08-05"), ("all_events", "2026-08-05")}
+        ("error_events", "2026-08-05"),
+        ("all_events", "2026-08-05"),
+    }
 
 
 def test_hourly_fan_in_dictionary_inner_mv_and_external_sources(tmp_path: Path) -> None:
@@ -156,18 +171,32 @@ def test_hourly_fan_in_dictionary_inner_mv_and_external_sources(tmp_path: Path) 
     engine = make_engine(tmp_path / "chdb", loaded)
     with engine.get_client() as client:
         client.command("INSERT INTO app.dim VALUES (1, 'one'), (2, 'two')")
-        client.command("INSERT INTO app.a SELECT toDateTime('2026-03-01 10:00:00') + number * 600, number % 3 FROM numbers(12)")
+        client.command(
+            "INSERT INTO app.a SELECT toDateTime('2026-03-01 10:00:00') + number * 600, number % 3 FROM numbers(12)"
+        )
         client.command("INSERT INTO app.b SELECT toDateTime('2026-03-02 00:30:00') + number * 3600, 1 FROM numbers(3)")
         client.command("SYSTEM RELOAD DICTIONARY app.names")
         result = evaluate_live_state(client, loaded, TRANSLATOR, None)
     kinds = {t.key.path[-1]: t.kind for t in tracked_assets(loaded, TRANSLATOR)}
-    assert kinds == {"t": "target", "odd": "target", "inner_mv": "target", "a": "source", "b": "source",
-                     "names": "dictionary", "dim": "source"}
+    assert kinds == {
+        "t": "target",
+        "odd": "target",
+        "inner_mv": "target",
+        "a": "source",
+        "b": "source",
+        "names": "dictionary",
+        "dim": "source",
+    }
     got = {}
     for event in result.events:
         got.setdefault(event.asset_key.path[-1], {})[event.partition] = event.metadata
-    assert sorted(got["t"]) == ["2026-03-01-10:00", "2026-03-01-11:00", "2026-03-02-00:00", "2026-03-02-01:00",
-                                "2026-03-02-02:00"]
+    assert sorted(got["t"]) == [
+        "2026-03-01-10:00",
+        "2026-03-01-11:00",
+        "2026-03-02-00:00",
+        "2026-03-02-01:00",
+        "2026-03-02-02:00",
+    ]
     assert sum(m["dagster/partition_row_count"].value for m in got["t"].values()) == 15
     assert list(got["inner_mv"]) == ["2026-03-02"]  # the inner table's rows, under the MV's key
     # PARTITION BY k % 10, a key alone: one event per value the server holds (x % 3 wrote 0, 1 and 2)
@@ -190,7 +219,9 @@ def test_the_sensor_runs_by_default(example) -> None:
     from chmv_assets.orchestration.definitions import build_definitions
     from resources.clickhouse import ClickHouseResource
 
-    repository = build_definitions(example, clickhouse=ClickHouseResource(dsn="chdb:///nonexistent")).get_repository_def()
+    repository = build_definitions(
+        example, clickhouse=ClickHouseResource(dsn="chdb:///nonexistent")
+    ).get_repository_def()
     sensor = repository.get_sensor_def("chmv_live_state")
     assert sensor.default_status.value == "RUNNING" and sensor.minimum_interval_seconds <= 30
     assert ref("error_events").fqn == "analytics.error_events"

@@ -63,19 +63,33 @@ def ref(database: str, name: str) -> ObjectRef:
 SOURCE = ref("my-db", "my src")
 # target: (partition key rebuilt, filter of that partition on the target, recompute from the source)
 TARGETS = {
-    ref("my-db", "a-b"): ("2026-03-01", "toYYYYMM(day) = 202603",
-                          "SELECT toDate(ts), kind, count() FROM `my-db`.`my src` WHERE toYYYYMM(ts) = 202603 GROUP BY ALL"),
-    ref("my-db", "a_b"): ("2026-03-01", "toYYYYMM(day) = 202603",
-                          "SELECT toDate(ts), kind, sum(`user id`) FROM `my-db`.`my src` WHERE v > 0 AND toYYYYMM(ts) = 202603 "
-                          "GROUP BY ALL"),
-    ref("my_db", "a-b"): ("2026-03-01", "toYYYYMM(ts) = 202603",
-                          "SELECT ts, kind FROM `my-db`.`my src` WHERE kind = 'x' AND toYYYYMM(ts) = 202603"),
-    ref("my-db", 'it\'s "q"'): ("2026-03-02", "toDate(hour) = '2026-03-02'",
-                                "SELECT toStartOfHour(ts), `user id`, v FROM `my-db`.`my src` WHERE toDate(ts) = '2026-03-02'"),
-    ref("données", "événements.jour"): ("2026-03-01", "toYYYYMM(day) = 202603",
-                                        "SELECT toDate(ts), count() FROM `my-db`.`my src` WHERE toYYYYMM(ts) = 202603 "
-                                        "GROUP BY ALL"),
-}  # fmt: skip
+    ref("my-db", "a-b"): (
+        "2026-03-01",
+        "toYYYYMM(day) = 202603",
+        "SELECT toDate(ts), kind, count() FROM `my-db`.`my src` WHERE toYYYYMM(ts) = 202603 GROUP BY ALL",
+    ),
+    ref("my-db", "a_b"): (
+        "2026-03-01",
+        "toYYYYMM(day) = 202603",
+        "SELECT toDate(ts), kind, sum(`user id`) FROM `my-db`.`my src` WHERE v > 0 AND toYYYYMM(ts) = 202603 "
+        "GROUP BY ALL",
+    ),
+    ref("my_db", "a-b"): (
+        "2026-03-01",
+        "toYYYYMM(ts) = 202603",
+        "SELECT ts, kind FROM `my-db`.`my src` WHERE kind = 'x' AND toYYYYMM(ts) = 202603",
+    ),
+    ref("my-db", 'it\'s "q"'): (
+        "2026-03-02",
+        "toDate(hour) = '2026-03-02'",
+        "SELECT toStartOfHour(ts), `user id`, v FROM `my-db`.`my src` WHERE toDate(ts) = '2026-03-02'",
+    ),
+    ref("données", "événements.jour"): (
+        "2026-03-01",
+        "toYYYYMM(day) = 202603",
+        "SELECT toDate(ts), count() FROM `my-db`.`my src` WHERE toYYYYMM(ts) = 202603 GROUP BY ALL",
+    ),
+}
 SUMMED = {ref("my-db", "a-b"), ref("my-db", "a_b"), ref("données", "événements.jour")}
 
 
@@ -96,7 +110,11 @@ def odd(tmp_path_factory):
 
 def test_one_asset_per_target_with_the_exact_name_in_metadata(odd) -> None:
     assert set(odd.project.targets) == set(TARGETS)
-    graph = build_definitions(odd, clickhouse=ClickHouseResource(dsn="chdb:///nonexistent")).get_repository_def().asset_graph
+    graph = (
+        build_definitions(odd, clickhouse=ClickHouseResource(dsn="chdb:///nonexistent"))
+        .get_repository_def()
+        .asset_graph
+    )
     keys = {target: TRANSLATOR.get_asset_key(target) for target in TARGETS}
     assert len(set(keys.values())) == len(TARGETS)
     materializable = {k for k in graph.get_all_asset_keys() if graph.get(k).is_materializable}
@@ -116,8 +134,10 @@ def test_one_asset_per_target_with_the_exact_name_in_metadata(odd) -> None:
 def test_every_target_rebuilds_its_partition_exactly_and_passes_drift(tmp_path: Path, odd) -> None:
     engine = make_engine(tmp_path / "chdb", odd)
     with engine.get_client() as client:
-        client.command("INSERT INTO `my-db`.`my src` SELECT toDateTime('2026-02-20 00:00:00') + number * 1800, "
-                       "number % 97, ['x', 'y', 'z'][number % 3 + 1], (number % 11) - 3 FROM numbers(48 * 40)")  # fmt: skip
+        client.command(
+            "INSERT INTO `my-db`.`my src` SELECT toDateTime('2026-02-20 00:00:00') + number * 1800, "
+            "number % 97, ['x', 'y', 'z'][number % 3 + 1], (number % 11) - 3 FROM numbers(48 * 40)"
+        )
         expected = {t: sorted(client.query(sql).result_rows) for t, (_key, _where, sql) in TARGETS.items()}
         for target, (_key, where, _sql) in TARGETS.items():  # the live MVs agree with the recompute
             assert expected[target], target
@@ -151,14 +171,18 @@ def test_every_target_rebuilds_its_partition_exactly_and_passes_drift(tmp_path: 
     # The check still sees a real change of the quoted TO target.
     quoted = ref("my-db", 'it\'s "q"')
     with engine.get_client() as client:
-        client.command("CREATE TABLE `my-db`.`it's \"q\" 2` AS `my-db`.`it's \"q\"`")
+        client.command('CREATE TABLE `my-db`.`it\'s "q" 2` AS `my-db`.`it\'s "q"`')
         client.command("DROP VIEW `my-db`.`q-mv` SYNC")
-        client.command("CREATE MATERIALIZED VIEW `my-db`.`q-mv` TO `my-db`.`it's \"q\" 2` AS "
-                       "SELECT toStartOfHour(ts) AS hour, `user id`, v AS total FROM `my-db`.`my src`")  # fmt: skip
-    result = run_checks(odd, engine, [AssetCheckKey(TRANSLATOR.get_asset_key(quoted), DRIFT)], DagsterInstance.ephemeral())
+        client.command(
+            'CREATE MATERIALIZED VIEW `my-db`.`q-mv` TO `my-db`.`it\'s "q" 2` AS '
+            "SELECT toStartOfHour(ts) AS hour, `user id`, v AS total FROM `my-db`.`my src`"
+        )
+    result = run_checks(
+        odd, engine, [AssetCheckKey(TRANSLATOR.get_asset_key(quoted), DRIFT)], DagsterInstance.ephemeral()
+    )
     (evaluation,) = evaluations(result, DRIFT)
     diff = evaluation.metadata["chmv/diff"].value
-    assert not evaluation.passed and "| my-db.q-mv | target_changed | my-db.it's \"q\" | my-db.it's \"q\" 2 |" in diff
+    assert not evaluation.passed and '| my-db.q-mv | target_changed | my-db.it\'s "q" | my-db.it\'s "q" 2 |' in diff
 
 
 def test_a_translator_that_merges_two_objects_is_a_ddl_error_naming_both(odd) -> None:

@@ -30,7 +30,9 @@ def test_definitions_load_with_checks_and_sensors(example) -> None:
     for target in example.project.targets:
         key = TRANSLATOR.get_asset_key(target)
         assert {c.name for c in check_keys if c.asset_key == key} == {PARITY, PARTS, DRIFT, LINT, HEALTH}
-    parity = next(c for c in check_keys if c.name == PARITY and c.asset_key == TRANSLATOR.get_asset_key(ref("error_events")))
+    parity = next(
+        c for c in check_keys if c.name == PARITY and c.asset_key == TRANSLATOR.get_asset_key(ref("error_events"))
+    )
     assert repository.asset_graph.get(parity).blocking
 
 

@@ -123,8 +123,10 @@ def test_detached_mv_is_reattached_by_an_apply_run_then_the_stale_partitions_reb
     engine = make_engine(tmp_path / "chdb", loaded_fast, rows=20_000)
     with engine.get_client() as client:
         client.command("DETACH TABLE analytics.enriched_requests_mv PERMANENTLY")
-        client.command("INSERT INTO analytics.raw_requests SELECT toDateTime('2026-11-03 00:00:00') + number * 60, "
-                       "toString(number), number, 100, 200, '/api/v1/x' FROM numbers(120)")  # fmt: skip
+        client.command(
+            "INSERT INTO analytics.raw_requests SELECT toDateTime('2026-11-03 00:00:00') + number * 60, "
+            "toString(number), number, 100, 200, '/api/v1/x' FROM numbers(120)"
+        )
     instance = DagsterInstance.local_temp(str(tmp_path))  # SQLite, run-sharded: as dagster dev
     first = tick(loaded_fast, "chmv_recovery", engine, instance, None)
     assert not first.run_requests  # staleness seen once: not yet persistent

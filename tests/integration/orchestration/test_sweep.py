@@ -24,8 +24,10 @@ pytestmark = pytest.mark.worker_seconds(70)
 RAW, AGG, DAILY, WEEKLY = ref("raw_events"), ref("events_agg"), ref("events_daily"), ref("events_weekly")
 CHAIN = (AGG, DAILY, WEEKLY)
 #: rows inserted into an old month while its MV is detached: the silent gap
-GAP = ("INSERT INTO analytics.raw_events SELECT toDateTime('2026-08-12 10:00:00') + number * 60, 7000 + number % 5, "
-       "'click', 10 FROM numbers(300)")  # fmt: skip
+GAP = (
+    "INSERT INTO analytics.raw_events SELECT toDateTime('2026-08-12 10:00:00') + number * 60, 7000 + number % 5, "
+    "'click', 10 FROM numbers(300)"
+)
 
 
 @pytest.fixture
@@ -56,8 +58,13 @@ def _verdicts(result) -> dict[tuple[str, str | None], bool]:
 
 def _chain_passes(loaded: LoadedProject, engine, partitions: dict) -> bool:
     with engine.get_client() as client:
-        return all(parity_for_partition(client, loaded, target, window_for_key(
-            TRANSLATOR.get_partitions_def(loaded, target), key)).passed for target, keys in partitions.items() for key in keys)  # fmt: skip
+        return all(
+            parity_for_partition(
+                client, loaded, target, window_for_key(TRANSLATOR.get_partitions_def(loaded, target), key)
+            ).passed
+            for target, keys in partitions.items()
+            for key in keys
+        )
 
 
 def test_a_silent_gap_in_an_old_partition_is_found_and_repaired_down_the_chain(tmp_path: Path, loaded) -> None:
@@ -89,8 +96,11 @@ def test_a_silent_gap_in_an_old_partition_is_found_and_repaired_down_the_chain(t
             assert request.tags["chmv/engine"] == "clickhouse"
             assert execute(loaded, engine, instance, request).success
             rebuilt.append((request.tags["chmv/target"], requested(request)))
-    assert rebuilt == [(AGG.fqn, "2026-08-01"), (DAILY.fqn, "2026-08-01..2026-08-31"),  # one run per range
-                       (WEEKLY.fqn, "2026-08-01")]  # (the week of Monday 27 July is before partition_start)
+    assert rebuilt == [
+        (AGG.fqn, "2026-08-01"),
+        (DAILY.fqn, "2026-08-01..2026-08-31"),  # one run per range
+        (WEEKLY.fqn, "2026-08-01"),
+    ]  # (the week of Monday 27 July is before partition_start)
     last = tick(loaded, "chmv_recovery", engine, instance, cursor)
     assert not last.run_requests and json.loads(last.cursor)["ledger"] == {}
     assert _chain_passes(loaded, engine, {AGG: ["2026-08-01"], DAILY: ["2026-08-12"], WEEKLY: ["2026-08-01"]})
@@ -113,7 +123,11 @@ def test_the_budget_spreads_a_sweep_over_ticks_one_run_at_a_time(tmp_path: Path)
         if not data.run_requests:
             break
         (request,) = data.run_requests
-        keys = {(t, k) for t, ks in request.run_config["ops"]["chmv_parity_sweep_op"]["config"]["partitions"].items() for k in ks}
+        keys = {
+            (t, k)
+            for t, ks in request.run_config["ops"]["chmv_parity_sweep_op"]["config"]["partitions"].items()
+            for k in ks
+        }
         assert len(keys) <= 60 and not keys & seen
         seen |= keys
         busy = tick(loaded, SWEEP_SENSOR, engine, instance, cursor)  # the run has not run yet: only marks
@@ -149,10 +163,13 @@ def test_retention_after_a_gap_is_refused_not_rebuilt(tmp_path: Path, loaded) ->
         client.command("ATTACH TABLE analytics.mv_events_agg")
     found = tick(loaded, SWEEP_SENSOR, engine, instance, swept)
     assert _verdicts(_sweep_run(loaded, engine, instance, found.run_requests[0])) == {
-        ("analytics/events_agg", "2026-08-01"): False}
+        ("analytics/events_agg", "2026-08-01"): False
+    }
     with engine.get_client() as client:
         client.command("ALTER TABLE analytics.raw_events DROP PARTITION 202608")  # retention, before recovery acts
-        before = client.query("SELECT count() FROM analytics.events_agg WHERE toYYYYMM(event_date) = 202608").result_rows[0][0]
+        before = client.query(
+            "SELECT count() FROM analytics.events_agg WHERE toYYYYMM(event_date) = 202608"
+        ).result_rows[0][0]
     data = tick(loaded, "chmv_recovery", engine, instance, None)
     assert not data.run_requests
     entry = json.loads(data.cursor)["ledger"][f"{AGG.fqn}|2026-08-01"]
@@ -164,5 +181,7 @@ def test_retention_after_a_gap_is_refused_not_rebuilt(tmp_path: Path, loaded) ->
     verdicts = _verdicts(_sweep_run(loaded, engine, instance, swept.run_requests[0]))
     assert verdicts[("analytics/events_agg", "2026-08-01")] is True
     with engine.get_client() as client:
-        after = client.query("SELECT count() FROM analytics.events_agg WHERE toYYYYMM(event_date) = 202608").result_rows[0][0]
+        after = client.query(
+            "SELECT count() FROM analytics.events_agg WHERE toYYYYMM(event_date) = 202608"
+        ).result_rows[0][0]
     assert after == before > 0

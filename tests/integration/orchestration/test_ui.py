@@ -134,11 +134,17 @@ def test_every_partitioned_target_backfills_through_the_ui_mutation(dev: Dagster
     keys = dev.graphql(PARTITION_KEYS, {"keys": [{"path": _path(t)} for t in targets]})["assetNodes"]
     newest = {tuple(n["assetKey"]["path"]): n["partitionKeysByDimension"][0]["partitionKeys"][-3:] for n in keys}
     assert {type(TRANSLATOR.get_partitions_def(example, t)).__name__ for t in SINGLE_LAUNCHES} == {
-        "DailyPartitionsDefinition", "MonthlyPartitionsDefinition"}  # fmt: skip
-    launches = [(f"{t.fqn} (newest 3)", {"assetSelection": [{"path": _path(t)}], "partitionNames": newest[tuple(_path(t))]})
-                for t in SINGLE_LAUNCHES]  # fmt: skip
+        "DailyPartitionsDefinition",
+        "MonthlyPartitionsDefinition",
+    }
+    launches = [
+        (f"{t.fqn} (newest 3)", {"assetSelection": [{"path": _path(t)}], "partitionNames": newest[tuple(_path(t))]})
+        for t in SINGLE_LAUNCHES
+    ]
     # "All" with every target selected, as from the catalog: chains (events_agg -> events_daily -> events_weekly) too
-    launches.append(("every target (all)", {"assetSelection": [{"path": _path(t)} for t in targets], "allPartitions": True}))
+    launches.append(
+        ("every target (all)", {"assetSelection": [{"path": _path(t)} for t in targets], "allPartitions": True})
+    )
     launched = {}
     started = time.monotonic()
     for what, params in launches:
@@ -151,10 +157,15 @@ def test_every_partitioned_target_backfills_through_the_ui_mutation(dev: Dagster
         return states if all(s["status"] in TERMINAL_BACKFILL for s in states.values()) else None
 
     states = wait_for(finished, 1200, f"{len(launched)} backfills to finish", interval=1)
-    print(f"\n{len(launched)} backfills ({sum(len(s['runs']) for s in states.values())} runs) finished in "
-          f"{time.monotonic() - started:.0f}s")  # fmt: skip
-    failed = {launched[i]: (s["status"], s["error"], [r["status"] for r in s["runs"]]) for i, s in states.items()
-              if s["status"] != "COMPLETED_SUCCESS" or any(r["status"] != "SUCCESS" for r in s["runs"])}  # fmt: skip
+    print(
+        f"\n{len(launched)} backfills ({sum(len(s['runs']) for s in states.values())} runs) finished in "
+        f"{time.monotonic() - started:.0f}s"
+    )
+    failed = {
+        launched[i]: (s["status"], s["error"], [r["status"] for r in s["runs"]])
+        for i, s in states.items()
+        if s["status"] != "COMPLETED_SUCCESS" or any(r["status"] != "SUCCESS" for r in s["runs"])
+    }
     assert not failed, f"{failed}\n{dev.log_tail()}"
 
     # every partition of every target was checked, and passed, each as its own evaluation
@@ -181,15 +192,30 @@ def test_a_failed_partition_shows_as_failed(dev: DagsterDev) -> None:
         client.command(f"INSERT INTO analytics.error_events VALUES ('{FAILING_DAY} 01:00:00', 'error', 'ghost')")
     # the live-state sensor reports the changed partition first (else its event would make the check stale)
     wait_for(lambda: _latest_materialization(dev, asset, FAILING_DAY) != before, 180, "the live state of the write")
-    result = dev.graphql(LAUNCH_RUN, {"params": {
-        "selector": {"repositoryLocationName": "chmv", "repositoryName": "__repository__", "pipelineName": "__ASSET_JOB",
-                     "assetSelection": [], "assetCheckSelection": [{"assetKey": {"path": asset}, "name": PARITY}]},
-        "executionMetadata": {"tags": [{"key": "dagster/partition", "value": FAILING_DAY}]},
-        "mode": "default", "runConfigData": {}}})["launchPipelineExecution"]  # fmt: skip
+    result = dev.graphql(
+        LAUNCH_RUN,
+        {
+            "params": {
+                "selector": {
+                    "repositoryLocationName": "chmv",
+                    "repositoryName": "__repository__",
+                    "pipelineName": "__ASSET_JOB",
+                    "assetSelection": [],
+                    "assetCheckSelection": [{"assetKey": {"path": asset}, "name": PARITY}],
+                },
+                "executionMetadata": {"tags": [{"key": "dagster/partition", "value": FAILING_DAY}]},
+                "mode": "default",
+                "runConfigData": {},
+            }
+        },
+    )["launchPipelineExecution"]
     assert result["__typename"] == "LaunchRunSuccess", result
     run_id = result["run"]["runId"]
-    status = wait_for(lambda: _run_status(dev, run_id) in ("SUCCESS", "FAILURE", "CANCELED") and _run_status(dev, run_id),
-                      300, "the check run")  # fmt: skip
+    status = wait_for(
+        lambda: _run_status(dev, run_id) in ("SUCCESS", "FAILURE", "CANCELED") and _run_status(dev, run_id),
+        300,
+        "the check run",
+    )
     assert status == "FAILURE"  # a failed blocking check fails its run
     (node,) = dev.graphql(CHECK_STATUSES, {"keys": [{"path": asset}]})["assetNodes"]
     (parity,) = [c for c in node["assetChecksOrError"]["checks"] if c["name"] == PARITY]
@@ -223,8 +249,9 @@ def test_in_a_browser(dev: DagsterDev, example, tmp_path: Path) -> None:
         # page loads, over whatever dialog is open then (the Materialize dialog covered its Skip button under load):
         # it is marked dismissed in the browser before any page loads, as its Skip button does; dismissed if shown.
         page.add_init_script("window.localStorage.setItem('communityNux', '\"1\"')")
-        page.add_locator_handler(page.get_by_text("Join the Dagster community"),
-                                 lambda: page.get_by_role("button", name="Skip").click())  # fmt: skip
+        page.add_locator_handler(
+            page.get_by_text("Join the Dagster community"), lambda: page.get_by_role("button", name="Skip").click()
+        )
         try:
             every = len(TRANSLATOR.get_partitions_def(example, ERRORS).get_partition_keys())
             _browse(page, dev, shots, expect, every)
@@ -269,8 +296,12 @@ def _browse(page, dev: DagsterDev, shots: Path, expect, every: int) -> None:
     expect(page.get_by_text(re.compile(r"^Passed \(\d+\)$"))).to_be_visible()
     page.screenshot(path=str(shots / "check_partitions.png"))
 
-    state = wait_for(lambda: (s := dev.backfill(backfill_id))["status"] in TERMINAL_BACKFILL and s, 600,
-                     f"backfill {backfill_id}", interval=1)  # fmt: skip
+    state = wait_for(
+        lambda: (s := dev.backfill(backfill_id))["status"] in TERMINAL_BACKFILL and s,
+        600,
+        f"backfill {backfill_id}",
+        interval=1,
+    )
     assert state["status"] == "COMPLETED_SUCCESS" and {r["status"] for r in state["runs"]} == {"SUCCESS"}, state
     page.goto(f"{dev.url}/runs/b/{backfill_id}")
     expect(page.get_by_text("100% completed").first).to_be_visible(timeout=60_000)

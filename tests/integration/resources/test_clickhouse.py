@@ -39,8 +39,9 @@ HOLDER = textwrap.dedent("""
 
 
 def _spawn(script: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", script, *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def test_two_processes_use_the_same_engine_at_once(tmp_path):
@@ -52,7 +53,9 @@ def test_two_processes_use_the_same_engine_at_once(tmp_path):
         assert "Cannot lock file" not in err and "EngineBusy" not in err
     assert [o.strip() for o, _ in outputs] == ["done a", "done b"]
     with ClickHouseResource(dsn=dsn).get_client() as client:
-        rows = client.query("SELECT who, count(), min(at), max(at) FROM default.hits GROUP BY who ORDER BY who").result_rows
+        rows = client.query(
+            "SELECT who, count(), min(at), max(at) FROM default.hits GROUP BY who ORDER BY who"
+        ).result_rows
     assert [r[:2] for r in rows] == [("a", 15), ("b", 15)]
     (_, _, a_first, a_last), (_, _, b_first, b_last) = rows
     assert a_first < b_last and b_first < a_last, "the two processes took turns (their uses interleaved)"

@@ -48,9 +48,11 @@ def test_ingestion_asset_then_spark_backfill_of_a_partition_range(spark, tmp_pat
     assert meta["chmv/rows_inserted"].value > 0 and meta["chmv/watermark_before"].value == "None"
     assert meta["chmv/watermark_after"].value.startswith("2026-08-0")
     assert len(meta["chmv/batch_id"].value) == 16
-    result = materialize([ingest_asset], resources=resources,
-                         tags={"dagster/asset_partition_range_start": "2026-08-02",
-                               "dagster/asset_partition_range_end": "2026-08-03"})  # fmt: skip
+    result = materialize(
+        [ingest_asset],
+        resources=resources,
+        tags={"dagster/asset_partition_range_start": "2026-08-02", "dagster/asset_partition_range_end": "2026-08-03"},
+    )
     assert result.success
 
     with engine.get_client() as client:
@@ -58,11 +60,14 @@ def test_ingestion_asset_then_spark_backfill_of_a_partition_range(spark, tmp_pat
         expected = recompute(client, loaded, ref("hourly_endpoint_stats"), where)
         client.command("TRUNCATE TABLE analytics.hourly_endpoint_stats")
     instance = DagsterInstance.ephemeral()
-    result = materialize([hourly], selection=[AssetKey(["analytics", "hourly_endpoint_stats"])], resources=resources,
-                         instance=instance,
-                         run_config={"ops": {hourly.node_def.name: {"config": {"engine": "spark"}}}},
-                         tags={"dagster/asset_partition_range_start": "2026-08-01",
-                               "dagster/asset_partition_range_end": "2026-08-02"})  # fmt: skip
+    result = materialize(
+        [hourly],
+        selection=[AssetKey(["analytics", "hourly_endpoint_stats"])],
+        resources=resources,
+        instance=instance,
+        run_config={"ops": {hourly.node_def.name: {"config": {"engine": "spark"}}}},
+        tags={"dagster/asset_partition_range_start": "2026-08-01", "dagster/asset_partition_range_end": "2026-08-02"},
+    )
     assert result.success
     meta = result.asset_materializations_for_node(hourly.node_def.name)[0].metadata
     assert meta["chmv/engine_path"].value == "spark" and meta["chmv/partitions"].value == 2

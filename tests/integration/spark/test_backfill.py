@@ -82,8 +82,10 @@ def test_backfill_from_landing_equals_recompute(spark, loaded_all, target, windo
 def test_backfill_leaves_source_and_sibling_mvs_untouched(spark, loaded_all):
     loaded, engine = loaded_all
     siblings = [ref("metric_events"), ref("audit_log")]
-    parts_sql = ("SELECT table, name, rows FROM system.parts WHERE active AND database = 'analytics' "
-                 "AND table IN ('all_events', 'metric_events', 'audit_log') ORDER BY ALL")  # fmt: skip
+    parts_sql = (
+        "SELECT table, name, rows FROM system.parts WHERE active AND database = 'analytics' "
+        "AND table IN ('all_events', 'metric_events', 'audit_log') ORDER BY ALL"
+    )
     with engine.get_client() as client:
         before = client.query(parts_sql).result_rows
         sibling_rows = [digest(client, loaded, s) for s in siblings]
@@ -100,13 +102,16 @@ def test_auto_engine_uses_spark_only_where_the_source_lost_the_window(spark, loa
     with engine.get_client() as client:
         expected = recompute(client, loaded, t, "toDate(hour) IN ('2026-08-02', '2026-08-03')")
         # Retention: the source no longer holds the first two days.
-        client.command("ALTER TABLE analytics.api_requests DELETE WHERE timestamp < '2026-08-03 00:00:00'",
-                       settings={"mutations_sync": 2})  # fmt: skip
+        client.command(
+            "ALTER TABLE analytics.api_requests DELETE WHERE timestamp < '2026-08-03 00:00:00'",
+            settings={"mutations_sync": 2},
+        )
         observed = observe(client, loaded, t, root=Path(root), windows=[DAY2, DAY3])
         plan = plan_rebuild(loaded, t, [DAY2, DAY3], observed, root=Path(root))
         assert [(s.key, s.engine) for s in plan.steps] == [("2026-08-02", "spark"), ("2026-08-03", "clickhouse")]
-        assert plan.steps[0].reason.startswith("analytics.api_requests holds no rows of the window while the target "
-                                               "partition holds")  # fmt: skip
+        assert plan.steps[0].reason.startswith(
+            "analytics.api_requests holds no rows of the window while the target partition holds"
+        )
         assert "the landing zone holds it" in plan.steps[0].reason
         assert " rows from 2026-08-03 " in plan.steps[0].reason  # how far back the source holds data
     results = backfill(spark, engine, loaded, t, [DAY2, DAY3])
@@ -154,9 +159,11 @@ def test_backfill_while_ingestion_keeps_loading_the_same_partition_ends_exact(sp
     with engine.get_client() as client:
         where = "toDate(hour) = '2026-08-03'"
         assert digest(client, loaded, ref("hourly_endpoint_stats"), where) == recompute(
-            client, loaded, ref("hourly_endpoint_stats"), where)
-        count, keys = client.query("SELECT count(), uniqExact(timestamp, endpoint, user_id) "
-                                   "FROM analytics.api_requests").result_rows[0]  # fmt: skip
+            client, loaded, ref("hourly_endpoint_stats"), where
+        )
+        count, keys = client.query(
+            "SELECT count(), uniqExact(timestamp, endpoint, user_id) FROM analytics.api_requests"
+        ).result_rows[0]
     assert count == keys
 
 

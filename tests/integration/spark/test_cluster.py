@@ -49,9 +49,19 @@ def _free_port() -> int:
 
 
 def _spark_class(*args: str, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM}
-    return subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), *args], env=env, stdout=log.open("w"),
-                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(SPARK_HOME),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM,
+    }
+    return subprocess.Popen(
+        [str(SPARK_HOME / "bin" / "spark-class"), *args],
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def _wait_for(path: Path, text: str, timeout: float = 60) -> None:
@@ -74,18 +84,42 @@ def test_ingest_and_backfill_on_a_standalone_cluster(tmp_path, example):
         apply(client, loaded.project)
     port = _free_port()
     master_log, worker_log = tmp_path / "master.log", tmp_path / "worker.log"
-    master = _spark_class("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                          "--webui-port", str(_free_port()), log=master_log)  # fmt: skip
+    master = _spark_class(
+        "org.apache.spark.deploy.master.Master",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--webui-port",
+        str(_free_port()),
+        log=master_log,
+    )
     worker = None
     try:
         _wait_for(master_log, "I have been elected leader")
         url = f"spark://127.0.0.1:{port}"
-        worker = _spark_class("org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", "1",
-                              "--memory", "1g", "--webui-port", str(_free_port()), log=worker_log)  # fmt: skip
+        worker = _spark_class(
+            "org.apache.spark.deploy.worker.Worker",
+            url,
+            "--host",
+            "127.0.0.1",
+            "--cores",
+            "1",
+            "--memory",
+            "1g",
+            "--webui-port",
+            str(_free_port()),
+            log=worker_log,
+        )
         _wait_for(worker_log, "Successfully registered with master")
         code = CHILD.format(tests=str(ROOT_DIR / "tests"), ddl=str(ROOT_DIR / "examples" / "ddl"), jvm=QUICK_JVM_CONF)
-        child = subprocess.run([sys.executable, "-c", code, url, engine.resolved_dsn, str(landing)],
-                               capture_output=True, text=True, timeout=300, cwd=ROOT_DIR)  # fmt: skip
+        child = subprocess.run(
+            [sys.executable, "-c", code, url, engine.resolved_dsn, str(landing)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=ROOT_DIR,
+        )
         assert child.returncode == 0, child.stderr[-3000:]
         assert "ingested 10000" in child.stdout and "backfilled" in child.stdout
         assert "app-" in master_log.read_text(errors="replace") or "Registering app" in master_log.read_text()
@@ -98,4 +132,6 @@ def test_ingest_and_backfill_on_a_standalone_cluster(tmp_path, example):
                 except subprocess.TimeoutExpired:
                     proc.kill()
     with engine.get_client() as client:
-        assert digest(client, loaded, ref("hourly_endpoint_stats")) == recompute(client, loaded, ref("hourly_endpoint_stats"))
+        assert digest(client, loaded, ref("hourly_endpoint_stats")) == recompute(
+            client, loaded, ref("hourly_endpoint_stats")
+        )

@@ -62,9 +62,12 @@ def test_ttl_retention_backfill_through_dagster_rebuilds_from_the_lake(spark, tm
         assert count(client, ref("api_requests"), "timestamp >= '2026-08-02 12:01:00'") > 0
     key = AssetKey(["analytics", "hourly_endpoint_stats"])
     asset = next(a for a in build_chmv_assets(loaded) if hasattr(a, "keys") and key in a.keys)
-    result = materialize([asset], selection=[key], resources={"clickhouse": engine, "pyspark": pyspark_resource()},
-                         tags={"dagster/asset_partition_range_start": "2026-08-01",
-                               "dagster/asset_partition_range_end": "2026-08-03"})  # fmt: skip
+    result = materialize(
+        [asset],
+        selection=[key],
+        resources={"clickhouse": engine, "pyspark": pyspark_resource()},
+        tags={"dagster/asset_partition_range_start": "2026-08-01", "dagster/asset_partition_range_end": "2026-08-03"},
+    )
     assert result.success
     meta = result.asset_materializations_for_node(asset.node_def.name)[0].metadata
     progress = meta["chmv/progress"].value
@@ -79,18 +82,24 @@ def test_ttl_retention_backfill_through_dagster_rebuilds_from_the_lake(spark, tm
 def summer_lake(tmp_path_factory):
     """api_requests rows of 2026-07-30 .. 2026-08-03 as a landing zone: two days in a July partition of the source."""
     root = tmp_path_factory.mktemp("summer_lake")
-    tables = {"analytics.api_requests": demo_data.generate("analytics.api_requests", 12_000, start=date(2026, 7, 30),
-                                                           days=5, seed=11)}  # fmt: skip
+    tables = {
+        "analytics.api_requests": demo_data.generate(
+            "analytics.api_requests", 12_000, start=date(2026, 7, 30), days=5, seed=11
+        )
+    }
     demo_data.write_landing_zone(root, tables, seed=11)
     return root
 
 
-def test_a_dropped_partition_is_rebuilt_from_the_lake_and_the_rest_from_the_source(spark, tmp_path, example,
-                                                                                   summer_lake):  # fmt: skip
+def test_a_dropped_partition_is_rebuilt_from_the_lake_and_the_rest_from_the_source(
+    spark, tmp_path, example, summer_lake
+):
     """A retention job dropped the source's July; a backfill of 07-30 .. 08-01 (auto) reads July from the lake."""
     loaded = with_landing(example, tmp_path / "landing")
-    days = [PartitionWindow(f"{d:%Y-%m-%d}", d, d + timedelta(days=1)) for d in
-            (datetime(2026, 7, 30), datetime(2026, 7, 31), datetime(2026, 8, 1))]  # fmt: skip
+    days = [
+        PartitionWindow(f"{d:%Y-%m-%d}", d, d + timedelta(days=1))
+        for d in (datetime(2026, 7, 30), datetime(2026, 7, 31), datetime(2026, 8, 1))
+    ]
     where = "toDate(hour) <= '2026-08-01'"
     engine = ClickHouseResource(dsn=f"chdb://{tmp_path / 'chdb'}")
     with engine.get_client() as client:
@@ -105,8 +114,9 @@ def test_a_dropped_partition_is_rebuilt_from_the_lake_and_the_rest_from_the_sour
     assert [(s.engine, bool(s.guard)) for s in plan.steps] == [("spark", True), ("spark", True), ("clickhouse", False)]
     source = plan.coverage.windows[0].sources[0]
     assert source.table.reason.startswith("analytics.api_requests holds no rows of the window while the target")
-    assert source.lake.reason.endswith("landing files arrived in the window's range (the landing zone starts at "
-                                       "2026-07-30 00:00:00)")  # fmt: skip
+    assert source.lake.reason.endswith(
+        "landing files arrived in the window's range (the landing zone starts at 2026-07-30 00:00:00)"
+    )
     results = backfill(spark, engine, loaded, STATS, days)
     assert [r.engine for r in results] == ["spark", "spark", "clickhouse"]
     with engine.get_client() as client:
@@ -117,11 +127,14 @@ def test_a_lake_backed_month_passes_parity_and_its_chain_rebuilds(spark, tmp_pat
     """raw_events lost its first August days to a TTL: the month of events_agg is rebuilt from the lake, its
     blocking parity passes against the lake (not the truncated source), and the daily target below it rebuilds."""
     ttl = ttl_back_to("timestamp", datetime(2026, 8, 10))
-    loaded = with_landing(load(ddl_with_ttl(tmp_path, "60_raw_events.sql", "ORDER BY (event_type, timestamp);", ttl)),
-                          tmp_path / "landing")  # fmt: skip
+    loaded = with_landing(
+        load(ddl_with_ttl(tmp_path, "60_raw_events.sql", "ORDER BY (event_type, timestamp);", ttl)),
+        tmp_path / "landing",
+    )
     lake_root = tmp_path / "lake"  # 1-20 August: the whole month's rows up to the ingestion watermark
-    demo_data.write_landing_zone(lake_root, {"analytics.raw_events": demo_data.generate(
-        "analytics.raw_events", 12_000, days=20, seed=7)}, seed=7)  # fmt: skip
+    demo_data.write_landing_zone(
+        lake_root, {"analytics.raw_events": demo_data.generate("analytics.raw_events", 12_000, days=20, seed=7)}, seed=7
+    )
     engine = ClickHouseResource(dsn=f"chdb://{tmp_path / 'chdb'}")
     with engine.get_client() as client:
         apply(client, loaded.project)
@@ -129,8 +142,10 @@ def test_a_lake_backed_month_passes_parity_and_its_chain_rebuilds(spark, tmp_pat
     ingest(spark, engine, loaded, ref("raw_events"))  # the live MVs see every row, then the TTL deletes the oldest
     agg, daily = ref("events_agg"), ref("events_daily")
     with engine.get_client() as client:
-        expected = (digest(client, loaded, agg, "toYYYYMM(event_date) = 202608"),
-                    digest(client, loaded, daily, "event_date = '2026-08-05'"))  # fmt: skip
+        expected = (
+            digest(client, loaded, agg, "toYYYYMM(event_date) = 202608"),
+            digest(client, loaded, daily, "event_date = '2026-08-05'"),
+        )
         client.command("OPTIMIZE TABLE analytics.raw_events FINAL")
         assert count(client, ref("raw_events"), "timestamp < '2026-08-09 00:00:00'") == 0
     assets = build_chmv_assets(loaded)
@@ -145,5 +160,7 @@ def test_a_lake_backed_month_passes_parity_and_its_chain_rebuilds(spark, tmp_pat
         if target == agg:
             assert parity.metadata["chmv/truth"].value == "landing zone"
     with engine.get_client() as client:
-        assert (digest(client, loaded, agg, "toYYYYMM(event_date) = 202608"),
-                digest(client, loaded, daily, "event_date = '2026-08-05'")) == expected
+        assert (
+            digest(client, loaded, agg, "toYYYYMM(event_date) = 202608"),
+            digest(client, loaded, daily, "event_date = '2026-08-05'"),
+        ) == expected

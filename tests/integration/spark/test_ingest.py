@@ -56,9 +56,12 @@ def test_ingestion_loads_late_rows_once_and_drops_duplicates(spark, setup, lake)
     assert second.rows_inserted > 0 and second.rows_staged > second.rows_inserted  # the overlap was not re-inserted
     with engine.get_client() as client:
         count, keys = client.query(f"SELECT count(), uniqExact({KEYS}) FROM analytics.api_requests").result_rows[0]
-        late = int(client.command(
-            "SELECT count() FROM analytics.api_requests WHERE timestamp <= {w:DateTime}",
-            parameters={"w": first.watermark_after}))
+        late = int(
+            client.command(
+                "SELECT count() FROM analytics.api_requests WHERE timestamp <= {w:DateTime}",
+                parameters={"w": first.watermark_after},
+            )
+        )
         mark = read_watermark(client, ingestion_source_id(API), API.fqn)
         target = digest(client, loaded, ref("hourly_endpoint_stats"))
         expected = recompute(client, loaded, ref("hourly_endpoint_stats"))
@@ -94,7 +97,11 @@ def test_bad_file_fails_the_load_naming_it_and_changes_nothing(spark, setup, lak
         bad.write_bytes(bad.read_bytes()[:200] + b"garbage" * 50)
         message = rf"{bad}: not a readable Parquet file"
     else:
-        table = pq.read_table(bad).drop_columns(["user_id"]).append_column("user", pa.array(["x"] * pq.read_metadata(bad).num_rows))
+        table = (
+            pq.read_table(bad)
+            .drop_columns(["user_id"])
+            .append_column("user", pa.array(["x"] * pq.read_metadata(bad).num_rows))
+        )
         pq.write_table(table, bad)
         message = rf"{bad}: column 'user_id' \(UInt64\) of analytics.api_requests is missing"
     with pytest.raises(LandingZoneError, match=message):

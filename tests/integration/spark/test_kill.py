@@ -76,8 +76,14 @@ def half_ingested(spark, tmp_path_factory, example) -> tuple[LoadedProject, Path
 def _child(mode: str, dsn: str, landing, point: str) -> subprocess.CompletedProcess:
     code = CHILD.format(tests=str(ROOT_DIR / "tests"), ddl=str(ROOT_DIR / "examples" / "ddl"), jvm=QUICK_JVM_CONF)
     env = {**os.environ, CRASH_ENV: point}
-    return subprocess.run([sys.executable, "-c", code, mode, dsn, str(landing)], env=env, capture_output=True,
-                          text=True, timeout=180, cwd=ROOT_DIR)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", code, mode, dsn, str(landing)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT_DIR,
+    )
 
 
 @pytest.mark.parametrize(
@@ -107,12 +113,15 @@ def test_sigkill_then_rerun_ends_exact(spark, tmp_path, half_ingested, mode, poi
 
         from chmv_assets.ddl.partitioning import PartitionWindow
 
-        windows = [PartitionWindow("2026-08-02", datetime(2026, 8, 2), datetime(2026, 8, 3)),
-                   PartitionWindow("2026-08-03", datetime(2026, 8, 3), datetime(2026, 8, 4))]  # fmt: skip
+        windows = [
+            PartitionWindow("2026-08-02", datetime(2026, 8, 2), datetime(2026, 8, 3)),
+            PartitionWindow("2026-08-03", datetime(2026, 8, 3), datetime(2026, 8, 4)),
+        ]
         backfill(spark, engine, loaded, target, windows, engine="spark")
     with engine.get_client() as client:
-        count, keys = client.query("SELECT count(), uniqExact(timestamp, endpoint, user_id) "
-                                   "FROM analytics.api_requests").result_rows[0]  # fmt: skip
+        count, keys = client.query(
+            "SELECT count(), uniqExact(timestamp, endpoint, user_id) FROM analytics.api_requests"
+        ).result_rows[0]
         mark = read_watermark(client, ingestion_source_id(api), api.fqn)
         newest = client.query("SELECT max(timestamp) FROM analytics.api_requests").result_rows[0][0]
         shadows = int(client.command("SELECT count() FROM system.tables WHERE name LIKE '\\\\_chmv\\\\_shadow%'"))

@@ -18,12 +18,14 @@ def test_uint64_keys_beyond_the_signed_range_survive_dedup_and_file_read(spark, 
     """Spark stages UInt64 columns as longs with the same bits; ClickHouse must read the original values back."""
     source = example.project.table(ObjectRef(database="analytics", name="raw_events"))
     times = [datetime(2026, 8, 1, 0, i) for i in range(len(HUGE))]
-    rows = pa.table({
-        "timestamp": pa.array(times * 2, pa.timestamp("s")),
-        "user_id": pa.array(HUGE * 2, pa.uint64()),
-        "event_type": ["click"] * (2 * len(HUGE)),
-        "duration_ms": pa.array(list(range(2 * len(HUGE))), pa.uint32()),
-    })  # fmt: skip
+    rows = pa.table(
+        {
+            "timestamp": pa.array(times * 2, pa.timestamp("s")),
+            "user_id": pa.array(HUGE * 2, pa.uint64()),
+            "event_type": ["click"] * (2 * len(HUGE)),
+            "duration_ms": pa.array(list(range(2 * len(HUGE))), pa.uint32()),
+        }
+    )
     landing = tmp_path / "landing.parquet"
     pq.write_table(rows, landing)
     out = tmp_path / "staged"

@@ -42,8 +42,13 @@ from chmv_assets.sql.rebuild_sql import (
 from chmv_assets.sql.rewrite import local_table_sql, renamed_statement
 from resources.clickhouse import ClickHouseResource
 
-ORDERS = [(datetime(2026, 7, 31, 23), 1, 5), (datetime(2026, 8, 1, 8), 1, 10), (datetime(2026, 8, 2, 9), 2, 20),
-          (datetime(2026, 8, 31, 23), 1, 30), (datetime(2026, 9, 1, 0), 2, 40)]  # fmt: skip
+ORDERS = [
+    (datetime(2026, 7, 31, 23), 1, 5),
+    (datetime(2026, 8, 1, 8), 1, 10),
+    (datetime(2026, 8, 2, 9), 2, 20),
+    (datetime(2026, 8, 31, 23), 1, 30),
+    (datetime(2026, 9, 1, 0), 2, 40),
+]
 
 
 def test_every_golden_statement_parses_on_the_server(tmp_path):
@@ -87,8 +92,10 @@ def standin(tmp_path):
 
 
 def finalized_daily(client, relation: str) -> list[tuple]:
-    return client.query(f"SELECT day, customer, countMerge(orders), sumMerge(revenue) FROM {relation} "
-                        "GROUP BY day, customer ORDER BY day, customer").result_rows  # fmt: skip
+    return client.query(
+        f"SELECT day, customer, countMerge(orders), sumMerge(revenue) FROM {relation} "
+        "GROUP BY day, customer ORDER BY day, customer"
+    ).result_rows
 
 
 def test_the_plain_family_shadow_of_a_target_without_keeper_path_swaps_in(standin):
@@ -105,15 +112,25 @@ def test_the_plain_family_shadow_of_a_target_without_keeper_path_swaps_in(standi
         client.command(f"TRUNCATE TABLE {qualified(target)}")  # what a rebuild must restore
         create = create_shadow_sql(shadow, target, table)
         assert "ENGINE = AggregatingMergeTree() PARTITION BY" in create
-        for sql in (drop_shadow_sql(shadow), create,
-                    insert_sql(shadow, view, view_select(view, project, table, scheme, august)),
-                    swap_sql(target, shadow, f"tuple({partition_expression(table, scheme, august)})"),
-                    drop_shadow_sql(shadow)):  # fmt: skip
+        for sql in (
+            drop_shadow_sql(shadow),
+            create,
+            insert_sql(shadow, view, view_select(view, project, table, scheme, august)),
+            swap_sql(target, shadow, f"tuple({partition_expression(table, scheme, august)})"),
+            drop_shadow_sql(shadow),
+        ):
             client.command(sql)
         rebuilt = finalized_daily(client, qualified(target))
         expected = finalized_daily(client, f"({view.select_sql}) WHERE toYYYYMM(day) = 202608")
-    assert rebuilt == expected == [(datetime(2026, 8, 1).date(), 1, 1, 10), (datetime(2026, 8, 2).date(), 2, 1, 20),
-                                   (datetime(2026, 8, 31).date(), 1, 1, 30)]  # fmt: skip
+    assert (
+        rebuilt
+        == expected
+        == [
+            (datetime(2026, 8, 1).date(), 1, 1, 10),
+            (datetime(2026, 8, 2).date(), 2, 1, 20),
+            (datetime(2026, 8, 31).date(), 1, 1, 30),
+        ]
+    )
 
 
 def test_an_unpartitioned_replicated_target_is_swapped_by_its_partition_not_exchanged(standin):
@@ -130,8 +147,12 @@ def test_an_unpartitioned_replicated_target_is_swapped_by_its_partition_not_exch
     assert replace.endswith("REPLACE PARTITION tuple() FROM `shop`.`_chmv_shadow_customer_totals_all`")
     with resource.get_client() as client:
         client.command(f"TRUNCATE TABLE {qualified(target)}")
-        for sql in (local_copy_sql(shadow, target, table), insert_sql(shadow, view, view_select(view, project, table, scheme, None)),
-                    replace, drop_shadow_sql(shadow)):  # fmt: skip
+        for sql in (
+            local_copy_sql(shadow, target, table),
+            insert_sql(shadow, view, view_select(view, project, table, scheme, None)),
+            replace,
+            drop_shadow_sql(shadow),
+        ):
             client.command(sql)
         rebuilt = client.query(
             f"SELECT customer, sum(revenue) FROM {qualified(target)} GROUP BY customer ORDER BY customer"

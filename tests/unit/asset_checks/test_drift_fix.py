@@ -11,11 +11,26 @@ ERRORS, ERRORS_MV = ref("analytics.error_events"), ref("analytics.errors_mv")
 
 
 def test_only_the_changes_touching_the_target_are_shown_in_full_with_the_commands(example) -> None:
-    plan = LifecyclePlan(example.project.ddl_dir, (
-        Change(Action.MODIFY_QUERY, ERRORS_MV, "view", 1, reasons=("the SELECT changed",),
-               statements=("ALTER TABLE `analytics`.`errors_mv` MODIFY QUERY SELECT 1",)),
-        Change(Action.ALTER, ref("analytics.audit_log"), "table", 1, statements=("ALTER TABLE `analytics`.`audit_log` …",)),
-    ))  # fmt: skip
+    plan = LifecyclePlan(
+        example.project.ddl_dir,
+        (
+            Change(
+                Action.MODIFY_QUERY,
+                ERRORS_MV,
+                "view",
+                1,
+                reasons=("the SELECT changed",),
+                statements=("ALTER TABLE `analytics`.`errors_mv` MODIFY QUERY SELECT 1",),
+            ),
+            Change(
+                Action.ALTER,
+                ref("analytics.audit_log"),
+                "table",
+                1,
+                statements=("ALTER TABLE `analytics`.`audit_log` …",),
+            ),
+        ),
+    )
     text = drift_fix_markdown(DriftPlan(plan, None, 0.5), example, ERRORS, dsn="https://chmv:s3cret@ch.example:8443")
     assert "- **~ analytics.errors_mv: MODIFY QUERY**" in text and "1 of the plan's 2" in text
     assert "```sql\nALTER TABLE `analytics`.`errors_mv` MODIFY QUERY SELECT 1;\n```" in text

@@ -39,9 +39,17 @@ def test_order_and_seconds_grow_together() -> None:
     assert Grain.HOUR.seconds == 3600 and Grain.MONTH.seconds == 31 * 86400
 
 
-@pytest.mark.parametrize(("grain", "interval"), [(Grain.MINUTE, "1 MINUTE"), (Grain.FIVE_MINUTES, "5 MINUTE"),
-                                                 (Grain.FIFTEEN_MINUTES, "15 MINUTE"), (Grain.HOUR, "1 HOUR"),
-                                                 (Grain.QUARTER, "1 QUARTER"), (Grain.YEAR, "1 YEAR")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("grain", "interval"),
+    [
+        (Grain.MINUTE, "1 MINUTE"),
+        (Grain.FIVE_MINUTES, "5 MINUTE"),
+        (Grain.FIFTEEN_MINUTES, "15 MINUTE"),
+        (Grain.HOUR, "1 HOUR"),
+        (Grain.QUARTER, "1 QUARTER"),
+        (Grain.YEAR, "1 YEAR"),
+    ],
+)
 def test_interval(grain: Grain, interval: str) -> None:
     assert grain.interval == interval
 

@@ -12,8 +12,15 @@ from chmv_assets.ddl.lineage import LineageGraph
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, SourceLocation, SourceRole, SourceUse, Table
 from chmv_assets.ddl.parser import load_project
 
-CHAIN = ["analytics.raw_events", "analytics.mv_events_agg", "analytics.events_agg", "analytics.mv_events_daily",
-         "analytics.events_daily", "analytics.mv_events_weekly", "analytics.events_weekly"]  # fmt: skip
+CHAIN = [
+    "analytics.raw_events",
+    "analytics.mv_events_agg",
+    "analytics.events_agg",
+    "analytics.mv_events_daily",
+    "analytics.events_daily",
+    "analytics.mv_events_weekly",
+    "analytics.events_weekly",
+]
 
 
 def _ref(fqn: str) -> ObjectRef:
@@ -30,9 +37,14 @@ def _hand_project(edges: list[tuple[str, str, str]]) -> Project:
         for name in (source, target):
             tables[_ref(name)] = Table(ref=_ref(name), columns=(), engine=None, statement="", location=loc)
         views[_ref(view)] = MaterializedView(
-            ref=_ref(view), target=_ref(target), trigger=_ref(source), select_sql="", statement="", location=loc,
+            ref=_ref(view),
+            target=_ref(target),
+            trigger=_ref(source),
+            select_sql="",
+            statement="",
+            location=loc,
             sources=(SourceUse(ref=_ref(source), role=SourceRole.TRIGGER),),
-        )  # fmt: skip
+        )
     return Project(ddl_dir=".", default_database="d", tables=tables, views=views)
 
 
@@ -44,8 +56,14 @@ def test_layers_respect_every_edge(example):
     for node, ups in graph.upstream.items():
         for up in ups:
             assert layer_of[up] < layer_of[node], (up, node)
-    sources = {"analytics.api_requests", "analytics.raw_requests", "analytics.raw_webhooks", "analytics.all_events",
-               "analytics.counter", "analytics.raw_events"}  # fmt: skip
+    sources = {
+        "analytics.api_requests",
+        "analytics.raw_requests",
+        "analytics.raw_webhooks",
+        "analytics.all_events",
+        "analytics.counter",
+        "analytics.raw_events",
+    }
     assert set(graph.layers[0]) == sources
     assert [layer_of[n] for n in CHAIN] == list(range(7))
 
@@ -53,7 +71,11 @@ def test_layers_respect_every_edge(example):
 def test_chain_depth_per_target(example):
     depth = example.graph.depth
     assert depth["analytics.raw_events"] == 0
-    assert (depth["analytics.events_agg"], depth["analytics.events_daily"], depth["analytics.events_weekly"]) == (1, 2, 3)
+    assert (depth["analytics.events_agg"], depth["analytics.events_daily"], depth["analytics.events_weekly"]) == (
+        1,
+        2,
+        3,
+    )
     assert (depth["analytics.mv_events_agg"], depth["analytics.mv_events_weekly"]) == (1, 3)
     for target in ("hourly_endpoint_stats", "requests_enriched", "entity_latest", "error_events", "counter_daily"):
         assert depth[f"analytics.{target}"] == 1
@@ -62,7 +84,8 @@ def test_chain_depth_per_target(example):
 def test_depth_ignores_dictionaries_and_counts_fan_in_by_longest_path(tmp_path):
     ddl = tmp_path / "ddl"
     ddl.mkdir()
-    (ddl / "a.sql").write_text(textwrap.dedent("""
+    (ddl / "a.sql").write_text(
+        textwrap.dedent("""
         CREATE TABLE s (x UInt64) ENGINE = MergeTree ORDER BY x;
         CREATE TABLE mid (x UInt64) ENGINE = MergeTree ORDER BY x;
         CREATE TABLE t (x UInt64) ENGINE = MergeTree ORDER BY x;
@@ -71,7 +94,8 @@ def test_depth_ignores_dictionaries_and_counts_fan_in_by_longest_path(tmp_path):
         CREATE MATERIALIZED VIEW s_mid TO mid AS SELECT x FROM s;
         CREATE MATERIALIZED VIEW mid_t TO t AS SELECT x FROM mid WHERE dictHas('dct', x);
         CREATE MATERIALIZED VIEW s_t TO t AS SELECT x FROM s;
-    """))
+    """)
+    )
     graph = LineageGraph(load_project(ddl, default_database="d"))
     assert graph.depth["d.mid"] == 1 and graph.depth["d.t"] == 2 and graph.depth["d.dct"] == 0
     assert graph.upstream["d.mid_t"] == {"d.mid", "d.dct"} and graph.upstream["d.dct"] == {"d.dim"}
@@ -85,9 +109,13 @@ def test_impact_analysis(example):
     assert graph.impact("analytics.events_daily") == CHAIN[5:]
     assert graph.impact("analytics.events_weekly") == []
     assert set(graph.impact("analytics.all_events")) == {
-        "analytics.errors_mv", "analytics.error_events", "analytics.metrics_mv", "analytics.metric_events",
-        "analytics.audit_mv", "analytics.audit_log",
-    }  # fmt: skip
+        "analytics.errors_mv",
+        "analytics.error_events",
+        "analytics.metrics_mv",
+        "analytics.metric_events",
+        "analytics.audit_mv",
+        "analytics.audit_log",
+    }
     assert graph.impact("analytics.nope") == []
 
 
@@ -96,11 +124,13 @@ def test_impact_analysis(example):
     [
         ([("d.ab", "d.a", "d.b"), ("d.ba", "d.b", "d.a")], {"d.a", "d.ab", "d.b", "d.ba"}),
         ([("d.self", "d.a", "d.a")], {"d.a", "d.self"}),
-        ([("d.ab", "d.a", "d.b"), ("d.bc", "d.b", "d.c"), ("d.cb", "d.c", "d.b"), ("d.xa", "d.x", "d.a")],
-         {"d.b", "d.bc", "d.c", "d.cb"}),
+        (
+            [("d.ab", "d.a", "d.b"), ("d.bc", "d.b", "d.c"), ("d.cb", "d.c", "d.b"), ("d.xa", "d.x", "d.a")],
+            {"d.b", "d.bc", "d.c", "d.cb"},
+        ),
     ],
     ids=["two-views", "self-loop", "cycle-below-a-dag-part"],
-)  # fmt: skip
+)
 def test_find_cycle_names_the_whole_cycle_in_flow_order(edges, cycle_nodes):
     graph = LineageGraph(_hand_project(edges))
     cycle = graph.find_cycle()
@@ -126,9 +156,15 @@ def test_json_shape_exactly_as_specified(example):
         assert isinstance(view["refreshable"], bool) and isinstance(view["depth"], int)
     weekly = next(v for v in data["views"] if v["name"] == "analytics.mv_events_weekly")
     assert weekly == {
-        "name": "analytics.mv_events_weekly", "target": "analytics.events_weekly", "sources": ["analytics.events_daily"],
-        "trigger": "analytics.events_daily", "dictionaries": [], "refreshable": False, "depth": 3, "functions": [],
-    }  # fmt: skip
+        "name": "analytics.mv_events_weekly",
+        "target": "analytics.events_weekly",
+        "sources": ["analytics.events_daily"],
+        "trigger": "analytics.events_daily",
+        "dictionaries": [],
+        "refreshable": False,
+        "depth": 3,
+        "functions": [],
+    }
     assert {t["name"] for t in data["tables"]} == {n for n, k in example.graph.kinds.items() if k != "view"}
     assert all(isinstance(layer, list) and all(isinstance(n, str) for n in layer) for layer in data["layers"])
     assert data["layers"] == example.graph.layers
@@ -145,8 +181,16 @@ def test_json_inner_table_view_has_null_target_and_dictionaries(tmp_path):
     )
     data = LineageGraph(load_project(ddl, default_database="d")).to_dict()
     views = {v["name"]: v for v in data["views"]}
-    assert views["d.v"] == {"name": "d.v", "target": None, "sources": ["d.s"], "trigger": "d.s",
-                            "dictionaries": ["d.dct"], "refreshable": False, "depth": 1, "functions": []}  # fmt: skip
+    assert views["d.v"] == {
+        "name": "d.v",
+        "target": None,
+        "sources": ["d.s"],
+        "trigger": "d.s",
+        "dictionaries": ["d.dct"],
+        "refreshable": False,
+        "depth": 1,
+        "functions": [],
+    }
     assert views["d.r"]["refreshable"] is True
 
 
@@ -169,7 +213,6 @@ def test_dot_render(example):
     assert edges == {(up, node) for node, ups in example.graph.upstream.items() for up in ups}
     assert '"analytics.mv_events_agg" [shape=diamond];' in text
     assert text.count("{") == text.count("}")
-
 
 
 def test_targets_and_views_are_indexed_once_per_project():

@@ -28,8 +28,11 @@ def test_order_by_columns_settings_and_engine_columns() -> None:
     """)
     assert t.order_by == "(toStartOfHour(ts), `my col`, a + 1)"  # verbatim, for execution
     assert t.order_by_columns == ("ts", "my col", "a")
-    assert t.settings_map == (("index_granularity", "8192"), ("parts_to_delay_insert", "7"),
-                              ("storage_policy", "hot and cold"))  # fmt: skip
+    assert t.settings_map == (
+        ("index_granularity", "8192"),
+        ("parts_to_delay_insert", "7"),
+        ("storage_policy", "hot and cold"),
+    )
     assert t.setting("parts_to_delay_insert") == "7" and t.setting("parts_to_throw_insert") is None
     assert t.engine.argument_columns == ("v", "my col")
     assert t.partition_call == PartitionCall(function="toYYYYMM", column="ts")
@@ -108,23 +111,29 @@ def test_windows_use_dagster_keys() -> None:
 
 
 def test_parse_statement_reads_a_server_statement_and_reports_problems(tmp_path: Path) -> None:
-    view = parse_statement("CREATE MATERIALIZED VIEW `my-db`.`mv ü` TO `my-db`.`it's \"q\"` (`ts` DateTime) "
-                           "AS SELECT ts FROM `my-db`.`my src`")  # fmt: skip
-    assert view.target == ObjectRef(database="my-db", name="it's \"q\"")
+    view = parse_statement(
+        'CREATE MATERIALIZED VIEW `my-db`.`mv ü` TO `my-db`.`it\'s "q"` (`ts` DateTime) '
+        "AS SELECT ts FROM `my-db`.`my src`"
+    )
+    assert view.target == ObjectRef(database="my-db", name='it\'s "q"')
     assert view.trigger == ObjectRef(database="my-db", name="my src")
     with pytest.raises(DDLError, match="syntax error"):
         parse_statement("CREATE TABLE (")
     with pytest.raises(DDLError, match="expected one statement"):
         parse_statement("CREATE TABLE a (x UInt8) ENGINE = Log; CREATE TABLE b (x UInt8) ENGINE = Log")
     # The directory loader and parse_statement agree.
-    (tmp_path / "a.sql").write_text("CREATE TABLE d.t (ts DateTime) ENGINE = MergeTree PARTITION BY toDate(ts) ORDER BY ts")
+    (tmp_path / "a.sql").write_text(
+        "CREATE TABLE d.t (ts DateTime) ENGINE = MergeTree PARTITION BY toDate(ts) ORDER BY ts"
+    )
     loaded = load_project(tmp_path, default_database="d").tables[ObjectRef(database="d", name="t")]
     single = parse_statement((tmp_path / "a.sql").read_text(), default_database="d")
     assert loaded.model_dump(exclude={"location"}) == single.model_dump(exclude={"location"})
 
 
 def test_every_column_of_a_wide_table_keeps_its_definition() -> None:
-    definitions = [f"c{i} Map(String, Array(UInt{8 * 2 ** (i % 4)})) DEFAULT map() COMMENT 'c{i}, (x)'" for i in range(300)]
+    definitions = [
+        f"c{i} Map(String, Array(UInt{8 * 2 ** (i % 4)})) DEFAULT map() COMMENT 'c{i}, (x)'" for i in range(300)
+    ]
     t = table(f"CREATE TABLE d.wide ({', '.join(definitions)}) ENGINE = MergeTree ORDER BY tuple()")
     assert [c.definition for c in t.columns] == definitions
 
@@ -135,8 +144,10 @@ def test_columns_keep_their_definition_verbatim_and_objects_their_name_spans() -
             `b` Array(Tuple(Int8, String)) CODEC(ZSTD(1)), INDEX i a TYPE minmax GRANULARITY 1)
         ENGINE = MergeTree ORDER BY a
     """)
-    assert [c.definition for c in t.columns] == ["a UInt32 DEFAULT toStartOfHour(now()) COMMENT 'hi, (there)'",
-                                                 "`b` Array(Tuple(Int8, String)) CODEC(ZSTD(1))"]  # fmt: skip
+    assert [c.definition for c in t.columns] == [
+        "a UInt32 DEFAULT toStartOfHour(now()) COMMENT 'hi, (there)'",
+        "`b` Array(Tuple(Int8, String)) CODEC(ZSTD(1))",
+    ]
     assert t.statement[t.name_span.start : t.name_span.end] == "d.`t x`"
     view = table("CREATE MATERIALIZED VIEW mv TO d.target (`a` UInt32) AS SELECT a FROM src")
     assert view.statement[view.name_span.start : view.name_span.end] == "mv"

@@ -48,39 +48,86 @@ T, W, U = SourceRole.TRIGGER, SourceRole.READ_WHOLE, SourceRole.UNION_BRANCH
 SOURCE_CASES = [
     ("from", "SELECT ts, user_id FROM d.events", {"d.events": T}, "d.events"),
     ("unqualified-default-db", "SELECT ts, user_id FROM events", {"d.events": T}, "d.events"),
-    ("join-read-whole", "SELECT e.ts, u.id AS user_id FROM d.events AS e LEFT JOIN d.users AS u ON u.id = e.user_id",
-     {"d.events": T, "d.users": W}, "d.events"),
-    ("in-subquery", "SELECT ts, user_id FROM d.events WHERE user_id NOT IN (SELECT id FROM d.blocked)",
-     {"d.events": T, "d.blocked": W}, "d.events"),
-    ("scalar-subquery", "SELECT ts, (SELECT max(id) FROM d.users) AS user_id FROM d.events",
-     {"d.events": T, "d.users": W}, "d.events"),
-    ("union-all", "SELECT ts, user_id FROM d.events UNION ALL SELECT ts, user_id FROM other.more_events",
-     {"d.events": T, "other.more_events": U}, "d.events"),
-    ("cte-body-is-source-cte-name-is-not",
-     "WITH known AS (SELECT id FROM d.users) SELECT ts, user_id FROM d.events WHERE user_id IN (SELECT id FROM known)",
-     {"d.events": T, "d.users": W}, "d.events"),
-    ("trigger-through-cte", "WITH e AS (SELECT * FROM d.events) SELECT ts, user_id FROM e",
-     {"d.events": T}, "d.events"),
-    ("derived-table-alias-not-source",
-     "SELECT x.ts, x.user_id FROM (SELECT ts, user_id FROM d.events WHERE v > 0) AS x", {"d.events": T}, "d.events"),
-    ("table-functions-not-sources",
-     "SELECT e.ts, e.user_id FROM d.events AS e CROSS JOIN numbers(3) AS n "
-     "WHERE e.kind IN (SELECT k FROM url('http://example.com/k.csv', CSV, 'k String'))", {"d.events": T}, "d.events"),
-    ("array-join-nested-and-tuple-dots",
-     "SELECT e.ts, e.user_id FROM d.events AS e ARRAY JOIN e.tags.key AS k WHERE e.t.1 > 0 AND k != ''",
-     {"d.events": T}, "d.events"),
-    ("comma-self-join-one-source", "SELECT a.ts, b.user_id FROM d.events a, d.events b WHERE a.user_id = b.user_id",
-     {"d.events": T}, "d.events"),
-    ("trigger-is-leftmost-not-first-mentioned",
-     "SELECT e.ts, e.user_id FROM (SELECT * FROM d.events) AS e INNER JOIN d.users AS u ON u.id = e.user_id "
-     "WHERE e.user_id IN (SELECT id FROM d.blocked)", {"d.events": T, "d.users": W, "d.blocked": W}, "d.events"),
-    ("dictget-is-not-a-table-source",
-     "SELECT ts, user_id FROM d.events WHERE dictHas('d.user_dict', user_id)", {"d.events": T}, "d.events"),
-]  # fmt: skip
+    (
+        "join-read-whole",
+        "SELECT e.ts, u.id AS user_id FROM d.events AS e LEFT JOIN d.users AS u ON u.id = e.user_id",
+        {"d.events": T, "d.users": W},
+        "d.events",
+    ),
+    (
+        "in-subquery",
+        "SELECT ts, user_id FROM d.events WHERE user_id NOT IN (SELECT id FROM d.blocked)",
+        {"d.events": T, "d.blocked": W},
+        "d.events",
+    ),
+    (
+        "scalar-subquery",
+        "SELECT ts, (SELECT max(id) FROM d.users) AS user_id FROM d.events",
+        {"d.events": T, "d.users": W},
+        "d.events",
+    ),
+    (
+        "union-all",
+        "SELECT ts, user_id FROM d.events UNION ALL SELECT ts, user_id FROM other.more_events",
+        {"d.events": T, "other.more_events": U},
+        "d.events",
+    ),
+    (
+        "cte-body-is-source-cte-name-is-not",
+        "WITH known AS (SELECT id FROM d.users) SELECT ts, user_id FROM d.events WHERE user_id IN (SELECT id FROM known)",
+        {"d.events": T, "d.users": W},
+        "d.events",
+    ),
+    (
+        "trigger-through-cte",
+        "WITH e AS (SELECT * FROM d.events) SELECT ts, user_id FROM e",
+        {"d.events": T},
+        "d.events",
+    ),
+    (
+        "derived-table-alias-not-source",
+        "SELECT x.ts, x.user_id FROM (SELECT ts, user_id FROM d.events WHERE v > 0) AS x",
+        {"d.events": T},
+        "d.events",
+    ),
+    (
+        "table-functions-not-sources",
+        "SELECT e.ts, e.user_id FROM d.events AS e CROSS JOIN numbers(3) AS n "
+        "WHERE e.kind IN (SELECT k FROM url('http://example.com/k.csv', CSV, 'k String'))",
+        {"d.events": T},
+        "d.events",
+    ),
+    (
+        "array-join-nested-and-tuple-dots",
+        "SELECT e.ts, e.user_id FROM d.events AS e ARRAY JOIN e.tags.key AS k WHERE e.t.1 > 0 AND k != ''",
+        {"d.events": T},
+        "d.events",
+    ),
+    (
+        "comma-self-join-one-source",
+        "SELECT a.ts, b.user_id FROM d.events a, d.events b WHERE a.user_id = b.user_id",
+        {"d.events": T},
+        "d.events",
+    ),
+    (
+        "trigger-is-leftmost-not-first-mentioned",
+        "SELECT e.ts, e.user_id FROM (SELECT * FROM d.events) AS e INNER JOIN d.users AS u ON u.id = e.user_id "
+        "WHERE e.user_id IN (SELECT id FROM d.blocked)",
+        {"d.events": T, "d.users": W, "d.blocked": W},
+        "d.events",
+    ),
+    (
+        "dictget-is-not-a-table-source",
+        "SELECT ts, user_id FROM d.events WHERE dictHas('d.user_dict', user_id)",
+        {"d.events": T},
+        "d.events",
+    ),
+]
 
 
-@pytest.mark.parametrize(("select", "sources", "trigger"), [c[1:] for c in SOURCE_CASES],
-                         ids=[c[0] for c in SOURCE_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("select", "sources", "trigger"), [c[1:] for c in SOURCE_CASES], ids=[c[0] for c in SOURCE_CASES]
+)
 def test_sources_and_trigger(tmp_path, select, sources, trigger):
     project = load_ddl(tmp_path, f"{PRELUDE}\nCREATE MATERIALIZED VIEW d.mv TO d.sink AS {select}")
     view = project.views[ref("d.mv")]
@@ -95,21 +142,41 @@ def test_sources_and_trigger(tmp_path, select, sources, trigger):
 
 JOIN_CASES = [
     ("plain-from", "SELECT ts, user_id FROM d.events", False, (), False),
-    ("left-join", "SELECT e.ts, e.user_id FROM d.events e LEFT JOIN d.users u ON u.id = e.user_id", True,
-     ("d.users",), False),
-    ("comma-self-join", "SELECT a.ts, b.user_id FROM d.events a, d.events b WHERE a.user_id = b.user_id", True,
-     ("d.events",), True),
-    ("join-a-cte-reads-its-body",
-     "WITH u AS (SELECT id FROM d.users) SELECT e.ts, e.user_id FROM d.events e INNER JOIN u ON u.id = e.user_id",
-     True, ("d.users",), False),
+    (
+        "left-join",
+        "SELECT e.ts, e.user_id FROM d.events e LEFT JOIN d.users u ON u.id = e.user_id",
+        True,
+        ("d.users",),
+        False,
+    ),
+    (
+        "comma-self-join",
+        "SELECT a.ts, b.user_id FROM d.events a, d.events b WHERE a.user_id = b.user_id",
+        True,
+        ("d.events",),
+        True,
+    ),
+    (
+        "join-a-cte-reads-its-body",
+        "WITH u AS (SELECT id FROM d.users) SELECT e.ts, e.user_id FROM d.events e INNER JOIN u ON u.id = e.user_id",
+        True,
+        ("d.users",),
+        False,
+    ),
     ("array-join-is-no-join", "SELECT e.ts, e.user_id FROM d.events e ARRAY JOIN e.tags.key AS k", False, (), False),
-    ("scalar-subquery-on-trigger-is-no-self-join",
-     "SELECT ts, (SELECT max(user_id) FROM d.events) AS user_id FROM d.events", False, (), False),
-]  # fmt: skip
+    (
+        "scalar-subquery-on-trigger-is-no-self-join",
+        "SELECT ts, (SELECT max(user_id) FROM d.events) AS user_id FROM d.events",
+        False,
+        (),
+        False,
+    ),
+]
 
 
-@pytest.mark.parametrize(("select", "has_join", "joined", "self_join"), [c[1:] for c in JOIN_CASES],
-                         ids=[c[0] for c in JOIN_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("select", "has_join", "joined", "self_join"), [c[1:] for c in JOIN_CASES], ids=[c[0] for c in JOIN_CASES]
+)
 def test_join_marking(tmp_path, select, has_join, joined, self_join):
     project = load_ddl(tmp_path, f"{PRELUDE}\nCREATE MATERIALIZED VIEW d.mv TO d.sink AS {select}")
     view = project.views[ref("d.mv")]
@@ -133,13 +200,17 @@ def test_dictionaries_used(tmp_path, call, dictionary):
 
 
 def test_dictionary_source_without_db_uses_default_database(tmp_path):
-    project = load_ddl(tmp_path, """
+    project = load_ddl(
+        tmp_path,
+        """
         CREATE TABLE users (id UInt64, name String) ENGINE = MergeTree ORDER BY id;
         CREATE DICTIONARY names (id UInt64, name String) PRIMARY KEY id
             SOURCE(CLICKHOUSE(TABLE 'users')) LAYOUT(FLAT()) LIFETIME(300);
         CREATE DICTIONARY by_query (id UInt64, name String) PRIMARY KEY id
             SOURCE(CLICKHOUSE(QUERY 'SELECT id, name FROM users')) LAYOUT(FLAT()) LIFETIME(300)
-    """, default_database="app")  # fmt: skip
+    """,
+        default_database="app",
+    )
     assert project.dictionaries[ref("app.names")].source_table == ref("app.users")
     assert project.dictionaries[ref("app.names")].primary_key == "id"
     assert project.dictionaries[ref("app.by_query")].source_table is None
@@ -163,7 +234,9 @@ def test_split_combinators(name, base, combinators):
 
 
 def test_group_by_aggregates_outputs_and_verbatim_select(tmp_path):
-    project = load_ddl(tmp_path, """
+    project = load_ddl(
+        tmp_path,
+        """
         CREATE TABLE d.api (timestamp DateTime, endpoint String, user_id UInt64, ms UInt32) ENGINE = MergeTree ORDER BY timestamp;
         CREATE TABLE d.stats (hour DateTime, endpoint String, n AggregateFunction(sum, UInt64),
             u AggregateFunction(uniq, UInt64), p AggregateFunction(quantile(0.99), UInt32), c UInt64)
@@ -178,7 +251,8 @@ def test_group_by_aggregates_outputs_and_verbatim_select(tmp_path):
             count() AS c
         FROM d.api
         GROUP BY endpoint, hour
-    """)  # fmt: skip
+    """,
+    )
     view = project.views[ref("d.stats_mv")]
     assert view.group_by == ("endpoint", "hour")
     assert [(a.output, a.function, a.base, a.combinators) for a in view.aggregates] == [
@@ -194,7 +268,9 @@ def test_group_by_aggregates_outputs_and_verbatim_select(tmp_path):
     assert view.output("u").source_columns == (("d.api", "user_id"),)
     assert "toStartOfHour(timestamp) AS hour,  -- stays toStartOfHour" in view.select_sql
     assert "quantileState(0.99)(ms)" in view.select_sql
-    assert view.select_sql.startswith("SELECT\n    toStartOfHour") and view.select_sql.endswith("GROUP BY endpoint, hour")
+    assert view.select_sql.startswith("SELECT\n    toStartOfHour") and view.select_sql.endswith(
+        "GROUP BY endpoint, hour"
+    )
 
 
 def test_aggregate_in_scalar_subquery_does_not_make_the_output_an_aggregate(tmp_path):
@@ -204,8 +280,10 @@ def test_aggregate_in_scalar_subquery_does_not_make_the_output_an_aggregate(tmp_
 
 
 def test_files_statements_and_comments(tmp_path):
-    project = load_ddl(tmp_path, {
-        "01_first.sql": """\
+    project = load_ddl(
+        tmp_path,
+        {
+            "01_first.sql": """\
             /* A block comment
                spanning lines; with a ; inside */
             CREATE DATABASE IF NOT EXISTS d ENGINE = Atomic;
@@ -213,11 +291,12 @@ def test_files_statements_and_comments(tmp_path):
             CREATE TABLE d.a (x UInt64, s String DEFAULT 'a;b') ENGINE = MergeTree ORDER BY x; CREATE TABLE d.b (x UInt64)
             ENGINE = MergeTree ORDER BY x;
             """,
-        "02_second.sql": """\
+            "02_second.sql": """\
             CREATE MATERIALIZED VIEW d.ab TO d.b AS
             SELECT x FROM d.a -- trailing comment, no semicolon after the last statement
             """,
-    })  # fmt: skip
+        },
+    )
     assert [db.name for db in project.databases] == ["d"]
     assert set(project.tables) == {ref("d.a"), ref("d.b")}
     a = project.tables[ref("d.a")]
@@ -233,7 +312,9 @@ def test_files_statements_and_comments(tmp_path):
 
 
 def test_table_properties(tmp_path):
-    project = load_ddl(tmp_path, """
+    project = load_ddl(
+        tmp_path,
+        """
         CREATE TABLE IF NOT EXISTS d.src ON CLUSTER main
         (
             ts DateTime64(3, 'UTC') COMMENT 'event time',
@@ -248,12 +329,16 @@ def test_table_properties(tmp_path):
         TTL toDateTime(ts) + INTERVAL 30 DAY DELETE
         SETTINGS index_granularity = 8192
         COMMENT 'the source'
-    """)  # fmt: skip
+    """,
+    )
     table = project.tables[ref("d.src")]
     assert [(c.name, c.type) for c in table.columns] == [
-        ("ts", "DateTime64(3, 'UTC')"), ("id", "UInt64"), ("amount", "Decimal(18, 4)"), ("day", "Date"),
+        ("ts", "DateTime64(3, 'UTC')"),
+        ("id", "UInt64"),
+        ("amount", "Decimal(18, 4)"),
+        ("day", "Date"),
         ("tags", "Array(LowCardinality(String))"),
-    ]  # fmt: skip
+    ]
     assert table.column("ts").comment == "event time"
     assert (table.column("day").default_kind, table.column("day").default_expression) == ("MATERIALIZED", "toDate(ts)")
     assert table.engine.name == "ReplicatedReplacingMergeTree" and table.engine.family == "ReplacingMergeTree"
@@ -267,21 +352,30 @@ def test_table_properties(tmp_path):
     assert table.description == "the source"
     # The cluster and the Keeper path, for statements built beside it (a new version needs a path of its own).
     assert (table.engine.keeper_path, table.engine.replica_name, table.engine.family_arguments) == (
-        "/clickhouse/{shard}/src", "{replica}", ("ts",))
+        "/clickhouse/{shard}/src",
+        "{replica}",
+        ("ts",),
+    )
     assert table.statement[table.cluster_span.start : table.cluster_span.end] == " ON CLUSTER main"
     assert table.statement[table.keeper_path_span.start : table.keeper_path_span.end] == "'/clickhouse/{shard}/src'"
 
 
-@pytest.mark.parametrize(("engine", "keeper_path", "family_arguments"), [
-    ("ReplicatedAggregatingMergeTree", None, ()),
-    ("ReplicatedReplacingMergeTree(ver)", None, ("ver",)),
-    ("ReplicatedMergeTree('/p/{uuid}/{shard}', '{replica}')", "/p/{uuid}/{shard}", ()),
-    ("ReplicatedMergeTree(concat('/p/', 'x'), '{replica}')", None, ("CONCAT('/p/', 'x')", "'{replica}'")),
-    ("ReplacingMergeTree('/not/a/path', ver)", None, ("'/not/a/path'", "ver")),
-], ids=["default-path", "default-path-own-parameter", "written-path", "computed-path", "not-replicated"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("engine", "keeper_path", "family_arguments"),
+    [
+        ("ReplicatedAggregatingMergeTree", None, ()),
+        ("ReplicatedReplacingMergeTree(ver)", None, ("ver",)),
+        ("ReplicatedMergeTree('/p/{uuid}/{shard}', '{replica}')", "/p/{uuid}/{shard}", ()),
+        ("ReplicatedMergeTree(concat('/p/', 'x'), '{replica}')", None, ("CONCAT('/p/', 'x')", "'{replica}'")),
+        ("ReplacingMergeTree('/not/a/path', ver)", None, ("'/not/a/path'", "ver")),
+    ],
+    ids=["default-path", "default-path-own-parameter", "written-path", "computed-path", "not-replicated"],
+)
 def test_keeper_path_only_when_written_as_the_first_two_string_arguments(engine, keeper_path, family_arguments):
-    table = parse_statement(f"CREATE TABLE d.t ON CLUSTER `{{cluster}}` (k UInt8, ver UInt64) ENGINE = {engine} "
-                            "ORDER BY k", default_database="d")  # fmt: skip
+    table = parse_statement(
+        f"CREATE TABLE d.t ON CLUSTER `{{cluster}}` (k UInt8, ver UInt64) ENGINE = {engine} ORDER BY k",
+        default_database="d",
+    )
     assert (table.engine.keeper_path, table.engine.family_arguments) == (keeper_path, family_arguments)
     assert (table.keeper_path_span is None) == (keeper_path is None)
     assert table.on_cluster == "{cluster}"
@@ -289,15 +383,20 @@ def test_keeper_path_only_when_written_as_the_first_two_string_arguments(engine,
 
 
 def test_on_cluster_is_the_statements_own_clause_not_a_join_condition():
-    view = parse_statement("CREATE MATERIALIZED VIEW d.mv TO d.t AS SELECT a FROM d.s JOIN d.u ON cluster = 1",
-                           default_database="d")  # fmt: skip
+    view = parse_statement(
+        "CREATE MATERIALIZED VIEW d.mv TO d.t AS SELECT a FROM d.s JOIN d.u ON cluster = 1", default_database="d"
+    )
     assert view.on_cluster is None and view.cluster_span is None
-    view = parse_statement("CREATE MATERIALIZED VIEW d.mv ON CLUSTER c TO d.t AS SELECT a FROM d.s", default_database="d")
+    view = parse_statement(
+        "CREATE MATERIALIZED VIEW d.mv ON CLUSTER c TO d.t AS SELECT a FROM d.s", default_database="d"
+    )
     assert view.statement[view.cluster_span.start : view.cluster_span.end] == " ON CLUSTER c"
 
 
 def test_materialized_view_kinds(tmp_path):
-    project = load_ddl(tmp_path, f"""{PRELUDE}
+    project = load_ddl(
+        tmp_path,
+        f"""{PRELUDE}
         CREATE TABLE d.snap (kind String, c UInt64) ENGINE = MergeTree ORDER BY kind;
         -- Insert-triggered, explicit columns, ON CLUSTER.
         CREATE MATERIALIZED VIEW IF NOT EXISTS d.to_mv ON CLUSTER main TO d.sink (ts DateTime, user_id UInt64)
@@ -309,10 +408,16 @@ def test_materialized_view_kinds(tmp_path):
         CREATE MATERIALIZED VIEW d.pop_mv ENGINE = MergeTree ORDER BY ts POPULATE AS SELECT ts, user_id FROM d.events;
         CREATE MATERIALIZED VIEW d.refresh_mv REFRESH EVERY 1 HOUR TO d.snap AS SELECT kind, count() AS c FROM d.events GROUP BY kind;
         CREATE MATERIALIZED VIEW d.after_mv REFRESH AFTER 30 MINUTE APPEND TO d.snap AS SELECT kind, 1 AS c FROM d.events
-    """)  # fmt: skip
+    """,
+    )
     views = project.views
     to_mv = views[ref("d.to_mv")]
-    assert (to_mv.target, to_mv.inner_table, to_mv.refreshable, to_mv.on_cluster) == (ref("d.sink"), None, False, "main")
+    assert (to_mv.target, to_mv.inner_table, to_mv.refreshable, to_mv.on_cluster) == (
+        ref("d.sink"),
+        None,
+        False,
+        "main",
+    )
     assert to_mv.description == "Insert-triggered, explicit columns, ON CLUSTER."
     assert to_mv.select_sql == "SELECT ts, user_id FROM d.events"
 
@@ -336,12 +441,16 @@ def test_materialized_view_kinds(tmp_path):
 
 
 def test_quoted_identifiers_keep_exact_names(tmp_path):
-    project = load_ddl(tmp_path, """
+    project = load_ddl(
+        tmp_path,
+        """
         CREATE TABLE `page-views` (ts DateTime, `user id` UInt64) ENGINE = MergeTree ORDER BY ts;
         CREATE TABLE "Daily Views" (day Date, c UInt64) ENGINE = SummingMergeTree PARTITION BY toYYYYMM(day) ORDER BY day;
         CREATE MATERIALIZED VIEW `my-db`.`views-mv` TO "Daily Views" AS
         SELECT toDate(ts) AS day, count() AS c FROM `page-views` WHERE `user id` > 0 GROUP BY day
-    """, external=("my-db.unused",))  # fmt: skip
+    """,
+        external=("my-db.unused",),
+    )
     assert set(project.tables) == {ref("d.page-views"), ref("d.Daily Views")}
     assert project.tables[ref("d.page-views")].column("user id").type == "UInt64"
     view = project.views[ref("my-db.views-mv")]
@@ -360,29 +469,61 @@ def test_same_definition_twice_is_fine(tmp_path):
 def test_every_example_file_parses(name, example):
     """Each example file parses, and contributes its objects to the example project."""
     text = (EXAMPLE_DDL / name).read_text()
-    objects = [*example.project.tables.values(), *example.project.views.values(), *example.project.dictionaries.values()]
+    objects = [
+        *example.project.tables.values(),
+        *example.project.views.values(),
+        *example.project.dictionaries.values(),
+    ]
     from_file = [o for o in objects if o.location.file.endswith(name)]
-    assert len(from_file) == text.count("CREATE TABLE") + text.count("CREATE MATERIALIZED VIEW") or name == "00_databases.sql"
+    assert (
+        len(from_file) == text.count("CREATE TABLE") + text.count("CREATE MATERIALIZED VIEW")
+        or name == "00_databases.sql"
+    )
 
 
 EXAMPLE_LINEAGE = {
     # view: (target, trigger, sources, group_by, aggregate functions)
-    "hourly_endpoint_stats_mv": ("hourly_endpoint_stats", "api_requests", ("api_requests",), ("endpoint", "hour"),
-                                 ("sumState", "uniqState", "quantileState")),
+    "hourly_endpoint_stats_mv": (
+        "hourly_endpoint_stats",
+        "api_requests",
+        ("api_requests",),
+        ("endpoint", "hour"),
+        ("sumState", "uniqState", "quantileState"),
+    ),
     "enriched_requests_mv": ("requests_enriched", "raw_requests", ("raw_requests",), (), ()),
     "entity_latest_mv": ("entity_latest", "raw_webhooks", ("raw_webhooks",), (), ()),
     "errors_mv": ("error_events", "all_events", ("all_events",), (), ()),
     "metrics_mv": ("metric_events", "all_events", ("all_events",), (), ()),
     "audit_mv": ("audit_log", "all_events", ("all_events",), (), ()),
-    "counter_daily_mv": ("counter_daily", "counter", ("counter",), ("device", "day"),
-                         ("count", "maxState", "minState", "avgState")),
-    "mv_events_agg": ("events_agg", "raw_events", ("raw_events",), ("event_date", "event_hour", "event_type", "user_id"),
-                      ("count", "sum")),
-    "mv_events_daily": ("events_daily", "events_agg", ("events_agg",), ("event_date", "event_type"),
-                        ("sumState", "uniqState")),
-    "mv_events_weekly": ("events_weekly", "events_daily", ("events_daily",), ("week", "event_type"),
-                         ("sumMergeState", "uniqMergeState")),
-}  # fmt: skip
+    "counter_daily_mv": (
+        "counter_daily",
+        "counter",
+        ("counter",),
+        ("device", "day"),
+        ("count", "maxState", "minState", "avgState"),
+    ),
+    "mv_events_agg": (
+        "events_agg",
+        "raw_events",
+        ("raw_events",),
+        ("event_date", "event_hour", "event_type", "user_id"),
+        ("count", "sum"),
+    ),
+    "mv_events_daily": (
+        "events_daily",
+        "events_agg",
+        ("events_agg",),
+        ("event_date", "event_type"),
+        ("sumState", "uniqState"),
+    ),
+    "mv_events_weekly": (
+        "events_weekly",
+        "events_daily",
+        ("events_daily",),
+        ("week", "event_type"),
+        ("sumMergeState", "uniqMergeState"),
+    ),
+}
 
 
 @pytest.mark.parametrize("view_name", list(EXAMPLE_LINEAGE))
@@ -419,23 +560,63 @@ def test_example_details(example):
 # --- errors -------------------------------------------------------------------------------------------
 
 ERROR_CASES = [
-    ("syntax-error", {"a.sql": "CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;\n\nCREATE TABLE d.b (x UInt64 ENGINE = MergeTree ORDER BY x;"},
-     r"syntax error", ("a.sql", 3, 28)),
-    ("unknown-statement", {"a.sql": "CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;\n  SELEC oops FROM;"},
-     r"syntax error|unsupported", ("a.sql", 2, None)),
-    ("to-target-nowhere", {"a.sql": "CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;\nCREATE MATERIALIZED VIEW d.mv TO d.nowhere AS SELECT x FROM d.a;"},
-     r"d\.mv writes TO d\.nowhere, which is defined nowhere", ("a.sql", 2, 1)),
-    ("source-nowhere", {"a.sql": "CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;\nCREATE MATERIALIZED VIEW d.mv TO d.a AS\n  SELECT x FROM d.ghost;"},
-     r"d\.mv reads d\.ghost, which is defined nowhere.*\n.*external = \[\"d\.ghost\"\]", ("a.sql", 3, 17)),
-    ("dictionary-nowhere", {"a.sql": "CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;\nCREATE TABLE d.b (x UInt64) ENGINE = MergeTree ORDER BY x;\nCREATE MATERIALIZED VIEW d.mv TO d.b AS SELECT dictGet('d.nodict', 'x', x) AS x FROM d.a;"},
-     r"uses dictionary d\.nodict, which is defined nowhere", ("a.sql", 3, 1)),
-    ("defined-twice-differently", {"a.sql": "CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;",
-                                   "b.sql": "-- again\nCREATE TABLE d.a (x UInt32) ENGINE = MergeTree ORDER BY x;"},
-     r"d\.a is defined again with a different definition \(first at .*a\.sql:1:1\)", ("b.sql", 2, 1)),
-    ("cycle", {"a.sql": "CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;\nCREATE TABLE d.b (x UInt64) ENGINE = MergeTree ORDER BY x;\n"
-                        "CREATE MATERIALIZED VIEW d.ab TO d.b AS SELECT x FROM d.a;\nCREATE MATERIALIZED VIEW d.ba TO d.a AS SELECT x FROM d.b;"},
-     r"cycle in the MV graph: ", ("a.sql", None, 1)),
-]  # fmt: skip
+    (
+        "syntax-error",
+        {
+            "a.sql": "CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;\n\nCREATE TABLE d.b (x UInt64 ENGINE = MergeTree ORDER BY x;"
+        },
+        r"syntax error",
+        ("a.sql", 3, 28),
+    ),
+    (
+        "unknown-statement",
+        {"a.sql": "CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;\n  SELEC oops FROM;"},
+        r"syntax error|unsupported",
+        ("a.sql", 2, None),
+    ),
+    (
+        "to-target-nowhere",
+        {
+            "a.sql": "CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;\nCREATE MATERIALIZED VIEW d.mv TO d.nowhere AS SELECT x FROM d.a;"
+        },
+        r"d\.mv writes TO d\.nowhere, which is defined nowhere",
+        ("a.sql", 2, 1),
+    ),
+    (
+        "source-nowhere",
+        {
+            "a.sql": "CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;\nCREATE MATERIALIZED VIEW d.mv TO d.a AS\n  SELECT x FROM d.ghost;"
+        },
+        r"d\.mv reads d\.ghost, which is defined nowhere.*\n.*external = \[\"d\.ghost\"\]",
+        ("a.sql", 3, 17),
+    ),
+    (
+        "dictionary-nowhere",
+        {
+            "a.sql": "CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;\nCREATE TABLE d.b (x UInt64) ENGINE = MergeTree ORDER BY x;\nCREATE MATERIALIZED VIEW d.mv TO d.b AS SELECT dictGet('d.nodict', 'x', x) AS x FROM d.a;"
+        },
+        r"uses dictionary d\.nodict, which is defined nowhere",
+        ("a.sql", 3, 1),
+    ),
+    (
+        "defined-twice-differently",
+        {
+            "a.sql": "CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;",
+            "b.sql": "-- again\nCREATE TABLE d.a (x UInt32) ENGINE = MergeTree ORDER BY x;",
+        },
+        r"d\.a is defined again with a different definition \(first at .*a\.sql:1:1\)",
+        ("b.sql", 2, 1),
+    ),
+    (
+        "cycle",
+        {
+            "a.sql": "CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;\nCREATE TABLE d.b (x UInt64) ENGINE = MergeTree ORDER BY x;\n"
+            "CREATE MATERIALIZED VIEW d.ab TO d.b AS SELECT x FROM d.a;\nCREATE MATERIALIZED VIEW d.ba TO d.a AS SELECT x FROM d.b;"
+        },
+        r"cycle in the MV graph: ",
+        ("a.sql", None, 1),
+    ),
+]
 
 
 @pytest.mark.parametrize(("files", "pattern", "where"), [c[1:] for c in ERROR_CASES], ids=[c[0] for c in ERROR_CASES])
@@ -454,31 +635,40 @@ def test_errors_name_file_line_column_and_fix(tmp_path, files, pattern, where):
 
 def test_cycle_names_the_whole_cycle(tmp_path):
     with pytest.raises(DDLError) as info:
-        load_ddl(tmp_path, """
+        load_ddl(
+            tmp_path,
+            """
             CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;
             CREATE TABLE d.b (x UInt64) ENGINE = MergeTree ORDER BY x;
             CREATE TABLE d.c (x UInt64) ENGINE = MergeTree ORDER BY x;
             CREATE MATERIALIZED VIEW d.ab TO d.b AS SELECT x FROM d.a;
             CREATE MATERIALIZED VIEW d.bc TO d.c AS SELECT x FROM d.b;
             CREATE MATERIALIZED VIEW d.ca TO d.a AS SELECT x FROM d.c;
-        """)
+        """,
+        )
     message = info.value.problems[0].message
     cycle = message.removeprefix("cycle in the MV graph: ").split(" -> ")
     assert cycle[0] == cycle[-1] and len(cycle) == 7
     assert set(cycle) == {"d.a", "d.b", "d.c", "d.ab", "d.bc", "d.ca"}
     for before, after in zip(cycle, cycle[1:], strict=False):  # consecutive nodes are edges of the graph
-        assert (before, after) in {("d.a", "d.ab"), ("d.ab", "d.b"), ("d.b", "d.bc"), ("d.bc", "d.c"),
-                                   ("d.c", "d.ca"), ("d.ca", "d.a")}  # fmt: skip
+        assert (before, after) in {
+            ("d.a", "d.ab"),
+            ("d.ab", "d.b"),
+            ("d.b", "d.bc"),
+            ("d.bc", "d.c"),
+            ("d.c", "d.ca"),
+            ("d.ca", "d.a"),
+        }
 
 
 def test_all_problems_reported_together(tmp_path):
     files = {
         "1.sql": "CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;\nCREATE TABLE d.b (x UInt64) ENGINE = MergeTree ORDER BY x;\n"
-                 "CREATE TABLE d.broken (x UInt64 ENGINE = MergeTree ORDER BY x;\n"
-                 "CREATE MATERIALIZED VIEW d.ab TO d.b AS SELECT x FROM d.a;\nCREATE MATERIALIZED VIEW d.ba TO d.a AS SELECT x FROM d.b;\n"
-                 "CREATE MATERIALIZED VIEW d.m1 TO d.nowhere AS SELECT x FROM d.a;\nCREATE MATERIALIZED VIEW d.m2 TO d.b AS SELECT x FROM d.ghost",
+        "CREATE TABLE d.broken (x UInt64 ENGINE = MergeTree ORDER BY x;\n"
+        "CREATE MATERIALIZED VIEW d.ab TO d.b AS SELECT x FROM d.a;\nCREATE MATERIALIZED VIEW d.ba TO d.a AS SELECT x FROM d.b;\n"
+        "CREATE MATERIALIZED VIEW d.m1 TO d.nowhere AS SELECT x FROM d.a;\nCREATE MATERIALIZED VIEW d.m2 TO d.b AS SELECT x FROM d.ghost",
         "2.sql": "CREATE TABLE d.a (x String) ENGINE = MergeTree ORDER BY x",
-    }  # fmt: skip
+    }
     with pytest.raises(DDLError) as info:
         load_ddl(tmp_path, files)
     messages = [p.message for p in info.value.problems]
@@ -507,9 +697,11 @@ def test_missing_directory_and_empty_directory(tmp_path):
 def test_parse_trees_are_freed_without_the_cyclic_garbage_collector(tmp_path):
     """A parse tree is a reference cycle (each node points to its parent): the parser unlinks it after use,
     so a large directory does not leave the collector thousands of trees to traverse."""
-    views = "".join(f"CREATE TABLE d.t{i} (ts DateTime, x UInt64) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY ts;\n"
-                    f"CREATE MATERIALIZED VIEW d.mv{i} TO d.t{i} AS SELECT ts, sum(x) AS x FROM d.events GROUP BY ts;\n"
-                    for i in range(40))  # fmt: skip
+    views = "".join(
+        f"CREATE TABLE d.t{i} (ts DateTime, x UInt64) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY ts;\n"
+        f"CREATE MATERIALIZED VIEW d.mv{i} TO d.t{i} AS SELECT ts, sum(x) AS x FROM d.events GROUP BY ts;\n"
+        for i in range(40)
+    )
     load_ddl(tmp_path, PRELUDE + views)  # every lazy import and cache of the parser in place
     gc.collect()
     gc.disable()

@@ -68,13 +68,17 @@ def test_an_mv_with_its_comment_after_the_select(tmp_path):
 @pytest.mark.parametrize(
     ("column", "name", "type_", "default"),
     [
-        ("h UInt64 MATERIALIZED cityHash64(arraySort(tags) AS s, length(s))", "h", "UInt64",
-         ("MATERIALIZED", "cityHash64(arraySort(tags) AS s, length(s))")),
+        (
+            "h UInt64 MATERIALIZED cityHash64(arraySort(tags) AS s, length(s))",
+            "h",
+            "UInt64",
+            ("MATERIALIZED", "cityHash64(arraySort(tags) AS s, length(s))"),
+        ),
         ("o Object('json')", "o", "Object('json')", (None, None)),
         ("s String SETTINGS (max_compress_block_size = 1048576)", "s", "String", (None, None)),
         ("v UInt64 STATISTICS(tdigest) COMMENT 'hi'", "v", "UInt64", (None, None)),
     ],
-)  # fmt: skip
+)
 def test_a_table_column_sqlglot_cannot_read_is_kept_as_written(column, name, type_, default):
     table = parse_statement(f"CREATE TABLE d.t (tags Array(String), {column}, x UInt8) ENGINE = MergeTree ORDER BY x")
     assert isinstance(table, Table)
@@ -135,12 +139,18 @@ def test_statements_chmv_keeps_as_written(tmp_path):
     project = load(tmp_path, PRELUDE + FUNCTIONS_AND_VIEWS)
     kept = {(k.kind, k.name): k for k in project.kept}
     assert set(kept) == {
-        (KeptKind.FUNCTION, "clean"), (KeptKind.FUNCTION, "section"), (KeptKind.VIEW, "d.users_view"),
-        (KeptKind.VIEW, "d.vip"), (KeptKind.ROLE, "reader, writer"), (KeptKind.USER, "analyst"),
+        (KeptKind.FUNCTION, "clean"),
+        (KeptKind.FUNCTION, "section"),
+        (KeptKind.VIEW, "d.users_view"),
+        (KeptKind.VIEW, "d.vip"),
+        (KeptKind.ROLE, "reader, writer"),
+        (KeptKind.USER, "analyst"),
         (KeptKind.GRANT, "GRANT ON CLUSTER main SELECT ON d.sections TO reader, analyst"),
         (KeptKind.ROW_POLICY, "tenant ON d.events"),
-        (KeptKind.SETTINGS_PROFILE, "slow"), (KeptKind.QUOTA, "hourly"), (KeptKind.NAMED_COLLECTION, "broker"),
-    }  # fmt: skip
+        (KeptKind.SETTINGS_PROFILE, "slow"),
+        (KeptKind.QUOTA, "hourly"),
+        (KeptKind.NAMED_COLLECTION, "broker"),
+    }
     clean = kept[(KeptKind.FUNCTION, "clean")]
     assert (
         clean.on_cluster == "main"

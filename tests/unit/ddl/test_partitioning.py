@@ -90,8 +90,9 @@ def tables(tmp_path_factory):
     statements = []
     for case_id, columns, partition_by in ALL_CASES:
         clause = f" PARTITION BY {partition_by}" if partition_by else ""
-        statements.append(f"CREATE TABLE d.{_table_name(case_id)} ({columns}) ENGINE = MergeTree{clause} "
-                          "ORDER BY tuple();")  # fmt: skip
+        statements.append(
+            f"CREATE TABLE d.{_table_name(case_id)} ({columns}) ENGINE = MergeTree{clause} ORDER BY tuple();"
+        )
     return load_ddl(tmp_path_factory.mktemp("partitioning"), "\n".join(statements), toml='default_database = "d"')
 
 
@@ -100,8 +101,9 @@ def scheme_of(loaded, case_id: str) -> PartitionScheme:
     return partition_scheme(loaded.project.table(target), loaded.project.views_into(target))
 
 
-@pytest.mark.parametrize(("case_id", "grain", "column"), [(c[0], c[3], c[4]) for c in TIME_CASES],
-                         ids=[c[0] for c in TIME_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("case_id", "grain", "column"), [(c[0], c[3], c[4]) for c in TIME_CASES], ids=[c[0] for c in TIME_CASES]
+)
 def test_time_partitioned(tables, case_id, grain, column):
     assert scheme_of(tables, case_id) == PartitionScheme(grain=grain, column=column, note=None)
 
@@ -191,8 +193,10 @@ def test_an_inner_table_of_unknown_column_types_is_partitioned_by_its_time_funct
 
 
 def test_the_example_targets(example):
-    grains = {t.name: partition_scheme(example.project.table(t), example.project.views_into(t))
-              for t in example.project.targets}  # fmt: skip
+    grains = {
+        t.name: partition_scheme(example.project.table(t), example.project.views_into(t))
+        for t in example.project.targets
+    }
     assert {name: (s.grain, s.column) for name, s in grains.items()} == {
         "hourly_endpoint_stats": ("day", "hour"),
         "requests_enriched": ("month", "timestamp"),
@@ -213,44 +217,65 @@ def test_the_example_targets(example):
 D = datetime
 
 
-@pytest.mark.parametrize(("value", "grain", "expected"), [
-    (D(2026, 9, 17, 13, 45, 12, 999), "hour", D(2026, 9, 17, 13)),
-    (D(2026, 9, 17, 13, 45, 12, 999), "day", D(2026, 9, 17)),
-    (D(2026, 9, 17, 13, 45, 12, 999), "month", D(2026, 9, 1)),
-    (D(2026, 9, 1), "month", D(2026, 9, 1)),
-    (D(2028, 2, 29, 23, 59, 59), "day", D(2028, 2, 29)),
-    (D(2026, 12, 31, 23, 59, 59), "month", D(2026, 12, 1)),
-], ids=["hour", "day", "month", "month-boundary-is-its-own-start", "leap-day", "december"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "grain", "expected"),
+    [
+        (D(2026, 9, 17, 13, 45, 12, 999), "hour", D(2026, 9, 17, 13)),
+        (D(2026, 9, 17, 13, 45, 12, 999), "day", D(2026, 9, 17)),
+        (D(2026, 9, 17, 13, 45, 12, 999), "month", D(2026, 9, 1)),
+        (D(2026, 9, 1), "month", D(2026, 9, 1)),
+        (D(2028, 2, 29, 23, 59, 59), "day", D(2028, 2, 29)),
+        (D(2026, 12, 31, 23, 59, 59), "month", D(2026, 12, 1)),
+    ],
+    ids=["hour", "day", "month", "month-boundary-is-its-own-start", "leap-day", "december"],
+)
 def test_floor_to_grain(value, grain, expected):
     assert floor_to_grain(value, grain) == expected
 
 
-@pytest.mark.parametrize(("start", "grain", "expected"), [
-    (D(2026, 9, 1, 23), "hour", D(2026, 9, 2, 0)),
-    (D(2026, 12, 31), "day", D(2027, 1, 1)),
-    (D(2028, 2, 28), "day", D(2028, 2, 29)),
-    (D(2027, 2, 28), "day", D(2027, 3, 1)),
-    (D(2026, 1, 1), "month", D(2026, 2, 1)),
-    (D(2028, 2, 1), "month", D(2028, 3, 1)),
-    (D(2026, 2, 1), "month", D(2026, 3, 1)),
-    (D(2026, 7, 1), "month", D(2026, 8, 1)),
-    (D(2026, 8, 1), "month", D(2026, 9, 1)),
-    (D(2026, 12, 1), "month", D(2027, 1, 1)),
-], ids=["hour-across-midnight", "day-across-year", "leap-february-28", "common-february-28", "january",
-        "leap-february", "common-february", "july-31-days", "august-31-days", "december"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("start", "grain", "expected"),
+    [
+        (D(2026, 9, 1, 23), "hour", D(2026, 9, 2, 0)),
+        (D(2026, 12, 31), "day", D(2027, 1, 1)),
+        (D(2028, 2, 28), "day", D(2028, 2, 29)),
+        (D(2027, 2, 28), "day", D(2027, 3, 1)),
+        (D(2026, 1, 1), "month", D(2026, 2, 1)),
+        (D(2028, 2, 1), "month", D(2028, 3, 1)),
+        (D(2026, 2, 1), "month", D(2026, 3, 1)),
+        (D(2026, 7, 1), "month", D(2026, 8, 1)),
+        (D(2026, 8, 1), "month", D(2026, 9, 1)),
+        (D(2026, 12, 1), "month", D(2027, 1, 1)),
+    ],
+    ids=[
+        "hour-across-midnight",
+        "day-across-year",
+        "leap-february-28",
+        "common-february-28",
+        "january",
+        "leap-february",
+        "common-february",
+        "july-31-days",
+        "august-31-days",
+        "december",
+    ],
+)
 def test_next_start(start, grain, expected):
     assert next_start(start, grain) == expected
 
 
-@pytest.mark.parametrize(("start", "grain", "expected"), [
-    (D(2026, 9, 1, 13), "hour", PartitionWindow("2026-09-01-13:00", D(2026, 9, 1, 13), D(2026, 9, 1, 14))),
-    (D(2026, 9, 1, 0), "hour", PartitionWindow("2026-09-01-00:00", D(2026, 9, 1, 0), D(2026, 9, 1, 1))),
-    (D(2026, 12, 31, 23), "hour", PartitionWindow("2026-12-31-23:00", D(2026, 12, 31, 23), D(2027, 1, 1))),
-    (D(2028, 2, 29), "day", PartitionWindow("2028-02-29", D(2028, 2, 29), D(2028, 3, 1))),
-    (D(2028, 2, 1), "month", PartitionWindow("2028-02-01", D(2028, 2, 1), D(2028, 3, 1))),
-    (D(2026, 1, 1), "month", PartitionWindow("2026-01-01", D(2026, 1, 1), D(2026, 2, 1))),
-], ids=["hour-key-like-dagster", "midnight-hour", "last-hour-of-year", "leap-day", "leap-february",
-        "january"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("start", "grain", "expected"),
+    [
+        (D(2026, 9, 1, 13), "hour", PartitionWindow("2026-09-01-13:00", D(2026, 9, 1, 13), D(2026, 9, 1, 14))),
+        (D(2026, 9, 1, 0), "hour", PartitionWindow("2026-09-01-00:00", D(2026, 9, 1, 0), D(2026, 9, 1, 1))),
+        (D(2026, 12, 31, 23), "hour", PartitionWindow("2026-12-31-23:00", D(2026, 12, 31, 23), D(2027, 1, 1))),
+        (D(2028, 2, 29), "day", PartitionWindow("2028-02-29", D(2028, 2, 29), D(2028, 3, 1))),
+        (D(2028, 2, 1), "month", PartitionWindow("2028-02-01", D(2028, 2, 1), D(2028, 3, 1))),
+        (D(2026, 1, 1), "month", PartitionWindow("2026-01-01", D(2026, 1, 1), D(2026, 2, 1))),
+    ],
+    ids=["hour-key-like-dagster", "midnight-hour", "last-hour-of-year", "leap-day", "leap-february", "january"],
+)
 def test_window_at(start, grain, expected):
     assert window_at(start, grain) == expected
 
@@ -259,20 +284,41 @@ def keys(windows: list[PartitionWindow]) -> list[str]:
     return [w.key for w in windows]
 
 
-@pytest.mark.parametrize(("grain", "first", "since", "until", "expected"), [
-    ("day", D(2026, 8, 1), D(2026, 9, 1, 10), D(2026, 9, 3, 0, 30), ["2026-09-01", "2026-09-02", "2026-09-03"]),
-    ("day", D(2026, 8, 1), D(2026, 9, 1), D(2026, 9, 2), ["2026-09-01", "2026-09-02"]),
-    ("day", D(2026, 9, 2), D(2026, 8, 20), D(2026, 9, 3), ["2026-09-02", "2026-09-03"]),
-    ("day", D(2028, 2, 1), D(2028, 2, 28, 12), D(2028, 3, 1, 1), ["2028-02-28", "2028-02-29", "2028-03-01"]),
-    ("day", D(2026, 8, 1), D(2026, 9, 3), D(2026, 9, 1), []),
-    ("hour", D(2026, 8, 1), D(2026, 9, 1, 22, 59), D(2026, 9, 2, 0, 0),
-     ["2026-09-01-22:00", "2026-09-01-23:00", "2026-09-02-00:00"]),
-    ("month", D(2026, 8, 1), D(2026, 8, 31, 23), D(2027, 1, 1), ["2026-08-01", "2026-09-01", "2026-10-01",
-                                                                 "2026-11-01", "2026-12-01", "2027-01-01"]),
-    ("month", D(2026, 8, 1), D(2020, 1, 1), D(2026, 9, 15), ["2026-08-01", "2026-09-01"]),
-], ids=["days-touched", "until-on-a-boundary-includes-that-window", "none-before-first-start",
-        "across-leap-day", "since-after-until", "hours-across-midnight", "months-across-year",
-        "months-from-first-start"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("grain", "first", "since", "until", "expected"),
+    [
+        ("day", D(2026, 8, 1), D(2026, 9, 1, 10), D(2026, 9, 3, 0, 30), ["2026-09-01", "2026-09-02", "2026-09-03"]),
+        ("day", D(2026, 8, 1), D(2026, 9, 1), D(2026, 9, 2), ["2026-09-01", "2026-09-02"]),
+        ("day", D(2026, 9, 2), D(2026, 8, 20), D(2026, 9, 3), ["2026-09-02", "2026-09-03"]),
+        ("day", D(2028, 2, 1), D(2028, 2, 28, 12), D(2028, 3, 1, 1), ["2028-02-28", "2028-02-29", "2028-03-01"]),
+        ("day", D(2026, 8, 1), D(2026, 9, 3), D(2026, 9, 1), []),
+        (
+            "hour",
+            D(2026, 8, 1),
+            D(2026, 9, 1, 22, 59),
+            D(2026, 9, 2, 0, 0),
+            ["2026-09-01-22:00", "2026-09-01-23:00", "2026-09-02-00:00"],
+        ),
+        (
+            "month",
+            D(2026, 8, 1),
+            D(2026, 8, 31, 23),
+            D(2027, 1, 1),
+            ["2026-08-01", "2026-09-01", "2026-10-01", "2026-11-01", "2026-12-01", "2027-01-01"],
+        ),
+        ("month", D(2026, 8, 1), D(2020, 1, 1), D(2026, 9, 15), ["2026-08-01", "2026-09-01"]),
+    ],
+    ids=[
+        "days-touched",
+        "until-on-a-boundary-includes-that-window",
+        "none-before-first-start",
+        "across-leap-day",
+        "since-after-until",
+        "hours-across-midnight",
+        "months-across-year",
+        "months-from-first-start",
+    ],
+)
 def test_windows_between(grain, first, since, until, expected):
     windows = windows_between(grain, first, since, until)
     assert keys(windows) == expected
@@ -280,12 +326,16 @@ def test_windows_between(grain, first, since, until, expected):
     assert all(a.end == b.start for a, b in zip(windows, windows[1:], strict=False))
 
 
-@pytest.mark.parametrize(("grain", "first", "expected"), [
-    ("month", D(2026, 8, 15), ["2026-09-01", "2026-10-01"]),
-    ("month", D(2026, 1, 31), ["2026-02-01", "2026-03-01"]),
-    ("day", D(2026, 9, 30, 6), ["2026-10-01", "2026-10-02"]),
-    ("month", D(2026, 9, 1), ["2026-09-01", "2026-10-01"]),
-], ids=["month-from-mid-month", "month-from-a-31st", "day-from-mid-day", "aligned"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("grain", "first", "expected"),
+    [
+        ("month", D(2026, 8, 15), ["2026-09-01", "2026-10-01"]),
+        ("month", D(2026, 1, 31), ["2026-02-01", "2026-03-01"]),
+        ("day", D(2026, 9, 30, 6), ["2026-10-01", "2026-10-02"]),
+        ("month", D(2026, 9, 1), ["2026-09-01", "2026-10-01"]),
+    ],
+    ids=["month-from-mid-month", "month-from-a-31st", "day-from-mid-day", "aligned"],
+)
 def test_first_window_starts_at_the_first_boundary_at_or_after_first_start(grain, first, expected):
     """Like Dagster's partitions of a ``partition_start`` that is not on a boundary: no key Dagster lacks."""
     assert keys(windows_between(grain, first, D(2020, 1, 1), D(2026, 10, 2)))[:2] == expected

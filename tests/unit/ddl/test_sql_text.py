@@ -35,9 +35,12 @@ SPLIT_CASES = [
     ("semicolon-in-double-quotes", 'SELECT "a;b" FROM t; SELECT 2', ['SELECT "a;b" FROM t', "SELECT 2"]),
     ("semicolon-in-line-comment", "SELECT 1 -- not; the end\n; SELECT 2", ["SELECT 1", "SELECT 2"]),
     ("semicolon-in-block-comment", "SELECT /* a; b */ 1; SELECT 2", ["SELECT /* a; b */ 1", "SELECT 2"]),
-    ("multi-line-statement-kept-verbatim", "CREATE TABLE t\n(\n  x UInt8\n)\nENGINE = Log;",
-     ["CREATE TABLE t\n(\n  x UInt8\n)\nENGINE = Log"]),
-]  # fmt: skip
+    (
+        "multi-line-statement-kept-verbatim",
+        "CREATE TABLE t\n(\n  x UInt8\n)\nENGINE = Log;",
+        ["CREATE TABLE t\n(\n  x UInt8\n)\nENGINE = Log"],
+    ),
+]
 
 
 @pytest.mark.parametrize(("sql", "expected"), [c[1:] for c in SPLIT_CASES], ids=[c[0] for c in SPLIT_CASES])
@@ -112,13 +115,17 @@ def test_unterminated_string_raises_token_error():
         list(split_statements("SELECT 'never closed; SELECT 2"))
 
 
-@pytest.mark.parametrize(("text", "offset", "expected"), [
-    ("abc", 0, (1, 1)),
-    ("abc", 2, (1, 3)),
-    ("ab\ncd", 2, (1, 3)),
-    ("ab\ncd", 3, (2, 1)),
-    ("ab\ncd\n\nx", 7, (4, 1)),
-], ids=["start", "same-line", "newline-itself", "after-newline", "blank-lines"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "offset", "expected"),
+    [
+        ("abc", 0, (1, 1)),
+        ("abc", 2, (1, 3)),
+        ("ab\ncd", 2, (1, 3)),
+        ("ab\ncd", 3, (2, 1)),
+        ("ab\ncd\n\nx", 7, (4, 1)),
+    ],
+    ids=["start", "same-line", "newline-itself", "after-newline", "blank-lines"],
+)
 def test_line_col(text, offset, expected):
     assert line_col(text, offset) == expected
 
@@ -128,27 +135,43 @@ def spans(sql: str) -> dict[str, str]:
 
 
 CLAUSE_CASES = [
-    ("all-table-clauses",
-     "CREATE TABLE t (d Date, x UInt8) ENGINE = MergeTree PARTITION BY toYYYYMM(d) ORDER BY (x, d) "
-     "PRIMARY KEY x SAMPLE BY x TTL d + INTERVAL 1 YEAR SETTINGS index_granularity = 8192",
-     {"PARTITION BY": "toYYYYMM(d)", "ORDER BY": "(x, d)", "PRIMARY KEY": "x", "SAMPLE BY": "x",
-      "TTL": "d + INTERVAL 1 YEAR", "SETTINGS": "index_granularity = 8192"}),
-    ("order-before-partition", "CREATE TABLE t (d Date) ENGINE = MergeTree ORDER BY d PARTITION BY d",
-     {"ORDER BY": "d", "PARTITION BY": "d"}),
-    ("clause-words-inside-parentheses-ignored",
-     "CREATE TABLE t (d Date, s String COMMENT 'order by') ENGINE = MergeTree ORDER BY (d, tuple(s))",
-     {"ORDER BY": "(d, tuple(s))"}),
-    ("multi-line-and-lowercase", "create table t (d Date)\nengine = MergeTree\npartition   by\n  toDate(d)\norder by d",
-     {"PARTITION BY": "toDate(d)", "ORDER BY": "d"}),
-    ("ends-at-comment-keyword", "CREATE TABLE t (d Date) ENGINE = MergeTree ORDER BY d COMMENT 'x'",
-     {"ORDER BY": "d"}),
+    (
+        "all-table-clauses",
+        "CREATE TABLE t (d Date, x UInt8) ENGINE = MergeTree PARTITION BY toYYYYMM(d) ORDER BY (x, d) "
+        "PRIMARY KEY x SAMPLE BY x TTL d + INTERVAL 1 YEAR SETTINGS index_granularity = 8192",
+        {
+            "PARTITION BY": "toYYYYMM(d)",
+            "ORDER BY": "(x, d)",
+            "PRIMARY KEY": "x",
+            "SAMPLE BY": "x",
+            "TTL": "d + INTERVAL 1 YEAR",
+            "SETTINGS": "index_granularity = 8192",
+        },
+    ),
+    (
+        "order-before-partition",
+        "CREATE TABLE t (d Date) ENGINE = MergeTree ORDER BY d PARTITION BY d",
+        {"ORDER BY": "d", "PARTITION BY": "d"},
+    ),
+    (
+        "clause-words-inside-parentheses-ignored",
+        "CREATE TABLE t (d Date, s String COMMENT 'order by') ENGINE = MergeTree ORDER BY (d, tuple(s))",
+        {"ORDER BY": "(d, tuple(s))"},
+    ),
+    (
+        "multi-line-and-lowercase",
+        "create table t (d Date)\nengine = MergeTree\npartition   by\n  toDate(d)\norder by d",
+        {"PARTITION BY": "toDate(d)", "ORDER BY": "d"},
+    ),
+    ("ends-at-comment-keyword", "CREATE TABLE t (d Date) ENGINE = MergeTree ORDER BY d COMMENT 'x'", {"ORDER BY": "d"}),
     ("none", "CREATE TABLE t (d Date) ENGINE = Log", {}),
-    ("mv-inner-table-stops-at-as-select",
-     "CREATE MATERIALIZED VIEW v ENGINE = MergeTree ORDER BY x AS SELECT x FROM t ORDER BY x SETTINGS max_threads = 1",
-     {"ORDER BY": "x"}),
-    ("mv-to-has-no-clauses-of-its-select",
-     "CREATE MATERIALIZED VIEW v TO t AS SELECT x FROM t ORDER BY x", {}),
-]  # fmt: skip
+    (
+        "mv-inner-table-stops-at-as-select",
+        "CREATE MATERIALIZED VIEW v ENGINE = MergeTree ORDER BY x AS SELECT x FROM t ORDER BY x SETTINGS max_threads = 1",
+        {"ORDER BY": "x"},
+    ),
+    ("mv-to-has-no-clauses-of-its-select", "CREATE MATERIALIZED VIEW v TO t AS SELECT x FROM t ORDER BY x", {}),
+]
 
 
 @pytest.mark.parametrize(("sql", "expected"), [c[1:] for c in CLAUSE_CASES], ids=[c[0] for c in CLAUSE_CASES])
@@ -168,11 +191,13 @@ SELECT_CASES = [
     ("select", "CREATE MATERIALIZED VIEW v TO t AS SELECT x FROM s", "SELECT x FROM s"),
     ("with", "CREATE MATERIALIZED VIEW v TO t AS WITH 1 AS a SELECT a FROM s", "WITH 1 AS a SELECT a FROM s"),
     ("parenthesized", "CREATE VIEW v AS (SELECT 1)", "(SELECT 1)"),
-    ("aliases-inside-columns-skipped",
-     "CREATE MATERIALIZED VIEW v (x UInt8 DEFAULT CAST(1 AS UInt8)) ENGINE = Log AS SELECT x FROM s",
-     "SELECT x FROM s"),
+    (
+        "aliases-inside-columns-skipped",
+        "CREATE MATERIALIZED VIEW v (x UInt8 DEFAULT CAST(1 AS UInt8)) ENGINE = Log AS SELECT x FROM s",
+        "SELECT x FROM s",
+    ),
     ("multi-line", "CREATE MATERIALIZED VIEW v TO t AS\nSELECT\n  x\nFROM s", "SELECT\n  x\nFROM s"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("sql", "expected"), [c[1:] for c in SELECT_CASES], ids=[c[0] for c in SELECT_CASES])
@@ -180,10 +205,14 @@ def test_select_start(sql, expected):
     assert sql[select_start(tokenize(sql)) :] == expected
 
 
-@pytest.mark.parametrize("sql", [
-    "CREATE TABLE t (x UInt8) ENGINE = Log",
-    "CREATE TABLE t (x UInt8 DEFAULT CAST(1 AS UInt8)) ENGINE = Log",
-], ids=["table", "cast-as-inside-parentheses"])  # fmt: skip
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "CREATE TABLE t (x UInt8) ENGINE = Log",
+        "CREATE TABLE t (x UInt8 DEFAULT CAST(1 AS UInt8)) ENGINE = Log",
+    ],
+    ids=["table", "cast-as-inside-parentheses"],
+)
 def test_select_start_none_without_as_select(sql):
     assert select_start(tokenize(sql)) is None
 

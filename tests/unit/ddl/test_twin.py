@@ -40,10 +40,15 @@ def test_a_clustered_schema_runs_on_one_host(clustered):
     assert not any("ON CLUSTER" in s or "Replicated" in s for s in statements)
     engines = {r.fqn: t.engine.name for r, t in clustered.tables.items()}
     assert engines == {
-        "metrics.samples_in": "Null", "metrics.samples_local": "MergeTree", "metrics.samples": "Buffer",
-        "metrics.minute_local": "AggregatingMergeTree", "metrics.errors_daily_local": "SummingMergeTree",
-        "metrics.minute": "Buffer", "metrics.errors_all": "Merge", "metrics_dist.hosts": "ReplacingMergeTree",
-    }  # fmt: skip
+        "metrics.samples_in": "Null",
+        "metrics.samples_local": "MergeTree",
+        "metrics.samples": "Buffer",
+        "metrics.minute_local": "AggregatingMergeTree",
+        "metrics.errors_daily_local": "SummingMergeTree",
+        "metrics.minute": "Buffer",
+        "metrics.errors_all": "Merge",
+        "metrics_dist.hosts": "ReplacingMergeTree",
+    }
     samples = clustered.tables[ref("metrics.samples_local")]
     assert samples.settings_map == (("index_granularity", "8192"),)  # the storage policy is dropped, the rest kept
     assert one_line(samples.ttl) == "toDateTime(ts) + INTERVAL 30 DAY DELETE"  # the move to a volume is dropped

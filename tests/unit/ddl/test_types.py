@@ -70,15 +70,27 @@ FAMILIES = {
 @pytest.mark.parametrize(("type_sql", "flags"), list(FAMILIES.items()))
 def test_families(type_sql: str, flags: tuple[int, ...]) -> None:
     t = parse_type(type_sql)
-    got = (t.is_date, t.is_datetime, t.is_integer, t.is_unsigned_64, t.is_float, t.is_decimal, t.is_numeric,
-           t.is_string)  # fmt: skip
+    got = (
+        t.is_date,
+        t.is_datetime,
+        t.is_integer,
+        t.is_unsigned_64,
+        t.is_float,
+        t.is_decimal,
+        t.is_numeric,
+        t.is_string,
+    )
     assert tuple(int(f) for f in got) == flags
     assert t.is_time == bool(flags[0] or flags[1])
 
 
 def test_aggregate_function_types() -> None:
     quantile = parse_type("AggregateFunction(quantile(0.99), UInt32)").aggregate
-    assert quantile is not None and (quantile.function, quantile.parameters, quantile.simple) == ("quantile", ("0.99",), False)
+    assert quantile is not None and (quantile.function, quantile.parameters, quantile.simple) == (
+        "quantile",
+        ("0.99",),
+        False,
+    )
     assert [a.base for a in quantile.arguments] == ["UInt32"]
     arg_max = parse_type("AggregateFunction(argMax, String, DateTime)").aggregate
     assert arg_max.function == "argMax" and [a.base for a in arg_max.arguments] == ["String", "DateTime"]

@@ -19,14 +19,20 @@ D = datetime
 # -- timeline ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("rule", "expected"), [
-    (TtlRule(expression="ts + 10 DAY", column="ts", interval=(10, "DAY")), D(2026, 11, 12, 5, 0)),
-    (TtlRule(expression="toDate(ts) + 10 DAY", column="ts", truncation=Grain.DAY, interval=(10, "DAY")),
-     D(2026, 11, 13)),
-    (TtlRule(expression="ts + 1 MONTH", column="ts", interval=(1, "MONTH")), D(2026, 10, 22, 5, 0)),
-    (TtlRule(expression="ts - 1 WEEK", column="ts", interval=(-1, "WEEK")), D(2026, 11, 29, 5, 0)),
-    (TtlRule(expression="f(ts, x)"), None),
-], ids=["bare", "truncated-to-day", "month", "negative", "unknown"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("rule", "expected"),
+    [
+        (TtlRule(expression="ts + 10 DAY", column="ts", interval=(10, "DAY")), D(2026, 11, 12, 5, 0)),
+        (
+            TtlRule(expression="toDate(ts) + 10 DAY", column="ts", truncation=Grain.DAY, interval=(10, "DAY")),
+            D(2026, 11, 13),
+        ),
+        (TtlRule(expression="ts + 1 MONTH", column="ts", interval=(1, "MONTH")), D(2026, 10, 22, 5, 0)),
+        (TtlRule(expression="ts - 1 WEEK", column="ts", interval=(-1, "WEEK")), D(2026, 11, 29, 5, 0)),
+        (TtlRule(expression="f(ts, x)"), None),
+    ],
+    ids=["bare", "truncated-to-day", "month", "negative", "unknown"],
+)
 def test_ttl_horizon(rule, expected):
     assert ttl_horizon(rule, NOW) == expected
 
@@ -42,9 +48,15 @@ def test_calendar_helpers():
 
 
 def test_the_source_holds_the_window(tmp_path):
-    covered, src = one(project(tmp_path), DAYS[1], facts(whole(), {DAYS[1].start: Stats(40, D(2026, 9, 2, 0, 3),
-                                                                                          D(2026, 9, 2, 23, 50))},
-                                                            {DAYS[1].start: Stats(24, D(2026, 9, 2), D(2026, 9, 2, 23))}))
+    covered, src = one(
+        project(tmp_path),
+        DAYS[1],
+        facts(
+            whole(),
+            {DAYS[1].start: Stats(40, D(2026, 9, 2, 0, 3), D(2026, 9, 2, 23, 50))},
+            {DAYS[1].start: Stats(24, D(2026, 9, 2), D(2026, 9, 2, 23))},
+        ),
+    )
     assert src.table.holding == Holding.ENTIRELY and covered.source_holds_entirely
     assert src.table.reason == "d.src holds 40 rows from 2026-09-02 00:03:00 to 2026-09-02 23:50:00 of the window"
     assert src.held_from == D(2026, 8, 1) and covered.target_rows == 24 and not covered.loss_observed
@@ -53,23 +65,33 @@ def test_the_source_holds_the_window(tmp_path):
 def test_a_dropped_window_is_none(tmp_path):
     covered, src = one(project(tmp_path), DAYS[0], facts(whole(D(2026, 9, 2)), {}, {DAYS[0].start: Stats(24)}))
     assert src.table.holding == Holding.NONE and covered.loss_observed
-    assert "d.src holds no rows of the window while the target partition holds 24 (dropped or deleted" in src.table.reason
+    assert (
+        "d.src holds no rows of the window while the target partition holds 24 (dropped or deleted" in src.table.reason
+    )
     assert "d.src holds 1,000 rows from 2026-09-02 00:00:00" in src.table.reason  # how far back it holds data
 
 
 def test_rows_deleted_from_the_start_of_the_window_is_partly(tmp_path):
-    f = facts(whole(D(2026, 9, 1, 12, 30)), {DAYS[0].start: Stats(10, D(2026, 9, 1, 12, 30), D(2026, 9, 1, 23))},
-              {DAYS[0].start: Stats(24, D(2026, 9, 1, 0), D(2026, 9, 1, 23))})  # fmt: skip
+    f = facts(
+        whole(D(2026, 9, 1, 12, 30)),
+        {DAYS[0].start: Stats(10, D(2026, 9, 1, 12, 30), D(2026, 9, 1, 23))},
+        {DAYS[0].start: Stats(24, D(2026, 9, 1, 0), D(2026, 9, 1, 23))},
+    )
     _covered, src = one(project(tmp_path), DAYS[0], f)
     assert src.table.holding == Holding.PARTLY
-    assert "holds the window from 2026-09-01 12:30:00 only, the target partition has rows from 2026-09-01 00:00:00" \
+    assert (
+        "holds the window from 2026-09-01 12:30:00 only, the target partition has rows from 2026-09-01 00:00:00"
         in src.table.reason
+    )
 
 
 def test_a_source_that_starts_inside_the_window_with_nothing_older_in_the_target_holds_it(tmp_path):
     """The data began at 12:30; the target's oldest hour is 12:00: nothing was lost."""
-    f = facts(whole(D(2026, 9, 1, 12, 30)), {DAYS[0].start: Stats(10, D(2026, 9, 1, 12, 30), D(2026, 9, 1, 23))},
-              {DAYS[0].start: Stats(12, D(2026, 9, 1, 12), D(2026, 9, 1, 23))})  # fmt: skip
+    f = facts(
+        whole(D(2026, 9, 1, 12, 30)),
+        {DAYS[0].start: Stats(10, D(2026, 9, 1, 12, 30), D(2026, 9, 1, 23))},
+        {DAYS[0].start: Stats(12, D(2026, 9, 1, 12), D(2026, 9, 1, 23))},
+    )
     assert one(project(tmp_path), DAYS[0], f)[1].table.holding == Holding.ENTIRELY
 
 
@@ -84,7 +106,8 @@ def test_an_empty_source(tmp_path):
     loaded = project(tmp_path)
     lost = one(loaded, DAYS[0], facts(Stats(), {}, {DAYS[0].start: Stats(5)}))[1]
     assert lost.table.holding == Holding.NONE and lost.table.reason == (
-        "d.src is empty while the target partition holds 5 rows")
+        "d.src is empty while the target partition holds 5 rows"
+    )
     unknown = one(loaded, DAYS[0], facts(Stats(), {}, {DAYS[0].start: Stats()}))[1]
     assert unknown.table.holding == Holding.UNKNOWN and "d.src is empty: nothing tells" in unknown.table.reason
 
@@ -95,15 +118,29 @@ def test_not_observed_is_unknown(tmp_path):
     assert covered.target_rows is None
 
 
-@pytest.mark.parametrize(("window", "expected", "text"), [
-    (window_at(D(2026, 10, 20), "day"), Holding.PARTLY, "its TTL ts + INTERVAL '33' DAY deletes rows before 2026-10-20 05:00:00"),
-    (window_at(D(2026, 10, 20), "day"), Holding.PARTLY, "(7 rows of the window await deletion)"),
-    (window_at(D(2026, 10, 19), "day"), Holding.NONE, "deletes rows before"),
-    (window_at(D(2026, 10, 20, 4), "hour"), Holding.NONE, "deletes rows before 2026-10-20 05:00:00"),
-    (window_at(D(2026, 10, 20, 5), "hour"), Holding.ENTIRELY, "of the window"),
-    (window_at(D(2026, 10, 21), "day"), Holding.ENTIRELY, "of the window"),
-], ids=["straddles-the-horizon", "rows-awaiting-deletion", "before-the-horizon", "hour-before-the-horizon",
-        "hour-from-the-horizon", "after-the-horizon"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("window", "expected", "text"),
+    [
+        (
+            window_at(D(2026, 10, 20), "day"),
+            Holding.PARTLY,
+            "its TTL ts + INTERVAL '33' DAY deletes rows before 2026-10-20 05:00:00",
+        ),
+        (window_at(D(2026, 10, 20), "day"), Holding.PARTLY, "(7 rows of the window await deletion)"),
+        (window_at(D(2026, 10, 19), "day"), Holding.NONE, "deletes rows before"),
+        (window_at(D(2026, 10, 20, 4), "hour"), Holding.NONE, "deletes rows before 2026-10-20 05:00:00"),
+        (window_at(D(2026, 10, 20, 5), "hour"), Holding.ENTIRELY, "of the window"),
+        (window_at(D(2026, 10, 21), "day"), Holding.ENTIRELY, "of the window"),
+    ],
+    ids=[
+        "straddles-the-horizon",
+        "rows-awaiting-deletion",
+        "before-the-horizon",
+        "hour-before-the-horizon",
+        "hour-from-the-horizon",
+        "after-the-horizon",
+    ],
+)
 def test_ttl_horizon_of_the_source(tmp_path, window, expected, text):
     loaded = project(tmp_path, "TTL ts + INTERVAL 33 DAY")  # horizon: 2026-10-20 05:00 at NOW
     rows = Stats(7, window.start, window.end)
@@ -114,11 +151,21 @@ def test_ttl_horizon_of_the_source(tmp_path, window, expected, text):
 
 def test_a_conditional_or_unreadable_ttl(tmp_path):
     window = window_at(D(2026, 9, 1), "day")
-    f = facts(whole(), {window.start: Stats(7, window.start, window.end)}, {window.start: Stats(3, window.start, window.start)})
+    f = facts(
+        whole(),
+        {window.start: Stats(7, window.start, window.end)},
+        {window.start: Stats(3, window.start, window.start)},
+    )
     conditional = one(project(tmp_path / "a", "TTL ts + INTERVAL 1 DAY WHERE k = 'x'"), window, f)[1]
-    assert conditional.table.holding == Holding.PARTLY and "deletes rows matching k = 'x' before" in conditional.table.reason
+    assert (
+        conditional.table.holding == Holding.PARTLY
+        and "deletes rows matching k = 'x' before" in conditional.table.reason
+    )
     unreadable = one(project(tmp_path / "b", "TTL ts + INTERVAL 1 DAY + INTERVAL 1 HOUR"), window, f)[1]
-    assert unreadable.table.holding == Holding.UNKNOWN and "which chmv cannot read as a time horizon" in unreadable.table.reason
+    assert (
+        unreadable.table.holding == Holding.UNKNOWN
+        and "which chmv cannot read as a time horizon" in unreadable.table.reason
+    )
     moved = one(project(tmp_path / "c", "TTL ts + INTERVAL 1 DAY TO VOLUME 'cold'"), window, f)[1]
     assert moved.table.holding == Holding.ENTIRELY  # moving rows keeps them
 
@@ -150,15 +197,23 @@ def test_lake_holds_a_window_its_files_cover(tmp_path):
     root = tmp_path / "landing"
     write_files(root, [D(2026, 8, 30, 0), D(2026, 9, 1, 0), D(2026, 9, 1, 13), D(2026, 9, 2, 5)])
     loaded = project(tmp_path, landing=root)
-    f = facts(whole(D(2026, 9, 3)), {DAYS[2].start: Stats(9, D(2026, 9, 3), D(2026, 9, 3, 22))},
-              {w.start: Stats(5, w.start, w.start) for w in DAYS})  # fmt: skip
+    f = facts(
+        whole(D(2026, 9, 3)),
+        {DAYS[2].start: Stats(9, D(2026, 9, 3), D(2026, 9, 3, 22))},
+        {w.start: Stats(5, w.start, w.start) for w in DAYS},
+    )
     coverage = assess(loaded, HOURLY, DAYS, f, root)
     holdings = [(w.key, w.sources[0].table.holding, w.sources[0].lake.holding) for w in coverage.windows]
-    assert holdings == [("2026-09-01", Holding.NONE, Holding.ENTIRELY), ("2026-09-02", Holding.NONE, Holding.ENTIRELY),
-                        ("2026-09-03", Holding.ENTIRELY, Holding.NONE)]  # fmt: skip
+    assert holdings == [
+        ("2026-09-01", Holding.NONE, Holding.ENTIRELY),
+        ("2026-09-02", Holding.NONE, Holding.ENTIRELY),
+        ("2026-09-03", Holding.ENTIRELY, Holding.NONE),
+    ]
     assert coverage.windows[0].lake_holds_entirely
-    assert coverage.windows[0].sources[0].lake.reason \
+    assert (
+        coverage.windows[0].sources[0].lake.reason
         == "3 landing files arrived in the window's range (the landing zone starts at 2026-08-30 00:00:00)"
+    )
     assert coverage.windows[2].sources[0].lake.reason.startswith("no landing file of d.src arrived in [2026-09-03")
 
 
@@ -169,14 +224,19 @@ def test_lake_that_starts_after_the_targets_oldest_row_is_partly(tmp_path):
     lost = facts(whole(D(2026, 9, 3)), {}, {DAYS[0].start: Stats(5, D(2026, 9, 1, 2), D(2026, 9, 1, 22))})
     src = one(loaded, DAYS[0], lost, root)[1]
     assert src.lake.holding == Holding.PARTLY
-    assert src.lake.reason == "the landing zone starts at 2026-09-01 13:00:00, the target partition has rows from 2026-09-01 02:00:00"
+    assert (
+        src.lake.reason
+        == "the landing zone starts at 2026-09-01 13:00:00, the target partition has rows from 2026-09-01 02:00:00"
+    )
     began = facts(whole(D(2026, 9, 3)), {}, {DAYS[0].start: Stats(5, D(2026, 9, 1, 13), D(2026, 9, 1, 22))})
     assert one(loaded, DAYS[0], began, root)[1].lake.holding == Holding.ENTIRELY
 
 
 def test_lake_not_used_for_a_source_without_a_time_column(tmp_path):
     root = tmp_path / "landing"
-    loaded = load_ddl(tmp_path / "ddl", DDL.format(ttl=""), toml=f'default_database = "d"\n[ingestion]\nlanding_dir = "{root}"')
+    loaded = load_ddl(
+        tmp_path / "ddl", DDL.format(ttl=""), toml=f'default_database = "d"\n[ingestion]\nlanding_dir = "{root}"'
+    )
     src = one(loaded, DAYS[0], facts(whole(), {}, {DAYS[0].start: Stats(5)}), root)[1]
     assert src.lake.holding == Holding.UNKNOWN and "no [ingestion.time_columns] entry" in src.lake.reason
 
@@ -199,8 +259,13 @@ def test_rows_after_the_ingestion_cutoff_must_be_in_the_source(tmp_path):
     target = {w.start: Stats(24, w.start, w.start) for w in DAYS[:2]}
 
     def lake(table: Stats, mark: datetime | None) -> list[Holding]:
-        f = Facts(now=NOW, tables=((SRC, table),), target_windows=tuple(target.items()), mapped=(SRC,),
-                  watermarks=((SRC, mark),))  # fmt: skip
+        f = Facts(
+            now=NOW,
+            tables=((SRC, table),),
+            target_windows=tuple(target.items()),
+            mapped=(SRC,),
+            watermarks=((SRC, mark),),
+        )
         return [w.sources[0].lake.holding for w in assess(loaded, HOURLY, DAYS[:2], f, root).windows]
 
     mark = D(2026, 9, 2, 23, 59)  # cutoff 23:44 inside 09-02
@@ -208,8 +273,15 @@ def test_rows_after_the_ingestion_cutoff_must_be_in_the_source(tmp_path):
     assert lake(whole(D(2026, 9, 2, 23, 50)), mark) == [Holding.ENTIRELY, Holding.PARTLY]
     assert lake(whole(D(2026, 9, 2, 12)), mark) == [Holding.ENTIRELY, Holding.ENTIRELY]  # holds it from before
     assert lake(Stats(), None) == [Holding.ENTIRELY, Holding.ENTIRELY]  # no watermark: the lake alone
-    f = Facts(now=NOW, tables=((SRC, Stats()),), target_windows=tuple(target.items()), mapped=(SRC,),
-              watermarks=((SRC, mark),))  # fmt: skip
+    f = Facts(
+        now=NOW,
+        tables=((SRC, Stats()),),
+        target_windows=tuple(target.items()),
+        mapped=(SRC,),
+        watermarks=((SRC, mark),),
+    )
     reason = assess(loaded, HOURLY, DAYS[:2], f, root).windows[1].sources[0].lake.reason
-    assert reason == ("the window's rows after the cutoff 2026-09-02 23:44:00 (ingestion watermark - late tolerance) "
-                      "are read from d.src, which is empty")  # fmt: skip
+    assert reason == (
+        "the window's rows after the cutoff 2026-09-02 23:44:00 (ingestion watermark - late tolerance) "
+        "are read from d.src, which is empty"
+    )

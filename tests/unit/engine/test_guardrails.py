@@ -9,29 +9,37 @@ from chmv_assets.engine.guardrails import check_statement, refused_views
 from chmv_assets.errors import ChmvError
 
 
-@pytest.mark.parametrize("sql", [
-    "CREATE OR REPLACE MATERIALIZED VIEW a TO b AS SELECT 1",
-    "create or replace materialized view a to b as select 1",
-    "REPLACE MATERIALIZED VIEW a TO b AS SELECT 1",
-    "CREATE MATERIALIZED VIEW a ENGINE = Memory POPULATE AS SELECT 1",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "CREATE OR REPLACE MATERIALIZED VIEW a TO b AS SELECT 1",
+        "create or replace materialized view a to b as select 1",
+        "REPLACE MATERIALIZED VIEW a TO b AS SELECT 1",
+        "CREATE MATERIALIZED VIEW a ENGINE = Memory POPULATE AS SELECT 1",
+    ],
+)
 def test_statements_chmv_never_sends(sql: str) -> None:
     with pytest.raises(ChmvError, match="refused"):
         check_statement(sql)
 
 
-@pytest.mark.parametrize("sql", [
-    "CREATE MATERIALIZED VIEW a TO b AS SELECT populate AS x FROM t",
-    "CREATE TABLE t (populate UInt8) ENGINE = Memory",
-    "CREATE OR REPLACE TABLE t (x UInt8) ENGINE = Memory",
-    "ALTER TABLE mv MODIFY QUERY SELECT 'CREATE OR REPLACE MATERIALIZED VIEW' AS x FROM t",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "CREATE MATERIALIZED VIEW a TO b AS SELECT populate AS x FROM t",
+        "CREATE TABLE t (populate UInt8) ENGINE = Memory",
+        "CREATE OR REPLACE TABLE t (x UInt8) ENGINE = Memory",
+        "ALTER TABLE mv MODIFY QUERY SELECT 'CREATE OR REPLACE MATERIALIZED VIEW' AS x FROM t",
+    ],
+)
 def test_what_merely_looks_like_them_passes(sql: str) -> None:
     assert check_statement(sql) == sql
 
 
 def test_refused_views_say_why_and_what_to_do_instead() -> None:
-    populate = parse_statement("CREATE MATERIALIZED VIEW d.p ENGINE = MergeTree ORDER BY x POPULATE AS SELECT x FROM d.s")
+    populate = parse_statement(
+        "CREATE MATERIALIZED VIEW d.p ENGINE = MergeTree ORDER BY x POPULATE AS SELECT x FROM d.s"
+    )
     replace = parse_statement("CREATE OR REPLACE MATERIALIZED VIEW d.r TO d.t AS SELECT x FROM d.s")
     ok = parse_statement("CREATE MATERIALIZED VIEW d.ok TO d.t AS SELECT x FROM d.s")
     problems = refused_views([populate, replace, ok])

@@ -24,35 +24,52 @@ CREATE ROW POLICY tenant ON d.t FOR SELECT USING k = currentUser() TO reader;
 """
 
 
-def state(loaded, *, live_kept: KeptState | None = None, view_select: str = "SELECT a FROM d.t WHERE a > 0",
-          with_view: bool = True) -> ServerState:  # fmt: skip
+def state(
+    loaded,
+    *,
+    live_kept: KeptState | None = None,
+    view_select: str = "SELECT a FROM d.t WHERE a > 0",
+    with_view: bool = True,
+) -> ServerState:
     table = loaded.project.tables[ref("d.t")]
     live = {table.ref: LiveObject(table.ref, "MergeTree", table.statement, "", (("a", "UInt64"), ("k", "String")))}
     if with_view:
         live[ref("d.v")] = LiveObject(ref("d.v"), "View", "CREATE VIEW d.v (`a` UInt64) AS …", view_select)
     kept = {(k.kind, k.name): k.statement for k in loaded.project.kept}  # as the server formats them:
     kept[(KeptKind.FUNCTION, "clean")] = "CREATE FUNCTION IF NOT EXISTS clean ON CLUSTER main AS p -> lower(p)"
-    return ServerState(frozenset({"d"}), live, {table.ref: table.statement}, {ref("d.v"): "SELECT a FROM d.t WHERE a > 0"},
-                       kept=live_kept or KeptState(), kept_formatted=kept)  # fmt: skip
+    return ServerState(
+        frozenset({"d"}),
+        live,
+        {table.ref: table.statement},
+        {ref("d.v"): "SELECT a FROM d.t WHERE a > 0"},
+        kept=live_kept or KeptState(),
+        kept_formatted=kept,
+    )
 
 
 def same_server(loaded) -> KeptState:
     """What a server shows when everything of the DDL exists as written (it hides a user's password)."""
     existing = {
-        KeptKind.FUNCTION: frozenset({"clean"}), KeptKind.NAMED_COLLECTION: frozenset({"broker"}),
-        KeptKind.ROLE: frozenset({"reader", "writer"}), KeptKind.USER: frozenset({"analyst", "default"}),
-        KeptKind.GRANT: frozenset({"reader", "analyst"}), KeptKind.ROW_POLICY: frozenset({"tenant ON d.t"}),
-    }  # fmt: skip
+        KeptKind.FUNCTION: frozenset({"clean"}),
+        KeptKind.NAMED_COLLECTION: frozenset({"broker"}),
+        KeptKind.ROLE: frozenset({"reader", "writer"}),
+        KeptKind.USER: frozenset({"analyst", "default"}),
+        KeptKind.GRANT: frozenset({"reader", "analyst"}),
+        KeptKind.ROW_POLICY: frozenset({"tenant ON d.t"}),
+    }
     statements = {
         (KeptKind.FUNCTION, "clean"): "CREATE FUNCTION clean AS p -> lower(p)",
         (KeptKind.NAMED_COLLECTION, "broker"): "CREATE NAMED COLLECTION broker AS kafka_broker_list = '[HIDDEN]', "
-                                               "kafka_format = '[HIDDEN]'",
+        "kafka_format = '[HIDDEN]'",
         (KeptKind.ROLE, "reader, writer"): "CREATE ROLE reader, writer",
         (KeptKind.USER, "analyst"): "CREATE USER analyst IDENTIFIED WITH sha256_password DEFAULT ROLE reader",
-        (KeptKind.ROW_POLICY, "tenant ON d.t"): "CREATE ROW POLICY tenant ON d.t FOR SELECT USING k = currentUser() TO reader",
+        (
+            KeptKind.ROW_POLICY,
+            "tenant ON d.t",
+        ): "CREATE ROW POLICY tenant ON d.t FOR SELECT USING k = currentUser() TO reader",
         (KeptKind.GRANT, "reader"): "GRANT SELECT ON d.t TO reader",
         (KeptKind.GRANT, "analyst"): "GRANT SELECT ON d.t TO analyst\nGRANT reader TO analyst",
-    }  # fmt: skip
+    }
     return KeptState(existing=existing, statements=statements)
 
 
@@ -61,9 +78,14 @@ def test_a_server_without_them_gets_each_created_in_dependency_order(tmp_path):
     plan = plan_from_state(state(loaded, with_view=False), loaded)
     created = [(c.kind, c.name) for c in plan.changes if c.action == Action.CREATE]
     assert created == [
-        ("named collection", "broker"), ("function", "clean"), ("plain view", "d.v"), ("role", "reader, writer"),
-        ("user", "analyst"), ("row policy", "tenant ON d.t"), ("grant", "GRANT SELECT ON d.t TO reader, analyst"),
-    ]  # fmt: skip
+        ("named collection", "broker"),
+        ("function", "clean"),
+        ("plain view", "d.v"),
+        ("role", "reader, writer"),
+        ("user", "analyst"),
+        ("row policy", "tenant ON d.t"),
+        ("grant", "GRANT SELECT ON d.t TO reader, analyst"),
+    ]
     assert {c.layer for c in plan.changes if c.kind in ("role", "user", "grant", "row policy")} == {ACCESS_LAYER}
     text = plan.describe()
     assert text.index("functions and named collections") < text.index("layer 0") < text.index("access control")
@@ -104,14 +126,18 @@ def test_what_the_server_does_not_let_chmv_read_is_a_note(tmp_path):
     server.unreadable[KeptKind.USER] = "Not enough privileges (ACCESS_DENIED)"
     plan = plan_from_state(state(loaded, live_kept=server), loaded)
     assert plan.changes == ()
-    assert plan.notes == ("user analyst: not compared: the server's users cannot be read (Not enough privileges "
-                          "(ACCESS_DENIED))",)  # fmt: skip
+    assert plan.notes == (
+        "user analyst: not compared: the server's users cannot be read (Not enough privileges (ACCESS_DENIED))",
+    )
 
 
 def test_same_kept_ignores_what_the_server_rewrites():
     assert same_kept(
         KeptKind.FUNCTION, "CREATE FUNCTION IF NOT EXISTS f ON CLUSTER 'c' AS x -> x", "CREATE FUNCTION f AS x -> x"
     )
-    assert same_kept(KeptKind.USER, "CREATE USER u IDENTIFIED WITH plaintext_password BY 'p' DEFAULT ROLE r",
-                     "CREATE USER u IDENTIFIED WITH plaintext_password DEFAULT ROLE r")  # fmt: skip
+    assert same_kept(
+        KeptKind.USER,
+        "CREATE USER u IDENTIFIED WITH plaintext_password BY 'p' DEFAULT ROLE r",
+        "CREATE USER u IDENTIFIED WITH plaintext_password DEFAULT ROLE r",
+    )
     assert not same_kept(KeptKind.USER, "CREATE USER u DEFAULT ROLE r", "CREATE USER u DEFAULT ROLE s")

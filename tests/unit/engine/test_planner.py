@@ -61,17 +61,27 @@ def test_clickhouse_engine_reads_each_window_of_the_source(example):
     view = example.project.views_into(STATS)[0]
     scheme = PartitionScheme(grain="day", column="hour")
     assert plan == RebuildPlan(
-        target=STATS, live=STATS, scheme=scheme,
+        target=STATS,
+        live=STATS,
+        scheme=scheme,
         steps=tuple(
-            PartitionStep(w, Engine.CLICKHOUSE, Swap.REPLACE_PARTITION, shadow_ref(STATS, w.key, "0a1b2c3d"),
-                          (TriggerRelation(REQUESTS, "source_window",
-                                           source_range_predicate(view, example.project, scheme, w)),),
-                          "engine=clickhouse asked for")
+            PartitionStep(
+                w,
+                Engine.CLICKHOUSE,
+                Swap.REPLACE_PARTITION,
+                shadow_ref(STATS, w.key, "0a1b2c3d"),
+                (TriggerRelation(REQUESTS, "source_window", source_range_predicate(view, example.project, scheme, w)),),
+                "engine=clickhouse asked for",
+            )
             for w in DAYS[:2]
         ),
-        gates=(REQUESTS,), downstream=(), landing_root=None, cutoff_rule="",
-        writers=(example.writers(REQUESTS),), run="0a1b2c3d",
-    )  # fmt: skip
+        gates=(REQUESTS,),
+        downstream=(),
+        landing_root=None,
+        cutoff_rule="",
+        writers=(example.writers(REQUESTS),),
+        run="0a1b2c3d",
+    )
     assert plan.steps[0].shadow.name == "_chmv_shadow_hourly_endpoint_stats_20260901_r0a1b2c3d"
     assert plan.steps[0].relations[0].predicate == (
         "`timestamp` >= toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-09-02 00:00:00') "
@@ -87,14 +97,23 @@ def test_auto_without_landing_zone_is_clickhouse(example):
     assert plan.cutoff_rule == ""
 
 
-@pytest.mark.parametrize(("oldest", "expected"), [
-    (D(2026, 8, 1), [Engine.CLICKHOUSE, Engine.CLICKHOUSE, Engine.CLICKHOUSE]),
-    (D(2026, 9, 1, 0, 0), [Engine.CLICKHOUSE, Engine.CLICKHOUSE, Engine.CLICKHOUSE]),
-    (D(2026, 9, 1, 10, 30), [Engine.SPARK, Engine.CLICKHOUSE, Engine.CLICKHOUSE]),
-    (D(2026, 9, 3, 2), [Engine.SPARK, Engine.SPARK, Engine.CLICKHOUSE]),
-    (None, [Engine.SPARK, Engine.SPARK, Engine.SPARK]),
-], ids=["source-holds-everything", "source-starts-at-the-first-window", "source-starts-inside-the-first-window",
-        "source-starts-after-two-windows-lake-has-them", "empty-source"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("oldest", "expected"),
+    [
+        (D(2026, 8, 1), [Engine.CLICKHOUSE, Engine.CLICKHOUSE, Engine.CLICKHOUSE]),
+        (D(2026, 9, 1, 0, 0), [Engine.CLICKHOUSE, Engine.CLICKHOUSE, Engine.CLICKHOUSE]),
+        (D(2026, 9, 1, 10, 30), [Engine.SPARK, Engine.CLICKHOUSE, Engine.CLICKHOUSE]),
+        (D(2026, 9, 3, 2), [Engine.SPARK, Engine.SPARK, Engine.CLICKHOUSE]),
+        (None, [Engine.SPARK, Engine.SPARK, Engine.SPARK]),
+    ],
+    ids=[
+        "source-holds-everything",
+        "source-starts-at-the-first-window",
+        "source-starts-inside-the-first-window",
+        "source-starts-after-two-windows-lake-has-them",
+        "empty-source",
+    ],
+)
 def test_auto_picks_spark_where_the_source_no_longer_holds_the_window(lake, oldest, expected):
     loaded, root = lake
     plan = plan_rebuild(loaded, STATS, DAYS, observed(oldest=oldest), engine="auto", root=root)
@@ -108,8 +127,9 @@ def test_auto_stays_on_clickhouse_when_the_lake_has_nothing_earlier(lake):
     plan = plan_rebuild(loaded, STATS, DAYS, observed(oldest=D(2026, 9, 3, 4)), engine="auto", root=root)
     assert [s.engine for s in plan.steps] == [Engine.SPARK, Engine.SPARK, Engine.CLICKHOUSE]
     assert plan.steps[2].reason == "the source table holds the window"
-    assert plan.steps[0].reason == ("analytics.api_requests holds rows from 2026-09-03 04:00:00 only; "
-                                    "the landing zone has earlier ones")  # fmt: skip
+    assert plan.steps[0].reason == (
+        "analytics.api_requests holds rows from 2026-09-03 04:00:00 only; the landing zone has earlier ones"
+    )
 
 
 def test_spark_steps_read_lake_then_source_staged_per_window(lake):
@@ -129,16 +149,21 @@ def test_spark_steps_read_lake_then_source_staged_per_window(lake):
 
 
 def test_spark_without_landing_zone_is_a_clear_error(example, tmp_path):
-    with pytest.raises(ChmvError, match=r"analytics\.hourly_endpoint_stats: the spark engine needs a landing zone "
-                                        r"and \[ingestion\.time_columns\] for analytics\.api_requests; .*"
-                                        r"engine=clickhouse"):  # fmt: skip
+    with pytest.raises(
+        ChmvError,
+        match=r"analytics\.hourly_endpoint_stats: the spark engine needs a landing zone "
+        r"and \[ingestion\.time_columns\] for analytics\.api_requests; .*"
+        r"engine=clickhouse",
+    ):
         plan_rebuild(example, STATS, DAYS, Observations(live=STATS), engine="spark", root=None)
 
 
 def test_spark_for_a_chain_target_whose_trigger_the_lake_does_not_cover(lake):
     loaded, root = lake
     daily = ref("analytics.events_daily")
-    with pytest.raises(ChmvError, match=r"analytics\.events_daily: the spark engine needs .* for analytics\.events_agg"):
+    with pytest.raises(
+        ChmvError, match=r"analytics\.events_daily: the spark engine needs .* for analytics\.events_agg"
+    ):
         plan_rebuild(loaded, daily, DAYS, Observations(live=daily), engine="spark", root=root)
 
 
@@ -147,9 +172,15 @@ def test_unpartitioned_target_is_one_partition_swap_of_the_whole_table(example):
     plan = plan_rebuild(example, target, DAYS, Observations(live=target), engine="clickhouse", run="feed")
     assert plan.scheme == PartitionScheme(grain=None)
     assert plan.steps == (
-        PartitionStep(None, Engine.CLICKHOUSE, Swap.REPLACE_PARTITION, shadow_ref(target, None, "feed"),
-                      (TriggerRelation(source, "source"),), "engine=clickhouse asked for"),
-    )  # fmt: skip
+        PartitionStep(
+            None,
+            Engine.CLICKHOUSE,
+            Swap.REPLACE_PARTITION,
+            shadow_ref(target, None, "feed"),
+            (TriggerRelation(source, "source"),),
+            "engine=clickhouse asked for",
+        ),
+    )
     assert plan.steps[0].key is None
 
 
@@ -172,8 +203,9 @@ def test_shadows_are_named_after_the_physical_table(example):
 
 def test_each_run_names_its_own_shadows(example):
     """Two runs of one partition never write into one shadow (both would swap its rows in: the partition doubled)."""
-    first, second = (plan_rebuild(example, STATS, DAYS[:1], Observations(live=STATS), engine="clickhouse")
-                     for _ in range(2))  # fmt: skip
+    first, second = (
+        plan_rebuild(example, STATS, DAYS[:1], Observations(live=STATS), engine="clickhouse") for _ in range(2)
+    )
     assert first.run != second.run and first.steps[0].shadow != second.steps[0].shadow
 
 
@@ -196,13 +228,17 @@ def test_refreshable_view_is_one_refresh_step(tmp_path):
     assert plan.scheme == PartitionScheme(grain="day", column="day")
 
 
-@pytest.mark.parametrize(("target", "expected"), [
-    ("analytics.raw_events", ("analytics.events_agg", "analytics.events_daily", "analytics.events_weekly")),
-    ("analytics.events_agg", ("analytics.events_daily", "analytics.events_weekly")),
-    ("analytics.events_daily", ("analytics.events_weekly",)),
-    ("analytics.events_weekly", ()),
-    ("analytics.error_events", ()),
-], ids=["source-of-the-chain", "first-hop", "second-hop", "end-of-chain", "not-a-chain"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("analytics.raw_events", ("analytics.events_agg", "analytics.events_daily", "analytics.events_weekly")),
+        ("analytics.events_agg", ("analytics.events_daily", "analytics.events_weekly")),
+        ("analytics.events_daily", ("analytics.events_weekly",)),
+        ("analytics.events_weekly", ()),
+        ("analytics.error_events", ()),
+    ],
+    ids=["source-of-the-chain", "first-hop", "second-hop", "end-of-chain", "not-a-chain"],
+)
 def test_downstream_targets(example, target, expected):
     assert tuple(r.fqn for r in downstream_targets(example, ref(target))) == expected
 
@@ -222,14 +258,23 @@ def with_time_column(loaded: LoadedProject, fqn: str, column: str) -> LoadedProj
     return LoadedProject(config=loaded.config.model_copy(update={"ingestion": ingestion}), project=loaded.project)
 
 
-@pytest.mark.parametrize(("target", "source", "grain", "expected"), [
-    ("analytics.hourly_endpoint_stats", "analytics.api_requests", "day", True),
-    ("analytics.requests_enriched", "analytics.raw_requests", "month", True),
-    ("analytics.counter_daily", "analytics.counter", "month", True),
-    ("analytics.events_agg", "analytics.raw_events", "month", True),
-    ("analytics.events_weekly", "analytics.events_daily", "month", False),
-], ids=["hour-truncation-into-days", "bare-column", "day-truncation-into-months", "toDate-into-months",
-        "week-truncation-spans-partitions"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("target", "source", "grain", "expected"),
+    [
+        ("analytics.hourly_endpoint_stats", "analytics.api_requests", "day", True),
+        ("analytics.requests_enriched", "analytics.raw_requests", "month", True),
+        ("analytics.counter_daily", "analytics.counter", "month", True),
+        ("analytics.events_agg", "analytics.raw_events", "month", True),
+        ("analytics.events_weekly", "analytics.events_daily", "month", False),
+    ],
+    ids=[
+        "hour-truncation-into-days",
+        "bare-column",
+        "day-truncation-into-months",
+        "toDate-into-months",
+        "week-truncation-spans-partitions",
+    ],
+)
 def test_staged_per_window(example, target, source, grain, expected):
     loaded = with_time_column(example, "analytics.events_daily", "event_date")
     windows = [window_at(D(2026, 9, 1), grain)]
@@ -252,8 +297,9 @@ def test_describe_lists_every_partition_engine_and_shadow(lake):
     plan = plan_rebuild(loaded, STATS, DAYS, observed(oldest=D(2026, 9, 2, 12)), engine="auto", root=root)
     text = plan.describe()
     assert str(plan) == text
-    assert text.startswith("**Rebuild plan of `analytics.hourly_endpoint_stats`** "
-                           "(physical table `analytics.hourly_endpoint_stats`)")  # fmt: skip
+    assert text.startswith(
+        "**Rebuild plan of `analytics.hourly_endpoint_stats`** (physical table `analytics.hourly_endpoint_stats`)"
+    )
     assert "- partitioning: day on `hour`" in text
     assert "- gates held: `analytics.api_requests`" in text
     assert "- cutoff: per trigger, its ingestion watermark - 60 min" in text
@@ -275,8 +321,10 @@ def test_describe_of_an_unpartitioned_plan(example):
     assert "- partitioning: unpartitioned" in text
     assert "downstream" not in text and "cutoff" not in text
     shadow = plan.steps[0].shadow.fqn
-    assert text.splitlines()[-1] == (f"| (all) | clickhouse | analytics.raw_webhooks (whole table) | `{shadow}` | "
-                                     "replace_partition | engine=clickhouse asked for |")  # fmt: skip
+    assert text.splitlines()[-1] == (
+        f"| (all) | clickhouse | analytics.raw_webhooks (whole table) | `{shadow}` | "
+        "replace_partition | engine=clickhouse asked for |"
+    )
 
 
 def test_describe_names_the_downstream_targets(example):
@@ -291,8 +339,12 @@ def test_plans_are_frozen_hashable_and_equal_when_decided_alike(lake):
     again = plan_rebuild(loaded, STATS, DAYS, observed(oldest=D(2026, 9, 2)), engine="auto", root=root, run="1")
     assert first == again and hash(first) == hash(again)
     assert len({first, again, first.steps[0], first.steps[0].relations[0]}) == 3
-    for obj, attribute in [(first, "steps"), (first.steps[0], "engine"), (first.steps[0].relations[0], "kind"),
-                           (Observations(live=STATS), "live")]:  # fmt: skip
+    for obj, attribute in [
+        (first, "steps"),
+        (first.steps[0], "engine"),
+        (first.steps[0].relations[0], "kind"),
+        (Observations(live=STATS), "live"),
+    ]:
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(obj, attribute, None)
     assert "PartitionStep(window=PartitionWindow(key='2026-09-01'" in repr(first.steps[0])
@@ -310,12 +362,16 @@ def test_a_table_no_view_writes_is_an_error(example):
         plan_rebuild(example, REQUESTS, DAYS, Observations(live=REQUESTS), engine="clickhouse")
 
 
-@pytest.mark.parametrize(("target", "since", "until", "expected"), [
-    ("analytics.events_daily", D(2026, 9, 1, 10), D(2026, 9, 2, 3), ["2026-09-01", "2026-09-02"]),
-    ("analytics.events_agg", D(2026, 9, 30, 23), D(2026, 10, 1, 1), ["2026-09-01", "2026-10-01"]),
-    ("analytics.events_daily", D(2026, 7, 1), D(2026, 8, 1, 5), ["2026-08-01"]),
-    ("analytics.entity_latest", D(2026, 9, 1), D(2026, 9, 2), [None]),
-], ids=["days", "months", "not-before-partition-start", "unpartitioned"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("target", "since", "until", "expected"),
+    [
+        ("analytics.events_daily", D(2026, 9, 1, 10), D(2026, 9, 2, 3), ["2026-09-01", "2026-09-02"]),
+        ("analytics.events_agg", D(2026, 9, 30, 23), D(2026, 10, 1, 1), ["2026-09-01", "2026-10-01"]),
+        ("analytics.events_daily", D(2026, 7, 1), D(2026, 8, 1, 5), ["2026-08-01"]),
+        ("analytics.entity_latest", D(2026, 9, 1), D(2026, 9, 2), [None]),
+    ],
+    ids=["days", "months", "not-before-partition-start", "unpartitioned"],
+)
 def test_windows_covering(example, target, since, until, expected):
     windows = windows_covering(example, ref(target), since, until)
     assert [w.key if w else None for w in windows] == expected
@@ -323,6 +379,7 @@ def test_windows_covering(example, target, since, until, expected):
 
 def test_scheme_in_the_plan_is_the_targets(example):
     target = ref("analytics.counter_daily")
-    plan = plan_rebuild(example, target, [window_at(D(2026, 9, 1), "month")], Observations(live=target),
-                        engine="clickhouse")  # fmt: skip
+    plan = plan_rebuild(
+        example, target, [window_at(D(2026, 9, 1), "month")], Observations(live=target), engine="clickhouse"
+    )
     assert plan.scheme == partition_scheme(example.project.table(target), example.project.views_into(target))

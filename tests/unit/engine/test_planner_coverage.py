@@ -12,8 +12,11 @@ from chmv_assets.engine.planner import Engine, Observations, Swap, plan_rebuild
 
 D = datetime
 SEP1, SEP2, SEP3 = (w.start for w in DAYS)
-HELD = {SEP1: Stats(40, SEP1, D(2026, 9, 1, 23)), SEP2: Stats(40, SEP2, D(2026, 9, 2, 23)),
-        SEP3: Stats(40, SEP3, D(2026, 9, 3, 23))}  # fmt: skip
+HELD = {
+    SEP1: Stats(40, SEP1, D(2026, 9, 1, 23)),
+    SEP2: Stats(40, SEP2, D(2026, 9, 2, 23)),
+    SEP3: Stats(40, SEP3, D(2026, 9, 3, 23)),
+}
 TARGET = {w.start: Stats(24, w.start, w.start) for w in DAYS}
 
 
@@ -45,8 +48,11 @@ def test_lost_partitions_come_from_the_lake_where_it_holds_them(lake):
     loaded, root = lake
     lost = facts(whole(SEP3), {SEP3: HELD[SEP3]}, TARGET)  # the source lost 09-01 and 09-02
     plan = plan_rebuild(loaded, HOURLY, DAYS, observed(lost), root=root)
-    assert steps(plan) == [("2026-09-01", Engine.SPARK, True), ("2026-09-02", Engine.SPARK, True),
-                           ("2026-09-03", Engine.CLICKHOUSE, False)]  # fmt: skip
+    assert steps(plan) == [
+        ("2026-09-01", Engine.SPARK, True),
+        ("2026-09-02", Engine.SPARK, True),
+        ("2026-09-03", Engine.CLICKHOUSE, False),
+    ]
     assert plan.steps[0].reason.startswith("d.src holds no rows of the window while the target partition holds 24")
     assert "; the landing zone holds it: " in plan.steps[0].reason
     assert plan.steps[0].relations[0].kind == "lake_then_source" and plan.cutoff_rule
@@ -55,18 +61,27 @@ def test_lost_partitions_come_from_the_lake_where_it_holds_them(lake):
 def test_neither_source_nor_lake_is_refused_with_what_to_do(tmp_path):
     lost = facts(whole(SEP3), {SEP3: HELD[SEP3]}, TARGET)
     plan = plan_rebuild(project(tmp_path), HOURLY, DAYS, observed(lost))
-    assert steps(plan) == [("2026-09-01", Engine.REFUSED, False), ("2026-09-02", Engine.REFUSED, False),
-                           ("2026-09-03", Engine.CLICKHOUSE, False)]  # fmt: skip
+    assert steps(plan) == [
+        ("2026-09-01", Engine.REFUSED, False),
+        ("2026-09-02", Engine.REFUSED, False),
+        ("2026-09-03", Engine.CLICKHOUSE, False),
+    ]
     refused = plan.refused[0]
     assert (refused.swap, refused.shadow, refused.relations) == (Swap.NONE, None, ())
     reason = refused.reason
-    assert reason.startswith("neither the source table nor the landing zone holds it: d.src (it holds data from "
-                             "2026-09-03 00:00:00 on): source table: none: d.src holds no rows of the window")  # fmt: skip
+    assert reason.startswith(
+        "neither the source table nor the landing zone holds it: d.src (it holds data from "
+        "2026-09-03 00:00:00 on): source table: none: d.src holds no rows of the window"
+    )
     assert "landing zone: unknown: no landing zone is configured." in reason
-    assert "The target partition holds 24 rows, which a rebuild from the source would lose. To proceed: deliver the " \
-           "source's files for [2026-09-01 00:00, 2026-09-02 00:00) to the landing zone (<landing_dir>/d.src;" in reason
-    assert "; or leave the partition as it is (it may hold the only copy); or rebuild with force (run config force: " \
-           "true, chmv rebuild --force) to replace it with what is read from the source." in reason
+    assert (
+        "The target partition holds 24 rows, which a rebuild from the source would lose. To proceed: deliver the "
+        "source's files for [2026-09-01 00:00, 2026-09-02 00:00) to the landing zone (<landing_dir>/d.src;" in reason
+    )
+    assert (
+        "; or leave the partition as it is (it may hold the only copy); or rebuild with force (run config force: "
+        "true, chmv rebuild --force) to replace it with what is read from the source." in reason
+    )
     message = plan.refusal()
     assert message.splitlines()[0] == "d.hourly: rebuild refused for 2 partitions; nothing was changed"
     assert message.splitlines()[1].startswith("- 2026-09-01: neither the source table")
@@ -100,18 +115,23 @@ def test_an_empty_target_partition_has_nothing_to_lose(tmp_path):
 
 
 def test_unknown_coverage_rebuilds_from_the_source_behind_the_guard(tmp_path):
-    plan = plan_rebuild(project(tmp_path), LATEST, [None], Observations(live=LATEST, coverage=facts(
-        whole(), target={None: Stats(50)})))  # fmt: skip
+    plan = plan_rebuild(
+        project(tmp_path), LATEST, [None], Observations(live=LATEST, coverage=facts(whole(), target={None: Stats(50)}))
+    )
     (step,) = plan.steps
     assert (step.engine, step.swap) == (Engine.CLICKHOUSE, Swap.REPLACE_PARTITION)
     assert step.reason.startswith("coverage unknown: an unpartitioned target") and step.guard
     assert "- shrink guard: a partition whose source may not hold it entirely is not swapped" in plan.describe()
 
 
-@pytest.mark.parametrize(("engine", "expected"), [
-    ("clickhouse", [Engine.REFUSED, Engine.REFUSED, Engine.CLICKHOUSE]),
-    ("spark", [Engine.SPARK, Engine.SPARK, Engine.REFUSED]),
-], ids=["clickhouse", "spark"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("engine", "expected"),
+    [
+        ("clickhouse", [Engine.REFUSED, Engine.REFUSED, Engine.CLICKHOUSE]),
+        ("spark", [Engine.SPARK, Engine.SPARK, Engine.REFUSED]),
+    ],
+    ids=["clickhouse", "spark"],
+)
 def test_a_pinned_engine_is_refused_where_it_would_lose_rows(lake, engine, expected):
     loaded, root = lake
     lost = facts(whole(SEP3), {SEP3: HELD[SEP3]}, TARGET)
@@ -119,8 +139,10 @@ def test_a_pinned_engine_is_refused_where_it_would_lose_rows(lake, engine, expec
     assert [s.engine for s in plan.steps] == expected
     assert plan.refused[0].reason.startswith(f"engine={engine} asked for, but d.src")
     if engine == "spark":
-        assert "which a rebuild from the landing zone would lose. To proceed: rebuild with engine=auto or " \
-               "engine=clickhouse (the source table holds it)" in plan.refused[0].reason
+        assert (
+            "which a rebuild from the landing zone would lose. To proceed: rebuild with engine=auto or "
+            "engine=clickhouse (the source table holds it)" in plan.refused[0].reason
+        )
 
 
 def test_without_coverage_the_planner_decides_as_before(tmp_path):

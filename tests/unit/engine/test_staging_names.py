@@ -7,8 +7,18 @@ import itertools
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.staging_area import staging_dir, staging_root
 
-REFS = [ObjectRef(database=d, name=n) for d, n in [("my-db", "a-b"), ("my-db", "a_b"), ("a.b", "c"), ("a", "b.c"),
-                                                    ("x", "t+y"), ("x", "t_y"), ("données", "é")]]  # fmt: skip
+REFS = [
+    ObjectRef(database=d, name=n)
+    for d, n in [
+        ("my-db", "a-b"),
+        ("my-db", "a_b"),
+        ("a.b", "c"),
+        ("a", "b.c"),
+        ("x", "t+y"),
+        ("x", "t_y"),
+        ("données", "é"),
+    ]
+]
 
 
 def test_staging_dirs_are_distinct_per_objects() -> None:
@@ -21,4 +31,7 @@ def test_staging_dirs_are_distinct_per_objects() -> None:
 def test_plain_names_keep_readable_folders() -> None:
     target, source = ObjectRef(database="analytics", name="t"), ObjectRef(database="analytics", name="src")
     assert staging_dir("backfill", [target, source], "b1").relative_to(staging_root()).parts == (
-        "backfill", "analytics.t+analytics.src", "b1")
+        "backfill",
+        "analytics.t+analytics.src",
+        "b1",
+    )

@@ -9,18 +9,29 @@ from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.engine.staleness import Probe, probes, trigger_time_column
 
 
-@pytest.mark.parametrize(("table", "expected"), [
-    ("analytics.api_requests", "timestamp"),
-    ("analytics.raw_webhooks", "received_at"),
-    ("analytics.counter", "when"),
-    ("analytics.hourly_endpoint_stats", "hour"),
-    ("analytics.events_agg", "event_date"),
-    ("analytics.events_weekly", "week"),
-    ("analytics.entity_latest", None),
-    ("analytics.nowhere", None),
-], ids=["configured", "configured-not-the-partition-column", "configured-quoted-keyword",
-        "from-partition-by-toDate", "from-partition-by-toYYYYMM", "from-partition-by-of-a-Date",
-        "unpartitioned-and-unconfigured", "not-in-the-ddl"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("table", "expected"),
+    [
+        ("analytics.api_requests", "timestamp"),
+        ("analytics.raw_webhooks", "received_at"),
+        ("analytics.counter", "when"),
+        ("analytics.hourly_endpoint_stats", "hour"),
+        ("analytics.events_agg", "event_date"),
+        ("analytics.events_weekly", "week"),
+        ("analytics.entity_latest", None),
+        ("analytics.nowhere", None),
+    ],
+    ids=[
+        "configured",
+        "configured-not-the-partition-column",
+        "configured-quoted-keyword",
+        "from-partition-by-toDate",
+        "from-partition-by-toYYYYMM",
+        "from-partition-by-of-a-Date",
+        "unpartitioned-and-unconfigured",
+        "not-in-the-ddl",
+    ],
+)
 def test_trigger_time_column(example, table, expected):
     assert trigger_time_column(example, ref(table)) == expected
 
@@ -35,18 +46,35 @@ def summary(found: list[Probe]) -> list[tuple[str, str, str, str, int]]:
     return [(p.view.ref.name, p.trigger.fqn, p.trigger_column, p.target_column, p.grain_seconds) for p in found]
 
 
-@pytest.mark.parametrize(("target", "expected"), [
-    ("analytics.hourly_endpoint_stats",
-     [("hourly_endpoint_stats_mv", "analytics.api_requests", "timestamp", "hour", 3600)]),
-    ("analytics.requests_enriched", [("enriched_requests_mv", "analytics.raw_requests", "timestamp", "timestamp", 0)]),
-    ("analytics.error_events", [("errors_mv", "analytics.all_events", "timestamp", "timestamp", 0)]),
-    ("analytics.counter_daily", [("counter_daily_mv", "analytics.counter", "when", "day", 86400)]),
-    ("analytics.events_agg", [("mv_events_agg", "analytics.raw_events", "timestamp", "event_date", 86400)]),
-    ("analytics.events_daily", [("mv_events_daily", "analytics.events_agg", "event_date", "event_date", 0)]),
-    ("analytics.events_weekly", [("mv_events_weekly", "analytics.events_daily", "event_date", "week", 7 * 86400)]),
-    ("analytics.entity_latest", []),
-], ids=["toStartOfHour", "bare-column", "routing", "toStartOfDay-quoted", "first-truncating-output",
-        "chain-hop-from-partition-column", "toMonday", "output-keeps-no-time-column"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        (
+            "analytics.hourly_endpoint_stats",
+            [("hourly_endpoint_stats_mv", "analytics.api_requests", "timestamp", "hour", 3600)],
+        ),
+        (
+            "analytics.requests_enriched",
+            [("enriched_requests_mv", "analytics.raw_requests", "timestamp", "timestamp", 0)],
+        ),
+        ("analytics.error_events", [("errors_mv", "analytics.all_events", "timestamp", "timestamp", 0)]),
+        ("analytics.counter_daily", [("counter_daily_mv", "analytics.counter", "when", "day", 86400)]),
+        ("analytics.events_agg", [("mv_events_agg", "analytics.raw_events", "timestamp", "event_date", 86400)]),
+        ("analytics.events_daily", [("mv_events_daily", "analytics.events_agg", "event_date", "event_date", 0)]),
+        ("analytics.events_weekly", [("mv_events_weekly", "analytics.events_daily", "event_date", "week", 7 * 86400)]),
+        ("analytics.entity_latest", []),
+    ],
+    ids=[
+        "toStartOfHour",
+        "bare-column",
+        "routing",
+        "toStartOfDay-quoted",
+        "first-truncating-output",
+        "chain-hop-from-partition-column",
+        "toMonday",
+        "output-keeps-no-time-column",
+    ],
+)
 def test_probes_of_the_example(example, target, expected):
     assert summary(probes(example, ref(target))) == expected
 

@@ -28,14 +28,18 @@ def _part(pid: str, blocks: tuple[int, int], first: str, last: str, rows: int = 
     return Part(pid, rows, blocks[0], blocks[1], blocks[0] if version is None else version, _ts(first), _ts(last))
 
 
-AUG = [_part("202608", (1, 5), "2026-08-01 00:00:00", "2026-08-31 23:00:00"),
-       _part("202608", (6, 6), "2026-08-31 23:10:00", "2026-08-31 23:50:00")]  # fmt: skip
+AUG = [
+    _part("202608", (1, 5), "2026-08-01 00:00:00", "2026-08-31 23:00:00"),
+    _part("202608", (6, 6), "2026-08-31 23:10:00", "2026-08-31 23:50:00"),
+]
 SEP = [_part("202609", (7, 7), "2026-09-01 00:00:00", "2026-09-30 23:00:00")]
 
 
 def test_a_table_never_seen_is_dirty_everywhere() -> None:
-    assert dirty_ranges(AUG + SEP, None) == [(_ts("2026-08-01 00:00:00"), _ts("2026-08-31 23:50:00")),
-                                             (_ts("2026-09-01 00:00:00"), _ts("2026-09-30 23:00:00"))]  # fmt: skip
+    assert dirty_ranges(AUG + SEP, None) == [
+        (_ts("2026-08-01 00:00:00"), _ts("2026-08-31 23:50:00")),
+        (_ts("2026-09-01 00:00:00"), _ts("2026-09-30 23:00:00")),
+    ]
 
 
 def test_nothing_changed_and_merges_mark_nothing() -> None:
@@ -65,8 +69,10 @@ def test_parts_without_a_time_index_make_the_table_dirty_as_a_whole() -> None:
 
 
 def test_the_cursor_round_trips_and_rejects_what_it_cannot_read() -> None:
-    state = SweepState({"a.b": {"202608": PartitionSeen(6, 0, (1, 2), 20), "all": PartitionSeen(1, 0, WHOLE, 5)}},
-                       {"a.c": {"2026-08-01": (0.0, 5.0)}})  # fmt: skip
+    state = SweepState(
+        {"a.b": {"202608": PartitionSeen(6, 0, (1, 2), 20), "all": PartitionSeen(1, 0, WHOLE, 5)}},
+        {"a.c": {"2026-08-01": (0.0, 5.0)}},
+    )
     assert SweepState.loads(state.dumps()) == state
     assert SweepState.loads("not a cursor") == SweepState()
     assert SweepState.loads('{"v": 0}') == SweepState()
@@ -76,7 +82,10 @@ def test_source_changes_map_onto_the_target_windows_of_the_mv() -> None:
     loaded = load(EXAMPLE_DDL)
     marker = _Marker(loaded)
     agg, raw = ObjectRef(database="analytics", name="events_agg"), ObjectRef(database="analytics", name="raw_events")
-    daily, weekly = ObjectRef(database="analytics", name="events_daily"), ObjectRef(database="analytics", name="events_weekly")
+    daily, weekly = (
+        ObjectRef(database="analytics", name="events_daily"),
+        ObjectRef(database="analytics", name="events_weekly"),
+    )
     late = [(_ts("2026-08-12 10:00:00"), _ts("2026-08-12 14:59:00"))]
     assert {w.key for w in marker.source_windows(agg, raw, late, [])} == {"2026-08-01"}
     assert {w.key for w in marker.source_windows(daily, agg, late, [])} == {"2026-08-12"}

@@ -5,9 +5,11 @@ from __future__ import annotations
 from chmv_assets.ddl.parser import parse_statement
 from chmv_assets.engine.table_diff import diff_table, same_text
 
-LIVE = ("CREATE TABLE d.t (`ts` DateTime, `k` String, `v` UInt32 COMMENT 'value', `gone` UInt8) "
-        "ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY (k, ts) TTL ts + toIntervalYear(1) "
-        "SETTINGS index_granularity = 8192")  # fmt: skip
+LIVE = (
+    "CREATE TABLE d.t (`ts` DateTime, `k` String, `v` UInt32 COMMENT 'value', `gone` UInt8) "
+    "ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY (k, ts) TTL ts + toIntervalYear(1) "
+    "SETTINGS index_granularity = 8192"
+)
 
 
 def diff(repo_sql: str, live_sql: str = LIVE):
@@ -23,9 +25,11 @@ def test_same_statement_is_no_change_and_the_cheap_test_ignores_server_defaults(
 
 
 def test_in_place_changes_run_the_repo_text_verbatim() -> None:
-    d = diff("CREATE TABLE d.t (ts DateTime, k LowCardinality(String), v UInt64 COMMENT 'the value', "
-             "extra String DEFAULT lower(k) COMMENT 'new', gone UInt8) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) "
-             "ORDER BY (k, ts) TTL ts + INTERVAL 2 YEAR SETTINGS index_granularity = 8192 COMMENT 'tbl'")  # fmt: skip
+    d = diff(
+        "CREATE TABLE d.t (ts DateTime, k LowCardinality(String), v UInt64 COMMENT 'the value', "
+        "extra String DEFAULT lower(k) COMMENT 'new', gone UInt8) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) "
+        "ORDER BY (k, ts) TTL ts + INTERVAL 2 YEAR SETTINGS index_granularity = 8192 COMMENT 'tbl'"
+    )
     clauses = [c for c, _ in d.in_place]
     assert d.structural == ("column k String → LowCardinality(String) (a sorting or partition key column)",)
     assert "MODIFY COLUMN v UInt64 COMMENT 'the value'" in clauses
@@ -40,17 +44,20 @@ def test_column_changes_in_place() -> None:
     assert d.in_place == (("COMMENT COLUMN `v` 'it\\'s'", "column v: comment changed"),)
     d = diff(LIVE.replace(" COMMENT 'value'", ""))
     assert d.in_place == (("MODIFY COLUMN `v` REMOVE COMMENT", "column v: comment removed"),)
-    assert diff(LIVE.replace(" TTL ts + toIntervalYear(1)", "")).in_place == (("REMOVE TTL", "TTL ts + toIntervalYear(1) removed"),)
+    assert diff(LIVE.replace(" TTL ts + toIntervalYear(1)", "")).in_place == (
+        ("REMOVE TTL", "TTL ts + toIntervalYear(1) removed"),
+    )
 
 
 def test_what_cannot_change_in_place_needs_a_new_version() -> None:
     assert diff(LIVE.replace("ORDER BY (k, ts)", "ORDER BY (ts, k)")).structural == ("ORDER BY (k, ts) → (ts, k)",)
-    assert diff(LIVE.replace("toYYYYMM(ts)", "toDate(ts)")).structural == (
-        "PARTITION BY toYYYYMM(ts) → toDate(ts)",)
+    assert diff(LIVE.replace("toYYYYMM(ts)", "toDate(ts)")).structural == ("PARTITION BY toYYYYMM(ts) → toDate(ts)",)
     assert diff(LIVE.replace("ENGINE = MergeTree", "ENGINE = ReplacingMergeTree(ts)")).structural == (
-        "engine MergeTree() → ReplacingMergeTree(ts)",)
+        "engine MergeTree() → ReplacingMergeTree(ts)",
+    )
     assert diff(LIVE.replace("`v` UInt32", "`v` UInt16")).structural == (
-        "column v UInt32 → UInt16 (the values do not convert in place)",)
+        "column v UInt32 → UInt16 (the values do not convert in place)",
+    )
 
 
 def test_a_column_the_ddl_no_longer_has_is_a_drop() -> None:
@@ -58,8 +65,9 @@ def test_a_column_the_ddl_no_longer_has_is_a_drop() -> None:
     assert d.drops == (("DROP COLUMN `gone`", "column gone UInt8 is not in the DDL"),) and not d.in_place
 
 
-REPLICATED = LIVE.replace("ENGINE = MergeTree", "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{uuid}/{shard}', "
-                                                "'{replica}', v)")  # fmt: skip
+REPLICATED = LIVE.replace(
+    "ENGINE = MergeTree", "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}', v)"
+)
 
 
 def test_the_keeper_path_and_replica_name_are_the_deployment_not_the_schema() -> None:

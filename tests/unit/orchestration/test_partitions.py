@@ -49,15 +49,18 @@ def test_unpartitioned_scheme_has_no_definition():
     assert partitions_definition(PartitionScheme(grain=None, note="PARTITION BY k …"), "2026-08-01") is None
 
 
-@pytest.mark.parametrize(("grain", "start"), [
-    ("hour", "2026-09-10"),
-    ("day", "2026-08-01"),
-    ("day", "2028-02-20"),
-    ("month", "2025-01-01"),
-    ("month", "2026-06-15"),
-    ("month", "2024-01-31"),
-], ids=["hourly", "daily", "daily-across-leap-day", "monthly", "monthly-start-mid-month",
-        "monthly-start-on-a-31st"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("grain", "start"),
+    [
+        ("hour", "2026-09-10"),
+        ("day", "2026-08-01"),
+        ("day", "2028-02-20"),
+        ("month", "2025-01-01"),
+        ("month", "2026-06-15"),
+        ("month", "2024-01-31"),
+    ],
+    ids=["hourly", "daily", "daily-across-leap-day", "monthly", "monthly-start-mid-month", "monthly-start-on-a-31st"],
+)
 def test_window_for_key_agrees_with_windows_between(grain, start):
     definition = partitions_definition(PartitionScheme(grain=grain, column="ts"), start)
     now = NOW if not start.startswith("2028") else datetime(2028, 3, 2, 5, tzinfo=UTC)
@@ -68,12 +71,24 @@ def test_window_for_key_agrees_with_windows_between(grain, start):
     assert len(ours) > 1
 
 
-@pytest.mark.parametrize(("grain", "key", "expected"), [
-    ("hour", "2026-09-01-13:00", PartitionWindow("2026-09-01-13:00", datetime(2026, 9, 1, 13), datetime(2026, 9, 1, 14))),
-    ("hour", "2026-09-01-23:00", PartitionWindow("2026-09-01-23:00", datetime(2026, 9, 1, 23), datetime(2026, 9, 2))),
-    ("day", "2026-08-31", PartitionWindow("2026-08-31", datetime(2026, 8, 31), datetime(2026, 9, 1))),
-    ("month", "2026-02-01", PartitionWindow("2026-02-01", datetime(2026, 2, 1), datetime(2026, 3, 1))),
-], ids=["hour", "last-hour-of-day", "last-day-of-month", "february"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("grain", "key", "expected"),
+    [
+        (
+            "hour",
+            "2026-09-01-13:00",
+            PartitionWindow("2026-09-01-13:00", datetime(2026, 9, 1, 13), datetime(2026, 9, 1, 14)),
+        ),
+        (
+            "hour",
+            "2026-09-01-23:00",
+            PartitionWindow("2026-09-01-23:00", datetime(2026, 9, 1, 23), datetime(2026, 9, 2)),
+        ),
+        ("day", "2026-08-31", PartitionWindow("2026-08-31", datetime(2026, 8, 31), datetime(2026, 9, 1))),
+        ("month", "2026-02-01", PartitionWindow("2026-02-01", datetime(2026, 2, 1), datetime(2026, 3, 1))),
+    ],
+    ids=["hour", "last-hour-of-day", "last-day-of-month", "february"],
+)
 def test_window_for_key(grain, key, expected):
     definition = partitions_definition(PartitionScheme(grain=grain, column="ts"), "2026-01-01")
     window = window_for_key(definition, key)

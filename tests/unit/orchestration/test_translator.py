@@ -49,8 +49,9 @@ CREATE MATERIALIZED VIEW d.by_key_mv TO d.by_key AS SELECT ts, k FROM d.events;
 
 @pytest.fixture(scope="module")
 def dicts(tmp_path_factory):
-    return load_ddl(tmp_path_factory.mktemp("dicts"), DICT_DDL,
-                    toml='default_database = "d"\npartition_start = "2026-09-01"')  # fmt: skip
+    return load_ddl(
+        tmp_path_factory.mktemp("dicts"), DICT_DDL, toml='default_database = "d"\npartition_start = "2026-09-01"'
+    )
 
 
 def test_asset_key_and_group(translator):
@@ -59,13 +60,17 @@ def test_asset_key_and_group(translator):
     assert translator.get_group_name(target) == "analytics"
 
 
-@pytest.mark.parametrize(("target", "cls", "first"), [
-    ("analytics.hourly_endpoint_stats", DailyPartitionsDefinition, "2026-08-01"),
-    ("analytics.error_events", DailyPartitionsDefinition, "2026-08-01"),
-    ("analytics.requests_enriched", MonthlyPartitionsDefinition, "2026-08-01"),
-    ("analytics.events_weekly", MonthlyPartitionsDefinition, "2026-08-01"),
-    ("analytics.entity_latest", None, None),
-], ids=["toDate", "toYYYYMMDD", "toYYYYMM", "chain-end-monthly", "unpartitioned"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("target", "cls", "first"),
+    [
+        ("analytics.hourly_endpoint_stats", DailyPartitionsDefinition, "2026-08-01"),
+        ("analytics.error_events", DailyPartitionsDefinition, "2026-08-01"),
+        ("analytics.requests_enriched", MonthlyPartitionsDefinition, "2026-08-01"),
+        ("analytics.events_weekly", MonthlyPartitionsDefinition, "2026-08-01"),
+        ("analytics.entity_latest", None, None),
+    ],
+    ids=["toDate", "toYYYYMMDD", "toYYYYMM", "chain-end-monthly", "unpartitioned"],
+)
 def test_partitions_def_per_target(example, translator, target, cls, first):
     definition = translator.get_partitions_def(example, ref(target))
     spec = translator.get_asset_spec(example, ref(target))
@@ -84,12 +89,16 @@ def test_a_source_table_is_an_unpartitioned_spec_without_deps(example, translato
     assert spec.description == "Pre-aggregation (seed 001): hourly endpoint statistics as AggregatingMergeTree states."
 
 
-@pytest.mark.parametrize(("target", "upstream"), [
-    ("analytics.hourly_endpoint_stats", ["api_requests"]),
-    ("analytics.events_agg", ["raw_events"]),
-    ("analytics.events_daily", ["events_agg"]),
-    ("analytics.events_weekly", ["events_daily"]),
-], ids=["source", "chain-start", "chain-hop", "chain-end"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("target", "upstream"),
+    [
+        ("analytics.hourly_endpoint_stats", ["api_requests"]),
+        ("analytics.events_agg", ["raw_events"]),
+        ("analytics.events_daily", ["events_agg"]),
+        ("analytics.events_weekly", ["events_daily"]),
+    ],
+    ids=["source", "chain-start", "chain-hop", "chain-end"],
+)
 def test_upstream_deps(example, translator, target, upstream):
     spec = translator.get_asset_spec(example, ref(target))
     assert [d.asset_key for d in spec.deps] == [key(u) for u in upstream]
@@ -117,9 +126,11 @@ def test_a_chain_hop_maps_a_daily_partition_onto_its_monthly_upstream(example, t
     downstream_def = translator.get_partitions_def(example, daily)
     upstream_def = translator.get_partitions_def(example, monthly)
     result = dep.partition_mapping.get_upstream_mapped_partitions_result_for_partitions(
-        downstream_def.empty_subset().with_partition_keys(["2026-09-05"]), downstream_def, upstream_def,
+        downstream_def.empty_subset().with_partition_keys(["2026-09-05"]),
+        downstream_def,
+        upstream_def,
         current_time=NOW,
-    )  # fmt: skip
+    )
     assert list(result.partitions_subset.get_partition_keys()) == ["2026-09-01"]
 
 
@@ -137,24 +148,33 @@ def test_metadata_of_a_target(example, translator):
     assert "chmv/ttl" not in meta and "chmv/partitioning_note" not in meta
     assert "**analytics.hourly_endpoint_stats_mv** (" in meta["chmv/materialized_views"].value
     assert [(c.name, c.type) for c in meta["dagster/column_schema"].columns] == [
-        ("hour", "DateTime"), ("endpoint", "String"), ("request_count", "AggregateFunction(sum, UInt64)"),
-        ("unique_users", "AggregateFunction(uniq, UInt64)"), ("p99_response", "AggregateFunction(quantile(0.99), UInt32)"),
-    ]  # fmt: skip
-    assert meta["dagster/column_lineage"] == TableColumnLineage(deps_by_column={
-        "hour": [TableColumnDep(asset_key=key("api_requests"), column_name="timestamp")],
-        "endpoint": [TableColumnDep(asset_key=key("api_requests"), column_name="endpoint")],
-        "unique_users": [TableColumnDep(asset_key=key("api_requests"), column_name="user_id")],
-        "p99_response": [TableColumnDep(asset_key=key("api_requests"), column_name="response_time_ms")],
-    })  # fmt: skip
+        ("hour", "DateTime"),
+        ("endpoint", "String"),
+        ("request_count", "AggregateFunction(sum, UInt64)"),
+        ("unique_users", "AggregateFunction(uniq, UInt64)"),
+        ("p99_response", "AggregateFunction(quantile(0.99), UInt32)"),
+    ]
+    assert meta["dagster/column_lineage"] == TableColumnLineage(
+        deps_by_column={
+            "hour": [TableColumnDep(asset_key=key("api_requests"), column_name="timestamp")],
+            "endpoint": [TableColumnDep(asset_key=key("api_requests"), column_name="endpoint")],
+            "unique_users": [TableColumnDep(asset_key=key("api_requests"), column_name="user_id")],
+            "p99_response": [TableColumnDep(asset_key=key("api_requests"), column_name="response_time_ms")],
+        }
+    )
 
 
-@pytest.mark.parametrize(("target", "field", "expected"), [
-    ("analytics.entity_latest", "chmv/engine", "ReplacingMergeTree(updated_at)"),
-    ("analytics.error_events", "chmv/ttl", "timestamp + INTERVAL 5 YEAR"),
-    ("analytics.events_daily", "chmv/chain_depth", 2),
-    ("analytics.events_weekly", "chmv/chain_depth", 3),
-    ("analytics.raw_events", "chmv/chain_depth", 0),
-], ids=["engine-arguments", "ttl", "chain-depth-2", "chain-depth-3", "source-depth-0"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("target", "field", "expected"),
+    [
+        ("analytics.entity_latest", "chmv/engine", "ReplacingMergeTree(updated_at)"),
+        ("analytics.error_events", "chmv/ttl", "timestamp + INTERVAL 5 YEAR"),
+        ("analytics.events_daily", "chmv/chain_depth", 2),
+        ("analytics.events_weekly", "chmv/chain_depth", 3),
+        ("analytics.raw_events", "chmv/chain_depth", 0),
+    ],
+    ids=["engine-arguments", "ttl", "chain-depth-2", "chain-depth-3", "source-depth-0"],
+)
 def test_metadata_fields(example, translator, target, field, expected):
     assert translator.get_metadata(example, ref(target))[field] == expected
 
@@ -185,12 +205,18 @@ def test_a_window_and_a_key_are_multi_partitions_of_the_windows_and_the_key_valu
     assert translator.get_partition_mapping(dicts, target, ref("d.events")) is None  # not ingested: no partitions
 
 
-@pytest.mark.parametrize(("target", "expected"), [
-    ("analytics.hourly_endpoint_stats",
-     "Hourly request count, unique users and p99 latency per endpoint.\n\nWritten by `analytics.hourly_endpoint_stats_mv`."),
-    ("analytics.audit_log", "Audit trail, kept forever.\n\nWritten by `analytics.audit_mv`."),
-    ("analytics.counter", "Device readings with daily min/max/avg states (seed 002)."),
-], ids=["target", "target-with-a-trailing-comment-line", "source"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        (
+            "analytics.hourly_endpoint_stats",
+            "Hourly request count, unique users and p99 latency per endpoint.\n\nWritten by `analytics.hourly_endpoint_stats_mv`.",
+        ),
+        ("analytics.audit_log", "Audit trail, kept forever.\n\nWritten by `analytics.audit_mv`."),
+        ("analytics.counter", "Device readings with daily min/max/avg states (seed 002)."),
+    ],
+    ids=["target", "target-with-a-trailing-comment-line", "source"],
+)
 def test_description(example, translator, target, expected):
     assert translator.get_description(example, ref(target)) == expected
 
@@ -215,7 +241,9 @@ def test_a_subclass_overriding_one_hook_changes_the_spec(example, translator):
     assert [d.asset_key for d in spec.deps] == [AssetKey(["clickhouse", "analytics", "events_agg"])]
     assert spec.group_name == "warehouse"
     lineage = spec.metadata["dagster/column_lineage"].deps_by_column
-    assert {d.asset_key for deps in lineage.values() for d in deps} == {AssetKey(["clickhouse", "analytics", "events_agg"])}
+    assert {d.asset_key for deps in lineage.values() for d in deps} == {
+        AssetKey(["clickhouse", "analytics", "events_agg"])
+    }
     base = translator.get_asset_spec(example, target)
     assert base.key == key("events_daily") and base.group_name == "analytics"
     assert spec.partitions_def == base.partitions_def and spec.description == base.description

@@ -47,12 +47,15 @@ def test_threads_of_one_process_share_the_engine(tmp_path) -> None:
 
 def test_another_process_waits_and_gets_the_holders_pid(tmp_path) -> None:
     path = str(tmp_path / "chdb")
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, path], cwd=ROOT, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, path], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "holding"
-        with pytest.raises(EngineBusyError, match=rf"in use by process {holder.pid} .*lock_timeout_seconds"), \
-                engine_lock(path, timeout=0.2):  # fmt: skip
+        with (
+            pytest.raises(EngineBusyError, match=rf"in use by process {holder.pid} .*lock_timeout_seconds"),
+            engine_lock(path, timeout=0.2),
+        ):
             pass
         holder.stdin.write("\n")
         holder.stdin.flush()
@@ -68,7 +71,17 @@ def test_the_last_use_releases_the_engine_for_other_processes(tmp_path) -> None:
     path = str(tmp_path / "chdb")
     with engine_lock(path, timeout=1), engine_lock(path, timeout=1):
         pass
-    probe = subprocess.run([sys.executable, "-c", "import sys; from resources.locking import engine_lock\n"
-                            "with engine_lock(sys.argv[1], timeout=0): print('taken')", path],
-                           cwd=ROOT, capture_output=True, text=True, timeout=30)  # fmt: skip
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from resources.locking import engine_lock\n"
+            "with engine_lock(sys.argv[1], timeout=0): print('taken')",
+            path,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert probe.stdout.strip() == "taken", probe.stderr

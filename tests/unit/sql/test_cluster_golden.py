@@ -46,8 +46,11 @@ from chmv_assets.sql.rebuild_sql import (
 #: ``ON CLUSTER main`` as written in the DDL (verbatim statements) or as chmv renders it (quoted).
 ON_MAIN = re.compile(r"ON CLUSTER `?main`?")
 AUGUST = window_at(datetime(2026, 8, 1), "month")
-LIVE_PATHS = ("'/clickhouse/tables/{shard}/shop/latest_order'", "'/clickhouse/tables/{shard}/shop/customer_totals'",
-              "'/clickhouse/tables/{shard}/shop/orders'")  # fmt: skip
+LIVE_PATHS = (
+    "'/clickhouse/tables/{shard}/shop/latest_order'",
+    "'/clickhouse/tables/{shard}/shop/customer_totals'",
+    "'/clickhouse/tables/{shard}/shop/orders'",
+)
 
 
 def rebuild_statements(loaded, target, window, *, live=None, empty: bool = False) -> list[str]:
@@ -84,10 +87,14 @@ def test_the_deployed_fixture_plans_nothing():
 def test_rebuild_of_a_partition_keeps_the_swap_on_this_server_and_gives_shadows_their_own_keeper_path():
     loaded = load_cluster()
     text = ""
-    cases = [("shop.latest_order", AUGUST, {}), ("shop.latest_order", AUGUST, {"empty": True}),
-             ("shop.customer_daily", AUGUST, {}), ("shop.customer_totals", None, {}),
-             ("shop.customer_totals", None, {"empty": True}),
-             ("shop.latest_order", AUGUST, {"live": next_version_ref(ref("shop.latest_order"))})]  # fmt: skip
+    cases = [
+        ("shop.latest_order", AUGUST, {}),
+        ("shop.latest_order", AUGUST, {"empty": True}),
+        ("shop.customer_daily", AUGUST, {}),
+        ("shop.customer_totals", None, {}),
+        ("shop.customer_totals", None, {"empty": True}),
+        ("shop.latest_order", AUGUST, {"live": next_version_ref(ref("shop.latest_order"))}),
+    ]
     for target, window, options in cases:
         statements = rebuild_statements(loaded, ref(target), window, **options)
         where = f"into {options['live'].fqn}" if "live" in options else ""
@@ -97,8 +104,10 @@ def test_rebuild_of_a_partition_keeps_the_swap_on_this_server_and_gives_shadows_
         assert not any(path in s for s in statements for path in LIVE_PATHS), "a shadow under the target's path"
     assert_golden("rebuild.sql", text)
     latest = rebuild_statements(loaded, ref("shop.latest_order"), AUGUST)
-    assert "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/shop/latest_order__chmv_shadow_latest_order_20260801_r5eed', " \
-           "'{replica}', ts)" in latest[1]  # fmt: skip
+    assert (
+        "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/shop/latest_order__chmv_shadow_latest_order_20260801_r5eed', "
+        "'{replica}', ts)" in latest[1]
+    )
     daily = rebuild_statements(loaded, ref("shop.customer_daily"), AUGUST)
     assert "ENGINE = AggregatingMergeTree() PARTITION BY toYYYYMM(day) ORDER BY (customer, day) TTL" in daily[1]
     totals = rebuild_statements(loaded, ref("shop.customer_totals"), None)
@@ -106,8 +115,10 @@ def test_rebuild_of_a_partition_keeps_the_swap_on_this_server_and_gives_shadows_
         totals[-2]
         == "ALTER TABLE `shop`.`customer_totals` REPLACE PARTITION tuple() FROM `shop`.`_chmv_shadow_customer_totals_all_r5eed`"
     )
-    assert plan_from_source(loaded.project, ref("shop.customer_totals"), [None], ref("shop.customer_totals")).steps[0].swap \
-        == Swap.REPLACE_PARTITION  # fmt: skip
+    assert (
+        plan_from_source(loaded.project, ref("shop.customer_totals"), [None], ref("shop.customer_totals")).steps[0].swap
+        == Swap.REPLACE_PARTITION
+    )
 
 
 SELECT_CHANGE = (
@@ -125,11 +136,15 @@ NEW_SORT_KEYS = (
 )
 
 
-@pytest.mark.parametrize(("name", "edits", "action"), [
-    ("plan_select_change.sql", [SELECT_CHANGE], Action.MODIFY_QUERY),
-    ("plan_new_column.sql", [NEW_COLUMN], Action.ALTER),
-    ("plan_ttl_change.sql", [TTL_CHANGE], Action.ALTER),
-], ids=["select-change-modify-query", "new-column-alter", "ttl-change-alter"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "edits", "action"),
+    [
+        ("plan_select_change.sql", [SELECT_CHANGE], Action.MODIFY_QUERY),
+        ("plan_new_column.sql", [NEW_COLUMN], Action.ALTER),
+        ("plan_ttl_change.sql", [TTL_CHANGE], Action.ALTER),
+    ],
+    ids=["select-change-modify-query", "new-column-alter", "ttl-change-alter"],
+)
 def test_in_place_changes_run_on_the_whole_cluster(tmp_path, name, edits, action):
     _, plan = plan_with(tmp_path, *edits)
     assert [c.action for c in plan.changes] == [action]
@@ -139,8 +154,10 @@ def test_in_place_changes_run_on_the_whole_cluster(tmp_path, name, edits, action
 
 def test_new_versions_are_built_on_the_cluster_under_keeper_paths_of_their_own(tmp_path):
     loaded, plan = plan_with(tmp_path, *NEW_SORT_KEYS)
-    assert [(c.action, c.ref.fqn) for c in plan.changes] == [(Action.NEW_VERSION, "shop.customer_daily"),
-                                                              (Action.NEW_VERSION, "shop.latest_order")]  # fmt: skip
+    assert [(c.action, c.ref.fqn) for c in plan.changes] == [
+        (Action.NEW_VERSION, "shop.customer_daily"),
+        (Action.NEW_VERSION, "shop.latest_order"),
+    ]
     project = loaded.project
     text = render_plan(plan)
     old_stamp = "20260901120000"
@@ -151,24 +168,36 @@ def test_new_versions_are_built_on_the_cluster_under_keeper_paths_of_their_own(t
         text += "\n" + section(
             f"cut-over of {target.fqn}", cut_over_sql(project, target, beside, change.views, live_views)
         )
-        text += section(f"cut-over of {target.fqn}, its MV missing on this server (created from the DDL)",
-                        cut_over_sql(project, target, beside, change.views, set()))  # fmt: skip
+        text += section(
+            f"cut-over of {target.fqn}, its MV missing on this server (created from the DDL)",
+            cut_over_sql(project, target, beside, change.views, set()),
+        )
         text += section(
             f"the replaced version of {target.fqn} kept aside", [keep_old_sql(project, target, beside, old)]
         )
-        text += section(f"a half-built version of {target.fqn} discarded (a killed apply)",
-                        discard_beside_sql(project, target, beside, change.views))  # fmt: skip
-        text += section(f"a cut-over of {target.fqn} killed after its EXCHANGE, finished",
-                        finish_swap_sql(project, target, change.views, live_views))  # fmt: skip
-        generated = [*change.statements, *cut_over_sql(project, target, beside, change.views, live_views),
-                     keep_old_sql(project, target, beside, old), *discard_beside_sql(project, target, beside, change.views)]  # fmt: skip
+        text += section(
+            f"a half-built version of {target.fqn} discarded (a killed apply)",
+            discard_beside_sql(project, target, beside, change.views),
+        )
+        text += section(
+            f"a cut-over of {target.fqn} killed after its EXCHANGE, finished",
+            finish_swap_sql(project, target, change.views, live_views),
+        )
+        generated = [
+            *change.statements,
+            *cut_over_sql(project, target, beside, change.views, live_views),
+            keep_old_sql(project, target, beside, old),
+            *discard_beside_sql(project, target, beside, change.views),
+        ]
         assert all(ON_MAIN.search(sql) for sql in generated)
         assert not any(path in sql for sql in change.statements for path in LIVE_PATHS)
     assert_golden("plan_new_sort_key.sql", text)
     daily, latest = plan.changes
     assert "ENGINE = ReplicatedAggregatingMergeTree\n" in daily.statements[0], "no arguments: the server's default path"
-    assert "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/shop/latest_order__chmv_v2', '{replica}', ts)" \
-        in latest.statements[0]  # fmt: skip
+    assert (
+        "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/shop/latest_order__chmv_v2', '{replica}', ts)"
+        in latest.statements[0]
+    )
 
 
 def test_the_next_version_path_derives_from_the_live_one():
@@ -189,8 +218,9 @@ def test_the_next_version_path_derives_from_the_live_one():
 
 
 def test_a_second_new_version_after_a_swap_takes_the_next_path(tmp_path):
-    swapped = live_sql_with("'/clickhouse/tables/{shard}/shop/latest_order'",
-                            "'/clickhouse/tables/{shard}/shop/latest_order__chmv_v2'")  # fmt: skip
+    swapped = live_sql_with(
+        "'/clickhouse/tables/{shard}/shop/latest_order'", "'/clickhouse/tables/{shard}/shop/latest_order__chmv_v2'"
+    )
     _, plan = plan_with(tmp_path, NEW_SORT_KEYS[1], live_sql=swapped)
     (change,) = plan.changes
     assert "'/clickhouse/tables/{shard}/shop/latest_order__chmv_v3'" in change.statements[0]
@@ -205,11 +235,15 @@ def live_sql_with(old: str, new: str) -> str:
 
 def test_drops_of_an_old_version_and_a_column_run_on_the_cluster(tmp_path):
     old = "_chmv_old_latest_order_20260901120000"
-    live = live_sql_with("amount UInt64) ENGINE = ReplicatedReplacingMergeTree",
-                         "amount UInt64, note String) ENGINE = ReplicatedReplacingMergeTree")  # fmt: skip
-    live += (f"CREATE TABLE shop.{old} (customer UInt64, ts DateTime, amount UInt64) ENGINE = "
-             "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/shop/latest_order', '{replica}', ts) "
-             "PARTITION BY toYYYYMM(ts) ORDER BY customer;\n")  # fmt: skip
+    live = live_sql_with(
+        "amount UInt64) ENGINE = ReplicatedReplacingMergeTree",
+        "amount UInt64, note String) ENGINE = ReplicatedReplacingMergeTree",
+    )
+    live += (
+        f"CREATE TABLE shop.{old} (customer UInt64, ts DateTime, amount UInt64) ENGINE = "
+        "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/shop/latest_order', '{replica}', ts) "
+        "PARTITION BY toYYYYMM(ts) ORDER BY customer;\n"
+    )
     _, kept = plan_with(tmp_path / "kept", live_sql=live)
     assert kept.changes == () and len(kept.notes) == 2
     _, plan = plan_with(tmp_path / "dropped", live_sql=live, allow_drop=True)

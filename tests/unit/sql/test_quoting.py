@@ -23,7 +23,7 @@ QUOTE_CASES = [
     ("backslash", "a\\b", r"`a\\b`"),
     ("semicolon-and-comment", "x; DROP TABLE y --", "`x; DROP TABLE y --`"),
     ("unicode", "ünïcødé_表", "`ünïcødé_表`"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("name", "expected"), [c[1:] for c in QUOTE_CASES], ids=[c[0] for c in QUOTE_CASES])
@@ -31,18 +31,25 @@ def test_quote(name, expected):
     assert quote(name) == expected
 
 
-@pytest.mark.parametrize("name", ["raw events", "a-b", "x.y", "a`b", 'say "q"', "x; DROP TABLE y --", "ünïcødé_表"],
-                         ids=["space", "dash", "dot", "backtick", "double-quote", "injection", "unicode"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    ["raw events", "a-b", "x.y", "a`b", 'say "q"', "x; DROP TABLE y --", "ünïcødé_表"],
+    ids=["space", "dash", "dot", "backtick", "double-quote", "injection", "unicode"],
+)
 def test_a_quoted_name_is_one_identifier_token_of_the_exact_name(name):
     tokens = tokenize(f"SELECT 1 FROM {quote(name)}")
     assert [(t.token_type, t.text) for t in tokens[3:]] == [(TokenType.IDENTIFIER, name)]
 
 
-@pytest.mark.parametrize(("database", "name", "expected"), [
-    ("analytics", "events", "`analytics`.`events`"),
-    ("my-db", "it's \"q\"", "`my-db`.`it\\'s \"q\"`"),
-    ("db.with.dots", "t", "`db.with.dots`.`t`"),
-], ids=["plain", "quotes-and-dash", "dots-stay-inside"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("database", "name", "expected"),
+    [
+        ("analytics", "events", "`analytics`.`events`"),
+        ("my-db", 'it\'s "q"', '`my-db`.`it\\\'s "q"`'),
+        ("db.with.dots", "t", "`db.with.dots`.`t`"),
+    ],
+    ids=["plain", "quotes-and-dash", "dots-stay-inside"],
+)
 def test_qualified(database, name, expected):
     assert qualified(ObjectRef(database=database, name=name)) == expected
 
@@ -50,34 +57,51 @@ def test_qualified(database, name, expected):
 MOMENT = datetime(2026, 9, 1, 13, 5, 7, 123456)
 
 
-@pytest.mark.parametrize(("type_sql", "expected"), [
-    ("Date", "CAST('2026-09-01' AS Date)"),
-    ("Date32", "CAST('2026-09-01' AS Date32)"),
-    ("Nullable(Date)", "CAST('2026-09-01' AS Date)"),
-    ("DateTime", "toDateTime('2026-09-01 13:05:07')"),
-    ("DateTime('UTC')", "toDateTime('2026-09-01 13:05:07')"),
-    ("DateTime64(3)", "toDateTime('2026-09-01 13:05:07')"),
-    ("LowCardinality(Nullable(DateTime))", "toDateTime('2026-09-01 13:05:07')"),
-    ("", "toDateTime('2026-09-01 13:05:07')"),
-    ("String", "'2026-09-01 13:05:07'"),
-], ids=["Date", "Date32", "Nullable-Date", "DateTime", "DateTime-with-timezone", "DateTime64",
-        "wrapped-DateTime", "unknown-type-is-DateTime", "other-type-plain-string"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("type_sql", "expected"),
+    [
+        ("Date", "CAST('2026-09-01' AS Date)"),
+        ("Date32", "CAST('2026-09-01' AS Date32)"),
+        ("Nullable(Date)", "CAST('2026-09-01' AS Date)"),
+        ("DateTime", "toDateTime('2026-09-01 13:05:07')"),
+        ("DateTime('UTC')", "toDateTime('2026-09-01 13:05:07')"),
+        ("DateTime64(3)", "toDateTime('2026-09-01 13:05:07')"),
+        ("LowCardinality(Nullable(DateTime))", "toDateTime('2026-09-01 13:05:07')"),
+        ("", "toDateTime('2026-09-01 13:05:07')"),
+        ("String", "'2026-09-01 13:05:07'"),
+    ],
+    ids=[
+        "Date",
+        "Date32",
+        "Nullable-Date",
+        "DateTime",
+        "DateTime-with-timezone",
+        "DateTime64",
+        "wrapped-DateTime",
+        "unknown-type-is-DateTime",
+        "other-type-plain-string",
+    ],
+)
 def test_time_literal(type_sql, expected):
     assert time_literal(MOMENT, type_sql) == expected
 
 
-@pytest.mark.parametrize(("grain", "expected"), [
-    (None, None),
-    ("minute", "INTERVAL 1 MINUTE"),
-    ("5 minute", "INTERVAL 5 MINUTE"),
-    ("15 minute", "INTERVAL 15 MINUTE"),
-    ("hour", "INTERVAL 1 HOUR"),
-    ("day", "INTERVAL 1 DAY"),
-    ("week", "INTERVAL 1 WEEK"),
-    ("month", "INTERVAL 1 MONTH"),
-    ("quarter", "INTERVAL 1 QUARTER"),
-    ("year", "INTERVAL 1 YEAR"),
-], ids=["bare-column", "minute", "5-minute", "15-minute", "hour", "day", "week", "month", "quarter", "year"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("grain", "expected"),
+    [
+        (None, None),
+        ("minute", "INTERVAL 1 MINUTE"),
+        ("5 minute", "INTERVAL 5 MINUTE"),
+        ("15 minute", "INTERVAL 15 MINUTE"),
+        ("hour", "INTERVAL 1 HOUR"),
+        ("day", "INTERVAL 1 DAY"),
+        ("week", "INTERVAL 1 WEEK"),
+        ("month", "INTERVAL 1 MONTH"),
+        ("quarter", "INTERVAL 1 QUARTER"),
+        ("year", "INTERVAL 1 YEAR"),
+    ],
+    ids=["bare-column", "minute", "5-minute", "15-minute", "hour", "day", "week", "month", "quarter", "year"],
+)
 def test_interval(grain, expected):
     assert interval(grain) == expected
 

@@ -43,18 +43,24 @@ D_TOML = 'default_database = "d"'
 
 def test_select_with_source_replaces_only_the_block_position(tmp_path):
     """A self-join's other side and a subquery on the trigger read the whole table, as in the live MV."""
-    select = ("SELECT a.ts, b.user_id FROM d.events a, d.events b WHERE a.user_id = b.user_id "
-              "AND a.ts > (SELECT min(ts) FROM d.events)")  # fmt: skip
-    project = load_ddl(tmp_path / "self", f"{PRELUDE}\nCREATE MATERIALIZED VIEW d.mv TO d.sink AS {select}",
-                       toml=D_TOML).project  # fmt: skip
+    select = (
+        "SELECT a.ts, b.user_id FROM d.events a, d.events b WHERE a.user_id = b.user_id "
+        "AND a.ts > (SELECT min(ts) FROM d.events)"
+    )
+    project = load_ddl(
+        tmp_path / "self", f"{PRELUDE}\nCREATE MATERIALIZED VIEW d.mv TO d.sink AS {select}", toml=D_TOML
+    ).project
     view = project.views[ref("d.mv")]
     assert select_with_source(view, ref("d.events"), "(SELECT 1)") == (
         "SELECT a.ts, b.user_id FROM (SELECT 1) a, d.events b WHERE a.user_id = b.user_id "
         "AND a.ts > (SELECT min(ts) FROM d.events)"
     )
-    unaliased = load_ddl(tmp_path / "union", f"{PRELUDE}\nCREATE MATERIALIZED VIEW d.mv TO d.sink AS "
-                         "SELECT events.ts, user_id FROM d.events UNION ALL SELECT ts, user_id FROM d.events",
-                         toml=D_TOML).project  # fmt: skip
+    unaliased = load_ddl(
+        tmp_path / "union",
+        f"{PRELUDE}\nCREATE MATERIALIZED VIEW d.mv TO d.sink AS "
+        "SELECT events.ts, user_id FROM d.events UNION ALL SELECT ts, user_id FROM d.events",
+        toml=D_TOML,
+    ).project
     assert select_with_source(unaliased.views[ref("d.mv")], ref("d.events"), "(SELECT 1)") == (
         "SELECT events.ts, user_id FROM (SELECT 1) AS `events` UNION ALL SELECT ts, user_id FROM (SELECT 1) AS `events`"
     )
@@ -76,34 +82,68 @@ def parts(loaded, target: str, start: datetime):
     return project, table, views[0], scheme, window_at(start, scheme.grain)
 
 
-@pytest.mark.parametrize(("target", "start", "expected"), [
-    ("analytics.hourly_endpoint_stats", D(2026, 9, 1), "toDate((toDateTime('2026-09-01 00:00:00')))"),
-    ("analytics.error_events", D(2026, 9, 30), "toYYYYMMDD((toDateTime('2026-09-30 00:00:00')))"),
-    ("analytics.metric_events", D(2026, 2, 1), "toStartOfMonth((toDateTime('2026-02-01 00:00:00')))"),
-    ("analytics.events_agg", D(2026, 9, 1), "toYYYYMM((CAST('2026-09-01' AS Date)))"),
-    ("analytics.events_daily", D(2028, 2, 29), "toYYYYMMDD((CAST('2028-02-29' AS Date)))"),
-    ("analytics.counter_daily", D(2026, 12, 1), "toYYYYMM((toDateTime('2026-12-01 00:00:00')))"),
-], ids=["toDate-of-DateTime", "toYYYYMMDD-of-DateTime", "toStartOfMonth", "toYYYYMM-of-Date",
-        "toYYYYMMDD-of-Date-leap-day", "quoted-when-source-december"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("target", "start", "expected"),
+    [
+        ("analytics.hourly_endpoint_stats", D(2026, 9, 1), "toDate((toDateTime('2026-09-01 00:00:00')))"),
+        ("analytics.error_events", D(2026, 9, 30), "toYYYYMMDD((toDateTime('2026-09-30 00:00:00')))"),
+        ("analytics.metric_events", D(2026, 2, 1), "toStartOfMonth((toDateTime('2026-02-01 00:00:00')))"),
+        ("analytics.events_agg", D(2026, 9, 1), "toYYYYMM((CAST('2026-09-01' AS Date)))"),
+        ("analytics.events_daily", D(2028, 2, 29), "toYYYYMMDD((CAST('2028-02-29' AS Date)))"),
+        ("analytics.counter_daily", D(2026, 12, 1), "toYYYYMM((toDateTime('2026-12-01 00:00:00')))"),
+    ],
+    ids=[
+        "toDate-of-DateTime",
+        "toYYYYMMDD-of-DateTime",
+        "toStartOfMonth",
+        "toYYYYMM-of-Date",
+        "toYYYYMMDD-of-Date-leap-day",
+        "quoted-when-source-december",
+    ],
+)
 def test_partition_expression(example, target, start, expected):
     _project, table, _view, scheme, window = parts(example, target, start)
     assert partition_expression(table, scheme, window) == expected
 
 
-@pytest.mark.parametrize(("target", "start", "expected"), [
-    ("analytics.error_events", D(2026, 9, 1),
-     "`timestamp` >= toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-09-02 00:00:00')"),
-    ("analytics.hourly_endpoint_stats", D(2026, 9, 1),
-     "`timestamp` >= toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-09-02 00:00:00') "
-     "+ INTERVAL 1 HOUR"),
-    ("analytics.counter_daily", D(2026, 9, 1),
-     "`when` >= toDateTime('2026-09-01 00:00:00') AND `when` < toDateTime('2026-10-01 00:00:00') + INTERVAL 1 DAY"),
-    ("analytics.events_daily", D(2026, 9, 1),
-     "`event_date` >= CAST('2026-09-01' AS Date) AND `event_date` < CAST('2026-09-02' AS Date)"),
-    ("analytics.events_weekly", D(2026, 9, 1),
-     "`event_date` >= CAST('2026-09-01' AS Date) AND `event_date` < CAST('2026-10-01' AS Date) + INTERVAL 1 WEEK"),
-], ids=["bare-column", "toStartOfHour-into-daily", "toStartOfDay-into-monthly-quoted-keyword",
-        "bare-Date-column", "toMonday-spans-past-the-month"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("target", "start", "expected"),
+    [
+        (
+            "analytics.error_events",
+            D(2026, 9, 1),
+            "`timestamp` >= toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-09-02 00:00:00')",
+        ),
+        (
+            "analytics.hourly_endpoint_stats",
+            D(2026, 9, 1),
+            "`timestamp` >= toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-09-02 00:00:00') "
+            "+ INTERVAL 1 HOUR",
+        ),
+        (
+            "analytics.counter_daily",
+            D(2026, 9, 1),
+            "`when` >= toDateTime('2026-09-01 00:00:00') AND `when` < toDateTime('2026-10-01 00:00:00') + INTERVAL 1 DAY",
+        ),
+        (
+            "analytics.events_daily",
+            D(2026, 9, 1),
+            "`event_date` >= CAST('2026-09-01' AS Date) AND `event_date` < CAST('2026-09-02' AS Date)",
+        ),
+        (
+            "analytics.events_weekly",
+            D(2026, 9, 1),
+            "`event_date` >= CAST('2026-09-01' AS Date) AND `event_date` < CAST('2026-10-01' AS Date) + INTERVAL 1 WEEK",
+        ),
+    ],
+    ids=[
+        "bare-column",
+        "toStartOfHour-into-daily",
+        "toStartOfDay-into-monthly-quoted-keyword",
+        "bare-Date-column",
+        "toMonday-spans-past-the-month",
+    ],
+)
 def test_source_range_predicate(example, target, start, expected):
     project, _table, view, scheme, window = parts(example, target, start)
     assert source_range_predicate(view, project, scheme, window) == expected
@@ -144,10 +184,14 @@ def test_view_select_filters_the_trigger_to_the_window_and_the_output_to_the_par
 
 def test_view_select_with_trigger_where_and_window(example):
     project, table, view, scheme, window = parts(example, "analytics.error_events", D(2026, 9, 1))
-    sql = view_select(view, project, table, scheme, window, trigger_where="`timestamp` > toDateTime('2026-09-01 12:00:00')")
-    assert ("FROM (SELECT * FROM `analytics`.`all_events` WHERE (`timestamp` > toDateTime('2026-09-01 12:00:00')) AND "
-            "(`timestamp` >= toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-09-02 00:00:00'))) "
-            "AS `all_events` WHERE level = 'error'") in sql  # fmt: skip
+    sql = view_select(
+        view, project, table, scheme, window, trigger_where="`timestamp` > toDateTime('2026-09-01 12:00:00')"
+    )
+    assert (
+        "FROM (SELECT * FROM `analytics`.`all_events` WHERE (`timestamp` > toDateTime('2026-09-01 12:00:00')) AND "
+        "(`timestamp` >= toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-09-02 00:00:00'))) "
+        "AS `all_events` WHERE level = 'error'"
+    ) in sql
 
 
 def test_view_select_of_a_whole_unpartitioned_target_is_the_select_itself(example):
@@ -162,9 +206,11 @@ def test_view_select_of_a_whole_unpartitioned_target_is_the_select_itself(exampl
 def test_view_select_reads_the_trigger_relation_instead_of_the_table(example):
     project, table, view, scheme, window = parts(example, "analytics.events_agg", D(2026, 9, 1))
     sql = view_select(view, project, table, scheme, window, trigger_relation="file('/staging/p=1/*.parquet', Parquet)")
-    assert ("FROM (SELECT * FROM file('/staging/p=1/*.parquet', Parquet) WHERE (`timestamp` >= "
-            "toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-10-01 00:00:00') + INTERVAL 1 DAY)) "
-            "AS `raw_events`\nGROUP BY") in sql  # fmt: skip
+    assert (
+        "FROM (SELECT * FROM file('/staging/p=1/*.parquet', Parquet) WHERE (`timestamp` >= "
+        "toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-10-01 00:00:00') + INTERVAL 1 DAY)) "
+        "AS `raw_events`\nGROUP BY"
+    ) in sql
     assert "analytics.raw_events" not in sql and "`analytics`.`raw_events`" not in sql
     assert sql.endswith("WHERE (toYYYYMM(event_date)) = (toYYYYMM((CAST('2026-09-01' AS Date))))")
 
@@ -172,10 +218,18 @@ def test_view_select_reads_the_trigger_relation_instead_of_the_table(example):
 def test_view_select_trigger_relation_without_window_or_filter(example):
     project = example.project
     view = project.views[ref("analytics.entity_latest_mv")]
-    sql = view_select(view, project, project.table(ref("analytics.entity_latest")), PartitionScheme(grain=None), None,
-                      trigger_relation="(SELECT * FROM staged)")  # fmt: skip
-    assert sql == ("SELECT `entity_id`, `payload`, `updated_at` FROM (SELECT entity_id, payload, updated_at\n"
-                   "FROM (SELECT * FROM (SELECT * FROM staged)) AS `raw_webhooks`)")  # fmt: skip
+    sql = view_select(
+        view,
+        project,
+        project.table(ref("analytics.entity_latest")),
+        PartitionScheme(grain=None),
+        None,
+        trigger_relation="(SELECT * FROM staged)",
+    )
+    assert sql == (
+        "SELECT `entity_id`, `payload`, `updated_at` FROM (SELECT entity_id, payload, updated_at\n"
+        "FROM (SELECT * FROM (SELECT * FROM staged)) AS `raw_webhooks`)"
+    )
 
 
 def test_range_select_of_one_window_is_view_select(example):
@@ -197,18 +251,27 @@ def test_range_select_reads_the_span_once_and_keeps_each_windows_partition(examp
 
 def test_range_select_without_the_output_filter(example):
     project, table, view, scheme, first = parts(example, "analytics.error_events", D(2026, 9, 1))
-    sql = range_select(view, project, table, scheme, [first, window_at(D(2026, 9, 2), scheme.grain)],
-                       only_windows=False)  # fmt: skip
+    sql = range_select(
+        view, project, table, scheme, [first, window_at(D(2026, 9, 2), scheme.grain)], only_windows=False
+    )
     assert sql.endswith("AS `all_events` WHERE level = 'error')") and "toYYYYMMDD" not in sql
     assert "`timestamp` < toDateTime('2026-09-03 00:00:00')" in sql
 
 
 def test_range_select_reads_the_trigger_relation(example):
     project, table, view, scheme, first = parts(example, "analytics.events_agg", D(2026, 8, 1))
-    sql = range_select(view, project, table, scheme, [first, window_at(D(2026, 9, 1), scheme.grain)],
-                       trigger_relation="`analytics`.`raw_events` FINAL")  # fmt: skip
-    assert ("FROM (SELECT * FROM `analytics`.`raw_events` FINAL WHERE (`timestamp` >= toDateTime('2026-08-01 00:00:00') "
-            "AND `timestamp` < toDateTime('2026-10-01 00:00:00') + INTERVAL 1 DAY)) AS `raw_events`") in sql  # fmt: skip
+    sql = range_select(
+        view,
+        project,
+        table,
+        scheme,
+        [first, window_at(D(2026, 9, 1), scheme.grain)],
+        trigger_relation="`analytics`.`raw_events` FINAL",
+    )
+    assert (
+        "FROM (SELECT * FROM `analytics`.`raw_events` FINAL WHERE (`timestamp` >= toDateTime('2026-08-01 00:00:00') "
+        "AND `timestamp` < toDateTime('2026-10-01 00:00:00') + INTERVAL 1 DAY)) AS `raw_events`"
+    ) in sql
 
 
 def test_range_select_unpruned_reads_every_trigger_row(example):
@@ -229,11 +292,16 @@ def test_span_holds_all_sql_reads_the_triggers_partition_column_bounds(example):
 
 
 def test_span_holds_all_sql_none_where_metadata_cannot_answer(tmp_path):
-    project = load_ddl(tmp_path, PRELUDE + """
+    project = load_ddl(
+        tmp_path,
+        PRELUDE
+        + """
 CREATE TABLE d.by_user (ts DateTime, user_id UInt64) ENGINE = MergeTree PARTITION BY user_id % 4 ORDER BY ts;
 CREATE TABLE d.daily (day Date, n UInt64) ENGINE = SummingMergeTree PARTITION BY toYYYYMM(day) ORDER BY day;
 CREATE MATERIALIZED VIEW d.daily_mv TO d.daily AS SELECT toDate(ts) AS day, count() AS n FROM d.by_user GROUP BY day;
-""", toml=D_TOML).project
+""",
+        toml=D_TOML,
+    ).project
     view = project.views[ObjectRef(database="d", name="daily_mv")]
     table = project.table(view.writes_to)
     scheme = partition_scheme(table, [view])
@@ -296,19 +364,35 @@ ENGINE = ReplicatedMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}') O
 """
 
 
-@pytest.mark.parametrize(("table", "expected"), [
-    ("plain", ""),
-    ("paths", " ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/d/paths__shadow', '{replica}', ver) "
-              "PARTITION BY toYYYYMMDD(ts) ORDER BY (k, ts) PRIMARY KEY k SETTINGS index_granularity = 1024"),
-    ("bare", " ENGINE = MergeTree() ORDER BY k"),
-    ("defaults", " ENGINE = ReplacingMergeTree(ver) ORDER BY k"),
-    ("collapsing", " ENGINE = CollapsingMergeTree(sign) PARTITION BY toDate(ts) ORDER BY k"),
-    ("summing", " ENGINE = ReplicatedSummingMergeTree('/p/{shard}__shadow', '{replica}', (v)) ORDER BY k "
-                "TTL ts + INTERVAL 1 YEAR"),
-    ("uuid_path", " ENGINE = MergeTree() ORDER BY k"),
-], ids=["not-replicated", "own-keeper-path-keeps-version-and-settings", "default-path-plain-family",
-        "default-path-keeps-version", "default-path-keeps-sign", "own-keeper-path-keeps-columns-to-sum-and-ttl",
-        "uuid-path-plain-family"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("table", "expected"),
+    [
+        ("plain", ""),
+        (
+            "paths",
+            " ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/d/paths__shadow', '{replica}', ver) "
+            "PARTITION BY toYYYYMMDD(ts) ORDER BY (k, ts) PRIMARY KEY k SETTINGS index_granularity = 1024",
+        ),
+        ("bare", " ENGINE = MergeTree() ORDER BY k"),
+        ("defaults", " ENGINE = ReplacingMergeTree(ver) ORDER BY k"),
+        ("collapsing", " ENGINE = CollapsingMergeTree(sign) PARTITION BY toDate(ts) ORDER BY k"),
+        (
+            "summing",
+            " ENGINE = ReplicatedSummingMergeTree('/p/{shard}__shadow', '{replica}', (v)) ORDER BY k "
+            "TTL ts + INTERVAL 1 YEAR",
+        ),
+        ("uuid_path", " ENGINE = MergeTree() ORDER BY k"),
+    ],
+    ids=[
+        "not-replicated",
+        "own-keeper-path-keeps-version-and-settings",
+        "default-path-plain-family",
+        "default-path-keeps-version",
+        "default-path-keeps-sign",
+        "own-keeper-path-keeps-columns-to-sum-and-ttl",
+        "uuid-path-plain-family",
+    ],
+)
 def test_create_shadow_sql(tmp_path, table, expected):
     """A replicated target's shadow never registers under the target's Keeper path: its own path, or no path."""
     project = load_ddl(tmp_path, SHADOW_DDL, toml=D_TOML).project
@@ -326,14 +410,20 @@ def test_create_shadow_sql(tmp_path, table, expected):
 
 
 def test_staged_relation_without_cutoff_is_the_lake_alone():
-    sql = staged_relation(ref("analytics.api_requests"), "file('/s/*.parquet', Parquet)", ["timestamp", "endpoint"],
-                          "timestamp", None)  # fmt: skip
+    sql = staged_relation(
+        ref("analytics.api_requests"), "file('/s/*.parquet', Parquet)", ["timestamp", "endpoint"], "timestamp", None
+    )
     assert sql == "(SELECT `timestamp`, `endpoint` FROM file('/s/*.parquet', Parquet))"
 
 
 def test_staged_relation_with_cutoff_unites_lake_and_newer_source_rows():
-    sql = staged_relation(ref("analytics.api_requests"), "file('/s/*.parquet', Parquet)", ["timestamp", "endpoint"],
-                          "timestamp", D(2026, 9, 1, 12, 30, 5, 250))  # fmt: skip
+    sql = staged_relation(
+        ref("analytics.api_requests"),
+        "file('/s/*.parquet', Parquet)",
+        ["timestamp", "endpoint"],
+        "timestamp",
+        D(2026, 9, 1, 12, 30, 5, 250),
+    )
     assert sql == (
         "(SELECT `timestamp`, `endpoint` FROM file('/s/*.parquet', Parquet) UNION ALL "
         "SELECT `timestamp`, `endpoint` FROM `analytics`.`api_requests` "
@@ -353,7 +443,7 @@ CREATE MATERIALIZED VIEW `my-db`.`mv; drop` TO `my-db`.`it's "q"` AS
 SELECT toStartOfHour(`event time`) AS `hour slot`, `user``id`, count() AS n
 FROM `my-db`.`raw events` GROUP BY `hour slot`, `user``id`;
 """
-SOURCE, TARGET = ObjectRef(database="my-db", name="raw events"), ObjectRef(database="my-db", name="it's \"q\"")
+SOURCE, TARGET = ObjectRef(database="my-db", name="raw events"), ObjectRef(database="my-db", name='it\'s "q"')
 
 
 @pytest.fixture(scope="module")
@@ -371,8 +461,10 @@ def test_odd_names_view_select(odd):
     scheme = partition_scheme(table, (view,))
     assert scheme == PartitionScheme(grain="day", column="hour slot")
     window = window_at(D(2026, 9, 1), "day")
-    predicate = ("`event time` >= toDateTime('2026-09-01 00:00:00') AND "
-                 "`event time` < toDateTime('2026-09-02 00:00:00') + INTERVAL 1 HOUR")  # fmt: skip
+    predicate = (
+        "`event time` >= toDateTime('2026-09-01 00:00:00') AND "
+        "`event time` < toDateTime('2026-09-02 00:00:00') + INTERVAL 1 HOUR"
+    )
     assert source_range_predicate(view, project, scheme, window) == predicate
     assert view_select(view, project, table, scheme, window) == (
         r"SELECT `hour slot`, `user\`id`, `n` FROM (SELECT toStartOfHour(`event time`) AS `hour slot`, `user``id`, "
@@ -406,9 +498,11 @@ def test_odd_names_shadows_are_plain_identifiers_distinct_per_partition(odd):
 def test_swaps_sql_swaps_every_partition_in_one_alter_in_order():
     live, shadow = ObjectRef(database="a-b", name="t"), ObjectRef(database="a-b", name="_chmv_shadow_t_range")
     sql = swaps_sql(live, shadow, [("tuple(20260801)", False), ("tuple(20260802)", True), ("tuple(20260803)", False)])
-    assert sql == ("ALTER TABLE `a-b`.`t` REPLACE PARTITION tuple(20260801) FROM `a-b`.`_chmv_shadow_t_range`, "
-                   "DROP PARTITION tuple(20260802), "
-                   "REPLACE PARTITION tuple(20260803) FROM `a-b`.`_chmv_shadow_t_range`")  # fmt: skip
+    assert sql == (
+        "ALTER TABLE `a-b`.`t` REPLACE PARTITION tuple(20260801) FROM `a-b`.`_chmv_shadow_t_range`, "
+        "DROP PARTITION tuple(20260802), "
+        "REPLACE PARTITION tuple(20260803) FROM `a-b`.`_chmv_shadow_t_range`"
+    )
     assert swap_sql(live, shadow, "tuple(20260801)") == swaps_sql(live, shadow, [("tuple(20260801)", False)])
 
 
@@ -417,7 +511,12 @@ def test_shadow_names_carry_the_run_and_match_only_their_tables_pattern():
     shadow = shadow_ref(daily, "2026-01-01", "0a1b2c3d")
     assert shadow.name == "_chmv_shadow_daily_20260101_r0a1b2c3d" and run_of_shadow(shadow.name) == "0a1b2c3d"
     pattern = re.compile(shadows_pattern(daily))
-    for name in (shadow.name, "_chmv_shadow_daily_range_rfeed", "_chmv_shadow_daily_all", "_chmv_shadow_daily_20260101"):
+    for name in (
+        shadow.name,
+        "_chmv_shadow_daily_range_rfeed",
+        "_chmv_shadow_daily_all",
+        "_chmv_shadow_daily_20260101",
+    ):
         assert pattern.match(name), name
     for name in ("_chmv_shadow_daily_x_20260101_r0a1b2c3d", "_chmv_shadow_daily_2026_all_r1", "daily"):
         assert not pattern.match(name), name

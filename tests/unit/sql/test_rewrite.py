@@ -31,8 +31,10 @@ def test_an_mv_gets_its_name_target_and_every_source_renamed_and_nothing_else() 
 
 
 def test_a_table_keeps_everything_but_its_name() -> None:
-    table = parse_statement("CREATE TABLE `my db`.`odd-name` (x UInt8 COMMENT 'my db.odd-name') "
-                            "ENGINE = MergeTree ORDER BY x", default_database="d")  # fmt: skip
+    table = parse_statement(
+        "CREATE TABLE `my db`.`odd-name` (x UInt8 COMMENT 'my db.odd-name') ENGINE = MergeTree ORDER BY x",
+        default_database="d",
+    )
     assert renamed_statement(table, {ref("my db.odd-name"): ref("s._chmv_next_odd")}) == (
         "CREATE TABLE `s`.`_chmv_next_odd` (x UInt8 COMMENT 'my db.odd-name') ENGINE = MergeTree ORDER BY x"
     )

@@ -21,14 +21,20 @@ FUNCTIONS = {
     ("sql", "expanded"),
     [
         ("SELECT clean(path) AS c FROM t", "SELECT trimRight(lower(path), '/') AS c FROM t"),
-        ("SELECT section(v.path) AS s FROM t AS v", "SELECT splitByChar('/', trimRight(lower(v.path), '/'))[2] AS s FROM t AS v"),
+        (
+            "SELECT section(v.path) AS s FROM t AS v",
+            "SELECT splitByChar('/', trimRight(lower(v.path), '/'))[2] AS s FROM t AS v",
+        ),
         ("SELECT twice(a + b) AS d FROM t", "SELECT (a + b) * 2 AS d FROM t"),
         ("SELECT plus_one(a) * 3 AS d FROM t", "SELECT (a + 1) * 3 AS d FROM t"),
-        ("SELECT countIf(NOT clean(a) = '') AS n FROM t", "SELECT countIf(NOT trimRight(lower(a), '/') = '') AS n FROM t"),
+        (
+            "SELECT countIf(NOT clean(a) = '') AS n FROM t",
+            "SELECT countIf(NOT trimRight(lower(a), '/') = '') AS n FROM t",
+        ),
         ("SELECT pair(k, clean(v)) AS kv FROM t", "SELECT concat(k, '=', trimRight(lower(v), '/')) AS kv FROM t"),
         ("SELECT t.clean(x), other(x) FROM t", "SELECT t.clean(x), other(x) FROM t"),
     ],
-)  # fmt: skip
+)
 def test_sql_functions_are_expanded_like_the_server_does(sql, expanded):
     assert expand_functions(sql, FUNCTIONS) == expanded
 
