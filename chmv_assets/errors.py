@@ -54,10 +54,6 @@ class EngineBusyError(ChmvError):
     """The embedded engine stayed locked by another process for longer than the lock timeout."""
 
 
-class PartitionError(ChmvError):
-    """A partition key that does not fit the target's partitioning."""
-
-
 class LandingZoneError(ChmvError):
     """A landing-zone file that cannot be loaded (wrong schema, corrupt Parquet)."""
 

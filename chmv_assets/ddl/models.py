@@ -168,10 +168,6 @@ class Engine(_Frozen):
         return self.name.replace("Replicated", "").replace("Shared", "") or self.name
 
     @property
-    def is_merge_tree(self) -> bool:
-        return self.family.endswith("MergeTree")
-
-    @property
     def is_stream(self) -> bool:
         """A stream engine (:data:`STREAM_ENGINES`): reading the table consumes messages."""
         return self.name in STREAM_ENGINES

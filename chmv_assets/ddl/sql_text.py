@@ -187,17 +187,6 @@ def clauses(tokens: list[Token]) -> dict[str, tuple[int, int]]:
     return found
 
 
-def clause(tokens: list[Token], text: str, *keywords: str) -> tuple[int, int] | None:
-    """Span ``[start, end)`` of the clause introduced by ``keywords`` at depth 0, up to the next clause.
-
-    Args:
-        tokens: Tokens of ``text``.
-        text: The statement text.
-        keywords: The words that open the clause, one of :data:`TABLE_CLAUSES` (e.g. ``("PARTITION", "BY")``).
-    """
-    return clauses(tokens).get(" ".join(k.upper() for k in keywords))
-
-
 def _word(token: Token) -> str:
     return " ".join(token.text.upper().split())
 
@@ -212,15 +201,6 @@ def _phrase_length(tokens: list[Token], i: int, phrase: str) -> int:
         if not phrase.startswith(words + " "):
             return 0
     return 0
-
-
-def _last_before(tokens: list[Token], stop: Token) -> Token:
-    previous = tokens[0]
-    for t in tokens:
-        if t is stop:
-            return previous
-        previous = t
-    return previous
 
 
 def select_start(tokens: list[Token]) -> int | None:

@@ -9,7 +9,7 @@ the time they land).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 from pathlib import Path
 
 import numpy as np
@@ -217,7 +217,3 @@ def write_landing_zone(
             pq.write_table(table.filter(pa.array(mask)), path)
             written.append(path)
     return written
-
-
-def day_range(start: date, days: int) -> list[date]:
-    return [start + timedelta(days=i) for i in range(days)]

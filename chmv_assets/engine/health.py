@@ -194,12 +194,14 @@ def view_states(client: Client, views: Iterable[ObjectRef]) -> dict[ObjectRef, s
 
 
 def views_off(client: Client, project: Project) -> dict[ObjectRef, list[ObjectRef]]:
-    """Per target, the MVs of the DDL directory writing it that are detached or missing on the server."""
-    states = view_states(client, project.views)
+    """Per target, what of it is detached or missing on the server: the MVs of the DDL directory writing it, and the
+    target table itself where the DDL defines it (a dropped TO table fails every insert into its MVs' sources)."""
+    tables = [t for t in project.targets if t in project.tables and t not in project.views]
+    states = view_states(client, [*project.views, *tables])
     found: dict[ObjectRef, list[ObjectRef]] = {}
     for ref, state in states.items():
         if state != "live":
-            found.setdefault(project.views[ref].writes_to, []).append(ref)
+            found.setdefault(project.views[ref].writes_to if ref in project.views else ref, []).append(ref)
     return found
 
 

@@ -170,12 +170,34 @@ def test_drift_sensor_reevaluates_when_the_ddl_changes(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["chmv_staleness", "chmv_recovery"])
-def test_missing_target_is_an_alert_not_a_crash(tmp_path: Path, example, name: str) -> None:
-    engine = make_engine(tmp_path / "chdb", example, rows=0)
-    with engine.get_client() as client:
-        client.command("DROP TABLE analytics.audit_log SYNC")
-    data = tick(example, name, engine, DagsterInstance.ephemeral(), None)
-    assert not data.run_requests and data.skip_message
+def test_missing_target_is_an_alert_not_a_crash(tmp_path: Path, name: str) -> None:
+    """A target dropped on the server: the tick completes, requests no rebuild of it, and an alert names it."""
+    handler = type("Hook", (_Hook,), {"received": []})
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        loaded = load(EXAMPLE_DDL, alert_webhook=f"http://127.0.0.1:{server.server_port}/alerts")
+        engine = make_engine(tmp_path / "chdb", loaded, rows=0)
+        with engine.get_client() as client:
+            client.command("DROP TABLE analytics.audit_log SYNC")
+        cursor, requested, instance = None, [], DagsterInstance.local_temp(str(tmp_path))
+        for _ in range(2):  # recovery restores what is missing at two ticks in a row
+            data = tick(loaded, name, engine, instance, cursor)
+            cursor = data.cursor or cursor
+            requested += data.run_requests
+        assert sink_for(loaded.config.alert_webhook).flush(10)
+        assert any("analytics.audit_log" in f"{a['subject']} {a['message']}" for a in handler.received)
+        if name == "chmv_staleness":
+            assert not requested  # staleness only alerts
+            return
+        ((repair,),) = [requested]  # recovery: the table back through the apply job, no rebuild of a missing table
+        assert repair.job_name == "chmv_apply" and repair.tags["chmv/objects"] == "analytics.audit_log"
+        assert execute(loaded, engine, instance, repair).success
+        with engine.get_client() as client:  # inserts into the source reach the target again
+            client.command("INSERT INTO analytics.all_events VALUES ('2026-08-05 02:00:00', 'login', 'info', 1, 'u')")
+            assert client.command("SELECT count() FROM analytics.audit_log") == 1
+    finally:
+        server.shutdown()
 
 
 def test_a_deferred_partition_is_requested_once_it_has_closed(tmp_path: Path, example) -> None:

@@ -19,6 +19,8 @@ WORKER = textwrap.dedent("""
     from resources.clickhouse import ClickHouseResource
     dsn, name, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
     resource = ClickHouseResource(dsn=dsn, lock_timeout_seconds=60)
+    print("ready", flush=True)
+    sys.stdin.readline()  # both start together, whatever each took to import
     for i in range(rounds):
         with resource.get_client() as client:
             client.command("CREATE TABLE IF NOT EXISTS default.hits (who String, i UInt32, at DateTime64(6) DEFAULT now64(6)) ENGINE = MergeTree ORDER BY who")
@@ -40,13 +42,23 @@ HOLDER = textwrap.dedent("""
 
 def _spawn(script: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", script, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", script, *args],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
 def test_two_processes_use_the_same_engine_at_once(tmp_path):
     dsn = f"chdb://{tmp_path / 'chdb'}"
     workers = [_spawn(WORKER, dsn, name, "15") for name in ("a", "b")]
+    for worker in workers:  # both imported and ready before either starts: their uses can only interleave by turns
+        assert worker.stdout.readline().strip() == "ready", worker.stderr.read()
+    for worker in workers:
+        worker.stdin.write("go\n")
+        worker.stdin.close()
     outputs = [w.communicate(timeout=120) for w in workers]
     for worker, (_, err) in zip(workers, outputs, strict=True):
         assert worker.returncode == 0, err

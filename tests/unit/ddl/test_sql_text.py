@@ -9,7 +9,6 @@ from sqlglot.errors import TokenError
 from sqlglot.tokens import TokenType
 
 from chmv_assets.ddl.sql_text import (
-    clause,
     clauses,
     line_col,
     select_start,
@@ -177,14 +176,6 @@ CLAUSE_CASES = [
 @pytest.mark.parametrize(("sql", "expected"), [c[1:] for c in CLAUSE_CASES], ids=[c[0] for c in CLAUSE_CASES])
 def test_clauses(sql, expected):
     assert spans(sql) == expected
-
-
-def test_clause_looks_up_one_clause_by_keywords():
-    sql = "CREATE TABLE t (d Date) ENGINE = MergeTree PARTITION BY toDate(d) ORDER BY d"
-    tokens = tokenize(sql)
-    start, end = clause(tokens, sql, "partition", "by")
-    assert sql[start:end] == "toDate(d)"
-    assert clause(tokens, sql, "TTL") is None
 
 
 SELECT_CASES = [
