@@ -126,7 +126,7 @@ def _run(args: argparse.Namespace) -> int:
     from resources.clickhouse import clickhouse_from_env, for_project
 
     resource = None if args.command == "lineage" else clickhouse_from_env(args.dsn)
-    # On the embedded engine chmv deploys and reads the local twin of the DDL (README "A local twin").
+    # On the embedded engine chmv deploys and reads the local twin of the DDL (docs/any-schema.md, "A local twin").
     twin = resource is not None and resource.is_embedded
     loaded = load(args.ddl_dir, default_database=args.default_database, twin=twin)
     if not loaded.project.views and args.command != "load-demo":

@@ -1,6 +1,6 @@
 """ClickHouseResource: one client API over a ClickHouse server or the embedded chdb engine.
 
-Connection settings, one precedence each (README "Connection settings and secrets"):
+Connection settings, one precedence each (docs/configuration.md, "Connection settings, secrets and time limits"):
 
 - **credentials**: the ``username`` / ``password`` fields (pass them with ``EnvVar``, so the UI shows the
   variable's name, never its value), else the DSN's ``user:password@``, else none. A DSN is shown in the UI

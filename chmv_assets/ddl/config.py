@@ -71,7 +71,7 @@ class SweepConfig(BaseModel):
 
 
 class WritersConfig(BaseModel):
-    """Who inserts into the source tables besides chmv (README "Who writes your sources").
+    """Who inserts into the source tables besides chmv (docs/writers.md).
 
     A source no MV writes gets ``default`` unless it is named in ``chmv`` or ``others``; a table an MV writes (a chain,
     a stream consumer's target) is written by what writes that MV's trigger, plus ``others`` if it is named there.
@@ -95,7 +95,7 @@ class WritersConfig(BaseModel):
 
 
 class RebuildSettings(BaseModel):
-    """How a rebuild stays exact under writers and other runs (README "Who writes your sources")."""
+    """How a rebuild stays exact under writers and other runs (docs/writers.md)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -123,7 +123,7 @@ class RebuildSettings(BaseModel):
 
 
 class PacingConfig(BaseModel):
-    """How every chmv insert respects the server (README "Pacing: respecting the server"): ingestion batches, rebuild
+    """How every chmv insert respects the server (docs/pacing-and-health.md, "Pacing"): ingestion batches, rebuild
     fills and the apply's re-derivation are cut into inserts of at most ``max_partitions_per_insert`` partitions, each
     started only while the tables it writes stay below their part limits, the merge pool has room and fewer than
     ``max_concurrency`` chmv inserts run; "Too many parts" and lock timeouts are retried with backoff and jitter."""
@@ -187,7 +187,7 @@ class PacingConfig(BaseModel):
 
 
 class HealthConfig(BaseModel):
-    """The health checks and their sensor (README "Checks, sensors and alerts")."""
+    """The health checks and their sensor (docs/pacing-and-health.md, "Health checks and signals")."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -459,7 +459,7 @@ class MaterializedView(_Frozen):
 
 
 class KeptKind(StrEnum):
-    """Kinds of statements chmv keeps verbatim without modelling them (README "Statements chmv keeps as written")."""
+    """Kinds of statements chmv keeps verbatim without modelling them (docs/any-schema.md)."""
 
     FUNCTION = "function"
     VIEW = "view"
@@ -521,7 +521,7 @@ _DEPLOY_RANK = {
 
 class KeptObject(_Frozen):
     """A statement chmv does not model, kept as written: deployed in dependency order, created when missing, reported
-    when it differs from the server (README "Statements chmv keeps as written").
+    when it differs from the server (docs/any-schema.md, "Statements chmv keeps as written").
 
     Attributes:
         kind: What it creates.

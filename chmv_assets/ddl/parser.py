@@ -72,7 +72,7 @@ from chmv_assets.errors import DDLError, DDLProblem, ParserUnavailable
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
-#: Statements chmv keeps as written (README "Statements chmv keeps as written"), by the kind their first words say.
+#: Statements chmv keeps as written (docs/any-schema.md), by the kind their first words say.
 KEPT_KINDS = {k.value: k for k in KeptKind}
 #: Kinds chmv models: what sqlglot reads, or ClickHouse's own parser where sqlglot cannot.
 MODELED_KINDS = frozenset({"table", "materialized view", "database", "dictionary"})
@@ -298,7 +298,7 @@ def _name_span(table: exp.Expression | None) -> Span | None:
 def _parse_statement(
     located: _Located, ctx: _Context
 ) -> Table | Dictionary | MaterializedView | Database | KeptObject | None:
-    """The model of one statement: sqlglot reads it; where it cannot, ClickHouse's own parser does (README
+    """The model of one statement: sqlglot reads it; where it cannot, ClickHouse's own parser does (docs/any-schema.md,
     "Reading any ClickHouse DDL"); a statement chmv keeps without modelling it becomes a :class:`KeptObject`."""
     stmt = located.statement
     text = stmt.text

@@ -3,7 +3,7 @@
 A production schema names clusters (``ON CLUSTER``), Keeper (``Replicated*``), other hosts (``Distributed``), brokers
 and queues (Kafka, RabbitMQ, NATS, S3Queue, FileLog…), remote systems (S3, URL, MySQL…) and access control. The
 embedded engine is one process without any of them, so on it each such object gets a documented stand-in
-(:func:`local_twin`, README "A local twin of a production schema"):
+(:func:`local_twin`, docs/any-schema.md, "A local twin of a production schema"):
 
 - ``ON CLUSTER`` is dropped;
 - ``Replicated*`` and ``Shared*`` engines become their plain family, with the engine's own arguments;

@@ -4,7 +4,7 @@ A rebuild swaps a partition in with ``REPLACE PARTITION``: whatever the live MVs
 rebuild's read began is replaced. chmv's own writers hold the source's write gate, so none of their rows can arrive
 meanwhile; a stream consumer (an MV reading a Kafka, RabbitMQ, NATS, S3Queue… table) can be paused, its messages
 waiting in the broker; applications, other hosts and tools ("others") can neither be held nor seen in advance. The
-rebuild planner reads this one answer to decide how each partition is rebuilt (README "Who writes your sources").
+rebuild planner reads this one answer to decide how each partition is rebuilt (docs/writers.md).
 
 Writes reach a table that an MV writes (a chain's target, a stream consumer's target) through that MV: its writers are
 those of the MV's trigger, up the chain, plus ``others`` where ``chmv.toml`` says so.

@@ -1,4 +1,4 @@
-"""The one executor of rebuild plans (see :mod:`chmv_assets.engine.planner`; README "Backfill protocol").
+"""The one executor of rebuild plans (see :mod:`chmv_assets.engine.planner`; docs/rebuilds.md, "Backfill protocol").
 
 ClickHouse steps: under the gates of the target's trigger sources, each partition is rebuilt from the
 source table into its shadow and swapped in.

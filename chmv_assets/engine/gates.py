@@ -1,4 +1,4 @@
-"""The ingestion cutoff that keeps a backfill exact while rows keep arriving (see README, "Backfill protocol").
+"""The ingestion cutoff that keeps a backfill exact while rows keep arriving (docs/rebuilds.md, "Backfill protocol").
 
 Two pieces:
 

@@ -85,7 +85,7 @@ class PartitionEstimate:
 
 @dataclass(frozen=True)
 class Rederive:
-    """The re-derivation of one target's history, partition by partition (README "Rebuild plans").
+    """The re-derivation of one target's history, partition by partition (docs/rebuilds.md, "Rebuild plans").
 
     Attributes:
         target: The target whose rows are re-derived.

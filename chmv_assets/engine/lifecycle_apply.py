@@ -1,6 +1,6 @@
 """Run a lifecycle plan (``chmv apply``): every change with zero gap while the sources keep receiving rows.
 
-Every writer into a source holds its write gate (:func:`chmv_assets.engine.gates.source_gate`, README
+Every writer into a source holds its write gate (:func:`chmv_assets.engine.gates.source_gate`, docs/rebuilds.md,
 "Backfill protocol"); apply takes the gates of every table whose inserts reach a target (its sources up the
 chain) around each step that must not interleave with an insert. A hold (the gates, then one client) carries on
 into the next steps while they need no other gate and the hold is younger than ``batch_seconds``: ingestion waits

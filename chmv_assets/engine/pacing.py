@@ -1,4 +1,4 @@
-"""Pacing: every chmv insert respects the server (README "Pacing: respecting the server"; seeds 000, 003, 004).
+"""Pacing: every chmv insert respects the server (docs/pacing-and-health.md, "Pacing"; seeds 000, 003, 004).
 
 An insert (an ingestion chunk, a rebuild's shadow fill, the apply's re-derivation, a maintenance merge) goes through
 :meth:`Pacer.run`, which

@@ -45,7 +45,7 @@ def build_definitions(
     clickhouse = for_project(
         clickhouse or default_clickhouse(), config.default_database, where=f"{config.ddl_dir}/chmv.toml"
     )
-    if clickhouse.is_embedded:  # what the embedded engine runs: the local twin of the DDL (README "A local twin")
+    if clickhouse.is_embedded:  # what the embedded engine runs: the local twin of the DDL (docs/any-schema.md)
         loaded = twin_of(loaded)
     with gc_paused():
         return _assemble(loaded, clickhouse, translator)

@@ -47,7 +47,7 @@ def cut_over_sql(
     or its CREATE when it does not exist) and its copy dropped.
 
     On a cluster every host swaps its own tables when its DDL queue reaches the statement: not one atomic moment
-    across hosts (README "Cluster deployments").
+    across hosts (docs/cluster.md).
 
     Args:
         live_views: The MVs that exist on the server (the others are created from the repo statement).

@@ -2,7 +2,7 @@
 
 Afterwards every target equals its MVs' new SELECT over all source rows (nothing lost, nothing counted twice),
 and a second plan says no changes. The writer inserts under the source's write gate, as every writer into a
-source must (README "Backfill protocol"), and at every point where apply holds no gate the apply waits for
+source must (docs/rebuilds.md, "Backfill protocol"), and at every point where apply holds no gate the apply waits for
 another batch, so inserts interleave with every step.
 """
 

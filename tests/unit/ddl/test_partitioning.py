@@ -1,4 +1,4 @@
-"""partitioning: the Dagster grain of every PARTITION BY form (README table) and the windows of a grain."""
+"""partitioning: the Dagster grain of every PARTITION BY form (docs/partitions.md) and the windows of a grain."""
 
 from __future__ import annotations
 
