@@ -340,7 +340,7 @@ def _problem(path: Path, text: str, error: dict, *, overridden: set[str]) -> DDL
     key = ".".join(keys)
     message = str(error["msg"]).removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":
-        hint = "remove or rename the key; the keys are those of ChmvConfig in chmv_assets/ddl/config.py (README)"
+        hint = "remove or rename the key; the keys are those of ChmvConfig in chmv_assets/ddl/config.py (docs/configuration.md)"
     else:
         hint = f"fix the value of {key}; see ChmvConfig in chmv_assets/ddl/config.py for what it takes"
     if keys and keys[0] in overridden:

@@ -536,7 +536,7 @@ def describe_stand_ins(project: Project) -> list[str]:
     count = len(project.stand_ins)
     head = (
         f"local twin: the embedded engine runs {count} stand-in{'s' if count != 1 else ''} "
-        '(README "A local twin of a production schema"); on a server nothing is substituted'
+        '(docs/any-schema.md, "A local twin of a production schema"); on a server nothing is substituted'
     )
     return [head, *lines]
 

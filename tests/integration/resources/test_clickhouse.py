@@ -58,7 +58,7 @@ def test_two_processes_use_the_same_engine_at_once(tmp_path):
         assert worker.stdout.readline().strip() == "ready", worker.stderr.read()
     for worker in workers:
         worker.stdin.write("go\n")
-        worker.stdin.close()
+        worker.stdin.flush()
     outputs = [w.communicate(timeout=120) for w in workers]
     for worker, (_, err) in zip(workers, outputs, strict=True):
         assert worker.returncode == 0, err
