@@ -15,7 +15,6 @@ module turns it into asset checks:
 from collections.abc import Iterable
 
 from dagster import (
-    AssetCheckEvaluation,
     AssetCheckExecutionContext,
     AssetCheckKey,
     AssetCheckResult,
@@ -36,6 +35,7 @@ from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.pressure import merges, read_load, server_limits, table_limits
+from chmv_assets.orchestration.dagster_compat import completed_evaluations
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
 
@@ -64,17 +64,12 @@ def check_key(translator: ChmvTranslator, ref: ObjectRef, name: str) -> AssetChe
 def previous_totals(instance: DagsterInstance | None, check_key, limit: int = CLIMB_EVALUATIONS - 1) -> list[int]:
     """The ``active_parts`` of the check's last completed evaluations, oldest first (empty without an instance).
 
-    Records still planned (the running evaluation itself) carry an ``AssetCheckEvaluationPlanned`` and are
-    passed over: Dagster's record-status enum is not public API, so completion is read from the event.
+    The running evaluation itself is still planned and passed over (:func:`completed_evaluations`).
     """
     if instance is None:
         return []
-    records = instance.event_log_storage.get_asset_check_execution_history(check_key, limit=limit + 10)
     totals = []
-    for record in records:
-        evaluation = record.evaluation
-        if not isinstance(evaluation, AssetCheckEvaluation):
-            continue
+    for evaluation in completed_evaluations(instance, check_key, scan=limit + 10):
         value = evaluation.metadata.get("active_parts")
         if value is not None:
             totals.append(int(value.value))

@@ -17,7 +17,6 @@ runs alike.
 
 from __future__ import annotations
 
-import json
 import threading
 import warnings
 from collections import OrderedDict
@@ -40,7 +39,6 @@ from dagster import (
     Output,
     PartitionsDefinition,
     PreviewWarning,
-    deserialize_value,
 )
 
 from asset_checks.common import DRIFT, PARITY
@@ -50,6 +48,7 @@ from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.landing import landing_dir
+from chmv_assets.orchestration.dagster_compat import check_output_name, target_materialization_data
 from chmv_assets.orchestration.partitions import window_for_key
 
 #: Checks declared on the target ops (blocking ones: they gate downstream assets).
@@ -91,22 +90,6 @@ def check_partition_keys(
         return list(context.partition_keys)
     last = partitions_def.get_last_partition_key(dynamic_partitions_store=context.instance)
     return [last] if last is not None else []
-
-
-def target_materialization(record: Any) -> Any:
-    """Dagster's ``AssetCheckEvaluationTargetMaterializationData`` for a materialization record.
-
-    The class is not exported by ``dagster``; it is built through the public serdes API from its
-    storage form (the event log's persisted format, kept stable across Dagster versions). Without it a
-    per-partition evaluation is not "current" for the partition and the partitions view hides it.
-    """
-    payload = {
-        "__class__": "AssetCheckEvaluationTargetMaterializationData",
-        "run_id": record.run_id,
-        "storage_id": record.storage_id,
-        "timestamp": record.timestamp,
-    }
-    return deserialize_value(json.dumps(payload))
 
 
 def latest_materializations(instance: DagsterInstance, key: AssetKey, partitions: Sequence[str | None]) -> dict:
@@ -161,7 +144,7 @@ def parity_evaluation(
         check_name=PARITY,
         passed=result.passed,
         metadata={**parity_metadata(result), **(metadata or {})},
-        target_materialization_data=target_materialization(record) if record is not None else None,
+        target_materialization_data=target_materialization_data(record) if record is not None else None,
         severity=AssetCheckSeverity.ERROR,
         description=result.describe()[:2000],
         blocking=blocking,
@@ -251,7 +234,7 @@ def evaluate_inline_checks(
         results = [parity_for_partition(client, loaded, ref, window_for_key(partitions_def, p)) for p in partitions]
         targets = latest_materializations(context.instance, key, partitions)
         outcome.events.append(
-            Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(AssetCheckKey(key, PARITY)))
+            Output(None, output_name=check_output_name(context.assets_def, AssetCheckKey(key, PARITY)))
         )
         for partition, result in zip(partitions, results, strict=True):
             context.log.info(result.describe())

@@ -59,6 +59,7 @@ from chmv_assets.engine.planner import RebuildPlan, observe, plan_rebuild, windo
 from chmv_assets.engine.recovery import DdlRepair, Decision, ddl_repair, entry_key, plan, split_key
 from chmv_assets.engine.staleness import TargetLag, measure_staleness
 from chmv_assets.errors import DDLError
+from chmv_assets.orchestration.dagster_compat import check_partition_statuses
 from chmv_assets.orchestration.partitions import (
     dynamic_partitions_of,
     time_partitions_of,
@@ -235,17 +236,14 @@ def parity_outcomes(
     runs and manual check runs alike). A run's evaluation is stored after everything this tick saw, so
     a verdict still pending now is read at a later tick.
     """
-    storage = context.instance.event_log_storage
     check_keys = {AssetCheckKey(key, PARITY): target for key, target in keys_to_targets.items()}
     outcomes: dict[str, bool] = {}
     last = after
-    for info in storage.get_asset_check_partition_info(list(check_keys), after_storage_id=after or None):
-        stored = info.latest_check_event_storage_id or 0
-        status = info.latest_execution_status.value  # the enum is not exported by dagster: its values are stable
-        if stored <= after or status not in _VERDICTS:
+    for status in check_partition_statuses(context.instance, list(check_keys), after_storage_id=after or None):
+        if status.storage_id <= after or status.status not in _VERDICTS:
             continue  # an older verdict (listed for a newer materialization) or one still running
-        outcomes[entry_key(check_keys[info.check_key], info.partition_key)] = _VERDICTS[status]
-        last = max(last, stored)
+        outcomes[entry_key(check_keys[status.check_key], status.partition_key)] = _VERDICTS[status.status]
+        last = max(last, status.storage_id)
     return outcomes, last
 
 

@@ -1,0 +1,73 @@
+"""Every corner of Dagster chmv reaches that is not Dagster's public API, in one place.
+
+chmv needs four things Dagster does not export: an evaluation's link to the materialization it checked (its class is
+not exported), the output name of an asset check inside a multi-asset, and two readings of the event log's
+asset-check index (history and per-partition status). Each is wrapped here with the public types it returns, so a
+Dagster upgrade that moves one breaks this module and its test (tests/unit/orchestration/test_dagster_compat.py),
+not the check, sensor or op code that uses it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dagster import AssetCheckEvaluation, AssetCheckKey, AssetsDefinition, DagsterInstance, deserialize_value
+
+
+def target_materialization_data(record: Any) -> Any:
+    """Dagster's ``AssetCheckEvaluationTargetMaterializationData`` for a materialization record (its event log
+    entry): what makes a per-partition check evaluation "current" for the partition in the UI.
+
+    The class is not exported by ``dagster``; it is built through the public serdes API from its storage form (the
+    event log's persisted format, kept stable across Dagster versions).
+    """
+    payload = {
+        "__class__": "AssetCheckEvaluationTargetMaterializationData",
+        "run_id": record.run_id,
+        "storage_id": record.storage_id,
+        "timestamp": record.timestamp,
+    }
+    return deserialize_value(json.dumps(payload))
+
+
+def check_output_name(assets_def: AssetsDefinition, check_key: AssetCheckKey) -> str:
+    """The op output that carries ``check_key``'s result in a multi-asset that yields it."""
+    return assets_def.get_output_name_for_asset_check_key(check_key)
+
+
+def completed_evaluations(instance: DagsterInstance, check_key: AssetCheckKey, scan: int) -> list[AssetCheckEvaluation]:
+    """The evaluations of ``check_key`` that completed among its newest ``scan`` executions, newest first.
+
+    Records still planned (a running evaluation) carry an ``AssetCheckEvaluationPlanned`` and are passed over:
+    Dagster's record-status enum is not public API, so completion is read from the event.
+    """
+    records = instance.event_log_storage.get_asset_check_execution_history(check_key, limit=scan)
+    return [r.evaluation for r in records if isinstance(r.evaluation, AssetCheckEvaluation)]
+
+
+@dataclass(frozen=True)
+class CheckPartitionStatus:
+    """The latest execution of one partition of an asset check, as the event log's index has it."""
+
+    check_key: AssetCheckKey
+    partition_key: str | None
+    storage_id: int
+    status: str  # "SUCCEEDED", "FAILED", "IN_PROGRESS", "SKIPPED", "EXECUTION_FAILED"
+
+
+def check_partition_statuses(
+    instance: DagsterInstance, check_keys: Sequence[AssetCheckKey], after_storage_id: int | None
+) -> Iterator[CheckPartitionStatus]:
+    """Per check and partition, its latest execution stored after ``after_storage_id`` (one call for all checks)."""
+    for info in instance.event_log_storage.get_asset_check_partition_info(
+        list(check_keys), after_storage_id=after_storage_id
+    ):
+        yield CheckPartitionStatus(
+            info.check_key,
+            info.partition_key,
+            info.latest_check_event_storage_id or 0,
+            info.latest_execution_status.value,  # the enum is not exported by dagster: its values are stable
+        )
