@@ -15,7 +15,7 @@ export DAGSTER_DISABLE_TELEMETRY := 1
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --no-compile -e '.[dev]'  # bytecode is compiled on first import, of what is imported
+	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
 install: $(BIN)/.installed
