@@ -328,17 +328,7 @@ class _Planner:
         if table.engine is not None and table.engine.name == "View":
             return  # a plain view: its SELECT is read at query time, nothing to migrate
         if live.engine in ("MaterializedView", "View", "Dictionary"):
-            self.changes.append(
-                Change(
-                    Action.MANUAL,
-                    ref,
-                    "table",
-                    self._layer(ref),
-                    location=location,
-                    reasons=(f"the server has a {live.engine} named {ref.fqn}; the DDL a table",),
-                    blocked="rename or drop the server's object by hand",
-                )
-            )
+            self.changes.append(_another_kind(ref, "table", self._layer(ref), location, live.engine, "a table"))
             return
         formatted = self.state.formatted.get(ref)
         if same_text(formatted, live.create_query):
@@ -436,17 +426,7 @@ class _Planner:
             self.changes.append(self._with_rederive(change, target, why="new MV"))
             return
         if live.engine != "MaterializedView":
-            self.changes.append(
-                Change(
-                    Action.MANUAL,
-                    ref,
-                    "view",
-                    self._layer(ref),
-                    location=location,
-                    reasons=(f"the server has a {live.engine} named {ref.fqn}; the DDL an MV",),
-                    blocked="rename or drop the server's object by hand",
-                )
-            )
+            self.changes.append(_another_kind(ref, "view", self._layer(ref), location, live.engine, "an MV"))
             return
         repo_select = self.state.selects.get(ref)
         changed = select_changed(repo_select or view.select_sql, live.select)
@@ -735,17 +715,7 @@ class _Planner:
                     Change(Action.CREATE, ref, label, layer, statements=(obj.statement,), location=location)
                 )
             elif live.engine != "View":
-                self.changes.append(
-                    Change(
-                        Action.MANUAL,
-                        ref,
-                        label,
-                        layer,
-                        location=location,
-                        reasons=(f"the server has a {live.engine} named {ref.fqn}; the DDL a view",),
-                        blocked="rename or drop the server's object by hand",
-                    )
-                )
+                self.changes.append(_another_kind(ref, label, layer, location, live.engine, "a view"))
             elif select_changed(self.state.selects.get(ref) or obj.select_sql or "", live.select):
                 self._kept_changed(obj, ref, label, layer, select_diff(self.state.selects.get(ref) or "", live.select))
             return
@@ -969,3 +939,16 @@ def rederive_now(
     tables = {target, *triggers_of(loaded.project, target), *([writes] if writes is not None else [])}
     state = ServerState(frozenset(databases), live, parts=read_parts(client, databases, tables))
     return _Planner(client, loaded, state, allow_drop, root)._rederive(target, writes, new_version=new_version)
+
+
+def _another_kind(ref: ObjectRef, kind: str, layer: int, location: str | None, live_engine: str, ddl: str) -> Change:
+    """A manual change: the server holds a ``live_engine`` where the DDL defines ``ddl`` (``a table``, ``an MV``)."""
+    return Change(
+        Action.MANUAL,
+        ref,
+        kind,
+        layer,
+        location=location,
+        reasons=(f"the server has a {live_engine} named {ref.fqn}; the DDL {ddl}",),
+        blocked="rename or drop the server's object by hand",
+    )
