@@ -181,7 +181,7 @@ def _mutations(client: Client, tables: list[ObjectRef], rules: HealthConfig, fin
 
 
 def view_states(client: Client, views: Iterable[ObjectRef]) -> dict[ObjectRef, str]:
-    """Per MV, ``live``, ``detached`` or ``missing`` on the server (one statement)."""
+    """Per MV (or table), ``live``, ``detached`` or ``missing`` on the server (one statement)."""
     views = list(views)
     if not views:
         return {}

@@ -545,9 +545,10 @@ def due_deferrals(client, loaded: LoadedProject) -> list[str]:
 
 
 def _targets_with_views_off(client, loaded: LoadedProject, state: _RecoveryState) -> set[ObjectRef]:
-    """Targets with an MV of the DDL directory detached or missing at this tick and the one before (one query): they
-    need a ``chmv_apply`` run even when no failing partition points at them (no row arrived yet). Two ticks, so a
-    stream consumer a rebuild pauses for its swap (seconds) is never restored under it."""
+    """Targets with an MV of the DDL directory, or their own table, detached or missing at this tick and the one before
+    (one query, :func:`chmv_assets.engine.health.views_off`): they need a ``chmv_apply`` run even when no failing
+    partition points at them (no row arrived yet). Two ticks, so a stream consumer a rebuild pauses for its swap
+    (seconds) is never restored under it."""
     off = views_off(client, loaded.project)
     seen = {v.fqn: state.views_off.get(v.fqn, 0) + 1 for views in off.values() for v in views}
     state.views_off = seen
