@@ -9,7 +9,7 @@ module turns it into asset checks:
 - ``chmv_schema_drift`` (blocking if ``parity.blocking``): asset_checks.drift, on the target ops too
 - ``chmv_lint`` (WARN, model only): asset_checks.lint
 - ``chmv_health`` (per target and source table: mutations, detached MVs, read-only, replication):
-  chmv_assets.engine.health, its Dagster checks in asset_checks.health_checks
+  chmv_assets.engine.health.server_health, its Dagster checks in asset_checks.health_checks
 """
 
 from collections.abc import Iterable
@@ -34,7 +34,7 @@ from asset_checks.parts import CLIMB_EVALUATIONS, assess, part_counts, pool_verd
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.engine.pressure import merges, read_load, server_limits, table_limits
+from chmv_assets.engine.pacing.pressure import merges, read_load, server_limits, table_limits
 from chmv_assets.orchestration.dagster_compat import completed_evaluations
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource

@@ -14,8 +14,8 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.drift import DriftItem, drift_report, involved_objects_of, normalize_type
-from chmv_assets.engine.lifecycle import LifecyclePlan
-from chmv_assets.engine.lifecycle_planner import plan_lifecycle
+from chmv_assets.engine.lifecycle.plan import LifecyclePlan
+from chmv_assets.engine.lifecycle.planner import plan_lifecycle
 from chmv_assets.errors import ChmvError
 
 __all__ = [

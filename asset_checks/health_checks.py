@@ -1,7 +1,7 @@
 """The Dagster side of the health checks: one ``chmv_health`` check per target and per source table.
 
-The logic is :mod:`chmv_assets.engine.health` (a client in, plain results out). Every check of a run is evaluated
-together, in the statements of one :func:`~chmv_assets.engine.health.assess`. A verdict carries its numbers as
+The logic is :mod:`chmv_assets.engine.health.server_health` (a client in, plain results out). Every check of a run is evaluated
+together, in the statements of one :func:`~chmv_assets.engine.health.server_health.assess`. A verdict carries its numbers as
 metadata (plotted over time in the UI), its findings with what to do, and what the engine could not check (the
 replication of ``Replicated*`` tables on the embedded engine); a failing one goes to the alert sink. The
 ``chmv_health`` sensor (:mod:`chmv_assets.orchestration.health_sensor`) evaluates them when a verdict changes and
@@ -24,7 +24,7 @@ from asset_checks.common import HEALTH
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.engine.health import Health, Subject, assess, subjects
+from chmv_assets.engine.health.server_health import Health, Subject, assess, subjects
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
 

@@ -47,7 +47,7 @@ from asset_checks.parity import ParityResult, parity_for_partition
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.engine.landing import landing_dir
+from chmv_assets.engine.ingest.landing import landing_dir
 from chmv_assets.orchestration.dagster_compat import check_output_name, target_materialization_data
 from chmv_assets.orchestration.partitions import window_for_key
 

@@ -12,7 +12,7 @@ A trigger source that deduplicates itself (ReplacingMergeTree) is read ``FINAL``
 so duplicates the MV counted twice show up as an overcount. Both sides read only the partition: the
 target through its PARTITION BY, the source through backfill_sql's pruning range.
 
-The recompute reads the same truth a rebuild would (:mod:`chmv_assets.engine.coverage`): where a
+The recompute reads the same truth a rebuild would (:mod:`chmv_assets.engine.rebuild.coverage`): where a
 trigger no longer holds the partition (a TTL, a dropped partition, a DELETE) and the landing zone does,
 the MV's SELECT runs over the landing rows up to the ingestion cutoff and the table's rows after it;
 where neither holds it, the partition is reported "not verifiable" with the reason — never failed
@@ -31,14 +31,15 @@ from asset_checks.common import SELF_DEDUP_ENGINES, involved_objects, missing_me
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Table
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme, time_of
-from chmv_assets.engine import landing, races
+from chmv_assets.engine import races
 from chmv_assets.engine.catalog import existing_objects, live_table
 from chmv_assets.engine.clock import wall_now
-from chmv_assets.engine.coverage import mappings, observe_coverage
 from chmv_assets.engine.drift import DriftItem, apply_pending, describe_pending
-from chmv_assets.engine.lake_read import lake_relation
-from chmv_assets.engine.planner import spark_capable, streamed_triggers, triggers_of
-from chmv_assets.engine.rebuild import race_ranges
+from chmv_assets.engine.ingest import landing
+from chmv_assets.engine.ingest.lake_read import lake_relation
+from chmv_assets.engine.rebuild.coverage import mappings, observe_coverage
+from chmv_assets.engine.rebuild.planner import spark_capable, streamed_triggers, triggers_of
+from chmv_assets.engine.rebuild.steps import race_ranges
 from chmv_assets.errors import ChmvError
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rebuild_sql import partition_expression, partition_filter, range_select, view_select

@@ -2,7 +2,7 @@
 
 Thresholds are the ones the server applies: ``system.merge_tree_settings`` (``parts_to_delay_insert``,
 ``parts_to_throw_insert``, ``max_parts_in_total``) overridden by the live table's own SETTINGS (its ``engine_full``;
-:func:`chmv_assets.engine.pressure.table_limits`), else the DDL's where the table does not exist. The check warns
+:func:`chmv_assets.engine.pacing.pressure.table_limits`), else the DDL's where the table does not exist. The check warns
 when the busiest partition passes half the delay limit, when the part count climbed at every one of the last
 evaluations (seed 001: a backlog that grows instead of plateauing) or when the merge pool is saturated (seed 000); it
 fails near the throw limit. The history is the check's own previous evaluations, read from the Dagster instance.

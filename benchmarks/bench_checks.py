@@ -28,7 +28,7 @@ from conftest import EXAMPLE_DDL, make_engine  # noqa: E402
 from asset_checks.parity import parity_sql  # noqa: E402
 from chmv_assets.ddl.loader import load  # noqa: E402
 from chmv_assets.ddl.models import ObjectRef  # noqa: E402
-from chmv_assets.engine.staleness import measure_staleness  # noqa: E402
+from chmv_assets.engine.health.staleness import measure_staleness  # noqa: E402
 from chmv_assets.orchestration.partitions import window_for_key  # noqa: E402
 from chmv_assets.orchestration.translator import ChmvTranslator  # noqa: E402
 from chmv_assets.sql.quoting import qualified  # noqa: E402
@@ -129,7 +129,7 @@ def generated_project(root: Path, targets: int) -> Path:
 
 
 def bench_sensor_tick(workdir: Path, targets: int = 500) -> None:
-    from chmv_assets.engine.apply import apply
+    from chmv_assets.engine.lifecycle.deploy import apply
     from resources.clickhouse import ClickHouseResource
 
     loaded = load(generated_project(workdir / "gen", targets))

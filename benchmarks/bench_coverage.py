@@ -31,9 +31,9 @@ from asset_checks.parity import parity_for_partition  # noqa: E402
 from chmv_assets.ddl.loader import load  # noqa: E402
 from chmv_assets.ddl.models import ObjectRef  # noqa: E402
 from chmv_assets.ddl.partitioning import window_at  # noqa: E402
-from chmv_assets.engine.coverage import observe_coverage  # noqa: E402
-from chmv_assets.engine.executor import execute  # noqa: E402
-from chmv_assets.engine.planner import observe, plan_rebuild  # noqa: E402
+from chmv_assets.engine.rebuild.coverage import observe_coverage  # noqa: E402
+from chmv_assets.engine.rebuild.executor import execute  # noqa: E402
+from chmv_assets.engine.rebuild.planner import observe, plan_rebuild  # noqa: E402
 
 SELECTED = "SELECT event, value FROM system.events WHERE event IN ('SelectedRows', 'SelectedBytes')"
 SEP = datetime(2026, 9, 1)

@@ -41,9 +41,9 @@ def bench_plan(tmp: Path) -> None:
     from bench_definitions import generate
 
     from chmv_assets.ddl.loader import load
-    from chmv_assets.engine.apply import apply
-    from chmv_assets.engine.lifecycle_planner import plan_lifecycle
-    from chmv_assets.engine.preflight import preflight
+    from chmv_assets.engine.lifecycle.deploy import apply
+    from chmv_assets.engine.lifecycle.planner import plan_lifecycle
+    from chmv_assets.engine.lifecycle.preflight import preflight
     from resources.clickhouse import ClickHouseResource
 
     ddl = tmp / "ddl"
@@ -96,9 +96,9 @@ def bench_apply(tmp: Path, rows: int, rounds: int = 3) -> None:
 
     from chmv_assets.ddl.loader import load
     from chmv_assets.ddl.models import ObjectRef
-    from chmv_assets.engine import lifecycle_apply
-    from chmv_assets.engine.apply import apply
-    from chmv_assets.engine.lifecycle_planner import plan_lifecycle
+    from chmv_assets.engine.lifecycle import apply as lifecycle_apply
+    from chmv_assets.engine.lifecycle.deploy import apply
+    from chmv_assets.engine.lifecycle.planner import plan_lifecycle
     from chmv_assets.sql.quoting import qualified
     from resources.clickhouse import ClickHouseResource
 

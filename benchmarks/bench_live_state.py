@@ -51,7 +51,7 @@ def generated_project(root: Path, views: int) -> Path:
 
 
 def bench_tick(workdir: Path, tables: int) -> None:
-    from chmv_assets.engine.apply import apply
+    from chmv_assets.engine.lifecycle.deploy import apply
     from resources.clickhouse import ClickHouseResource
 
     views = tables // 2

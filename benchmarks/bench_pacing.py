@@ -64,7 +64,7 @@ class Bench:
         self.resource = ClickHouseResource(dsn=f"chdb://{self.path}")
 
     def load_source(self) -> None:
-        from chmv_assets.engine.apply import apply
+        from chmv_assets.engine.lifecycle.deploy import apply
 
         with self.resource.get_client() as client:
             apply(client, self.base.project)
@@ -84,9 +84,9 @@ class Bench:
     def backfill(self, client, loaded, *, one_read: bool = False, log=None) -> tuple[float, float, float]:
         """The backfill of the 10 days on ``client``: (seconds, seconds pacing spent reading the server, seconds
         waited)."""
-        from chmv_assets.engine.executor import execute
-        from chmv_assets.engine.pacing import pacer_for
-        from chmv_assets.engine.planner import Observations, plan_rebuild
+        from chmv_assets.engine.pacing.pacer import pacer_for
+        from chmv_assets.engine.rebuild.executor import execute
+        from chmv_assets.engine.rebuild.planner import Observations, plan_rebuild
 
         stats = pacer_for(client, loaded.config.pacing).stats
         looking, waited = stats.look_seconds, stats.waited_seconds

@@ -48,10 +48,10 @@ def main() -> None:
     from chmv_assets.ddl.loader import load
     from chmv_assets.ddl.models import ObjectRef
     from chmv_assets.ddl.partitioning import PartitionWindow, partition_scheme
-    from chmv_assets.engine.apply import apply
-    from chmv_assets.engine.executor import execute
-    from chmv_assets.engine.planner import Observations, plan_rebuild
-    from chmv_assets.engine.rebuild import rebuild
+    from chmv_assets.engine.lifecycle.deploy import apply
+    from chmv_assets.engine.rebuild.executor import execute
+    from chmv_assets.engine.rebuild.planner import Observations, plan_rebuild
+    from chmv_assets.engine.rebuild.steps import rebuild
     from chmv_assets.sql.rebuild_sql import view_select
     from resources.clickhouse import ClickHouseResource
 

@@ -31,7 +31,7 @@ from conftest import EXAMPLE_DDL, make_engine  # noqa: E402
 
 from asset_checks.parity import parity_for_partitions  # noqa: E402
 from chmv_assets.ddl.loader import load  # noqa: E402
-from chmv_assets.engine.sweep import SweepState, decide  # noqa: E402
+from chmv_assets.engine.health.sweep import SweepState, decide  # noqa: E402
 from chmv_assets.orchestration.translator import ChmvTranslator  # noqa: E402
 from chmv_assets.sql.quoting import qualified  # noqa: E402
 from chmv_assets.sql.rebuild_sql import partition_expression, source_range_predicate  # noqa: E402
@@ -46,7 +46,7 @@ def _counter(client, sql: str) -> int:
 
 
 def bench_decision(workdir: Path, targets: int = 500) -> None:
-    from chmv_assets.engine.apply import apply
+    from chmv_assets.engine.lifecycle.deploy import apply
     from resources.clickhouse import ClickHouseResource
 
     loaded = load(generated_project(workdir / "gen", targets))

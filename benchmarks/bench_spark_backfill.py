@@ -43,7 +43,7 @@ def write_landing(root: Path, rows: int) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from chmv_assets.engine import demo_data
+    from chmv_assets import demo_data
 
     table = demo_data.generate(SOURCE, rows, days=DAYS, seed=11)
     rng = np.random.default_rng(11)
@@ -62,7 +62,7 @@ def write_landing(root: Path, rows: int) -> None:
 
 def _setup(work: Path):
     from chmv_assets.ddl.loader import LoadedProject, load
-    from chmv_assets.engine.apply import apply
+    from chmv_assets.engine.lifecycle.deploy import apply
     from resources.clickhouse import ClickHouseResource
 
     example = load(ROOT / "examples" / "ddl")
@@ -106,12 +106,12 @@ def bare_pyspark(spark, files: list[str], columns: list[str], keys: list[str], o
 def phase_single(work: Path) -> dict:
     """One run, one Spark session: all 12 partitions; bare PySpark around it; then ClickHouse on the same Parquet."""
     from chmv_assets.ddl.models import ObjectRef
-    from chmv_assets.engine import landing
     from chmv_assets.engine.catalog import live_table
-    from chmv_assets.engine.executor import rebuild_partitions
-    from chmv_assets.engine.planner import plan_from_source
-    from chmv_assets.engine.rebuild import run_step
-    from chmv_assets.engine.staging_area import file_relation
+    from chmv_assets.engine.ingest import landing
+    from chmv_assets.engine.ingest.staging_area import file_relation
+    from chmv_assets.engine.rebuild.executor import rebuild_partitions
+    from chmv_assets.engine.rebuild.planner import plan_from_source
+    from chmv_assets.engine.rebuild.steps import run_step
     from chmv_assets.sql.quoting import quote
     from spark.session import get_spark_session
     from spark.staging import SparkStager
@@ -192,7 +192,7 @@ def _jvm_peak_mb() -> float:
 def phase_one_partition(work: Path, index: int) -> dict:
     """What one run of a multi-run backfill does: start Spark, backfill one partition, stop."""
     from chmv_assets.ddl.models import ObjectRef
-    from chmv_assets.engine.executor import rebuild_partitions
+    from chmv_assets.engine.rebuild.executor import rebuild_partitions
     from spark.session import get_spark_session
     from spark.staging import SparkStager
 

@@ -144,7 +144,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
 
     from chmv_assets.ddl.twin import describe_stand_ins
-    from chmv_assets.engine.apply import apply
+    from chmv_assets.engine.lifecycle.deploy import apply
 
     assert resource is not None
     # the DSN (else $CHMV_CLICKHOUSE_DSN), credentials from $CLICKHOUSE_USER / $CLICKHOUSE_PASSWORD over the DSN's;
@@ -164,7 +164,7 @@ def _run(args: argparse.Namespace) -> int:
         result = apply(client, loaded.project, log=print)
         print(f"apply: {len(result.created)} created, {len(result.existing)} already there")
         if args.command == "load-demo":
-            from chmv_assets.engine import demo_data
+            from chmv_assets import demo_data
 
             if not demo_data.fits(loaded.project):
                 print(
@@ -187,9 +187,9 @@ def _run(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace, loaded, resource) -> int:
     """``chmv plan``: the lifecycle plan, printed; the exit code says whether changes are pending."""
-    from chmv_assets.engine.landing import landing_dir
-    from chmv_assets.engine.lifecycle_planner import plan_lifecycle
-    from chmv_assets.engine.preflight import preflight
+    from chmv_assets.engine.ingest.landing import landing_dir
+    from chmv_assets.engine.lifecycle.planner import plan_lifecycle
+    from chmv_assets.engine.lifecycle.preflight import preflight
 
     with resource.get_client() as client:
         plan = plan_lifecycle(client, loaded, allow_drop=args.allow_drop, root=landing_dir(loaded))
@@ -204,11 +204,11 @@ def _plan(args: argparse.Namespace, loaded, resource) -> int:
 def _apply(args: argparse.Namespace, loaded, resource) -> int:
     """``chmv apply``: plan, preflight (nothing is touched if the server refuses a statement), then the changes."""
     from asset_checks.parity import parity_for_partitions
-    from chmv_assets.engine.landing import landing_dir
-    from chmv_assets.engine.lifecycle import Action
-    from chmv_assets.engine.lifecycle_apply import apply_plan
-    from chmv_assets.engine.lifecycle_planner import plan_lifecycle
-    from chmv_assets.engine.preflight import preflight
+    from chmv_assets.engine.ingest.landing import landing_dir
+    from chmv_assets.engine.lifecycle.apply import apply_plan
+    from chmv_assets.engine.lifecycle.plan import Action
+    from chmv_assets.engine.lifecycle.planner import plan_lifecycle
+    from chmv_assets.engine.lifecycle.preflight import preflight
 
     def parity(client, target, live, windows):
         return parity_for_partitions(client, loaded, target, windows, live=live)
@@ -242,8 +242,8 @@ def _rebuild(args: argparse.Namespace, loaded, resource) -> int:
     """``chmv rebuild``: the same planner and executor as the target assets."""
     from chmv_assets.ddl.models import ObjectRef
     from chmv_assets.ddl.partitioning import partition_scheme, window_for_partition_key
-    from chmv_assets.engine.executor import execute, plan_for
-    from chmv_assets.engine.landing import landing_dir
+    from chmv_assets.engine.ingest.landing import landing_dir
+    from chmv_assets.engine.rebuild.executor import execute, plan_for
 
     database, _, name = args.target.partition(".")
     target = (

@@ -21,7 +21,7 @@ from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionScheme
-from chmv_assets.engine.landing import ingested_sources, landing_dir
+from chmv_assets.engine.ingest.landing import ingested_sources, landing_dir
 from chmv_assets.orchestration.partitions import partitions_definition
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource

@@ -10,7 +10,7 @@ One load of one source:
    staged rows with event time ``> L`` (``L`` re-read now) that the source does not hold yet (anti-join on the
    dedup key over the same window): one insert, or one per run of at most the pacer's partitions per insert (days,
    hours where a table the insert writes is partitioned by hour), in time order, each paced
-   (:mod:`chmv_assets.engine.pacing`: it waits while the source or a target its MVs write is near its part limits,
+   (:mod:`chmv_assets.engine.pacing.pacer`: it waits while the source or a target its MVs write is near its part limits,
    and retries a "Too many parts" refusal that wrote nothing). The live MVs fire on these inserts. Then the watermark
    advances to the newest staged event time (``committed``), only after the last insert returned; a load that gives
    up waiting commits what its finished inserts loaded (every staged row up to the last one's end) and says so.
@@ -39,18 +39,18 @@ from pathlib import Path
 from chmv_assets.ddl.grains import PARTITION_FUNCTIONS, Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef, Project, Table
-from chmv_assets.engine import landing
-from chmv_assets.engine import staging_area as staging
 from chmv_assets.engine.clients import ClientFactory
-from chmv_assets.engine.executor import repair_interrupted_load
-from chmv_assets.engine.gates import (
+from chmv_assets.engine.ingest import landing
+from chmv_assets.engine.ingest import staging_area as staging
+from chmv_assets.engine.ingest.cutoff import (
     crash_point,
     current_watermark,
     cutoff_of,
     ingestion_source_id,
     source_gate,
 )
-from chmv_assets.engine.pacing import Pacer, chunks, pacer_for, written_by_insert
+from chmv_assets.engine.pacing.pacer import Pacer, chunks, pacer_for, written_by_insert
+from chmv_assets.engine.rebuild.executor import repair_interrupted_load
 from chmv_assets.engine.statements import chunk_id, statement_id, wait_for_orphans
 from chmv_assets.engine.watermarks import begin_load, commit_load
 from chmv_assets.errors import LandingZoneError, ServerBusy

@@ -1,6 +1,6 @@
 """Spark reads, cleans and stages landing-zone rows as Parquet: the only job Spark does for chmv.
 
-Executors never open the embedded engine: they write Parquet to a staging folder (chmv_assets.engine.staging_area)
+Executors never open the embedded engine: they write Parquet to a staging folder (chmv_assets.engine.ingest.staging_area)
 that ClickHouse then reads with ``file()``.
 """
 
@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from chmv_assets.ddl.grains import Grain
-from chmv_assets.engine.staging_area import PARTITION_COLUMN, ts_literal
+from chmv_assets.engine.ingest.staging_area import PARTITION_COLUMN, ts_literal
 from chmv_assets.errors import LandingZoneError
 
 #: Parquet codec of staging files (read once by ClickHouse on the same host).

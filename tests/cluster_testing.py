@@ -2,7 +2,7 @@
 
 No test here has a cluster: ``tests/unit/sql/golden/cluster/ddl`` is deployed nowhere, ``live.sql`` is what
 ``system.tables`` of one replica would show after ``chmv apply`` of it, and the plans are made from that snapshot
-(:func:`chmv_assets.engine.lifecycle_planner.plan_from_state`) with the same code ``chmv plan`` runs against a server.
+(:func:`chmv_assets.engine.lifecycle.planner.plan_from_state`) with the same code ``chmv plan`` runs against a server.
 The statements chmv would send are written into golden files: reading them is the review.
 """
 
@@ -18,8 +18,8 @@ from chmv_assets.ddl.models import MaterializedView, Table
 from chmv_assets.ddl.parser import parse_statement
 from chmv_assets.ddl.sql_text import split_statements
 from chmv_assets.engine.drift import LiveObject
-from chmv_assets.engine.lifecycle import LifecyclePlan
-from chmv_assets.engine.lifecycle_planner import ServerState
+from chmv_assets.engine.lifecycle.plan import LifecyclePlan
+from chmv_assets.engine.lifecycle.planner import ServerState
 
 CLUSTER = Path(__file__).resolve().parent / "unit" / "sql" / "golden" / "cluster"
 CLUSTER_DDL = CLUSTER / "ddl"

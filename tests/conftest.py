@@ -64,8 +64,8 @@ def example():
 
 def make_engine(path: Path, loaded, rows: int = 0, seed: int = 42):
     """A ClickHouseResource on a fresh embedded engine at ``path``, DDL applied, ``rows`` demo rows loaded."""
-    from chmv_assets.engine import demo_data
-    from chmv_assets.engine.apply import apply
+    from chmv_assets import demo_data
+    from chmv_assets.engine.lifecycle.deploy import apply
     from resources.clickhouse import ClickHouseResource
 
     resource = ClickHouseResource(dsn=f"chdb://{path}")

@@ -140,8 +140,8 @@ DAYS = 12
 def small_engine(path: Path, loaded, rows: int = 6_000):
     """A ClickHouseResource on a fresh embedded engine with the example DDL and ``rows`` demo rows over :data:`DAYS`
     days (few partitions: a lifecycle test re-derives every one of them, twice checked)."""
-    from chmv_assets.engine import demo_data
-    from chmv_assets.engine.apply import apply
+    from chmv_assets import demo_data
+    from chmv_assets.engine.lifecycle.deploy import apply
     from resources.clickhouse import ClickHouseResource
 
     resource = ClickHouseResource(dsn=f"chdb://{path}")
@@ -189,7 +189,7 @@ class Writer:
         self._thread = threading.Thread(target=self._run, name=f"writer-{source}", daemon=True)
 
     def _run(self) -> None:
-        from chmv_assets.engine.gates import source_gate
+        from chmv_assets.engine.ingest.cutoff import source_gate
 
         try:
             while not self._stop.is_set():

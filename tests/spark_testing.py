@@ -6,9 +6,9 @@ import os
 import shutil
 from pathlib import Path
 
+from chmv_assets import demo_data
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.engine import demo_data
 from chmv_assets.sql.quoting import qualified, quote
 from resources.clickhouse import ClickHouseResource
 
@@ -123,7 +123,7 @@ def backfill(
     spark, clickhouse, loaded: LoadedProject, target: ObjectRef, windows, *, engine: str = "auto", log=None
 ) -> list:
     """Plan and run a rebuild with Spark as the stager (what a target asset's run does); the step results."""
-    from chmv_assets.engine.executor import rebuild_partitions
+    from chmv_assets.engine.rebuild.executor import rebuild_partitions
     from spark.staging import SparkStager
 
     _plan, results = rebuild_partitions(

@@ -32,9 +32,9 @@ def main(workdir: Path) -> dict:
     from asset_checks.parity import parity_for_partitions
     from chmv_assets.ddl.loader import load
     from chmv_assets.ddl.models import ObjectRef
-    from chmv_assets.engine.coverage import observe_coverage
-    from chmv_assets.engine.staleness import measure_staleness
-    from chmv_assets.engine.sweep import SweepState, decide
+    from chmv_assets.engine.health.staleness import measure_staleness
+    from chmv_assets.engine.health.sweep import SweepState, decide
+    from chmv_assets.engine.rebuild.coverage import observe_coverage
     from chmv_assets.orchestration.live_state import evaluate_live_state
     from chmv_assets.orchestration.partitions import window_for_key
 

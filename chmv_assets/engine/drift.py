@@ -3,7 +3,7 @@
 Three queries for any number of targets: objects, columns, and the server's own formatting of every
 MV SELECT (``formatQuery``), so a SELECT that differs only in whitespace or keyword case is no drift.
 :func:`read_live` and :func:`format_queries` are also what the lifecycle planner
-(:mod:`chmv_assets.engine.lifecycle`) reads the server with.
+(:mod:`chmv_assets.engine.lifecycle.plan`) reads the server with.
 """
 
 import difflib

@@ -21,9 +21,9 @@ from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import PartitionWindow
-from chmv_assets.engine.executor import StepResult, execute, plan_for
-from chmv_assets.engine.landing import ingested_sources, landing_dir
-from chmv_assets.engine.planner import RebuildPlan, spark_capable
+from chmv_assets.engine.ingest.landing import ingested_sources, landing_dir
+from chmv_assets.engine.rebuild.executor import StepResult, execute, plan_for
+from chmv_assets.engine.rebuild.planner import RebuildPlan, spark_capable
 from chmv_assets.errors import ChmvError
 from chmv_assets.orchestration.partitions import dynamic_partitions_of, window_for_key
 from chmv_assets.orchestration.translator import ChmvTranslator, check_distinct_keys

@@ -1,7 +1,7 @@
 """``chmv_health``: watch the server's health continuously and evaluate the health checks when it changes.
 
 Every ``[health] interval_seconds`` a tick looks at the server for every target and source table at once (the
-statements of :func:`chmv_assets.engine.health.assess`: mutations, MVs detached or missing, read-only tables,
+statements of :func:`chmv_assets.engine.health.server_health.assess`: mutations, MVs detached or missing, read-only tables,
 replication on a server) and requests one run of the ``chmv_health`` checks whose verdict changed since the last
 tick; every ``[health] report_minutes`` the run evaluates every health and part-count check, so their numbers are
 plotted over time. The checks send the failing verdicts to the alert sink with what to do; the sensor executes
@@ -27,7 +27,7 @@ from dagster import (
 from asset_checks.definitions import HEALTH, PARTS, check_key
 from asset_checks.health_checks import health_subjects
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.engine.health import assess
+from chmv_assets.engine.health.server_health import assess
 from chmv_assets.orchestration.sensor_client import SensorSkip, TickBudget, sensor_client
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource

@@ -28,12 +28,12 @@ from asset_checks.parity import parity_for_partitions
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import MaterializedView, ObjectRef
 from chmv_assets.ddl.twin import describe_stand_ins
-from chmv_assets.engine.guardrails import check_statement
-from chmv_assets.engine.landing import landing_dir
-from chmv_assets.engine.lifecycle import Action, LifecyclePlan
-from chmv_assets.engine.lifecycle_apply import LifecycleError, apply_plan
-from chmv_assets.engine.lifecycle_planner import plan_lifecycle
-from chmv_assets.engine.preflight import preflight
+from chmv_assets.engine.ingest.landing import landing_dir
+from chmv_assets.engine.lifecycle.apply import LifecycleError, apply_plan
+from chmv_assets.engine.lifecycle.plan import Action, LifecyclePlan
+from chmv_assets.engine.lifecycle.planner import plan_lifecycle
+from chmv_assets.engine.lifecycle.preflight import preflight
+from chmv_assets.engine.lifecycle.refusals import check_statement
 from chmv_assets.errors import DDLError
 from chmv_assets.sql.cluster import attach_view_sql
 from resources.clickhouse import ClickHouseResource

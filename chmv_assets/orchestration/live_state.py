@@ -58,7 +58,7 @@ from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import KEY_DELIMITER, PartitionScheme, encode_key, key_values, partition_values
 from chmv_assets.engine.catalog import inner_table_names
 from chmv_assets.engine.clock import from_wall_seconds
-from chmv_assets.engine.staleness import BIG_QUERY_SETTINGS
+from chmv_assets.engine.health.staleness import BIG_QUERY_SETTINGS
 from chmv_assets.orchestration.partitions import dynamic_partitions_of, time_partitions_of
 from chmv_assets.orchestration.sensor_client import SensorSkip, sensor_client
 from chmv_assets.orchestration.translator import ChmvTranslator
@@ -169,7 +169,7 @@ class TickReport:
 
 def tracked_assets(loaded: LoadedProject, translator: ChmvTranslator) -> list[Tracked]:
     """Every asset of the code location backed by a table or dictionary: targets, ingested and external sources."""
-    from chmv_assets.engine.landing import ingested_sources, time_column
+    from chmv_assets.engine.ingest.landing import ingested_sources, time_column
     from chmv_assets.orchestration.assets import external_upstream
     from spark.assets import ingestion_partitions
 

@@ -1,6 +1,6 @@
 """``chmv_maintain`` and its sensor: merge the late partitions of collapsing targets in the quiet window (optional).
 
-The logic is :mod:`chmv_assets.engine.maintenance`. The ``chmv_maintenance`` sensor (stopped unless ``[maintenance]
+The logic is :mod:`chmv_assets.engine.health.maintenance`. The ``chmv_maintenance`` sensor (stopped unless ``[maintenance]
 enabled``) looks at the server's clock every ``[maintenance] interval_seconds``; inside ``[maintenance] window``, when a
 closed partition of a Replacing/Summing/Aggregating target holds several parts, it requests one run of the
 ``chmv_maintain`` job for that occurrence of the window (its run key names the window's start), which merges them,
@@ -24,7 +24,7 @@ from dagster import (
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.engine.clock import wall_now
-from chmv_assets.engine.maintenance import late_partitions, merge_late_partitions, window_bounds
+from chmv_assets.engine.health.maintenance import late_partitions, merge_late_partitions, window_bounds
 from chmv_assets.orchestration.sensor_client import SensorSkip, TickBudget, sensor_client
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
 

@@ -26,7 +26,7 @@ from dagster import (
 from asset_checks.definitions import PARITY, check_key
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.engine.recovery import Decision
+from chmv_assets.engine.health.recovery import Decision
 from chmv_assets.orchestration.translator import ChmvTranslator
 
 #: Statuses of a run that is still going to materialize what it selected.

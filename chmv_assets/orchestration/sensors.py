@@ -1,10 +1,10 @@
 """Sensors of chmv: watermark staleness, auto-recovery, drift. None of them executes DDL.
 
-- ``chmv_staleness``: one batched measurement per tick (chmv_assets.engine.staleness); a target past the SLA
+- ``chmv_staleness``: one batched measurement per tick (chmv_assets.engine.health.staleness); a target past the SLA
   raises an alert (once per episode).
 - ``chmv_recovery``: the one request path of rebuilds. Partitions whose parity check failed (read from the
   instance's check evaluations: the parity sweep's, runs', manual ones), whose staleness persisted across ticks,
-  or whose upstream partition was repaired, get the tiered repair of chmv_assets.engine.recovery: what needs DDL
+  or whose upstream partition was repaired, get the tiered repair of chmv_assets.engine.health.recovery: what needs DDL
   first (an MV missing or detached: a run of the ``chmv_apply`` job for those objects; a live SELECT that differs
   from the DDL: "apply pending", nothing rebuilt), then a rebuild run per range of consecutive partitions, never
   one the planner would refuse nor one a run in progress already covers (:mod:`.requests`). Cooldown and retry
@@ -49,15 +49,15 @@ from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import KEY_DELIMITER, PartitionScheme, time_of
-from chmv_assets.engine import deferrals
 from chmv_assets.engine.clock import wall_now
-from chmv_assets.engine.coverage import mappings
 from chmv_assets.engine.drift import describe_pending, drift_report
-from chmv_assets.engine.health import views_off
-from chmv_assets.engine.landing import landing_dir
-from chmv_assets.engine.planner import RebuildPlan, observe, plan_rebuild, windows_covering
-from chmv_assets.engine.recovery import DdlRepair, Decision, ddl_repair, entry_key, plan, split_key
-from chmv_assets.engine.staleness import TargetLag, measure_staleness
+from chmv_assets.engine.health.recovery import DdlRepair, Decision, ddl_repair, entry_key, plan, split_key
+from chmv_assets.engine.health.server_health import views_off
+from chmv_assets.engine.health.staleness import TargetLag, measure_staleness
+from chmv_assets.engine.ingest.landing import landing_dir
+from chmv_assets.engine.rebuild import deferrals
+from chmv_assets.engine.rebuild.coverage import mappings
+from chmv_assets.engine.rebuild.planner import RebuildPlan, observe, plan_rebuild, windows_covering
 from chmv_assets.errors import DDLError
 from chmv_assets.orchestration.dagster_compat import check_partition_statuses
 from chmv_assets.orchestration.partitions import (
@@ -535,7 +535,7 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator, app
 
 def due_deferrals(client, loaded: LoadedProject) -> list[str]:
     """Ledger keys of the partitions rebuilds deferred while they were open and that have closed since
-    (:mod:`chmv_assets.engine.deferrals`; one query; none while chmv_meta does not exist)."""
+    (:mod:`chmv_assets.engine.rebuild.deferrals`; one query; none while chmv_meta does not exist)."""
     targets = set(loaded.project.targets)
     try:
         found = deferrals.pending(client, due_by=wall_now(client))  # a window's close, on the server's wall clock
@@ -546,7 +546,7 @@ def due_deferrals(client, loaded: LoadedProject) -> list[str]:
 
 def _targets_with_views_off(client, loaded: LoadedProject, state: _RecoveryState) -> set[ObjectRef]:
     """Targets with an MV of the DDL directory, or their own table, detached or missing at this tick and the one before
-    (one query, :func:`chmv_assets.engine.health.views_off`): they need a ``chmv_apply`` run even when no failing
+    (one query, :func:`chmv_assets.engine.health.server_health.views_off`): they need a ``chmv_apply`` run even when no failing
     partition points at them (no row arrived yet). Two ticks, so a stream consumer a rebuild pauses for its swap
     (seconds) is never restored under it."""
     off = views_off(client, loaded.project)

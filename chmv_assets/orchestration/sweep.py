@@ -1,7 +1,7 @@
 """The parity sweep: parity runs on its own, incrementally, and its verdicts are per-partition check evaluations.
 
 ``chmv_parity_sweep`` (sensor, every ``sweep.interval_seconds``) decides with ONE ClickHouse query which
-target partitions changed since their last verdict (:mod:`chmv_assets.engine.sweep`) and requests a run
+target partitions changed since their last verdict (:mod:`chmv_assets.engine.health.sweep`) and requests a run
 of the ``chmv_parity_sweep_checks`` job for the ones this tick's budget takes. The run evaluates parity
 for each (the source read first; coverage only where the target holds more than the source yields) and
 logs one ``AssetCheckEvaluation`` of the target's ``parity`` check per partition: red in the UI's
@@ -47,7 +47,7 @@ from chmv_assets.alerts import sink_for
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.partitioning import encode_key
 from chmv_assets.engine.drift import apply_pending
-from chmv_assets.engine.sweep import SweepItem, SweepState, decide, window_of
+from chmv_assets.engine.health.sweep import SweepItem, SweepState, decide, window_of
 from chmv_assets.orchestration.partitions import dynamic_partitions_of
 from chmv_assets.orchestration.sensor_client import SensorSkip, sensor_client
 from chmv_assets.orchestration.translator import ChmvTranslator

@@ -28,7 +28,7 @@ from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import Column, Dictionary, MaterializedView, ObjectRef, Table
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import PartitionScheme, partition_scheme
-from chmv_assets.engine.landing import is_ingested
+from chmv_assets.engine.ingest.landing import is_ingested
 from chmv_assets.errors import DDLError, DDLProblem
 from chmv_assets.orchestration.partitions import TIME_DIMENSION, partitions_definition, time_partitions_of
 from chmv_assets.sql.quoting import qualified

@@ -421,7 +421,7 @@ def swap_sql(live: ObjectRef, shadow: ObjectRef, partition: str | None, *, empty
         partition: The partition replaced (``tuple(toYYYYMM(…))``; ``tuple()``, the one partition of an
             unpartitioned ``Replicated*`` target, whose ``EXCHANGE`` would not be replicated); None: the tables are
             exchanged (an unpartitioned target otherwise). The rebuild planner's step decides which
-            (:func:`chmv_assets.engine.rebuild.swapped_partition`).
+            (:func:`chmv_assets.engine.rebuild.steps.swapped_partition`).
         empty: The shadow holds no rows: ``DROP PARTITION`` instead of replacing the partition (the server refuses
             to replace a partition from an empty one).
     """

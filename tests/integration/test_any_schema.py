@@ -15,8 +15,8 @@ from chmv_assets.cli import main
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.parser import parse_statement
-from chmv_assets.engine.lifecycle_planner import plan_lifecycle
-from chmv_assets.engine.preflight import preflight
+from chmv_assets.engine.lifecycle.planner import plan_lifecycle
+from chmv_assets.engine.lifecycle.preflight import preflight
 from chmv_assets.orchestration.definitions import build_definitions
 from resources.clickhouse import ClickHouseResource
 

@@ -36,7 +36,7 @@ from chmv_assets.cli import main
 from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import decode_key, encode_key
-from chmv_assets.engine.sweep import SweepState, decide, read_parts, seen_partitions, tracked_tables
+from chmv_assets.engine.health.sweep import SweepState, decide, read_parts, seen_partitions, tracked_tables
 from chmv_assets.orchestration.definitions import build_definitions
 from chmv_assets.orchestration.live_state import evaluate_live_state
 from chmv_assets.orchestration.sweep import SWEEP_JOB, SWEEP_SENSOR

@@ -11,7 +11,7 @@ from asset_checks.parity import RACE_CHECKS, parity_for_partition, parity_for_pa
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import window_at
-from chmv_assets.engine.apply import apply
+from chmv_assets.engine.lifecycle.deploy import apply
 from resources.clickhouse import ClickHouseResource
 
 pytestmark = pytest.mark.worker_seconds(20)

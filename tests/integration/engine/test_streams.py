@@ -21,10 +21,10 @@ from asset_checks.parity import parity_for_partitions
 from chmv_assets.cli import main
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.partitioning import window_at
-from chmv_assets.engine.executor import rebuild_partitions
-from chmv_assets.engine.lifecycle_planner import plan_lifecycle
-from chmv_assets.engine.planner import streamed_triggers
-from chmv_assets.engine.staleness import measure_staleness
+from chmv_assets.engine.health.staleness import measure_staleness
+from chmv_assets.engine.lifecycle.planner import plan_lifecycle
+from chmv_assets.engine.rebuild.executor import rebuild_partitions
+from chmv_assets.engine.rebuild.planner import streamed_triggers
 from chmv_assets.errors import RebuildRefused
 from resources.clickhouse import ClickHouseResource
 

@@ -8,8 +8,8 @@ from datetime import datetime
 import pytest
 
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.engine.apply import apply
-from chmv_assets.engine.gates import current_watermark, cutoff_of, source_gate
+from chmv_assets.engine.ingest.cutoff import current_watermark, cutoff_of, source_gate
+from chmv_assets.engine.lifecycle.deploy import apply
 from chmv_assets.engine.watermarks import begin_load, commit_load, read_watermark, write_watermark
 from chmv_assets.errors import EngineBusyError
 from resources.clickhouse import ClickHouseResource

@@ -28,14 +28,14 @@ from writers_testing import (
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import floor_to_grain, window_at
-from chmv_assets.engine import deferrals, leases
-from chmv_assets.engine.apply import apply
-from chmv_assets.engine.executor import rebuild_partitions
-from chmv_assets.engine.lifecycle import Action
-from chmv_assets.engine.lifecycle_apply import apply_plan
-from chmv_assets.engine.lifecycle_planner import plan_lifecycle
-from chmv_assets.engine.planner import Engine
-from chmv_assets.engine.preflight import preflight
+from chmv_assets.engine.lifecycle.apply import apply_plan
+from chmv_assets.engine.lifecycle.deploy import apply
+from chmv_assets.engine.lifecycle.plan import Action
+from chmv_assets.engine.lifecycle.planner import plan_lifecycle
+from chmv_assets.engine.lifecycle.preflight import preflight
+from chmv_assets.engine.rebuild import deferrals, leases
+from chmv_assets.engine.rebuild.executor import rebuild_partitions
+from chmv_assets.engine.rebuild.planner import Engine
 from chmv_assets.errors import LeaseHeld, RacedWrites, RebuildDeferred
 from resources.clickhouse import ClickHouseResource
 

@@ -12,8 +12,8 @@ from conftest import make_engine
 from dagster import AssetCheckKey, AssetKey, AssetSelection, DagsterInstance, materialize
 
 from asset_checks.common import PARITY
+from chmv_assets import demo_data
 from chmv_assets.ddl.loader import load
-from chmv_assets.engine import demo_data
 from chmv_assets.orchestration import live_state
 from chmv_assets.orchestration.assets import build_chmv_assets
 from chmv_assets.orchestration.live_state import evaluate_live_state, partition_start, tracked_assets

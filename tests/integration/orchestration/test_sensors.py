@@ -201,11 +201,11 @@ def test_missing_target_is_an_alert_not_a_crash(tmp_path: Path, name: str) -> No
 
 
 def test_a_deferred_partition_is_requested_once_it_has_closed(tmp_path: Path, example) -> None:
-    """A rebuild left an open partition until it closes (engine/deferrals.py): recovery requests it then, once; one
+    """A rebuild left an open partition until it closes (engine/rebuild/deferrals.py): recovery requests it then, once; one
     that closes in 2099 waits."""
     from datetime import datetime
 
-    from chmv_assets.engine.deferrals import Deferral, record
+    from chmv_assets.engine.rebuild.deferrals import Deferral, record
 
     engine = make_engine(tmp_path / "chdb", example, rows=0)
     errors, audit = ref("error_events"), ref("audit_log")

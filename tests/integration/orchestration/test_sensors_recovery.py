@@ -13,7 +13,7 @@ from dagster import DagsterInstance
 from asset_checks.definitions import PARITY
 from asset_checks.parity import parity_for_partition
 from chmv_assets.ddl.loader import load
-from chmv_assets.engine.recovery import plan
+from chmv_assets.engine.health.recovery import plan
 from chmv_assets.orchestration.partitions import window_for_key
 
 pytestmark = pytest.mark.worker_seconds(40)

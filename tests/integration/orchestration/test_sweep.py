@@ -14,7 +14,7 @@ from dagster import DagsterInstance, RunRequest
 
 from asset_checks.parity import parity_for_partition
 from chmv_assets.ddl.loader import LoadedProject, load
-from chmv_assets.engine.sweep import SweepState, read_parts, seen_partitions, tracked_tables
+from chmv_assets.engine.health.sweep import SweepState, read_parts, seen_partitions, tracked_tables
 from chmv_assets.orchestration.definitions import build_definitions
 from chmv_assets.orchestration.partitions import window_for_key
 from chmv_assets.orchestration.sweep import SWEEP_JOB, SWEEP_SENSOR

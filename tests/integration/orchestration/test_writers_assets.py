@@ -12,8 +12,8 @@ from writers_testing import BY_KEY, Racer, ThreadWriter, load_rows, month_matche
 
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.partitioning import floor_to_grain
-from chmv_assets.engine import deferrals
-from chmv_assets.engine.apply import apply
+from chmv_assets.engine.lifecycle.deploy import apply
+from chmv_assets.engine.rebuild import deferrals
 from chmv_assets.orchestration.assets import build_chmv_assets
 from resources.clickhouse import ClickHouseResource
 

@@ -6,7 +6,7 @@ import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 from spark_testing import deliver, digest, recompute, ref, with_landing, write_lake
 
-from chmv_assets.engine.apply import apply
+from chmv_assets.engine.lifecycle.deploy import apply
 from chmv_assets.orchestration.assets import build_chmv_assets
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource

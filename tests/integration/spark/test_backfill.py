@@ -11,8 +11,8 @@ from spark_testing import backfill, copy_engine, deliver, digest, recompute, ref
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.partitioning import PartitionWindow
-from chmv_assets.engine.apply import apply
-from chmv_assets.engine.planner import observe, plan_rebuild
+from chmv_assets.engine.lifecycle.deploy import apply
+from chmv_assets.engine.rebuild.planner import observe, plan_rebuild
 from resources.clickhouse import ClickHouseResource
 from spark.ingest import ingest
 
@@ -169,7 +169,7 @@ def test_backfill_while_ingestion_keeps_loading_the_same_partition_ends_exact(sp
 
 def test_a_writer_waits_for_the_swap_of_a_backfill(spark, loaded_all):
     """Deterministic half of the protocol: an insert into the source during the swap waits on the gate."""
-    from chmv_assets.engine.gates import source_gate
+    from chmv_assets.engine.ingest.cutoff import source_gate
 
     loaded, engine = loaded_all
     api, t = ref("api_requests"), ref("hourly_endpoint_stats")

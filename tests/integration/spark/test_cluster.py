@@ -13,7 +13,7 @@ import pyspark
 import pytest
 from spark_testing import QUICK_JVM, QUICK_JVM_CONF, ROOT_DIR, deliver, digest, recompute, ref, with_landing, write_lake
 
-from chmv_assets.engine.apply import apply
+from chmv_assets.engine.lifecycle.deploy import apply
 from resources.clickhouse import ClickHouseResource
 
 pytestmark = pytest.mark.worker_seconds(60)

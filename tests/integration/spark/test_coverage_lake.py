@@ -15,11 +15,11 @@ from retention_testing import count, ddl_with_ttl, ttl_back_to
 from spark_testing import backfill, deliver, digest, recompute, ref, with_landing, write_lake
 
 from asset_checks.common import PARITY
+from chmv_assets import demo_data
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.partitioning import PartitionWindow
-from chmv_assets.engine import demo_data
-from chmv_assets.engine.apply import apply
-from chmv_assets.engine.executor import plan_for
+from chmv_assets.engine.lifecycle.deploy import apply
+from chmv_assets.engine.rebuild.executor import plan_for
 from chmv_assets.orchestration.assets import build_chmv_assets
 from resources.clickhouse import ClickHouseResource
 from spark.assets import pyspark_resource

@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 from spark_testing import deliver, digest, recompute, ref, with_landing, write_lake
 
-from chmv_assets.engine.apply import apply
-from chmv_assets.engine.gates import ingestion_source_id
+from chmv_assets.engine.ingest.cutoff import ingestion_source_id
+from chmv_assets.engine.lifecycle.deploy import apply
 from chmv_assets.engine.watermarks import read_watermark
 from chmv_assets.errors import LandingZoneError
 from resources.clickhouse import ClickHouseResource

@@ -22,10 +22,10 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 from conftest import make_engine
 from spark_testing import copy_engine, digest, recompute, ref, with_landing
 
+from chmv_assets import demo_data
 from chmv_assets.ddl.config import PacingConfig
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.engine import demo_data
-from chmv_assets.engine.gates import ingestion_source_id
+from chmv_assets.engine.ingest.cutoff import ingestion_source_id
 from chmv_assets.engine.watermarks import read_watermark
 from chmv_assets.errors import ServerBusy
 from spark.ingest import ingest

@@ -23,8 +23,8 @@ from spark_testing import (
 )
 
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.engine.apply import apply
-from chmv_assets.engine.gates import CRASH_ENV, ingestion_source_id
+from chmv_assets.engine.ingest.cutoff import CRASH_ENV, ingestion_source_id
+from chmv_assets.engine.lifecycle.deploy import apply
 from chmv_assets.engine.watermarks import read_watermark
 from resources.clickhouse import ClickHouseResource
 from spark.ingest import ingest

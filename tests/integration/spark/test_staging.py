@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.engine.staging_area import file_relation
+from chmv_assets.engine.ingest.staging_area import file_relation
 from resources.clickhouse import ClickHouseResource
 from spark.staging import stage
 

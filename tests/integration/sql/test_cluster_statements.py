@@ -23,11 +23,11 @@ from ddl_testing import ref
 
 from chmv_assets.ddl.partitioning import partition_scheme, window_at
 from chmv_assets.engine.drift import format_queries
-from chmv_assets.engine.lifecycle import Action
-from chmv_assets.engine.lifecycle_planner import plan_lifecycle
-from chmv_assets.engine.planner import plan_from_source
-from chmv_assets.engine.preflight import preflight
-from chmv_assets.engine.rebuild import swapped_partition
+from chmv_assets.engine.lifecycle.plan import Action
+from chmv_assets.engine.lifecycle.planner import plan_lifecycle
+from chmv_assets.engine.lifecycle.preflight import preflight
+from chmv_assets.engine.rebuild.planner import plan_from_source
+from chmv_assets.engine.rebuild.steps import swapped_partition
 from chmv_assets.sql.quoting import qualified
 from chmv_assets.sql.rebuild_sql import (
     create_shadow_sql,

@@ -8,8 +8,8 @@ import pytest
 
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.engine.lifecycle import Action, Change, LifecyclePlan
-from chmv_assets.engine.lifecycle_apply import LifecycleError
+from chmv_assets.engine.lifecycle.apply import LifecycleError
+from chmv_assets.engine.lifecycle.plan import Action, Change, LifecyclePlan
 from chmv_assets.orchestration.jobs import refuse_inner_table_drops, scoped, without
 
 DDL = """

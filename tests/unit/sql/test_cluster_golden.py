@@ -28,10 +28,10 @@ from lifecycle_testing import edit
 
 from chmv_assets.ddl.parser import parse_statement
 from chmv_assets.ddl.partitioning import window_at
-from chmv_assets.engine.lifecycle import Action
-from chmv_assets.engine.lifecycle_planner import next_version_ref, old_version_ref, plan_from_state
-from chmv_assets.engine.planner import Swap, plan_from_source
-from chmv_assets.engine.rebuild import swapped_partition
+from chmv_assets.engine.lifecycle.plan import Action
+from chmv_assets.engine.lifecycle.planner import next_version_ref, old_version_ref, plan_from_state
+from chmv_assets.engine.rebuild.planner import Swap, plan_from_source
+from chmv_assets.engine.rebuild.steps import swapped_partition
 from chmv_assets.sql.cluster import attach_view_sql, next_version_path, version_keeper_path
 from chmv_assets.sql.lifecycle_sql import cut_over_sql, discard_beside_sql, finish_swap_sql, keep_old_sql
 from chmv_assets.sql.meta import meta_ddl_for
@@ -54,7 +54,7 @@ LIVE_PATHS = (
 
 
 def rebuild_statements(loaded, target, window, *, live=None, empty: bool = False) -> list[str]:
-    """The statements :func:`chmv_assets.engine.rebuild.run_step` sends for one step, in its order."""
+    """The statements :func:`chmv_assets.engine.rebuild.steps.run_step` sends for one step, in its order."""
     project = loaded.project
     plan = plan_from_source(project, target, [window], live or target, run="5eed")
     (step,) = plan.steps

@@ -4,7 +4,7 @@ No server with Keeper or replicas runs here: the replication check (``system.rep
 ``system.replication_queue``) and the read-only check of ``Replicated*`` tables are proven by their text, rendered for
 the clustered fixture's replicated tables (the DDL as written, not its local twin) and compared with
 ``golden/health/*.sql`` (``CHMV_UPDATE_GOLDEN=1`` rewrites them); their verdicts from a server's figures are
-``tests/unit/engine/test_health.py``'s, and ``tests/integration/engine/test_health.py`` has the embedded engine run
+``tests/unit/engine/health/test_server_health.py``'s, and ``tests/integration/engine/health/test_server_health.py`` has the embedded engine run
 every statement of these files (its system tables are the server's, empty of replicas).
 """
 

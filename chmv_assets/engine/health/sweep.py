@@ -1,0 +1,467 @@
+"""The parity sweep's decision: which target partitions changed since their last verdict (no Dagster).
+
+Parity only says something when it runs. The sweep makes it run on its own, incrementally: each tick
+reads the active parts of every target and of every trigger source in ONE query (``system.parts``), and
+compares them with what the previous tick saw:
+
+- a part with a block number above the partition's previous maximum is new rows (an insert, a rebuild's
+  REPLACE PARTITION, a merge that took new rows in): the time range of those parts is dirty;
+- a mutation (a DELETE, an UPDATE: the part's data version passes its block range) or a new or dropped
+  ClickHouse partition makes the partition's whole time range dirty;
+- a part that is not indexed by time (a partition key without a date) makes the whole table dirty.
+
+A dirty range of a target marks its own windows; a dirty range of a trigger source marks the target
+windows its rows map into (the MV's time mapping, ``coverage_sql.TimeMapping``), or every window the
+target holds when the mapping cannot tell. Marked windows wait in the cursor until a tick's budget
+(partitions, rows estimated from the parts) takes them; a window still inside the parity grace period
+waits until the grace ends, so the partition the live MVs are writing is checked once, when it is complete.
+
+A merge keeps the block range of the parts it merges, so merges alone mark nothing; a cold start (no
+cursor) marks everything once: the first sweep checks every partition, spread over ticks by the budget.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+
+from clickhouse_connect.driver.client import Client
+
+from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.ddl.partitioning import (
+    PartitionScheme,
+    PartitionWindow,
+    key_values,
+    keyed_window,
+    partition_of,
+    partition_scheme,
+    partition_values,
+    window_at,
+    window_for_partition_key,
+    windows_between,
+)
+from chmv_assets.engine.catalog import inner_table_names
+from chmv_assets.engine.clock import server_zone
+from chmv_assets.engine.health.staleness import BIG_QUERY_SETTINGS
+from chmv_assets.engine.rebuild.coverage import mappings, triggers
+from chmv_assets.sql.time_sql import wall_seconds_sql
+
+#: Cursor format version: a cursor of another version is ignored (everything is swept once more).
+CURSOR_VERSION = 1
+#: A dirty range that is the whole table (parts without a time index, or a mapping that cannot tell).
+WHOLE = None
+
+Range = tuple[int, int] | None  # [first, last] unix seconds of rows; None: the whole table
+
+
+@dataclass(frozen=True)
+class Part:
+    """One active part of a tracked table, as ``system.parts`` describes it."""
+
+    partition_id: str
+    rows: int
+    min_block: int
+    max_block: int
+    data_version: int
+    first: int  # wall seconds (engine.clock) of the part's oldest row by its partition key's time column; 0: none
+    last: int
+    value: str = ""  # the partition's value (system.parts.partition): a key part's values are read from it
+
+    @property
+    def span(self) -> Range:
+        return (self.first, self.last) if self.first > 0 else WHOLE
+
+    @property
+    def mutated(self) -> int:
+        """The version of the last mutation applied to the part (0: none since its rows were inserted)."""
+        return self.data_version if self.data_version > self.max_block else 0
+
+
+@dataclass(frozen=True)
+class PartitionSeen:
+    """What a tick saw of one ClickHouse partition: the cursor's unit of comparison."""
+
+    max_block: int
+    mutated: int
+    span: Range
+    rows: int
+    value: str = ""
+
+    def to_json(self) -> list:
+        return [self.max_block, self.mutated, list(self.span) if self.span else None, self.rows, self.value]
+
+    @classmethod
+    def from_json(cls, data: list) -> PartitionSeen:
+        span = tuple(data[2]) if data[2] else WHOLE
+        return cls(int(data[0]), int(data[1]), span, int(data[3]), str(data[4]) if len(data) > 4 else "")  # type: ignore[arg-type]
+
+
+@dataclass
+class SweepState:
+    """The sweep's memory between ticks (the sensor cursor).
+
+    Attributes:
+        tables: Per table fqn, per ClickHouse partition id, what the last tick saw.
+        pending: Per target fqn, per Dagster partition key (``""``: unpartitioned), ``(turn, marked)``: the
+            unix time from which it may be evaluated (the end of its grace period) and when it was last
+            marked (the most recently changed partitions are evaluated first).
+    """
+
+    tables: dict[str, dict[str, PartitionSeen]] = field(default_factory=dict)
+    pending: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
+
+    def dumps(self) -> str:
+        """JSON, deflated and base64-encoded: thousands of partitions repeat a lot."""
+        data = {
+            "v": CURSOR_VERSION,
+            "t": {t: {p: s.to_json() for p, s in ps.items()} for t, ps in self.tables.items()},
+            "p": self.pending,
+        }
+        return "z:" + base64.b64encode(zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 6)).decode()
+
+    @classmethod
+    def loads(cls, cursor: str | None) -> SweepState:
+        """The state of a cursor; an empty state for none, an unreadable one or another version."""
+        if not cursor:
+            return cls()
+        try:
+            text = zlib.decompress(base64.b64decode(cursor[2:])).decode() if cursor.startswith("z:") else cursor
+            data = json.loads(text)
+            if not isinstance(data, dict) or data.get("v") != CURSOR_VERSION:
+                return cls()
+            tables = {t: {p: PartitionSeen.from_json(s) for p, s in ps.items()} for t, ps in data["t"].items()}
+            pending = {t: {k: (float(v[0]), float(v[1])) for k, v in ps.items()} for t, ps in data["p"].items()}
+            return cls(tables, pending)
+        except (ValueError, KeyError, TypeError, IndexError, zlib.error):
+            return cls()
+
+
+@dataclass(frozen=True)
+class SweepItem:
+    """One target partition a tick evaluates."""
+
+    target: ObjectRef
+    window: PartitionWindow | None
+    rows: int  # estimated rows the evaluation reads (target partition + source rows of its range)
+
+    @property
+    def key(self) -> str | None:
+        return self.window.key if self.window else None
+
+
+@dataclass(frozen=True)
+class SweepDecision:
+    """What one tick decided, and what it cost.
+
+    Attributes:
+        items: The partitions to evaluate now, in order.
+        state: The cursor to keep (the chosen partitions are no longer pending).
+        queries: ClickHouse queries the decision ran.
+        tables: Tables whose parts were read.
+        marked: Target partitions marked dirty by this tick.
+        pending: Partitions left waiting (budget or grace) after this tick's choice.
+        waiting_for_grace: Of those, how many wait for their grace period to end.
+    """
+
+    items: tuple[SweepItem, ...]
+    state: SweepState
+    queries: int
+    tables: int
+    marked: int
+    pending: int
+    waiting_for_grace: int
+
+    def summary(self) -> str:
+        rows = sum(i.rows for i in self.items)
+        return (
+            f"{len(self.items)} partition(s) to check (~{rows:,} rows), {self.marked} marked dirty this tick, "
+            f"{self.pending} pending ({self.waiting_for_grace} inside the grace period); {self.tables} tables, "
+            f"{self.queries} ClickHouse query"
+        )
+
+
+def tracked_tables(loaded: LoadedProject, targets: Iterable[ObjectRef]) -> list[ObjectRef]:
+    """The targets and their trigger sources, each once."""
+    out: dict[ObjectRef, None] = {}
+    for target in targets:
+        out[target] = None
+        for source in triggers(loaded, target):
+            out[source] = None
+    return list(out)
+
+
+def read_parts(client: Client, loaded: LoadedProject, tables: list[ObjectRef]) -> dict[ObjectRef, list[Part]]:
+    """The active parts of ``tables`` in one query (an MV without TO is read through its inner table)."""
+    if not tables:
+        return {}
+    inner = [t for t in tables if t in loaded.project.views and loaded.project.views[t].target is None]
+    sql = (
+        "SELECT 'p' AS kind, database, table, partition_id, rows, toInt64(min_block_number), "
+        f"toInt64(max_block_number), toInt64(data_version), {wall_seconds_sql('min_time')}, "
+        f"{wall_seconds_sql('max_time')}, toString(min_date), toString(max_date), partition FROM system.parts "
+        "WHERE active AND database IN {dbs:Array(String)} AND (table IN {names:Array(String)} "
+        "OR startsWith(table, '.inner'))"
+    )
+    params: dict = {"dbs": sorted({t.database for t in tables}), "names": sorted({t.name for t in tables})}
+    if inner:
+        sql += (
+            " UNION ALL SELECT 'm', database, name, toString(uuid), toUInt64(0), toInt64(0), toInt64(0), "
+            "toInt64(0), toInt64(0), toInt64(0), '', '', '' FROM system.tables WHERE engine = 'MaterializedView' "
+            "AND database IN {mv_dbs:Array(String)} AND name IN {mv_names:Array(String)}"
+        )
+        params |= {"mv_dbs": sorted({t.database for t in inner}), "mv_names": sorted({t.name for t in inner})}
+    rows = client.query(sql, parameters=params, settings=BIG_QUERY_SETTINGS).result_rows
+    inner_names = inner_table_names((database, name, uuid) for kind, database, name, uuid, *_ in rows if kind == "m")
+    wanted = {(t.database, t.name): t for t in tables}
+    out: dict[ObjectRef, list[Part]] = {t: [] for t in tables}
+    for kind, database, name, pid, n_rows, lo_block, hi_block, version, *times, value in rows:
+        min_time, max_time, min_date, max_date = times
+        table = wanted.get((database, inner_names.get((database, name), name)))
+        if kind != "p" or table is None:
+            continue
+        first, last = int(min_time), int(max_time)
+        if first <= 0 and min_date and min_date != "1970-01-01":
+            first = int(datetime.fromisoformat(min_date).replace(tzinfo=UTC).timestamp())
+            last = int(datetime.fromisoformat(max_date).replace(tzinfo=UTC).timestamp()) + 86399
+        part = Part(str(pid), int(n_rows), int(lo_block), int(hi_block), int(version), max(first, 0), last, str(value))
+        out[table].append(part)
+    return out
+
+
+def seen_partitions(parts: list[Part]) -> dict[str, PartitionSeen]:
+    """Fold a table's parts into what the cursor keeps per ClickHouse partition."""
+    return {pid: _fold(group) for pid, group in _by_partition(parts).items()}
+
+
+def _by_partition(parts: list[Part]) -> dict[str, list[Part]]:
+    groups: dict[str, list[Part]] = {}
+    for part in parts:
+        groups.setdefault(part.partition_id, []).append(part)
+    return groups
+
+
+def _fold(parts: list[Part]) -> PartitionSeen:
+    """What the cursor keeps of one ClickHouse partition's parts."""
+    held = [p for p in parts if p.rows]  # an empty part (what a swap or a drop leaves over a range) has no time
+    timed = [p.span for p in held if p.span is not WHOLE]
+    span = (min(f for f, _ in timed), max(t for _, t in timed)) if timed and len(timed) == len(held) else WHOLE
+    rows = sum(p.rows for p in parts)
+    return PartitionSeen(max(p.max_block for p in parts), max(p.mutated for p in parts), span, rows, parts[0].value)
+
+
+def dirty_ranges(parts: list[Part], before: dict[str, PartitionSeen] | None) -> list[Range]:
+    """The time ranges of a table whose rows changed since ``before`` (None: never seen, so all of it)."""
+    return _changes(parts, before).ranges
+
+
+def _changes(parts: list[Part], before: dict[str, PartitionSeen] | None) -> _Changes:
+    """:func:`dirty_ranges`, the partitions they are in, and :func:`seen_partitions` of ``parts`` (the next cursor),
+    from one grouping of the parts."""
+    groups = _by_partition(parts)
+    now = {pid: _fold(group) for pid, group in groups.items()}
+    if before is None:
+        return _Changes([p.span for p in now.values()], list(now.values()), now)
+    ranges: list[Range] = []
+    dirty: list[PartitionSeen] = []
+    for pid, seen in now.items():
+        old = before.get(pid)
+        if old is None or seen.mutated != old.mutated or seen.max_block < old.max_block:
+            ranges.append(seen.span)
+            dirty.append(seen if seen.span is not WHOLE or old is None else replace(seen, span=old.span))
+            if old is not None and seen.span != old.span:
+                ranges.append(old.span)
+            continue
+        grown = [p.span for p in groups[pid] if p.max_block > old.max_block]
+        ranges += grown
+        dirty += [seen if seen.span is not WHOLE else replace(seen, span=old.span)] if grown else []
+    gone = [old for pid, old in before.items() if pid not in now]  # dropped partitions
+    return _Changes(ranges + [old.span for old in gone], dirty + gone, now)
+
+
+@dataclass(frozen=True)
+class _Changes:
+    """What changed in one table since the previous tick."""
+
+    ranges: list[Range]
+    partitions: list[PartitionSeen]  # the ClickHouse partitions the ranges are in (a dropped one as it was seen)
+    seen: dict[str, PartitionSeen]
+
+
+def _when(seconds: int) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
+
+
+class _Marker:
+    """Maps the changes of targets and sources onto target partitions."""
+
+    def __init__(self, loaded: LoadedProject):
+        self.loaded = loaded
+        self.first = datetime.strptime(loaded.config.partition_start, "%Y-%m-%d")
+
+    def target_windows(self, target: ObjectRef, changes: _Changes, held: list[Part]) -> set[PartitionWindow | None]:
+        """The target's partitions that its own changes touch: the windows of its dirty ranges, or, with a key part,
+        the partitions its changed ClickHouse partitions are (one each)."""
+        scheme = _scheme(self.loaded, target)
+        if not scheme.keyed:
+            return self._covering(scheme, changes.ranges, held, margin=timedelta(0))
+        out: set[PartitionWindow | None] = set()
+        for seen in changes.partitions:
+            oldest = _when(seen.span[0]) if seen.span is not WHOLE else None
+            window = partition_of(scheme, seen.value, oldest)
+            if window is not None and (window.start is None or window.start >= self.first):
+                out.add(window)
+        return out
+
+    def source_windows(
+        self, target: ObjectRef, source: ObjectRef, ranges: list[Range], held: list[Part]
+    ) -> set[PartitionWindow | None]:
+        """The target's partitions that rows of the source's dirty ranges map into (with a key part: those windows
+        for every key value the target holds)."""
+        if not ranges:
+            return set()
+        scheme = _scheme(self.loaded, target)
+        mapping = mappings(self.loaded, target).get(source)
+        table = self.loaded.project.table(source)
+        column = partition_scheme(table).column if table is not None and table.partition_by is not None else None
+        margin = timedelta(0)
+        if mapping is None or column is None or column != mapping.column:
+            ranges = [WHOLE]  # cannot map: every held window
+        else:
+            margin = mapping.reach
+        if not scheme.keyed:
+            return self._covering(scheme, ranges, held, margin)
+        keys = held_keys(scheme, [p.value for p in held])
+        if scheme.grain is None:
+            return {keyed_window(k) for k in keys}
+        times = self._covering(scheme, ranges, held, margin)
+        return {window_at(w.start, scheme.grain, k) for w in times if w is not None and w.start for k in keys}
+
+    def _covering(
+        self, scheme: PartitionScheme, ranges: list[Range], held: list[Part], margin: timedelta
+    ) -> set[PartitionWindow | None]:
+        """The time windows ``ranges`` touch (every window the target holds for a range that is the whole table)."""
+        if not ranges:
+            return set()
+        if scheme.grain is None:
+            return {None}
+        if any(r is WHOLE for r in ranges):  # every window the target holds
+            ranges = [r for r in ranges if r is not WHOLE] + [p.span for p in held if p.span is not WHOLE]
+        out: set[PartitionWindow | None] = set()
+        for first, last in ranges:  # type: ignore[misc]
+            out.update(windows_between(scheme.grain, self.first, _when(first) - margin, _when(last)))
+        return out
+
+
+def held_keys(scheme: PartitionScheme, values: Iterable[str]) -> list[tuple[str, ...]]:
+    """The distinct key-part values of ClickHouse partitions (``system.parts.partition`` values), in first-seen order."""
+    return list(dict.fromkeys(key_values(scheme, partition_values(v, scheme.elements)) for v in values))
+
+
+def window_of(loaded: LoadedProject, target: ObjectRef, key: str | None) -> PartitionWindow | None:
+    """The partition of a Dagster partition key of ``target`` (None: the whole table, or an unpartitioned target)."""
+    scheme = _scheme(loaded, target)
+    return window_for_partition_key(scheme, key) if key and scheme.partitioned else None
+
+
+def _scheme(loaded: LoadedProject, target: ObjectRef) -> PartitionScheme:
+    table = loaded.project.table(target)
+    return partition_scheme(table, loaded.project.views_into(target)) if table is not None else PartitionScheme(None)
+
+
+def _overlapping(parts: list[Part], lo: int, hi: int) -> int:
+    """Rows of the parts whose time span meets ``[lo, hi)`` (a part without a time index always does)."""
+    return sum(p.rows for p in parts if p.span is WHOLE or (p.first < hi and p.last >= lo))
+
+
+def estimate_rows(
+    loaded: LoadedProject, target: ObjectRef, window: PartitionWindow | None, parts: dict[ObjectRef, list[Part]]
+) -> int:
+    """Rows an evaluation of the partition reads: the target's and its sources' parts over the window."""
+    if window is None or window.start is None or window.end is None:
+        return sum(p.rows for t in (target, *triggers(loaded, target)) for p in parts.get(t, []))
+    lo, hi = int(window.start.replace(tzinfo=UTC).timestamp()), int(window.end.replace(tzinfo=UTC).timestamp())
+    maps = mappings(loaded, target)
+    total = _overlapping(parts.get(target, []), lo, hi)
+    for source in triggers(loaded, target):
+        mapping = maps.get(source)
+        extra = int(mapping.reach.total_seconds()) if mapping is not None else 0
+        total += _overlapping(parts.get(source, []), lo, hi + extra)
+    return total
+
+
+def decide(
+    client: Client,
+    loaded: LoadedProject,
+    targets: list[ObjectRef],
+    state: SweepState,
+    *,
+    now: float,
+    max_partitions: int,
+    max_rows: int,
+) -> SweepDecision:
+    """Read the parts (one query), mark what changed since ``state`` and choose this tick's partitions.
+
+    Args:
+        client: An open client.
+        loaded: The parsed project.
+        targets: The targets to sweep.
+        state: The previous tick's state (empty: everything is marked once).
+        now: Unix seconds (the grace period and the pending partitions' turn are measured against it, on the
+            server's wall clock: windows are wall-clock spans, see :mod:`chmv_assets.engine.clock`).
+        max_partitions: Most partitions to choose (0: only mark, e.g. while the previous tick's run is busy).
+        max_rows: Most rows (estimated) the chosen evaluations read; the first one always fits.
+
+    Returns:
+        The partitions to evaluate now, the state to keep, and what it cost.
+    """
+    tables = tracked_tables(loaded, targets)
+    parts = read_parts(client, loaded, tables)
+    offset = server_zone(client).utcoffset(datetime.fromtimestamp(now, UTC))
+    now += offset.total_seconds() if offset is not None else 0.0  # wall seconds from here on
+    marker = _Marker(loaded)
+    grace = loaded.config.parity.grace_minutes * 60
+    changes = {ref: _changes(parts[ref], state.tables.get(ref.fqn)) for ref in tables}
+    known = {t.fqn for t in targets}
+    pending = {fqn: dict(keys) for fqn, keys in state.pending.items() if fqn in known}
+    fresh: set[tuple[str, str]] = set()
+    for target in targets:
+        windows = marker.target_windows(target, changes[target], parts[target])
+        for source in triggers(loaded, target):
+            windows |= marker.source_windows(target, source, changes[source].ranges, parts[target])
+        entries = pending.setdefault(target.fqn, {})
+        for window in windows:
+            key = window.key if window is not None else ""
+            fresh.add((target.fqn, key))
+            if window is None or window.end is None:  # no window: checked once its writes pause for the grace period
+                entries[key] = (now + grace, now)
+            else:
+                entries[key] = (window.end.replace(tzinfo=UTC).timestamp() + grace, now)
+    by_fqn = {t.fqn: t for t in targets}
+    # the most recently changed go first: a fresh gap is not queued behind a cold start's backlog
+    ready = sorted(
+        (-marked, fqn, key) for fqn, keys in pending.items() for key, (turn, marked) in keys.items() if turn <= now
+    )
+    items: list[SweepItem] = []
+    rows_budget = max_rows
+    for _marked, fqn, key in ready:
+        if len(items) >= max_partitions:
+            break
+        target = by_fqn[fqn]
+        window = window_of(loaded, target, key)
+        rows = estimate_rows(loaded, target, window, parts)
+        if items and rows > rows_budget:
+            continue
+        rows_budget -= rows
+        items.append(SweepItem(target, window, rows))
+        del pending[fqn][key]
+    new_state = SweepState(
+        {ref.fqn: change.seen for ref, change in changes.items()}, {fqn: keys for fqn, keys in pending.items() if keys}
+    )
+    left = sum(len(keys) for keys in new_state.pending.values())
+    waiting = sum(1 for keys in new_state.pending.values() for turn, _marked in keys.values() if turn > now)
+    return SweepDecision(tuple(items), new_state, 1, len(tables), len(fresh), left, waiting)

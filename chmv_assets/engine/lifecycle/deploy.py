@@ -1,0 +1,126 @@
+"""Deploy a project's DDL: create what is missing, in dependency order, idempotently."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from clickhouse_connect.driver.client import Client
+
+from chmv_assets.ddl.lineage import LineageGraph
+from chmv_assets.ddl.models import KeptKind, Project
+from chmv_assets.engine.catalog import KeptState, read_kept
+from chmv_assets.engine.lifecycle.refusals import check_statement, refused_views
+from chmv_assets.errors import DDLError
+from chmv_assets.sql.meta import meta_ddl_for
+
+
+@dataclass
+class ApplyResult:
+    """What ``chmv apply`` did."""
+
+    created: list[str] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)
+
+
+def deployment_order(project: Project) -> list[tuple[str, str]]:
+    """``(name, statement)`` in deploy order (:func:`deployment_steps`)."""
+    return [(step.name, step.statement) for step in deployment_steps(project)]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One CREATE of a deployment.
+
+    Attributes:
+        name: How it is reported: a database's name, ``db.name``, or a kept statement's label (``function f``).
+        statement: What runs.
+        kept: The kept statement's kind (functions, access control…), None for databases and tables.
+        key: What exists on the server when it was deployed: a database's name, ``db.name``, a kept statement's name.
+    """
+
+    name: str
+    statement: str
+    kept: KeptKind | None = None
+    key: str = ""
+
+
+def deployment_steps(project: Project) -> list[Step]:
+    """Every CREATE of the project in deploy order.
+
+    Named collections and functions first (a function before the functions and views calling it), then databases,
+    tables, dictionaries and plain views following the lineage layers (a dictionary after the table it loads from, a
+    view after what it reads); MVs downstream first, so that no insert flows into a target before the MVs reading
+    that target are attached; access control last (a role before the users and grants naming it).
+    """
+    graph = LineageGraph(project)
+    order = [node for layer in graph.layers for node in layer]
+    rank = {node: i for i, node in enumerate(order)}
+    by_name = {r.fqn: t for r, t in project.tables.items()}
+    readable = {r.fqn: d.statement for r, d in project.dictionaries.items()}
+    readable |= {r.fqn: v.statement for r, v in project.plain_views.items()}
+    views = {r.fqn: v for r, v in project.views.items()}
+    kept = [k for k in project.kept if k.kind != KeptKind.VIEW]
+    early = sorted(
+        (k for k in kept if k.kind.deploy_rank < 0), key=lambda k: (rank.get(k.name, -1), k.kind.deploy_rank)
+    )
+    steps = [Step(k.label, k.statement, k.kind, k.name) for k in early]
+    steps += [Step(db.name, db.statement, key=db.name) for db in project.databases]
+    steps += [Step(n, by_name[n].statement, key=n) for n in order if n in by_name]
+    steps += [Step(n, readable[n], key=n) for n in order if n in readable]
+    steps += [Step(n, views[n].statement, key=n) for n in reversed(order) if n in views]
+    late = sorted((k for k in kept if k.kind.deploy_rank >= 0), key=lambda k: k.kind.deploy_rank)
+    steps += [Step(k.label, k.statement, k.kind, k.name) for k in late]
+    return steps
+
+
+def apply(client: Client, project: Project, log: Callable[[str], None] | None = None) -> ApplyResult:
+    """Create every database, table, dictionary, MV and kept statement of the project that does not exist yet.
+
+    Existing objects are left as they are (drift is reported by the drift check, not overwritten).
+
+    Raises:
+        DDLError: An MV to create has POPULATE or OR REPLACE (refused with the reason and the alternative);
+            nothing is created.
+    """
+    say = log or (lambda _msg: None)
+    result = ApplyResult()
+    databases = {row[0] for row in client.query("SELECT name FROM system.databases").result_rows}
+    objects = {f"{d}.{n}" for d, n in client.query("SELECT database, name FROM system.tables").result_rows}
+    refused = refused_views(v for r, v in project.views.items() if r.fqn not in objects)
+    if refused:
+        raise DDLError(refused)
+    kept = read_kept(client, [k for k in project.kept if k.kind != KeptKind.VIEW])
+    for sql in meta_ddl_for(project):
+        client.command(sql)
+    use_default_database(client, project, databases)
+    for step in deployment_steps(project):
+        if step.kept is not None:
+            exists = _kept_exists(step, kept)
+        else:
+            exists = step.key in (objects if "." in step.name else databases)
+        if exists:
+            result.existing.append(step.name)
+            continue
+        client.command(check_statement(step.statement))
+        say(f"created {step.name}")
+        result.created.append(step.name)
+        if step.kept is None:
+            (objects if "." in step.name else databases).add(step.key)
+            use_default_database(client, project, databases)
+    return result
+
+
+def use_default_database(client: Client, project: Project, databases: set[str]) -> None:
+    """Open ``client``'s session in the project's ``default_database`` once it exists: the DDL runs verbatim, so an
+    unqualified name in it must resolve where chmv's model says (not in ``default``, on a fresh server)."""
+    name = project.default_database
+    if name in databases and client.database != name:
+        client.database = name
+
+
+def _kept_exists(step: Step, kept: KeptState) -> bool:
+    existing = kept.existing.get(step.kept, frozenset()) if step.kept is not None else frozenset()
+    if step.kept in (KeptKind.GRANT,):
+        return False  # granting again is harmless
+    return step.key in existing or all(n in existing for n in step.key.split(", "))

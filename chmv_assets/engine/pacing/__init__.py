@@ -1,0 +1,1 @@
+"""Respecting the server: its limits and load, and the pacer every chmv insert goes through."""

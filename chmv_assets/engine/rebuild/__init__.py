@@ -1,0 +1,1 @@
+"""Rebuilding partitions: where each partition's truth lives, the planner, the steps, the one executor."""

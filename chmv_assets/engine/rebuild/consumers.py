@@ -1,0 +1,104 @@
+"""Stream consumers paused around a swap: their messages wait in the broker, none is written meanwhile.
+
+An MV reading a stream-engine table (Kafka, RabbitMQ, NATS, S3Queue…) consumes only while it is attached: detaching
+it stops the consumption (the engine commits offsets after its MVs wrote a block, so nothing is lost), attaching it
+resumes where it stopped. A partition open to such a consumer is rebuilt with the consumer detached from before the
+read until after the swap (``ON CLUSTER`` where the consumer's DDL says so: every host consumes its share of the
+topic, and a replicated source receives every host's rows).
+
+A pause is journaled in ``chmv_meta.watermarks`` (``source_id`` ``paused:<mv>``) before the detach and closed after
+the attach, so a run killed in between leaves a record: the next rebuild, whatever it rebuilds, attaches every
+consumer a dead run left paused (:func:`resume_leftovers`) before anything else.
+
+Never run on the embedded engine with a real stream table (creating one bricks chdb 26.9's engine path); the
+statements are golden-tested (tests/unit/engine/rebuild/test_consumers.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from clickhouse_connect.driver.client import Client
+
+from chmv_assets.ddl.models import ObjectRef, Project
+from chmv_assets.engine.watermarks import read_watermark, write_watermark
+from chmv_assets.sql.cluster import cluster_of, on_cluster
+from chmv_assets.sql.meta import WATERMARKS
+from chmv_assets.sql.quoting import qualified
+
+PREFIX = "paused:"
+PAUSED = "paused"
+RESUMED = "resumed"
+
+
+def detach_sql(project: Project, consumer: ObjectRef) -> str:
+    """``DETACH TABLE mv [ON CLUSTER c]``: the consumer stops reading its stream (not ``PERMANENTLY``: a restart of
+    the server attaches it again, as :func:`resume_leftovers` does)."""
+    return f"DETACH TABLE {qualified(consumer)}{on_cluster(cluster_of(project, consumer))}"
+
+
+def attach_sql(project: Project, consumer: ObjectRef) -> str:
+    """``ATTACH TABLE IF NOT EXISTS mv [ON CLUSTER c]``: where it is attached already (a run killed before its
+    detach, a host that never saw it) nothing happens."""
+    return f"ATTACH TABLE IF NOT EXISTS {qualified(consumer)}{on_cluster(cluster_of(project, consumer))}"
+
+
+def _mark(client: Client, consumer: ObjectRef, status: str, run: str) -> None:
+    source_id = f"{PREFIX}{consumer.fqn}"
+    write_watermark(
+        client,
+        source_id,
+        run,
+        last_processed_ts=None,
+        batch_id=run,
+        status=status,
+        previous=read_watermark(client, source_id, run),
+    )
+
+
+@contextmanager
+def paused(
+    client: Client, project: Project, consumers: Sequence[ObjectRef], run: str, log: Callable[[str], None] | None = None
+) -> Iterator[None]:
+    """Detach ``consumers`` for the block and attach them after, whatever happens (journaled, see the module)."""
+    say = log or (lambda _m: None)
+    for consumer in consumers:
+        _mark(client, consumer, PAUSED, run)
+        client.command(detach_sql(project, consumer))
+        say(f"paused the stream consumer {consumer.fqn} (its messages wait in the broker)")
+    try:
+        yield
+    finally:
+        for consumer in consumers:
+            client.command(attach_sql(project, consumer))
+            _mark(client, consumer, RESUMED, run)
+            say(f"resumed the stream consumer {consumer.fqn}")
+
+
+def resume_leftovers(
+    client: Client,
+    project: Project,
+    consumers: Sequence[ObjectRef],
+    live_runs: set[str],
+    log: Callable[[str], None] | None = None,
+) -> list[ObjectRef]:
+    """Attach the ``consumers`` that a run no longer alive (not in ``live_runs``) left paused; those attached."""
+    if not consumers:
+        return []
+    rows = client.query(
+        f"SELECT source_id, target_table FROM {qualified(WATERMARKS)} WHERE source_id IN {{ids:Array(String)}} "
+        "GROUP BY source_id, target_table HAVING argMax(status, version) = {p:String}",
+        parameters={"ids": [f"{PREFIX}{c.fqn}" for c in consumers], "p": PAUSED},
+    ).result_rows
+    resumed = []
+    for source_id, run in rows:
+        if run in live_runs:
+            continue
+        consumer = next(c for c in consumers if f"{PREFIX}{c.fqn}" == source_id)
+        client.command(attach_sql(project, consumer))
+        _mark(client, consumer, RESUMED, run)
+        resumed.append(consumer)
+        if log is not None:
+            log(f"resumed the stream consumer {consumer.fqn}, left paused by an interrupted run ({run})")
+    return resumed

@@ -1,0 +1,578 @@
+"""The one executor of rebuild plans (see :mod:`chmv_assets.engine.rebuild.planner`; docs/rebuilds.md, "Backfill protocol").
+
+ClickHouse steps: under the gates of the target's trigger sources, each partition is rebuilt from the
+source table into its shadow and swapped in.
+
+Spark steps, per target and range of partitions:
+
+1. under the trigger sources' gates, read each one's ingestion watermark and take the cutoff
+   ``C = watermark - late tolerance``; no row with event time ``<= C`` can be inserted into the
+   source any more;
+2. the stager (Spark) reads the landing files that can hold the range's rows with event time ``<= C``,
+   applies the ingestion's cleaning (dedup by key) and writes Parquet staging, one folder per partition
+   where the plan says so; nothing else of the rebuild runs in Spark;
+3. under the gates again, per partition: ClickHouse runs the MV's OWN SELECT over
+   ``file(staging) UNION ALL (source rows with event time > C)`` into the shadow and swaps it in.
+   The source table is not re-inserted, so sibling MVs on it do not fire.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+from clickhouse_connect.driver.client import Client
+
+from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.ddl.partitioning import PartitionWindow
+from chmv_assets.engine.catalog import live_table
+from chmv_assets.engine.clients import ClientFactory
+from chmv_assets.engine.drift import pending_refusals
+from chmv_assets.engine.ingest import landing
+from chmv_assets.engine.ingest import staging_area as staging
+from chmv_assets.engine.ingest.cutoff import crash_point, current_watermark, cutoff_of, source_gate
+from chmv_assets.engine.rebuild import consumers, deferrals, leases
+from chmv_assets.engine.rebuild.deferrals import Deferral
+from chmv_assets.engine.rebuild.leases import Holder, rebuild_lease
+from chmv_assets.engine.rebuild.planner import (
+    Engine,
+    EngineOption,
+    Observations,
+    PartitionStep,
+    RebuildPlan,
+    downstream_targets,
+    observe,
+    plan_from_source,
+    plan_rebuild,
+    triggers_of,
+    windows_covering,
+)
+from chmv_assets.engine.rebuild.steps import RaceRules, run_step, run_steps
+from chmv_assets.engine.statements import kill_filling
+from chmv_assets.engine.watermarks import COMMITTED, read_watermark, write_watermark
+from chmv_assets.errors import ChmvError, LandingZoneError, RebuildDeferred, RebuildRefused
+from chmv_assets.sql.rebuild_sql import drop_shadow_sql, run_of_shadow, shadows_pattern, staged_relation
+
+
+class Stager(Protocol):
+    """A provider of staged landing rows (``spark.staging.SparkStager``): reads files, filters, dedups, writes Parquet."""
+
+    def __call__(
+        self,
+        files: Sequence[str],
+        columns: Sequence[str],
+        time_column: str,
+        keys: Sequence[str],
+        out_dir: Path,
+        **bounds: Any,
+    ) -> None: ...
+
+
+@dataclass
+class StepResult:
+    """What one step did (materialization metadata)."""
+
+    target: str
+    partition: str | None
+    engine: str
+    method: str
+    rows_staged: int
+    rows_written: int
+    cutoff: datetime | None
+    batch_id: str
+    seconds: float
+    rows_read: int = 0
+    statements: list[str] = field(default_factory=list)
+    attempts: int = 1
+
+
+@dataclass
+class _Staged:
+    """The stager's output for one trigger source of a plan."""
+
+    source: ObjectRef
+    folder: Path
+    columns: list[str]
+    cutoff: datetime | None
+    per_window: bool
+    rows_read: int
+
+
+def rebuild_partitions(
+    clickhouse: ClientFactory,
+    loaded: LoadedProject,
+    target: ObjectRef,
+    windows: Sequence[PartitionWindow | None],
+    *,
+    engine: EngineOption = "auto",
+    root: Path | None = None,
+    stager: Stager | None = None,
+    log: Callable[[str], None] | None = None,
+    force: bool = False,
+    owner: str = "chmv",
+) -> tuple[RebuildPlan, list[StepResult]]:
+    """Plan and run the rebuild of ``windows`` of ``target``, exact while ingestion keeps loading its sources.
+
+    Args:
+        clickhouse: Opens clients (per step group, after taking the gates).
+        windows: The partitions (``[None]`` for an unpartitioned target).
+        engine: ``auto``, ``clickhouse`` or ``spark`` (see :func:`chmv_assets.engine.rebuild.planner.plan_rebuild`).
+        root: Landing zone root; default from the configuration.
+        stager: Provider of staged landing rows; needed only if a step uses Spark.
+        force: Rebuild partitions coverage refuses from the source, and swap even where it shrinks them; rebuild
+            partitions still open to writers chmv does not control now.
+        owner: Who runs it (named to another run that waits for one of its partitions).
+
+    Raises:
+        RebuildRefused: A partition's rows live neither in the source table nor in the landing zone.
+        ShrinkRefused: A rebuilt partition would hold fewer rows than the live one (earlier ones stay swapped).
+        RebuildDeferred, LeaseHeld, RacedWrites: see :func:`execute`.
+    """
+    root = root or landing.landing_dir(loaded)
+    plan = plan_for(clickhouse, loaded, target, windows, engine=engine, root=root, force=force)
+    return plan, execute(plan, loaded, clickhouse, stager=stager, log=log, owner=owner)
+
+
+def plan_for(
+    clickhouse: ClientFactory,
+    loaded: LoadedProject,
+    target: ObjectRef,
+    windows: Sequence[PartitionWindow | None],
+    *,
+    engine: EngineOption = "auto",
+    root: Path | None = None,
+    force: bool = False,
+) -> RebuildPlan:
+    """Observe the server (under the trigger gates, coverage included) and plan; nothing is changed.
+
+    A plan may refuse partitions (``plan.refused``); :func:`execute` then raises before changing anything.
+    """
+    with source_gate(triggers_of(loaded.project, target)), clickhouse.get_client() as client:
+        observations = observe(client, loaded, target, engine=engine, root=root, windows=windows)
+        observations = replace(observations, pending=pending_refusals(client, loaded.project, target))
+    return plan_rebuild(loaded, target, windows, observations, engine=engine, root=root, force=force)
+
+
+def execute(
+    plan: RebuildPlan,
+    loaded: LoadedProject,
+    clickhouse: ClientFactory | None = None,
+    *,
+    client: Client | None = None,
+    stager: Stager | None = None,
+    cutoffs: dict[ObjectRef, datetime | None] | None = None,
+    log: Callable[[str], None] | None = None,
+    one_read: bool = False,
+    owner: str = "chmv",
+) -> list[StepResult]:
+    """Run every step of ``plan``; results in the plan's partition order.
+
+    The partitions run under a lease each on the server (:mod:`chmv_assets.engine.rebuild.leases`: one run per partition,
+    whatever the hosts; a killed run's shadows are dropped first), every read is checked for racing writes
+    (:mod:`chmv_assets.engine.rebuild.steps`), stream consumers writing an open partition are paused around its swap
+    (:mod:`chmv_assets.engine.rebuild.consumers`), and deferred partitions are recorded for recovery
+    (:mod:`chmv_assets.engine.rebuild.deferrals`).
+
+    Args:
+        plan: From the planner.
+        loaded: The project the plan was made from.
+        clickhouse: Opens a client per group of steps, after the gates (unless ``client`` is given); with ``client``
+            too, it renews the leases from a thread of its own.
+        client: An open client whose gates the caller already holds (``chmv apply``, the repair of a load).
+        stager: Provider of staged rows for Spark steps.
+        cutoffs: Fixed cutoffs per trigger for Spark steps, instead of reading the watermarks.
+        log: Progress sink.
+        one_read: Rebuild the ClickHouse-engine partitions with one read of the source for all of them
+            (:func:`chmv_assets.engine.rebuild.steps.run_steps`), not one per partition: for a caller that sized the
+            plan's range to what one hold of the gates may take (``chmv apply``'s batches).
+        owner: Who runs it, as another run waiting for a partition is told (``dagster run <id>``, ``chmv rebuild``).
+
+    Raises:
+        RebuildRefused: The plan refuses partitions (nothing is run).
+        RebuildDeferred: Every partition of the plan is deferred (recorded; nothing else is run).
+        LeaseHeld: Another run holds a partition (nothing is run).
+        ShrinkRefused: A step's swap would shrink its partition (see :mod:`chmv_assets.engine.rebuild.shrink_guard`).
+        RacedWrites: Writes kept racing a partition through every read (see :mod:`chmv_assets.engine.rebuild.steps`).
+    """
+    say = log or (lambda _msg: None)
+    if client is None and clickhouse is None:
+        raise ValueError("execute needs a client factory or an open client")
+    say(plan.describe())
+    if plan.refused:
+        raise RebuildRefused(plan.refusal())
+    connect: ClientFactory | None = _Open(client) if client is not None else clickhouse
+    assert connect is not None
+    if plan.deferred:
+        with connect.get_client() as c:
+            deferrals.record(
+                c, [Deferral(plan.target, s.key or "all", s.closes_at or datetime.max, s.reason) for s in plan.deferred]
+            )
+        say(plan.deferral())
+    runnable = [s for s in plan.steps if s.engine != Engine.DEFERRED]
+    if not runnable:
+        raise RebuildDeferred(
+            plan.deferral() + "\nNothing was rebuilt now; recovery requests each partition once it "
+            "closes (or rebuild it now with force)."
+        )
+    settings = loaded.config.rebuild
+    rules = RaceRules.of(settings, loaded.config.pacing)
+    results: list[StepResult] = []
+    keys = [rebuild_lease(plan.live.fqn, s.key) for s in runnable]
+    with leases.holding(
+        connect,
+        keys,
+        Holder(owner, plan.run),
+        ttl=settings.lease_ttl_seconds,
+        wait=settings.lease_wait_seconds,
+        renewer=clickhouse,
+        log=say,
+        on_held=lambda c: _tidy(c, loaded, plan, say),
+        on_release=lambda c: _settled(c, plan, results, say),
+    ):
+        results += _run_direct(plan, loaded, runnable, clickhouse, client, rules, say, one_read)
+        spark_steps = [s for s in runnable if s.engine == Engine.SPARK]
+        if spark_steps:
+            results += _run_spark(plan, loaded, spark_steps, cutoffs, stager, clickhouse, client, rules, say)
+    order = {s.key: i for i, s in enumerate(plan.steps)}
+    return sorted(results, key=lambda r: order.get(r.partition, 0))
+
+
+class _Open:
+    """A client factory over one open client, which stays open after each use (a caller's)."""
+
+    def __init__(self, client: Client):
+        self.client = client
+
+    @contextmanager
+    def get_client(self, *, lock_timeout_seconds: float | None = None) -> Iterator[Client]:
+        yield self.client
+
+
+def _tidy(client: Client, loaded: LoadedProject, plan: RebuildPlan, say: Callable[[str], None]) -> None:
+    """What interrupted runs left behind, once this run holds its leases: their shadows of this table (and the
+    statements still filling them, on a server) are dropped, and stream consumers they paused are resumed."""
+    shadows = [
+        str(r[0])
+        for r in client.query(
+            "SELECT name FROM system.tables WHERE database = {db:String} AND match(name, {pattern:String})",
+            parameters={"db": plan.live.database, "pattern": shadows_pattern(plan.live)},
+        ).result_rows
+    ]
+    consumers_ = tuple(dict.fromkeys(c for w in plan.writers for c in w.consumers))
+    runs = leases.live_runs(client, "rebuild:") | {plan.run} if shadows or consumers_ else {plan.run}
+    stale = [ObjectRef(database=plan.live.database, name=s) for s in shadows if run_of_shadow(s) not in runs]
+    if stale:
+        kill_filling(client, [s.name for s in stale])
+        for shadow in stale:
+            client.command(drop_shadow_sql(shadow))
+        say(f"dropped {len(stale)} shadow(s) left by interrupted runs: {', '.join(s.name for s in stale)}")
+    consumers.resume_leftovers(client, loaded.project, consumers_, runs, log=say)
+
+
+def _settled(client: Client, plan: RebuildPlan, results: Sequence[StepResult], say: Callable[[str], None]) -> None:
+    """Deferrals of the partitions this run rebuilt are done."""
+    done = deferrals.settle(client, plan.target, [r.partition for r in results])
+    if done:
+        say(f"{plan.target.fqn}: deferred partitions now rebuilt: {', '.join(done)}")
+
+
+def _run_direct(
+    plan: RebuildPlan,
+    loaded: LoadedProject,
+    steps: Sequence[PartitionStep],
+    clickhouse: ClientFactory | None,
+    client: Client | None,
+    rules: RaceRules,
+    say: Callable[[str], None],
+    one_read: bool,
+) -> list[StepResult]:
+    """The steps that read the source table (or refresh), under the gates, stream consumers paused where open."""
+    direct = [s for s in steps if s.engine != Engine.SPARK]
+    if not direct:
+        return []
+    with _session(plan, clickhouse, client) as c, _paused(c, loaded, plan, direct, say):
+        if one_read:
+            rebuilt = run_steps(c, loaded.project, plan, direct, log=say, rules=rules)
+        else:
+            rebuilt = [run_step(c, loaded.project, plan, step, log=say, rules=rules) for step in direct]
+    return [
+        StepResult(
+            plan.target.fqn,
+            r.partition,
+            str(step.engine),
+            r.method,
+            0,
+            r.rows_written,
+            None,
+            "",
+            r.seconds,
+            0,
+            r.statements,
+            r.attempts,
+        )
+        for step, r in zip(direct, rebuilt, strict=True)
+    ]
+
+
+@contextmanager
+def _paused(
+    client: Client, loaded: LoadedProject, plan: RebuildPlan, steps: Sequence[PartitionStep], say: Callable[[str], None]
+) -> Iterator[None]:
+    """The stream consumers writing an open partition of ``steps`` paused for the block."""
+    paused = tuple(dict.fromkeys(c for s in steps for c in s.pause))
+    if not paused:
+        yield
+        return
+    with consumers.paused(client, loaded.project, paused, plan.run, log=say):
+        yield
+
+
+def _run_spark(
+    plan: RebuildPlan,
+    loaded: LoadedProject,
+    steps: Sequence[PartitionStep],
+    cutoffs: dict[ObjectRef, datetime | None] | None,
+    stager: Stager | None,
+    clickhouse: ClientFactory | None,
+    client: Client | None,
+    rules: RaceRules,
+    say: Callable[[str], None],
+) -> list[StepResult]:
+    """The steps that read the landing zone: cutoffs under the gates, Spark staging without them, then the swaps."""
+    if stager is None:
+        raise ChmvError(
+            f"{plan.target.fqn}: {len(steps)} partition(s) need Spark (the landing zone), "
+            "but no Spark session is configured; give the run the pyspark resource"
+        )
+    assert plan.landing_root is not None
+    say(f"{plan.target.fqn}: {len(steps)} partition(s) from the landing zone (spark engine)")
+    if cutoffs is None:
+        with _session(plan, clickhouse, client) as c:
+            cutoffs = _read_cutoffs(c, loaded, plan, steps)
+    return _run_spark_steps(plan, loaded, steps, cutoffs, stager, clickhouse, client, rules, say)
+
+
+@contextmanager
+def _session(plan: RebuildPlan, clickhouse: ClientFactory | None, client: Client | None) -> Iterator[Client]:
+    """The plan's gates and a client: the caller's (gates already held) or a new one opened after the gates."""
+    if client is not None:
+        yield client
+        return
+    assert clickhouse is not None
+    with source_gate(plan.gates), clickhouse.get_client() as opened:
+        yield opened
+
+
+def _read_cutoffs(
+    client: Client, loaded: LoadedProject, plan: RebuildPlan, steps: Sequence[PartitionStep]
+) -> dict[ObjectRef, datetime | None]:
+    """Per trigger, ``watermark - tolerance`` (a first watermark is established if there is none)."""
+    tolerance = loaded.config.ingestion.late_tolerance_minutes
+    windows = [s.window for s in steps]
+    ends = [w.end for w in windows if w is not None and w.end is not None]
+    cutoffs = {}
+    for source in plan.gates:
+        files = landing.list_files(plan.landing_root, source) if plan.landing_root else []
+        newest = max((f.last_arrival for f in files), default=None)
+        establish = max(ends) if ends and len(ends) == len(windows) else newest
+        if establish is not None:
+            establish += timedelta(minutes=tolerance)
+        mark = current_watermark(client, source, landing.time_column(loaded, source), establish_at=establish)
+        cutoffs[source] = cutoff_of(mark, tolerance)
+    return cutoffs
+
+
+def _run_spark_steps(
+    plan: RebuildPlan,
+    loaded: LoadedProject,
+    steps: Sequence[PartitionStep],
+    cutoffs: dict[ObjectRef, datetime | None],
+    stager: Stager,
+    clickhouse: ClientFactory | None,
+    client: Client | None,
+    rules: RaceRules,
+    say: Callable[[str], None],
+) -> list[StepResult]:
+    """Stage each trigger's lake rows (Spark, no gate held), then swap each partition under the gates."""
+    target = plan.target
+    windows = [s.window for s in steps]
+    keys = [s.key for s in steps]
+    marks = sorted((k.fqn, str(v)) for k, v in cutoffs.items())
+    batch_id = hashlib.sha1(f"{target.fqn}|{keys}|{marks}".encode()).hexdigest()[:16]
+    staged = {}
+    for relation in steps[0].relations:
+        staged[relation.source] = _stage_source(
+            loaded,
+            plan,
+            relation.source,
+            relation.staged_per_window,
+            windows,
+            cutoffs.get(relation.source),
+            batch_id,
+            stager,
+            say,
+        )
+    crash_point("backfill:staged")
+    results: list[StepResult] = []
+    cutoff = min((v for v in cutoffs.values() if v is not None), default=None)
+    with _session(plan, clickhouse, client) as c, _paused(c, loaded, plan, steps, say):
+        for step in steps:
+            started = time.monotonic()
+            relations = {s: _relation(loaded, s, st, step.window) for s, st in staged.items()}
+            r = run_step(c, loaded.project, plan, step, trigger_relation=relations.get, log=say, rules=rules)
+            rows_staged = sum(staging.staged_rows(_window_folder(st, step.window)) for st in staged.values())
+            mark_id, mark_key = f"backfill:{target.fqn}", step.key or "all"
+            write_watermark(
+                c,
+                mark_id,
+                mark_key,
+                last_processed_ts=cutoff,
+                batch_id=batch_id,
+                status=COMMITTED,
+                rows=r.rows_written,
+                previous=read_watermark(c, mark_id, mark_key),
+            )
+            say(
+                f"{target.fqn} {step.key or '(whole table)'}: {r.method}, {rows_staged} landing rows staged, "
+                f"{r.rows_written} rows written, cutoff {cutoff}"
+            )
+            results.append(
+                StepResult(
+                    target.fqn,
+                    step.key,
+                    str(step.engine),
+                    r.method,
+                    rows_staged,
+                    r.rows_written,
+                    cutoff,
+                    batch_id,
+                    time.monotonic() - started,
+                    sum(s.rows_read for s in staged.values()),
+                    r.statements,
+                    r.attempts,
+                )
+            )
+            crash_point("backfill:swapped")
+    for st in staged.values():
+        staging.remove(st.folder)
+    return results
+
+
+def _stage_source(
+    loaded: LoadedProject,
+    plan: RebuildPlan,
+    source: ObjectRef,
+    per_window: bool,
+    windows: Sequence[PartitionWindow | None],
+    cutoff: datetime | None,
+    batch_id: str,
+    stager: Stager,
+    say: Callable[[str], None],
+) -> _Staged:
+    table = loaded.project.table(source)
+    if table is None:
+        raise LandingZoneError(f"{source.fqn} is not defined in the DDL directory")
+    assert plan.landing_root is not None
+    tcol = landing.time_column(loaded, source)
+    lateness = timedelta(minutes=loaded.config.ingestion.max_lateness_minutes)
+    since = min(w.start for w in windows if w is not None) if per_window else None
+    before = max(w.end for w in windows if w is not None) if per_window else None
+    upper = min(t for t in (before, cutoff) if t is not None) if (before or cutoff) else None
+    files = landing.list_files(
+        plan.landing_root, source, arrived_after=since, arrived_before=upper + lateness if upper is not None else None
+    )
+    columns, rows_read = landing.check_files(files, table)
+    keys = landing.dedup_keys(loaded, source, columns)
+    folder = staging.staging_dir("backfill", [plan.target, source], batch_id)
+    say(
+        f"{plan.target.fqn}: Spark stages {source.fqn} from {len(files)} landing files ({rows_read} rows), "
+        f"event time in [{since}, {before}) and <= cutoff {cutoff}"
+    )
+    if files:
+        stager(
+            [f.path for f in files],
+            columns,
+            tcol,
+            keys,
+            folder,
+            at_or_before=cutoff,
+            since=since,
+            before=before,
+            partition_grain=plan.scheme.grain if per_window else None,
+        )
+    return _Staged(source, folder, columns, cutoff, per_window, rows_read)
+
+
+def _window_folder(st: _Staged, window: PartitionWindow | None) -> Path:
+    if st.per_window and window is not None:
+        return st.folder / f"{staging.PARTITION_COLUMN}={staging.window_key(window.start)}"
+    return st.folder
+
+
+def _relation(loaded: LoadedProject, source: ObjectRef, st: _Staged, window: PartitionWindow | None) -> str:
+    """``(landing rows <= cutoff UNION ALL source rows > cutoff)`` standing in for the trigger table."""
+    table = loaded.project.table(source)
+    assert table is not None
+    if st.per_window and window is not None:
+        glob = staging.staged_glob(st.folder, staging.window_key(window.start))
+    elif st.per_window:
+        glob = str(st.folder / "*" / "*.parquet")
+    else:
+        glob = staging.staged_glob(st.folder)
+    lake = staging.file_relation(glob, table, st.columns)
+    return staged_relation(source, lake, st.columns, landing.time_column(loaded, source), st.cutoff)
+
+
+def repair_interrupted_load(
+    client: Client,
+    loaded: LoadedProject,
+    source: ObjectRef,
+    *,
+    since: datetime | None,
+    until: datetime | None,
+    cutoff: datetime | None,
+    root: Path,
+    stager: Stager,
+    log: Callable[[str], None] | None = None,
+) -> list[str]:
+    """Rebuild what a load that died during its insert may have left inconsistent; the caller holds the gate.
+
+    The source now holds every row of the batch, but a block inserted just before the kill may be in
+    the source without its MV output. Every partition of the source's direct targets that the batch's
+    event-time range touches is rebuilt from the landing zone (``<= cutoff``) and the source (``> cutoff``);
+    targets further down a chain are rebuilt from their upstream table (with one week of margin).
+    """
+    say = log or (lambda _msg: None)
+    if since is None or until is None:
+        return []
+    project = loaded.project
+    tolerance = loaded.config.ingestion.late_tolerance_minutes
+    done: list[str] = []
+    direct = list(dict.fromkeys(v.writes_to for v in project.views_from(source) if v.trigger == source))
+    for target in direct:
+        windows = windows_covering(loaded, target, since, until)
+        plan = plan_rebuild(
+            loaded, target, windows, Observations(live=live_table(client, project, target)), engine="spark", root=root
+        )
+        cutoffs = {
+            t: cutoff
+            if t == source
+            else cutoff_of(current_watermark(client, t, landing.time_column(loaded, t)), tolerance)
+            for t in plan.gates
+        }
+        execute(plan, loaded, client=client, stager=stager, cutoffs=cutoffs, log=say)
+        done += [f"{target.fqn}/{s.key or 'all'}" for s in plan.steps]
+    chained = {d for t in direct for d in downstream_targets(loaded, t)} - set(direct)
+    for ref in sorted(chained, key=lambda r: (loaded.graph.depth.get(r.fqn, 0), r.fqn)):
+        windows = windows_covering(loaded, ref, since, until, margin=timedelta(days=7))
+        plan = plan_from_source(project, ref, windows, live_table(client, project, ref))
+        execute(plan, loaded, client=client, log=say)
+        done += [f"{ref.fqn}/{s.key or 'all'}" for s in plan.steps]
+    return done

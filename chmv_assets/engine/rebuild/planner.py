@@ -1,0 +1,730 @@
+"""The rebuild planner: what to do to rebuild partitions of a target, decided once, as frozen printable data.
+
+One planner serves every caller (the target assets, the sensors' runs, the CLI, the repair of an
+interrupted load). It takes a target, its partitions and options, plus the few facts it needs from
+the server (:func:`observe`: the physical table and the coverage facts, one statement), and decides per
+partition, from where its truth lives (:mod:`chmv_assets.engine.rebuild.coverage`):
+
+- the engine: ``clickhouse`` (the MVs' own SELECT over the source table), ``spark`` (over landing-zone
+  rows that Spark stages, united with the source rows after the ingestion cutoff), or ``refresh``
+  (a refreshable MV: the server recomputes it);
+- the relation that stands in for each trigger source in the MV's SELECT;
+- the shadow table, named for this run, and the swap (``REPLACE PARTITION`` — ``DROP PARTITION`` if the shadow is
+  empty —, ``tuple()`` for an unpartitioned target or an MV's inner table, ``SYSTEM REFRESH VIEW``);
+- the write gates to hold, and the targets further down a chain that read this one;
+- who writes the triggers (:mod:`chmv_assets.ddl.writers`): a partition still open to writers chmv does not control
+  is deferred until it closes (unless forced), a stream consumer writing an open partition is paused for its swap;
+- a refusal, where neither the source table nor the landing zone holds a partition whose target rows a
+  rebuild would lose (unless forced), or where the trigger is a stream (never read), and the shrink guard the
+  executor applies before a swap.
+
+:mod:`chmv_assets.engine.rebuild.executor` runs a plan; Spark is only a provider of staged rows there.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Literal
+
+from clickhouse_connect.driver.client import Client
+
+from chmv_assets.ddl.grains import Grain
+from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.models import ObjectRef, Project
+from chmv_assets.ddl.partitioning import (
+    PartitionScheme,
+    PartitionWindow,
+    keyed_window,
+    partition_scheme,
+    windows_between,
+    with_values,
+)
+from chmv_assets.ddl.writers import SourceWriters
+from chmv_assets.engine.catalog import live_table
+from chmv_assets.engine.clock import wall_now
+from chmv_assets.engine.ingest import landing
+from chmv_assets.engine.ingest.cutoff import source_min_time
+from chmv_assets.engine.rebuild.coverage import Coverage, Facts, Holding, WindowCoverage, assess, probe
+from chmv_assets.errors import ChmvError
+from chmv_assets.sql.rebuild_sql import shadow_ref, source_range_predicate
+
+EngineOption = Literal["auto", "clickhouse", "spark"]
+
+
+class Engine(StrEnum):
+    """Where the rows of a rebuilt partition come from."""
+
+    CLICKHOUSE = "clickhouse"
+    """The MVs' own SELECT over the source table's rows of the window."""
+    SPARK = "spark"
+    """The MVs' own SELECT over landing-zone rows staged by Spark (<= cutoff) and source rows (> cutoff)."""
+    REFRESH = "refresh"
+    """A refreshable MV: ``SYSTEM REFRESH VIEW`` + ``SYSTEM WAIT VIEW``."""
+    REFUSED = "refused"
+    """Nothing: neither the source table nor the landing zone holds the partition's rows (see the reason)."""
+    DEFERRED = "deferred"
+    """Nothing yet: the partition is still open to writers chmv does not control; rebuilt once it closes."""
+
+
+class Swap(StrEnum):
+    """How the shadow replaces the live data."""
+
+    REPLACE_PARTITION = "replace_partition"
+    """``ALTER TABLE … REPLACE PARTITION … FROM shadow`` (``DROP PARTITION`` when the shadow is empty); ``tuple()``
+    for an unpartitioned target. Never ``EXCHANGE TABLES``: an MV without TO points at its inner table by UUID (the
+    old one would be dropped from under it), and an exchange is not replicated."""
+    REFRESH = "refresh"
+    """The server refreshes the MV itself; no shadow."""
+    NONE = "none"
+    """A refused step: the live partition is left as it is."""
+
+
+@dataclass(frozen=True)
+class TriggerRelation:
+    """What stands in for one trigger source inside the MV's SELECT for one partition.
+
+    Attributes:
+        source: The trigger table.
+        kind: ``source_window`` (the table, pruned to the window), ``source`` (the whole table),
+            ``lake_then_source`` (staged landing rows <= the cutoff UNION ALL table rows > the cutoff).
+        predicate: The pruning range on the source's own column, when one is derivable.
+        staged_per_window: Spark writes one staging folder per partition window (else one for the range).
+    """
+
+    source: ObjectRef
+    kind: Literal["source_window", "source", "lake_then_source"]
+    predicate: str | None = None
+    staged_per_window: bool = False
+
+    def describe(self) -> str:
+        if self.kind == "lake_then_source":
+            split = "per partition" if self.staged_per_window else "for the whole range"
+            return f"{self.source.fqn}: landing rows <= cutoff (staged by Spark, {split}) ∪ table rows > cutoff"
+        if self.kind == "source_window":
+            return f"{self.source.fqn} WHERE {self.predicate}"
+        return f"{self.source.fqn} (whole table)"
+
+
+@dataclass(frozen=True)
+class PartitionStep:
+    """The rebuild of one partition (or of a whole unpartitioned target).
+
+    Attributes:
+        guard: Why the source table may not hold the partition entirely (set when coverage was observed and
+            does not say it does): the executor then refuses a swap that would leave fewer rows than the live
+            partition holds, unless the plan is forced. None: no such check.
+    """
+
+    window: PartitionWindow | None
+    engine: Engine
+    swap: Swap
+    shadow: ObjectRef | None
+    relations: tuple[TriggerRelation, ...]
+    reason: str
+    guard: str | None = None
+    closes_at: datetime | None = None
+    """When the partition closes to writers chmv does not control (its window's end, how far past it rows still map
+    into it, and ``[writers] close_after_minutes``); None for an unpartitioned target, which never closes."""
+    pause: tuple[ObjectRef, ...] = ()
+    """Stream consumer MVs paused around the step's read and swap (the partition is open and they write it)."""
+
+    @property
+    def key(self) -> str | None:
+        return self.window.key if self.window else None
+
+
+@dataclass(frozen=True)
+class RebuildPlan:
+    """Everything a rebuild of partitions of one target will do, decided before anything runs.
+
+    Attributes:
+        target: The target asset's table (or inner-table MV).
+        live: The table that physically holds the rows (the inner table of an MV without TO).
+        scheme: The target's partitioning.
+        steps: One per partition, in the order given.
+        gates: The trigger sources whose write gate every step holds (ingestion waits meanwhile).
+        downstream: Targets further down a chain that read this one (rebuilt after it by callers
+            that follow the chain; a Dagster run selects them itself).
+        landing_root: The landing zone Spark steps read.
+        cutoff_rule: How Spark steps split lake rows from source rows (fixed when they run, under the gate).
+        coverage: Where the truth of each partition lives (None: not observed, as for a repair's plan).
+        force: Refusals became rebuilds from the source and the executor's shrink guard is off.
+        writers: Who writes each trigger (chmv, stream consumers, others).
+        run: This run's token: it names the shadows (a run never reads another's), the leases and the statements.
+    """
+
+    target: ObjectRef
+    live: ObjectRef
+    scheme: PartitionScheme
+    steps: tuple[PartitionStep, ...]
+    gates: tuple[ObjectRef, ...]
+    downstream: tuple[ObjectRef, ...] = ()
+    landing_root: Path | None = None
+    cutoff_rule: str = ""
+    notes: tuple[str, ...] = field(default=())
+    coverage: Coverage | None = None
+    force: bool = False
+    writers: tuple[SourceWriters, ...] = ()
+    run: str = ""
+
+    def steps_by(self, engine: Engine) -> tuple[PartitionStep, ...]:
+        return tuple(s for s in self.steps if s.engine == engine)
+
+    @property
+    def refused(self) -> tuple[PartitionStep, ...]:
+        """The partitions the plan refuses to rebuild (nothing of the plan runs while there are any)."""
+        return self.steps_by(Engine.REFUSED)
+
+    def refusal(self) -> str:
+        """The message of a refused plan: every refused partition with the reason and what to do."""
+        count = len(self.refused)
+        head = (
+            f"{self.target.fqn}: rebuild refused for {count} partition{'s' if count != 1 else ''}; nothing was changed"
+        )
+        return "\n".join([head, *(f"- {s.key or '(whole table)'}: {s.reason}" for s in self.refused)])
+
+    @property
+    def deferred(self) -> tuple[PartitionStep, ...]:
+        """The partitions left until they close (writers chmv does not control still write them)."""
+        return self.steps_by(Engine.DEFERRED)
+
+    def deferral(self) -> str:
+        """Which partitions wait, until when, and why."""
+        count = len(self.deferred)
+        head = (
+            f"{self.target.fqn}: {count} partition{'s' if count != 1 else ''} deferred until "
+            f"{'they close' if count != 1 else 'it closes'}"
+        )
+        return "\n".join([head, *(f"- {s.key}: {s.reason}" for s in self.deferred)])
+
+    def describe(self) -> str:
+        """A markdown rendering for run metadata, logs and ``chmv rebuild --dry-run``."""
+        lines = [f"**Rebuild plan of `{self.target.fqn}`** (physical table `{self.live.fqn}`)", ""]
+        lines.append(f"- partitioning: {self.scheme.describe()}")
+        lines.append("- gates held: " + (", ".join(f"`{g.fqn}`" for g in self.gates) or "none"))
+        lines += [f"- writers: {w.describe()}" for w in self.writers]
+        if self.cutoff_rule:
+            lines.append(f"- cutoff: {self.cutoff_rule}")
+        if self.downstream:
+            lines.append("- downstream targets reading it: " + ", ".join(f"`{d.fqn}`" for d in self.downstream))
+        lines += [f"- note: {n}" for n in self.notes]
+        if self.force:
+            lines.append("- force: refusals rebuild from the source table; a shrinking swap is not stopped")
+        elif any(s.guard for s in self.steps):
+            lines.append(
+                "- shrink guard: a partition whose source may not hold it entirely is not swapped if "
+                "the rebuild would leave fewer rows than it holds (force overrides)"
+            )
+        lines += ["", "| partition | engine | reads | shadow | swap | why |", "|---|---|---|---|---|---|"]
+        for step in self.steps:
+            reads = "; ".join(r.describe() for r in step.relations).replace("|", "/") or "-"
+            shadow = f"`{step.shadow.fqn}`" if step.shadow else "-"
+            reason = step.reason.replace("|", "/")
+            lines.append(f"| {step.key or '(all)'} | {step.engine} | {reads} | {shadow} | {step.swap} | {reason} |")
+        if self.coverage is not None:
+            lines += [
+                "",
+                f"**Coverage** (where the truth of each partition lives, at {self.coverage.now})",
+                "",
+                self.coverage.describe(),
+            ]
+        if self.refused:
+            lines += ["", "**Refused**", "", self.refusal()]
+        if self.deferred:
+            lines += ["", "**Deferred**", "", self.deferral()]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Facts from the server the planner needs (read by :func:`observe`, under the trigger gates).
+
+    Attributes:
+        live: The physical table of the target.
+        oldest: Per trigger with an event-time column, its oldest row (None: the table is empty).
+        coverage: The facts coverage is decided from (:func:`chmv_assets.engine.rebuild.coverage.probe`); None: not
+            observed, and the planner decides as it did before coverage (a repair's plan, hand-made plans).
+        pending: Why every partition is refused whatever the options: the live MVs run another SELECT or TO than
+            the DDL directory (:func:`chmv_assets.engine.drift.pending_refusals`, read by ``executor.plan_for``).
+    """
+
+    live: ObjectRef
+    oldest: tuple[tuple[ObjectRef, datetime | None], ...] = ()
+    coverage: Facts | None = None
+    now: datetime | None = None
+    """The server's wall clock (:mod:`chmv_assets.engine.clock`, as the windows): which partitions are still open to
+    writers. None: not observed (nothing is
+    deferred)."""
+    pending: tuple[str, ...] = ()
+
+    def oldest_of(self, source: ObjectRef) -> datetime | None:
+        return dict(self.oldest).get(source)
+
+
+def triggers_of(project: Project, target: ObjectRef) -> list[ObjectRef]:
+    """Distinct trigger tables of the MVs writing ``target``."""
+    return list(dict.fromkeys(v.trigger for v in project.views_into(target) if v.trigger is not None))
+
+
+def spark_capable(loaded: LoadedProject, target: ObjectRef, root: Path | None) -> bool:
+    """A landing zone exists and every trigger of the target has an event-time column configured."""
+    triggers = triggers_of(loaded.project, target)
+    return root is not None and bool(triggers) and all(t in loaded.time_columns for t in triggers)
+
+
+def downstream_targets(loaded: LoadedProject, target: ObjectRef) -> tuple[ObjectRef, ...]:
+    """Targets that read ``target`` (directly or further down a chain), shallowest first."""
+    graph, project = loaded.graph, loaded.project
+    found = [t for n in graph.impact(target.fqn) if n != target.fqn and (t := project.target_named(n)) is not None]
+    return tuple(sorted(found, key=lambda r: (graph.depth.get(r.fqn, 0), r.fqn)))
+
+
+def observe(
+    client: Client,
+    loaded: LoadedProject,
+    target: ObjectRef,
+    *,
+    engine: EngineOption = "auto",
+    root: Path | None = None,
+    windows: Sequence[PartitionWindow | None] | None = None,
+) -> Observations:
+    """Read what the planner needs: the physical table and, for ``windows``, the coverage facts (one statement).
+
+    Without ``windows`` only each trigger's oldest row is read, when ``auto`` may pick Spark (no coverage).
+    """
+    live = live_table(client, loaded.project, target)
+    if streamed_triggers(loaded, target):  # never read: the plan refuses it
+        return Observations(live=live)
+    if windows is not None and not any(v.refreshable for v in loaded.project.views_into(target)):
+        facts = probe(client, loaded, target, live, windows, root)
+        oldest = tuple((source, stats.oldest) for source, stats in facts.tables)
+        return Observations(live=live, oldest=oldest, coverage=facts, now=facts.now)
+    now = wall_now(client)
+    if engine != "auto" or not spark_capable(loaded, target, root):
+        return Observations(live=live, now=now)
+    oldest = tuple(
+        (source, source_min_time(client, source, landing.time_column(loaded, source)))
+        for source in triggers_of(loaded.project, target)
+    )
+    return Observations(live=live, oldest=oldest, now=now)
+
+
+def streamed_triggers(loaded: LoadedProject, target: ObjectRef) -> list[ObjectRef]:
+    """The triggers of ``target``'s MVs that are stream-engine tables (a consumer MV's target): never read."""
+    return [t for t in triggers_of(loaded.project, target) if loaded.project.is_stream(t)]
+
+
+def plan_rebuild(
+    loaded: LoadedProject,
+    target: ObjectRef,
+    windows: Sequence[PartitionWindow | None],
+    observations: Observations,
+    *,
+    engine: EngineOption = "auto",
+    root: Path | None = None,
+    force: bool = False,
+    defer_open: bool = True,
+    run: str | None = None,
+) -> RebuildPlan:
+    """Decide the rebuild of ``windows`` of ``target``.
+
+    With coverage observed, per partition: the source table holds it entirely → ClickHouse; else the
+    landing zone holds it entirely → Spark; else, if the target partition holds rows the rebuild could
+    lose → refused (the step says why and what to do), unless ``force``; else ClickHouse with the shrink
+    guard. ``engine=clickhouse``/``spark`` pin the engine but are refused alike where they would lose rows.
+
+    Args:
+        loaded: The parsed project.
+        target: An MV target.
+        windows: The partitions; ``[None]`` (or any window of an unpartitioned target) rebuilds the whole table.
+        observations: From :func:`observe`.
+        engine: ``auto``, ``clickhouse`` or ``spark``.
+        root: The landing zone (``chmv_assets.engine.ingest.landing.landing_dir``).
+        force: Rebuild refused partitions from the source table and let shrinking swaps through; rebuild open
+            partitions under writers chmv does not control now (each read checked for racing writes).
+        defer_open: Defer the partitions still open to writers chmv does not control (with the server's time
+            observed); False rebuilds them now, race-checked (a new version, not yet live, cannot wait for them).
+        run: The run's token (names shadows and leases); default a new one.
+
+    Raises:
+        ChmvError: The target is not written by an MV of the DDL, or ``spark`` was asked for a target
+            whose triggers the landing zone does not cover.
+    """
+    if engine == "spark" and not spark_capable(loaded, target, root):
+        triggers = ", ".join(t.fqn for t in triggers_of(loaded.project, target))
+        raise ChmvError(
+            f"{target.fqn}: the spark engine needs a landing zone and [ingestion.time_columns] for "
+            f"{triggers}; configure them or use engine=clickhouse"
+        )
+    coverage = None
+    if observations.coverage is not None:
+        coverage = assess(loaded, target, windows, observations.coverage, root)
+
+    streams = streamed_triggers(loaded, target)
+
+    def choose(window: PartitionWindow | None) -> tuple[Engine, str, str | None]:
+        if observations.pending:  # history is never recomputed with a SELECT the live MV does not run
+            return Engine.REFUSED, "; ".join(observations.pending), None
+        if streams:
+            return Engine.REFUSED, _stream_refusal(loaded, streams), None
+        covered = coverage.at(window) if coverage is not None else None
+        if covered is None:
+            return (*_engine_for(loaded, target, window, observations, engine, root), None)
+        return _decide(loaded, target, covered, engine, root, force)
+
+    plan = _assemble(
+        loaded.project,
+        target,
+        windows,
+        observations.live,
+        choose=choose,
+        per_window=lambda source, ws: staged_per_window(loaded, target, source, ws),
+        downstream=downstream_targets(loaded, target),
+        root=root,
+        run=run,
+    )
+    writers = tuple(loaded.writers(source) for source in plan.gates)
+    plan = replace(plan, coverage=coverage, force=force, writers=writers)
+    if observations.now is not None:
+        steps = tuple(_open_step(loaded, plan, s, observations.now, defer_open and not force) for s in plan.steps)
+        plan = replace(plan, steps=steps)
+    if plan.steps_by(Engine.SPARK):
+        tolerance = loaded.config.ingestion.late_tolerance_minutes
+        rule = f"per trigger, its ingestion watermark - {tolerance} min, read under its gate when the Spark steps start"
+        plan = replace(plan, cutoff_rule=rule)
+    return plan
+
+
+def _decide(
+    loaded: LoadedProject,
+    target: ObjectRef,
+    covered: WindowCoverage,
+    engine: EngineOption,
+    root: Path | None,
+    force: bool,
+) -> tuple[Engine, str, str | None]:
+    """Engine, reason and shrink guard of one partition from its coverage (see :func:`plan_rebuild`)."""
+    source_ok = covered.source_holds_entirely
+    lake_ok = spark_capable(loaded, target, root) and covered.lake_holds_entirely
+    rows = covered.target_rows
+    at_stake = rows is None or rows > 0
+    table, lake = covered.table_reasons(), covered.lake_reasons()
+    guard = None if source_ok else table
+    if engine == "spark":
+        if lake_ok or not at_stake or force:
+            return (
+                Engine.SPARK,
+                f"engine=spark asked for; landing zone: {lake}",
+                (f"rebuilt from the landing zone: {lake}" if not force else None),
+            )
+        return Engine.REFUSED, _refusal(covered, root, asked="engine=spark", lake_only=True), None
+    if source_ok:
+        asked = "engine=clickhouse asked for; " if engine == "clickhouse" else ""
+        return Engine.CLICKHOUSE, asked + table, None
+    if engine == "auto" and lake_ok:
+        return Engine.SPARK, f"{table}; the landing zone holds it: {lake}", guard if not force else None
+    if not at_stake:
+        return Engine.CLICKHOUSE, f"the target partition is empty, nothing to lose; {table}", guard
+    if force:
+        return Engine.CLICKHOUSE, f"forced: {table}", None
+    if covered.loss_observed:
+        asked = "engine=clickhouse" if engine == "clickhouse" else ""
+        return Engine.REFUSED, _refusal(covered, root, asked=asked), None
+    return Engine.CLICKHOUSE, f"coverage unknown: {table}; landing zone: {lake}", guard
+
+
+def _refusal(covered: WindowCoverage, root: Path | None, *, asked: str = "", lake_only: bool = False) -> str:
+    """Why a partition is refused and what to do, naming each source and how far back it holds data.
+
+    Args:
+        asked: The engine the caller pinned (``engine=spark``), if any.
+        lake_only: The rebuild would read the landing zone only (a pinned Spark engine).
+    """
+    rows = "an unknown number of" if covered.target_rows is None else f"{covered.target_rows:,}"
+    lacking = [s for s in covered.sources if (s.lake if lake_only else s.table).holding != Holding.ENTIRELY]
+    parts = [f"{asked} asked for, but" if asked else "neither the source table nor the landing zone holds it:"]
+    for s in lacking:
+        since = f"it holds data from {s.held_from:%Y-%m-%d %H:%M:%S} on" if s.held_from else "it holds no data"
+        parts.append(
+            f"{s.source.fqn} ({since}): source table: {s.table.holding}: {s.table.reason}; landing zone: "
+            f"{s.lake.holding}: {s.lake.reason}."
+        )
+    where = ", ".join(str((root or Path("<landing_dir>")) / s.source.fqn) for s in lacking)
+    window = covered.window
+    span = f" for [{window.start:%Y-%m-%d %H:%M}, {window.end:%Y-%m-%d %H:%M})" if window and window.timed else ""
+    reads = "from the landing zone" if lake_only else "from the source"
+    steps = [
+        f"deliver the source's files{span} to the landing zone ({where}; with [ingestion] landing_dir and "
+        "time_columns configured) and rebuild with engine=auto"
+    ]
+    if lake_only and covered.source_holds_entirely:
+        steps.insert(0, "rebuild with engine=auto or engine=clickhouse (the source table holds it)")
+    steps += [
+        "leave the partition as it is (it may hold the only copy)",
+        f"rebuild with force (run config force: true, chmv rebuild --force) to replace it with what is read {reads}",
+    ]
+    parts.append(
+        f"The target partition holds {rows} rows, which a rebuild {reads} would lose. To proceed: "
+        + "; or ".join(steps)
+        + "."
+    )
+    return " ".join(parts)
+
+
+def plan_from_source(
+    project: Project,
+    target: ObjectRef,
+    windows: Sequence[PartitionWindow | None],
+    live: ObjectRef,
+    *,
+    run: str | None = None,
+) -> RebuildPlan:
+    """A plan that rebuilds every partition from the source table (the ClickHouse engine)."""
+    return _assemble(
+        project,
+        target,
+        windows,
+        live,
+        choose=lambda _w: (Engine.CLICKHOUSE, "from the source table", None),
+        per_window=lambda _s, _ws: False,
+        run=run,
+    )
+
+
+def _assemble(
+    project: Project,
+    target: ObjectRef,
+    windows: Sequence[PartitionWindow | None],
+    live: ObjectRef,
+    *,
+    choose: Callable[[PartitionWindow | None], tuple[Engine, str, str | None]],
+    per_window: Callable[[ObjectRef, Sequence[PartitionWindow | None]], bool],
+    downstream: tuple[ObjectRef, ...] = (),
+    root: Path | None = None,
+    run: str | None = None,
+) -> RebuildPlan:
+    run = run or new_run_token()
+    views = project.views_into(target)
+    if not views:
+        raise ChmvError(f"{target.fqn} is not written by any materialized view in the DDL directory")
+    table = project.table(target)
+    refreshable = any(v.refreshable for v in views)
+    if table is None and not refreshable:
+        raise ChmvError(f"{target.fqn} is not defined in the DDL directory")
+    scheme = partition_scheme(table, views) if table is not None else PartitionScheme(grain=None)
+    if refreshable:
+        step = PartitionStep(None, Engine.REFRESH, Swap.REFRESH, None, (), "refreshable MV: the server recomputes it")
+        return RebuildPlan(target, live, scheme, (step,), (), downstream, root, run=run)
+    if not scheme.partitioned:
+        windows = [None]
+    triggers = tuple(triggers_of(project, target))
+    steps = []
+    for window in windows:
+        chosen, reason, guard = choose(window)
+        if chosen == Engine.REFUSED:
+            steps.append(PartitionStep(window, chosen, Swap.NONE, None, (), reason))
+            continue
+        if chosen == Engine.SPARK:
+            relations = tuple(
+                TriggerRelation(s, "lake_then_source", staged_per_window=per_window(s, windows)) for s in triggers
+            )
+        else:
+            relations = tuple(_source_relation(project, target, s, scheme, window) for s in triggers)
+        shadow = shadow_ref(live, window.key if window else None, run)
+        steps.append(PartitionStep(window, chosen, Swap.REPLACE_PARTITION, shadow, relations, reason, guard))
+    return RebuildPlan(target, live, scheme, tuple(steps), triggers, downstream, root, run=run)
+
+
+def new_run_token() -> str:
+    """A run's token: 8 hex digits, in its shadows' names (``_chmv_shadow_<table>_<partition>_<token>``)."""
+    return secrets.token_hex(4)
+
+
+def reach(loaded: LoadedProject, target: ObjectRef, scheme: PartitionScheme) -> timedelta:
+    """How far past a window's end a trigger row may still map into the window: the grain by which an MV truncates
+    its time into the target's partition column, where that grain is coarser than the partition's (a week that
+    starts in one month and ends in the next)."""
+    if scheme.grain is None or scheme.column is None:
+        return timedelta(0)
+    seconds = 0
+    for view in loaded.project.views_into(target):
+        out = view.output(scheme.column)
+        grain = out.truncation[1] if out is not None and out.truncation is not None else None
+        if grain is not None and not Grain(grain).within(scheme.grain):
+            seconds = max(seconds, Grain(grain).seconds)
+    return timedelta(seconds=seconds)
+
+
+def closes_at(
+    loaded: LoadedProject, target: ObjectRef, scheme: PartitionScheme, window: PartitionWindow | None
+) -> datetime | None:
+    """When no row of ``window`` can arrive any more from writers chmv does not control: the window's end, its
+    :func:`reach` and ``[writers] close_after_minutes``. None for an unpartitioned target and a partition of a key alone
+    (no time window: it never closes)."""
+    if window is None or window.end is None:
+        return None
+    return window.end + reach(loaded, target, scheme) + timedelta(minutes=loaded.config.writers.close_after_minutes)
+
+
+def _open_step(
+    loaded: LoadedProject, plan: RebuildPlan, step: PartitionStep, now: datetime, defer: bool
+) -> PartitionStep:
+    """A step of ``plan`` as the sources' writers allow at ``now``: a partition still open to writers chmv does not
+    control is deferred (``defer``), a stream consumer writing it is paused for its swap, a closed one is unchanged."""
+    if step.engine not in (Engine.CLICKHOUSE, Engine.SPARK):
+        return step
+    closes = closes_at(loaded, plan.target, plan.scheme, step.window)
+    if closes is not None and now >= closes:
+        return step
+    others = [w.source.fqn for w in plan.writers if w.uncontrolled]
+    consumers = tuple(dict.fromkeys(c for w in plan.writers for c in w.consumers))
+    until = f"until {closes:%Y-%m-%d %H:%M}" if closes is not None else "(without a time window it never closes)"
+    if others and defer and closes is not None:
+        reason = (
+            f"open {until}: {', '.join(others)} {'is' if len(others) == 1 else 'are'} written by others, whose "
+            "rows a swap now could lose; rebuilt once it closes (recovery requests it then), or now with "
+            "force (each read checked for racing writes)"
+        )
+        return replace(
+            step,
+            engine=Engine.DEFERRED,
+            swap=Swap.NONE,
+            shadow=None,
+            relations=(),
+            reason=reason,
+            guard=None,
+            closes_at=closes,
+        )
+    notes = []
+    if others:
+        notes.append(
+            f"open {until} to writers chmv does not control ({', '.join(others)}): a read that races a "
+            "write is not swapped, and read again"
+        )
+    if consumers:
+        notes.append(f"stream consumers {', '.join(c.fqn for c in consumers)} paused for the swap")
+    return replace(step, reason="; ".join([step.reason, *notes]), closes_at=closes, pause=consumers)
+
+
+def _stream_refusal(loaded: LoadedProject, streams: Sequence[ObjectRef]) -> str:
+    """Why a stream consumer's target is never rebuilt from its trigger."""
+    engines = ", ".join(f"{s.fqn} ({loaded.project.tables[s].engine.name})" for s in streams)  # type: ignore[union-attr]
+    return (
+        f"its trigger {engines} is a stream: chmv never reads one (a SELECT consumes messages its consumer then "
+        "never sees), and the target holds the only copy of those rows; the tables it writes are the sources the "
+        "targets further down are rebuilt from"
+    )
+
+
+def _engine_for(
+    loaded: LoadedProject,
+    target: ObjectRef,
+    window: PartitionWindow | None,
+    observations: Observations,
+    engine: EngineOption,
+    root: Path | None,
+) -> tuple[Engine, str]:
+    if engine == "spark":
+        return Engine.SPARK, "engine=spark asked for"
+    if engine == "clickhouse":
+        return Engine.CLICKHOUSE, "engine=clickhouse asked for"
+    if not spark_capable(loaded, target, root):
+        chained = [t.fqn for t in triggers_of(loaded.project, target) if t in set(loaded.project.targets)]
+        if chained:
+            return Engine.CLICKHOUSE, f"the upstream target {', '.join(chained)} of the chain"
+        return Engine.CLICKHOUSE, "the source table (no landing zone for its triggers)"
+    assert root is not None
+    for source in triggers_of(loaded.project, target):
+        oldest = observations.oldest_of(source)
+        if oldest is None:
+            return Engine.SPARK, f"{source.fqn} is empty; the landing zone holds its rows"
+        start = window.start if window is not None else _first_landing(root, source)
+        if start is None or oldest <= start:
+            continue
+        # The source starts inside (or after) the window: spark only if the lake holds earlier rows of it.
+        held_from = oldest.replace(minute=0, second=0, microsecond=0)
+        if landing.list_files(root, source, arrived_after=start, arrived_before=held_from):
+            return Engine.SPARK, f"{source.fqn} holds rows from {oldest} only; the landing zone has earlier ones"
+    return Engine.CLICKHOUSE, "the source table holds the window"
+
+
+def _first_landing(root: Path, source: ObjectRef) -> datetime | None:
+    files = landing.list_files(root, source)
+    return min((f.first_arrival for f in files), default=None)
+
+
+def _source_relation(
+    project: Project, target: ObjectRef, source: ObjectRef, scheme: PartitionScheme, window: PartitionWindow | None
+) -> TriggerRelation:
+    predicate = None
+    if window is not None:
+        for view in project.views_into(target):
+            if view.trigger == source:
+                predicate = source_range_predicate(view, project, scheme, window) or predicate
+    return TriggerRelation(source, "source_window" if predicate else "source", predicate)
+
+
+def staged_per_window(
+    loaded: LoadedProject, target: ObjectRef, source: ObjectRef, windows: Sequence[PartitionWindow | None]
+) -> bool:
+    """Whether each partition's trigger rows are exactly the rows whose event time falls in its window.
+
+    Then Spark stages one folder per partition (and reads only the range's files); otherwise one folder
+    for the whole range, and every partition's SELECT reads all of it.
+    """
+    if not windows or any(w is None for w in windows):
+        return False
+    project = loaded.project
+    table = project.table(target)
+    if table is None:
+        return False
+    views = project.views_into(target)
+    scheme = partition_scheme(table, views)
+    if scheme.grain not in ("hour", "day", "month") or scheme.column is None or scheme.keyed:
+        return False
+    tcol = landing.time_column(loaded, source)
+    for view in views:
+        if view.trigger != source:
+            continue
+        out = view.output(scheme.column)
+        if out is None or out.truncation is None or out.truncation[0] != tcol:
+            return False
+        grain = out.truncation[1]
+        if grain is not None and not grain.within(scheme.grain):
+            return False
+        if source_range_predicate(view, project, scheme, windows[0]) is None:  # type: ignore[arg-type]
+            return False
+    return True
+
+
+def windows_covering(
+    loaded: LoadedProject,
+    target: ObjectRef,
+    since: datetime,
+    until: datetime,
+    margin: timedelta = timedelta(0),
+    values: Sequence[tuple[str, ...]] = (),
+) -> list[PartitionWindow | None]:
+    """The partitions of ``target`` whose windows intersect ``[since - margin, until + margin]``.
+
+    A target with a key part has a partition per window (if any) and key value: those of ``values`` (the key values
+    the caller knows of, e.g. from the server's partitions); without ``values``, ``[None]`` (the whole table), as for
+    an unpartitioned target.
+    """
+    table = loaded.project.table(target)
+    scheme = partition_scheme(table, loaded.project.views_into(target)) if table is not None else None
+    if scheme is None or not scheme.partitioned or (scheme.keyed and not values):
+        return [None]
+    if scheme.grain is None:
+        return [keyed_window(v) for v in values]
+    first = datetime.strptime(loaded.config.partition_start, "%Y-%m-%d")
+    windows = windows_between(scheme.grain, first, since - margin, until + margin)
+    return with_values(windows, values) if scheme.keyed else list(windows)

@@ -1,0 +1,89 @@
+"""The preflight: the server checks every new or changed statement in a scratch database before anything live."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import make_engine
+from lifecycle_testing import ADD_COLUMN, CHANGED_FILTER, NEW_SORT_KEY, SHOP, copy_ddl, edit, snapshot
+
+from chmv_assets.ddl.loader import load
+from chmv_assets.engine.lifecycle.planner import plan_lifecycle
+from chmv_assets.engine.lifecycle.preflight import preflight
+from chmv_assets.errors import PreflightError
+from resources.clickhouse import ClickHouseResource
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory: pytest.TempPathFactory, example):
+    return make_engine(tmp_path_factory.mktemp("preflight") / "chdb", example, rows=2_000)
+
+
+def test_an_mv_reading_a_column_its_source_lacks_is_refused_at_the_column_and_nothing_is_touched(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "ddl").mkdir()
+    (tmp_path / "ddl" / "shop.sql").write_text(SHOP)
+    loaded = load(tmp_path / "ddl")  # the DDL itself is valid: lineage passes
+    with ClickHouseResource(dsn=f"chdb://{tmp_path / 'chdb'}").get_client() as client:
+        before = snapshot(client)
+        plan = plan_lifecycle(client, loaded)
+        with pytest.raises(PreflightError) as caught:
+            preflight(client, loaded, plan)
+        assert snapshot(client) == before  # no shop database, no scratch database left
+    (problem,) = caught.value.problems
+    assert (problem.file, problem.line, problem.column) == (str(tmp_path / "ddl" / "shop.sql"), 7, 8)
+    assert problem.message.startswith(
+        "shop.by_customer_mv: the server refused it: Unknown expression identifier `customer_id`"
+    )
+    assert "_chmv_preflight" not in problem.message and "(UNKNOWN_IDENTIFIER)" in problem.message
+    assert problem.hint.startswith("the SELECT reads a column its source does not have")
+    assert str(caught.value).startswith(
+        "1 problem found by the server's preflight (in a scratch database); nothing was changed"
+    )
+
+
+def test_changed_statements_are_checked_on_copies_and_a_refused_alter_points_at_its_table(
+    deployed, tmp_path: Path
+) -> None:
+    ddl = copy_ddl(tmp_path)
+    for change in (CHANGED_FILTER, NEW_SORT_KEY, ADD_COLUMN):
+        edit(ddl, *change)
+    loaded = load(ddl)
+    with deployed.get_client() as client:
+        before = snapshot(client)
+        report = preflight(client, loaded, plan_lifecycle(client, loaded))
+        assert snapshot(client) == before
+    assert {"analytics.errors_mv", "analytics.events_agg", "analytics.mv_events_agg", "analytics.audit_log"} <= set(
+        report.checked
+    )
+    assert report.scratch and all(s.startswith("_chmv_preflight_") for s in report.scratch)
+
+    edit(ddl, "40_all_events.sql", "source_ip String DEFAULT ''", "source_ip String DEFAULT nope")
+    loaded = load(ddl)
+    with deployed.get_client() as client, pytest.raises(PreflightError) as caught:
+        preflight(client, loaded, plan_lifecycle(client, loaded))
+    (problem,) = caught.value.problems
+    assert (Path(problem.file).name, problem.line) == ("40_all_events.sql", 23)
+    assert problem.message.startswith("analytics.audit_log: the server refused it:") and "nope" in problem.message
+    assert problem.hint.startswith("an expression of the table")
+
+
+def test_a_refreshable_or_chained_fresh_deploy_passes(tmp_path: Path, example) -> None:
+    ddl = tmp_path / "ddl"
+    ddl.mkdir()
+    (ddl / "r.sql").write_text(
+        textwrap.dedent("""\
+        CREATE DATABASE IF NOT EXISTS r ENGINE = Atomic;
+        CREATE TABLE r.src (ts DateTime, v UInt64) ENGINE = MergeTree ORDER BY ts;
+        CREATE TABLE r.snap (n UInt64) ENGINE = MergeTree ORDER BY n;
+        CREATE MATERIALIZED VIEW r.snap_mv REFRESH EVERY 1 HOUR TO r.snap AS SELECT count() AS n FROM r.src;
+    """)
+    )
+    loaded = load(ddl)
+    with ClickHouseResource(dsn=f"chdb://{tmp_path / 'chdb'}").get_client() as client:
+        report = preflight(client, loaded, plan_lifecycle(client, loaded))
+        assert "r.snap_mv" in report.checked
+        assert not client.query("SELECT name FROM system.databases WHERE name LIKE '\\_chmv%'").result_rows

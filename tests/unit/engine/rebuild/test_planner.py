@@ -1,0 +1,385 @@
+"""The rebuild planner is pure given Observations: engines, relations, shadows, swaps, gates, chains, errors."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from ddl_testing import load_ddl, ref
+from spark_testing import with_landing
+
+from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.ddl.partitioning import PartitionScheme, partition_scheme, window_at
+from chmv_assets.engine.rebuild.planner import (
+    Engine,
+    Observations,
+    PartitionStep,
+    RebuildPlan,
+    Swap,
+    TriggerRelation,
+    downstream_targets,
+    plan_from_source,
+    plan_rebuild,
+    staged_per_window,
+    windows_covering,
+)
+from chmv_assets.errors import ChmvError
+from chmv_assets.sql.rebuild_sql import shadow_ref, source_range_predicate
+
+D = datetime
+STATS, REQUESTS = ref("analytics.hourly_endpoint_stats"), ref("analytics.api_requests")
+DAYS = [window_at(D(2026, 9, 1), "day"), window_at(D(2026, 9, 2), "day"), window_at(D(2026, 9, 3), "day")]
+
+
+def write_landing(root: Path, source: str, arrivals: list[datetime]) -> None:
+    """One small Parquet file per arrival hour: ``<root>/<db.table>/date=YYYY-MM-DD/hour=HH.parquet``."""
+    for hour in arrivals:
+        folder = root / source / f"date={hour:%Y-%m-%d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"timestamp": [hour]}), folder / f"hour={hour:%H}.parquet")
+
+
+@pytest.fixture
+def lake(tmp_path, example) -> tuple[LoadedProject, Path]:
+    """The example project with a landing zone holding api_requests files that arrived on 2026-09-01 and -02."""
+    root = tmp_path / "landing"
+    write_landing(root, "analytics.api_requests", [D(2026, 9, 1, 0), D(2026, 9, 1, 13), D(2026, 9, 2, 5)])
+    return with_landing(example, root), root
+
+
+def observed(live: ObjectRef = STATS, oldest: datetime | None = None, source: ObjectRef = REQUESTS) -> Observations:
+    return Observations(live=live, oldest=((source, oldest),))
+
+
+def test_clickhouse_engine_reads_each_window_of_the_source(example):
+    plan = plan_rebuild(example, STATS, DAYS[:2], Observations(live=STATS), engine="clickhouse", run="0a1b2c3d")
+    view = example.project.views_into(STATS)[0]
+    scheme = PartitionScheme(grain="day", column="hour")
+    assert plan == RebuildPlan(
+        target=STATS,
+        live=STATS,
+        scheme=scheme,
+        steps=tuple(
+            PartitionStep(
+                w,
+                Engine.CLICKHOUSE,
+                Swap.REPLACE_PARTITION,
+                shadow_ref(STATS, w.key, "0a1b2c3d"),
+                (TriggerRelation(REQUESTS, "source_window", source_range_predicate(view, example.project, scheme, w)),),
+                "engine=clickhouse asked for",
+            )
+            for w in DAYS[:2]
+        ),
+        gates=(REQUESTS,),
+        downstream=(),
+        landing_root=None,
+        cutoff_rule="",
+        writers=(example.writers(REQUESTS),),
+        run="0a1b2c3d",
+    )
+    assert plan.steps[0].shadow.name == "_chmv_shadow_hourly_endpoint_stats_20260901_r0a1b2c3d"
+    assert plan.steps[0].relations[0].predicate == (
+        "`timestamp` >= toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-09-02 00:00:00') "
+        "+ INTERVAL 1 HOUR"
+    )
+
+
+def test_auto_without_landing_zone_is_clickhouse(example):
+    plan = plan_rebuild(example, STATS, DAYS, Observations(live=STATS), engine="auto", root=None)
+    assert [(s.engine, s.reason) for s in plan.steps] == [
+        (Engine.CLICKHOUSE, "the source table (no landing zone for its triggers)")
+    ] * 3
+    assert plan.cutoff_rule == ""
+
+
+@pytest.mark.parametrize(
+    ("oldest", "expected"),
+    [
+        (D(2026, 8, 1), [Engine.CLICKHOUSE, Engine.CLICKHOUSE, Engine.CLICKHOUSE]),
+        (D(2026, 9, 1, 0, 0), [Engine.CLICKHOUSE, Engine.CLICKHOUSE, Engine.CLICKHOUSE]),
+        (D(2026, 9, 1, 10, 30), [Engine.SPARK, Engine.CLICKHOUSE, Engine.CLICKHOUSE]),
+        (D(2026, 9, 3, 2), [Engine.SPARK, Engine.SPARK, Engine.CLICKHOUSE]),
+        (None, [Engine.SPARK, Engine.SPARK, Engine.SPARK]),
+    ],
+    ids=[
+        "source-holds-everything",
+        "source-starts-at-the-first-window",
+        "source-starts-inside-the-first-window",
+        "source-starts-after-two-windows-lake-has-them",
+        "empty-source",
+    ],
+)
+def test_auto_picks_spark_where_the_source_no_longer_holds_the_window(lake, oldest, expected):
+    loaded, root = lake
+    plan = plan_rebuild(loaded, STATS, DAYS, observed(oldest=oldest), engine="auto", root=root)
+    assert [s.engine for s in plan.steps] == expected
+    assert plan.landing_root == root
+
+
+def test_auto_stays_on_clickhouse_when_the_lake_has_nothing_earlier(lake):
+    """The source starts inside 2026-09-03 but the lake has no file that arrived between the window and then."""
+    loaded, root = lake
+    plan = plan_rebuild(loaded, STATS, DAYS, observed(oldest=D(2026, 9, 3, 4)), engine="auto", root=root)
+    assert [s.engine for s in plan.steps] == [Engine.SPARK, Engine.SPARK, Engine.CLICKHOUSE]
+    assert plan.steps[2].reason == "the source table holds the window"
+    assert plan.steps[0].reason == (
+        "analytics.api_requests holds rows from 2026-09-03 04:00:00 only; the landing zone has earlier ones"
+    )
+
+
+def test_spark_steps_read_lake_then_source_staged_per_window(lake):
+    loaded, root = lake
+    plan = plan_rebuild(loaded, STATS, DAYS, observed(), engine="spark", root=root)
+    assert [(s.engine, s.swap, s.reason) for s in plan.steps] == [
+        (Engine.SPARK, Swap.REPLACE_PARTITION, "engine=spark asked for")
+    ] * 3
+    assert {s.relations for s in plan.steps} == {
+        (TriggerRelation(REQUESTS, "lake_then_source", None, staged_per_window=True),)
+    }
+    assert plan.steps_by(Engine.SPARK) == plan.steps and plan.steps_by(Engine.CLICKHOUSE) == ()
+    assert plan.cutoff_rule == (
+        "per trigger, its ingestion watermark - 60 min, read under its gate when the Spark steps start"
+    )
+    assert plan.gates == (REQUESTS,)
+
+
+def test_spark_without_landing_zone_is_a_clear_error(example, tmp_path):
+    with pytest.raises(
+        ChmvError,
+        match=r"analytics\.hourly_endpoint_stats: the spark engine needs a landing zone "
+        r"and \[ingestion\.time_columns\] for analytics\.api_requests; .*"
+        r"engine=clickhouse",
+    ):
+        plan_rebuild(example, STATS, DAYS, Observations(live=STATS), engine="spark", root=None)
+
+
+def test_spark_for_a_chain_target_whose_trigger_the_lake_does_not_cover(lake):
+    loaded, root = lake
+    daily = ref("analytics.events_daily")
+    with pytest.raises(
+        ChmvError, match=r"analytics\.events_daily: the spark engine needs .* for analytics\.events_agg"
+    ):
+        plan_rebuild(loaded, daily, DAYS, Observations(live=daily), engine="spark", root=root)
+
+
+def test_unpartitioned_target_is_one_partition_swap_of_the_whole_table(example):
+    target, source = ref("analytics.entity_latest"), ref("analytics.raw_webhooks")
+    plan = plan_rebuild(example, target, DAYS, Observations(live=target), engine="clickhouse", run="feed")
+    assert plan.scheme == PartitionScheme(grain=None)
+    assert plan.steps == (
+        PartitionStep(
+            None,
+            Engine.CLICKHOUSE,
+            Swap.REPLACE_PARTITION,
+            shadow_ref(target, None, "feed"),
+            (TriggerRelation(source, "source"),),
+            "engine=clickhouse asked for",
+        ),
+    )
+    assert plan.steps[0].key is None
+
+
+def test_unpartitioned_target_from_the_lake_when_its_source_is_empty(example, tmp_path):
+    root = tmp_path / "landing"
+    write_landing(root, "analytics.raw_webhooks", [D(2026, 9, 1, 3)])
+    target, source = ref("analytics.entity_latest"), ref("analytics.raw_webhooks")
+    plan = plan_rebuild(with_landing(example, root), target, [None], observed(target, None, source), root=root)
+    assert [(s.window, s.engine, s.swap) for s in plan.steps] == [(None, Engine.SPARK, Swap.REPLACE_PARTITION)]
+    assert plan.steps[0].relations == (TriggerRelation(source, "lake_then_source", staged_per_window=False),)
+
+
+def test_shadows_are_named_after_the_physical_table(example):
+    inner = ObjectRef(database="analytics", name=".inner_id.0a1b")
+    plan = plan_rebuild(example, STATS, DAYS, Observations(live=inner), engine="clickhouse")
+    assert plan.live == inner and plan.target == STATS
+    assert [s.shadow for s in plan.steps] == [shadow_ref(inner, w.key, plan.run) for w in DAYS]
+    assert len({s.shadow for s in plan.steps}) == 3
+
+
+def test_each_run_names_its_own_shadows(example):
+    """Two runs of one partition never write into one shadow (both would swap its rows in: the partition doubled)."""
+    first, second = (
+        plan_rebuild(example, STATS, DAYS[:1], Observations(live=STATS), engine="clickhouse") for _ in range(2)
+    )
+    assert first.run != second.run and first.steps[0].shadow != second.steps[0].shadow
+
+
+REFRESHABLE = """
+CREATE TABLE d.src (ts DateTime, k String) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY ts;
+CREATE TABLE d.counts (day Date, k String, c UInt64) ENGINE = MergeTree PARTITION BY day ORDER BY k;
+CREATE MATERIALIZED VIEW d.counts_mv REFRESH EVERY 1 HOUR TO d.counts AS
+SELECT toDate(ts) AS day, k, count() AS c FROM d.src GROUP BY day, k;
+"""
+
+
+def test_refreshable_view_is_one_refresh_step(tmp_path):
+    loaded = load_ddl(tmp_path, REFRESHABLE, toml='default_database = "d"')
+    target = ref("d.counts")
+    plan = plan_rebuild(loaded, target, DAYS, Observations(live=target), engine="clickhouse")
+    assert plan.steps == (
+        PartitionStep(None, Engine.REFRESH, Swap.REFRESH, None, (), "refreshable MV: the server recomputes it"),
+    )
+    assert plan.gates == ()
+    assert plan.scheme == PartitionScheme(grain="day", column="day")
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("analytics.raw_events", ("analytics.events_agg", "analytics.events_daily", "analytics.events_weekly")),
+        ("analytics.events_agg", ("analytics.events_daily", "analytics.events_weekly")),
+        ("analytics.events_daily", ("analytics.events_weekly",)),
+        ("analytics.events_weekly", ()),
+        ("analytics.error_events", ()),
+    ],
+    ids=["source-of-the-chain", "first-hop", "second-hop", "end-of-chain", "not-a-chain"],
+)
+def test_downstream_targets(example, target, expected):
+    assert tuple(r.fqn for r in downstream_targets(example, ref(target))) == expected
+
+
+def test_a_chain_target_plan_names_its_downstream(example):
+    target = ref("analytics.events_agg")
+    months = [window_at(D(2026, 9, 1), "month")]
+    plan = plan_rebuild(example, target, months, Observations(live=target), engine="clickhouse")
+    assert plan.downstream == (ref("analytics.events_daily"), ref("analytics.events_weekly"))
+    assert plan.gates == (ref("analytics.raw_events"),)
+
+
+def with_time_column(loaded: LoadedProject, fqn: str, column: str) -> LoadedProject:
+    ingestion = loaded.config.ingestion
+    columns = {**ingestion.time_columns, fqn: column}
+    ingestion = ingestion.model_copy(update={"time_columns": columns})
+    return LoadedProject(config=loaded.config.model_copy(update={"ingestion": ingestion}), project=loaded.project)
+
+
+@pytest.mark.parametrize(
+    ("target", "source", "grain", "expected"),
+    [
+        ("analytics.hourly_endpoint_stats", "analytics.api_requests", "day", True),
+        ("analytics.requests_enriched", "analytics.raw_requests", "month", True),
+        ("analytics.counter_daily", "analytics.counter", "month", True),
+        ("analytics.events_agg", "analytics.raw_events", "month", True),
+        ("analytics.events_weekly", "analytics.events_daily", "month", False),
+    ],
+    ids=[
+        "hour-truncation-into-days",
+        "bare-column",
+        "day-truncation-into-months",
+        "toDate-into-months",
+        "week-truncation-spans-partitions",
+    ],
+)
+def test_staged_per_window(example, target, source, grain, expected):
+    loaded = with_time_column(example, "analytics.events_daily", "event_date")
+    windows = [window_at(D(2026, 9, 1), grain)]
+    assert staged_per_window(loaded, ref(target), ref(source), windows) is expected
+
+
+def test_staged_per_window_not_when_the_partition_column_is_another_time_column(example):
+    loaded = with_time_column(example, "analytics.api_requests", "status_code")
+    assert staged_per_window(loaded, STATS, REQUESTS, DAYS) is False
+
+
+def test_staged_per_window_not_for_a_whole_table(example):
+    assert staged_per_window(example, STATS, REQUESTS, [None]) is False
+    assert staged_per_window(example, STATS, REQUESTS, []) is False
+    assert staged_per_window(example, ref("analytics.entity_latest"), ref("analytics.raw_webhooks"), DAYS) is False
+
+
+def test_describe_lists_every_partition_engine_and_shadow(lake):
+    loaded, root = lake
+    plan = plan_rebuild(loaded, STATS, DAYS, observed(oldest=D(2026, 9, 2, 12)), engine="auto", root=root)
+    text = plan.describe()
+    assert str(plan) == text
+    assert text.startswith(
+        "**Rebuild plan of `analytics.hourly_endpoint_stats`** (physical table `analytics.hourly_endpoint_stats`)"
+    )
+    assert "- partitioning: day on `hour`" in text
+    assert "- gates held: `analytics.api_requests`" in text
+    assert "- cutoff: per trigger, its ingestion watermark - 60 min" in text
+    rows = [line for line in text.splitlines() if line.startswith("| 2026-")]
+    assert len(rows) == 3
+    for row, step, engine in zip(rows, plan.steps, ["spark", "spark", "clickhouse"], strict=True):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[:2] == [step.key, engine]
+        assert cells[3:5] == [f"`{step.shadow.fqn}`", "replace_partition"]
+        assert cells[5] == step.reason
+    assert "landing rows <= cutoff (staged by Spark, per partition)" in rows[0]
+    assert "analytics.api_requests WHERE `timestamp` >= toDateTime('2026-09-03 00:00:00')" in rows[2]
+
+
+def test_describe_of_an_unpartitioned_plan(example):
+    target = ref("analytics.entity_latest")
+    plan = plan_rebuild(example, target, [None], Observations(live=target), engine="clickhouse")
+    text = plan.describe()
+    assert "- partitioning: unpartitioned" in text
+    assert "downstream" not in text and "cutoff" not in text
+    shadow = plan.steps[0].shadow.fqn
+    assert text.splitlines()[-1] == (
+        f"| (all) | clickhouse | analytics.raw_webhooks (whole table) | `{shadow}` | "
+        "replace_partition | engine=clickhouse asked for |"
+    )
+
+
+def test_describe_names_the_downstream_targets(example):
+    target = ref("analytics.events_daily")
+    text = str(plan_rebuild(example, target, DAYS[:1], Observations(live=target), engine="clickhouse"))
+    assert "- downstream targets reading it: `analytics.events_weekly`" in text
+
+
+def test_plans_are_frozen_hashable_and_equal_when_decided_alike(lake):
+    loaded, root = lake
+    first = plan_rebuild(loaded, STATS, DAYS, observed(oldest=D(2026, 9, 2)), engine="auto", root=root, run="1")
+    again = plan_rebuild(loaded, STATS, DAYS, observed(oldest=D(2026, 9, 2)), engine="auto", root=root, run="1")
+    assert first == again and hash(first) == hash(again)
+    assert len({first, again, first.steps[0], first.steps[0].relations[0]}) == 3
+    for obj, attribute in [
+        (first, "steps"),
+        (first.steps[0], "engine"),
+        (first.steps[0].relations[0], "kind"),
+        (Observations(live=STATS), "live"),
+    ]:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(obj, attribute, None)
+    assert "PartitionStep(window=PartitionWindow(key='2026-09-01'" in repr(first.steps[0])
+
+
+def test_plan_from_source_is_all_clickhouse(example):
+    plan = plan_from_source(example.project, STATS, DAYS, STATS)
+    asked = plan_rebuild(example, STATS, DAYS, Observations(live=STATS), engine="clickhouse", run=plan.run)
+    assert plan.steps == tuple(dataclasses.replace(s, reason="from the source table") for s in asked.steps)
+    assert [s.engine for s in plan.steps] == [Engine.CLICKHOUSE] * 3
+
+
+def test_a_table_no_view_writes_is_an_error(example):
+    with pytest.raises(ChmvError, match=r"analytics\.api_requests is not written by any materialized view"):
+        plan_rebuild(example, REQUESTS, DAYS, Observations(live=REQUESTS), engine="clickhouse")
+
+
+@pytest.mark.parametrize(
+    ("target", "since", "until", "expected"),
+    [
+        ("analytics.events_daily", D(2026, 9, 1, 10), D(2026, 9, 2, 3), ["2026-09-01", "2026-09-02"]),
+        ("analytics.events_agg", D(2026, 9, 30, 23), D(2026, 10, 1, 1), ["2026-09-01", "2026-10-01"]),
+        ("analytics.events_daily", D(2026, 7, 1), D(2026, 8, 1, 5), ["2026-08-01"]),
+        ("analytics.entity_latest", D(2026, 9, 1), D(2026, 9, 2), [None]),
+    ],
+    ids=["days", "months", "not-before-partition-start", "unpartitioned"],
+)
+def test_windows_covering(example, target, since, until, expected):
+    windows = windows_covering(example, ref(target), since, until)
+    assert [w.key if w else None for w in windows] == expected
+
+
+def test_scheme_in_the_plan_is_the_targets(example):
+    target = ref("analytics.counter_daily")
+    plan = plan_rebuild(
+        example, target, [window_at(D(2026, 9, 1), "month")], Observations(live=target), engine="clickhouse"
+    )
+    assert plan.scheme == partition_scheme(example.project.table(target), example.project.views_into(target))
