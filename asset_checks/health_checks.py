@@ -1,4 +1,4 @@
-"""The Dagster side of the health checks: one ``chmv_health`` check per target and per source table.
+"""The Dagster side of the health checks: one ``chmv_health`` check per target, its sources' health included.
 
 The logic is :mod:`chmv_assets.engine.health.server_health` (a client in, plain results out). Every check of a run is evaluated
 together, in the statements of one :func:`~chmv_assets.engine.health.server_health.assess`. A verdict carries its numbers as
@@ -6,6 +6,10 @@ metadata (plotted over time in the UI), its findings with what to do, and what t
 replication of ``Replicated*`` tables on the embedded engine); a failing one goes to the alert sink. The
 ``chmv_health`` sensor (:mod:`chmv_assets.orchestration.health_sensor`) evaluates them when a verdict changes and
 every ``[health] report_minutes``.
+
+A source table has no check of its own: its findings are those of every target whose MVs read it, and its alert is
+sent once per run, naming those targets (a check per source table too made 1,779 checks instead of 1,000 at 1,000
+MVs: each is an output of Dagster's op, paid at every load; docs/pacing-and-health.md).
 """
 
 from dagster import (
@@ -24,19 +28,20 @@ from asset_checks.common import HEALTH
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.engine.health.server_health import Health, Subject, assess, subjects
+from chmv_assets.engine.health.server_health import Finding, Health, Subject, assess, subjects
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
 
 DESCRIPTION = (
-    "The tables behind this asset as the server runs them: mutations that failed or are stuck (with their reason), "
-    "MVs of the DDL directory detached or missing (chmv_recovery restores them through chmv_apply), read-only tables, "
-    "and for Replicated* tables the replication queue, its oldest entry and the replica's lag (server only)."
+    "The tables behind this asset as the server runs them (its own table and the source tables its MVs read): "
+    "mutations that failed or are stuck (with their reason), MVs of the DDL directory detached or missing "
+    "(chmv_recovery restores them through chmv_apply), read-only tables, and for Replicated* tables the replication "
+    "queue, its oldest entry and the replica's lag (server only). The numbers are the asset's own table's."
 )
 
 
 def health_subjects(loaded: LoadedProject, translator: ChmvTranslator) -> dict[AssetKey, Subject]:
-    """Every target and source table with a health check, by asset key."""
+    """Every target, with what its health check looks at, by asset key."""
     return {translator.get_asset_key(ref): subject for ref, subject in subjects(loaded.project).items()}
 
 
@@ -51,7 +56,7 @@ def health_result(key: AssetKey, health: Health) -> AssetCheckResult:
     table = "| severity | object | what | fix |\n|---|---|---|---|\n" + rows if rows else "none"
     metadata: dict = {name: value for name, value in sorted(health.figures.items())}
     metadata["chmv/findings"] = MetadataValue.md(table)
-    metadata["chmv/checked"] = ", ".join(r.fqn for r in (*health.subject.tables, *health.subject.views))
+    metadata["chmv/checked"] = ", ".join(r.fqn for r in health.subject.checked)
     if health.skipped:
         metadata["chmv/not_checked"] = "; ".join(health.skipped)
     return AssetCheckResult(
@@ -65,7 +70,7 @@ def health_result(key: AssetKey, health: Health) -> AssetCheckResult:
 
 
 def build_health_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetChecksDefinition]:
-    """One ``chmv_health`` check per target and source table, evaluated together (one op)."""
+    """One ``chmv_health`` check per target, evaluated together (one op)."""
     by_key = health_subjects(loaded, translator)
     if not by_key:
         return []
@@ -79,19 +84,30 @@ def build_health_checks(loaded: LoadedProject, translator: ChmvTranslator) -> li
         with clickhouse.get_client() as client:
             verdicts = assess(client, loaded.project, wanted, rules)
         sink = sink_for(loaded.config.alert_webhook)
+        of_sources: dict[Finding, list[str]] = {}  # a source's finding: one alert naming every target it feeds
         for check_key in selected:
             subject = by_key[check_key.asset_key]
             health = verdicts[subject.asset]
+            own = {ref.fqn for ref in (*subject.tables, *subject.views)}
             for finding in health.findings:
-                kind = "check_failed" if finding.severity == "error" else "check_warned"
-                details = {"check": HEALTH, "finding": finding.kind, "object": finding.subject, "fix": finding.fix}
-                sink.send(Alert(kind, finding.severity, subject.asset.fqn, str(finding), details), context.log)
+                if finding.subject in own:
+                    sink.send(_alert(finding, subject.asset.fqn), context.log)
+                else:
+                    of_sources.setdefault(finding, []).append(subject.asset.fqn)
             yield health_result(check_key.asset_key, health)
+        for finding, targets in of_sources.items():
+            sink.send(_alert(finding, finding.subject, targets=targets), context.log)
 
     return [_health]
 
 
+def _alert(finding: Finding, subject: str, **details: object) -> Alert:
+    kind = "check_failed" if finding.severity == "error" else "check_warned"
+    details = {"check": HEALTH, "finding": finding.kind, "object": finding.subject, "fix": finding.fix, **details}
+    return Alert(kind, finding.severity, subject, str(finding), details)
+
+
 def asset_of(loaded: LoadedProject, translator: ChmvTranslator, key: AssetKey) -> ObjectRef | None:
-    """The target or source table of a health check's asset key."""
+    """The target of a health check's asset key."""
     subject = health_subjects(loaded, translator).get(key)
     return subject.asset if subject else None

@@ -1,6 +1,6 @@
 """``chmv_health``: watch the server's health continuously and evaluate the health checks when it changes.
 
-Every ``[health] interval_seconds`` a tick looks at the server for every target and source table at once (the
+Every ``[health] interval_seconds`` a tick looks at the server for every target and its sources at once (the
 statements of :func:`chmv_assets.engine.health.server_health.assess`: mutations, MVs detached or missing, read-only tables,
 replication on a server) and requests one run of the ``chmv_health`` checks whose verdict changed since the last
 tick; every ``[health] report_minutes`` the run evaluates every health and part-count check, so their numbers are
@@ -47,7 +47,7 @@ def build_health_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> Se
         minimum_interval_seconds=config.interval_seconds,
         target=AssetSelection.checks(*health_keys.values(), *part_keys),
         default_status=DefaultSensorStatus.RUNNING if config.enabled else DefaultSensorStatus.STOPPED,
-        description="Mutations, detached MVs, read-only tables and replication of every target and source, looked "
+        description="Mutations, detached MVs, read-only tables and replication of every target and its sources, looked "
         "at every few minutes; runs the chmv_health checks whose verdict changed, and every check (part counts too) "
         "every [health] report_minutes.",
     )

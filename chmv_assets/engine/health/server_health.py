@@ -1,7 +1,9 @@
 """Health of the tables behind each asset, as seeds 000, 003 and 004 ask it to be watched: a client in, plain results out.
 
-Per target (its table and the MVs of the DDL directory that write it) and per source table, in five statements for
-every asset at once (``chmv_assets.sql.health_sql``):
+Per target (its table, the MVs of the DDL directory that write it and the source tables they read that are no target),
+in five statements for every target at once (``chmv_assets.sql.health_sql``). A source is checked through the targets
+that read it: a source's finding is a finding of every target it feeds, and one check per target keeps the code
+location fast to load (docs/pacing-and-health.md, "Sources through their targets").
 
 - **mutations** (``system.mutations``): one that failed (``latest_fail_reason``: it will retry forever and hold the
   parts it needs) is an error, one not done after ``[health] mutation_stuck_minutes`` a warning;
@@ -38,17 +40,25 @@ EMBEDDED_REPLICATION = (
 
 @dataclass(frozen=True)
 class Subject:
-    """What one asset's health check looks at.
+    """What one target's health check looks at.
 
     Attributes:
-        asset: The target or source the check belongs to.
-        tables: Its table.
-        views: The MVs of the DDL directory that write it (none for a source).
+        asset: The target the check belongs to.
+        tables: Its table (the figures are this table's).
+        views: The MVs of the DDL directory that write it.
+        sources: The source tables its MVs read that are no target (a target has a check of its own): their
+            findings are the check's too, their figures are not.
     """
 
     asset: ObjectRef
     tables: tuple[ObjectRef, ...]
     views: tuple[ObjectRef, ...] = ()
+    sources: tuple[ObjectRef, ...] = ()
+
+    @property
+    def checked(self) -> tuple[ObjectRef, ...]:
+        """Every object the check looks at: its tables, its MVs, its sources."""
+        return (*self.tables, *self.views, *self.sources)
 
 
 @dataclass(frozen=True)
@@ -94,15 +104,18 @@ class Health:
 
 
 def subjects(project: Project) -> dict[ObjectRef, Subject]:
-    """Every target (its table and the MVs writing it) and every source table the MVs read, by asset."""
+    """Every target (its table, the MVs writing it and the source tables they read that are no target), by target."""
+    targets = set(project.targets)
     found: dict[ObjectRef, Subject] = {}
     for target in project.targets:
-        views = tuple(v.ref for v in project.views_into(target))
-        found[target] = Subject(target, (target,), views)
-    for view in project.views.values():
-        for source in view.source_refs:
-            if source not in found and (source in project.tables or source in project.external):
-                found[source] = Subject(source, (source,))
+        views = project.views_into(target)
+        sources = dict.fromkeys(
+            source
+            for view in views
+            for source in view.source_refs
+            if source not in targets and (source in project.tables or source in project.external)
+        )
+        found[target] = Subject(target, (target,), tuple(v.ref for v in views), tuple(sources))
     return found
 
 
@@ -112,7 +125,7 @@ def assess(
     """The health of every subject of ``wanted``, in five statements (four on the embedded engine)."""
     rules = rules or HealthConfig()
     wanted = list(wanted)
-    tables = sorted({t for s in wanted for t in s.tables}, key=lambda r: r.fqn)
+    tables = sorted({t for s in wanted for t in (*s.tables, *s.sources)}, key=lambda r: r.fqn)
     views = sorted({v for s in wanted for v in s.views}, key=lambda r: r.fqn)
     if not wanted:
         return {}
@@ -126,7 +139,7 @@ def assess(
         _replication(client, tables, rules, findings, figures)
     result = {}
     for subject in wanted:
-        found = [f for ref in (*subject.tables, *subject.views) for f in findings.get(ref, [])]
+        found = [f for ref in subject.checked for f in findings.get(ref, [])]
         numbers: dict[str, float] = {}
         for table in subject.tables:
             for name, value in figures[table].items():

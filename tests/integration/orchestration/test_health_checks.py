@@ -24,7 +24,7 @@ from chmv_assets.orchestration.definitions import build_definitions
 
 pytestmark = pytest.mark.worker_seconds(60)
 
-AUDIT, ERRORS = ref("audit_log"), ref("error_events")
+AUDIT, ERRORS, ALL_EVENTS = ref("audit_log"), ref("error_events"), ref("all_events")
 
 
 @pytest.fixture(scope="module")
@@ -50,23 +50,24 @@ def _key(target) -> AssetCheckKey:
     return AssetCheckKey(TRANSLATOR.get_asset_key(target), HEALTH)
 
 
-def _fail_a_mutation(client) -> None:
+def _fail_a_mutation(client, table: str = "error_events") -> None:
     client.command(
-        "ALTER TABLE analytics.error_events UPDATE payload = toString(throwIf(1, 'no such payload')) WHERE 1",
+        f"ALTER TABLE analytics.{table} UPDATE payload = toString(throwIf(1, 'no such payload')) WHERE 1",
         settings={"mutations_sync": 0},
     )
     deadline = time.monotonic() + 60  # its first attempt is asynchronous: wait until the server has tried it
-    sql = "SELECT count() FROM system.mutations WHERE table = 'error_events' AND latest_fail_reason != ''"
+    sql = f"SELECT count() FROM system.mutations WHERE table = '{table}' AND latest_fail_reason != ''"
     while not int(client.command(sql)):
         assert time.monotonic() < deadline
         time.sleep(0.05)
 
 
-def test_every_target_and_source_has_a_health_check_and_the_sensors_load(example) -> None:
+def test_every_target_has_a_health_check_and_the_sensors_load(example) -> None:
     repository = build_definitions(example, translator=TRANSLATOR).get_repository_def()
     assert {"chmv_health", "chmv_maintenance"} <= {s.name for s in repository.sensor_defs}
     keys = {k for k in repository.asset_graph.asset_check_keys if k.name == HEALTH}
-    assert keys == set(health_check_keys(example, TRANSLATOR)) and len(keys) == 16  # 10 targets, 6 sources
+    assert keys == set(health_check_keys(example, TRANSLATOR)) and len(keys) == 10  # the sources through their targets
+    assert {k.asset_key for k in keys} == {TRANSLATOR.get_asset_key(t) for t in example.project.targets}
     assert repository.get_sensor_def("chmv_maintenance").default_status.value == "STOPPED"  # [maintenance] is opt-in
     assert repository.get_sensor_def("chmv_health").default_status.value == "RUNNING"
 
@@ -80,26 +81,44 @@ def test_health_checks_carry_their_numbers_and_send_failures_with_what_to_do(tmp
         engine = copy_engine(base, tmp_path / "chdb")
         with engine.get_client() as client:
             _fail_a_mutation(client)
+            _fail_a_mutation(client, "all_events")  # a source: reported by the three targets its MVs write
             client.command("DETACH TABLE analytics.audit_mv PERMANENTLY")
         instance = DagsterInstance.local_temp(str(tmp_path))
         result = run_checks(loaded, engine, health_check_keys(loaded, TRANSLATOR), instance)
         by_table = {tuple(e.asset_key.path): e for e in evaluations(result, HEALTH)}
-        assert len(by_table) == 16
+        assert len(by_table) == 10
         errors, audit = by_table[("analytics", "error_events")], by_table[("analytics", "audit_log")]
         assert not errors.passed and errors.severity == AssetCheckSeverity.ERROR
+        # the numbers are the target's own table's; the source's failed mutation is a finding of its own
         assert errors.metadata["mutations_failed"].value == 1 and errors.metadata["mutations_pending"].value == 1
         assert "no such payload" in errors.description and "KILL MUTATION" in errors.metadata["chmv/findings"].value
+        assert "| analytics.all_events |" in errors.metadata["chmv/findings"].value
         assert "not checked on the embedded engine" in errors.metadata["chmv/not_checked"].value
         assert not audit.passed and audit.metadata["views_detached"].value == 1
-        healthy = by_table[("analytics", "raw_events")]
+        metrics = by_table[("analytics", "metric_events")]
+        assert not metrics.passed and metrics.severity == AssetCheckSeverity.ERROR
+        assert metrics.metadata["mutations_failed"].value == 0 and metrics.description.startswith(
+            "analytics.all_events:"
+        )
+        healthy = by_table[("analytics", "events_agg")]
         assert healthy.passed and healthy.metadata["mutations_pending"].value == 0
         assert healthy.description.startswith("healthy")
+        assert (
+            healthy.metadata["chmv/checked"].value
+            == "analytics.events_agg, analytics.mv_events_agg, analytics.raw_events"
+        )
         assert sink_for(loaded.config.alert_webhook).flush(10)
-        alerts = {a["subject"]: a for a in handler.received if a["details"].get("check") == HEALTH}
-        assert set(alerts) == {"analytics.error_events", "analytics.audit_log"}
+        sent = [a for a in handler.received if a["details"].get("check") == HEALTH]
+        alerts = {a["subject"]: a for a in sent}
+        assert set(alerts) == {"analytics.error_events", "analytics.audit_log", "analytics.all_events"}
+        assert len(sent) == 3  # the source's finding once, not once per target reading it
         assert alerts["analytics.error_events"]["kind"] == "check_failed"
         assert alerts["analytics.error_events"]["details"]["finding"] == "mutation_failed"
         assert "chmv_recovery re-attaches it" in alerts["analytics.audit_log"]["details"]["fix"]
+        source = alerts["analytics.all_events"]
+        assert source["kind"] == "check_failed" and source["details"]["finding"] == "mutation_failed"
+        targets = ["analytics.audit_log", "analytics.error_events", "analytics.metric_events"]
+        assert sorted(source["details"]["targets"]) == targets
     finally:
         server.shutdown()
 
@@ -110,9 +129,9 @@ def test_the_health_sensor_runs_the_checks_whose_verdict_changed(tmp_path: Path,
     first = tick(example, "chmv_health", engine, instance, None)
     (report,) = first.run_requests  # the first tick reports every health and part-count check
     assert report.tags["chmv/reason"] == "health_report"
-    assert {k.name for k in report.asset_check_keys} == {HEALTH, PARTS} and len(report.asset_check_keys) == 26
+    assert {k.name for k in report.asset_check_keys} == {HEALTH, PARTS} and len(report.asset_check_keys) == 20
     second = tick(example, "chmv_health", engine, instance, first.cursor)
-    assert not second.run_requests and "no verdict changed (0 of 16 asset(s) unhealthy)" in second.skip_message
+    assert not second.run_requests and "no verdict changed (0 of 10 asset(s) unhealthy)" in second.skip_message
     with engine.get_client() as client:
         client.command("DETACH TABLE analytics.audit_mv PERMANENTLY")
     third = tick(example, "chmv_health", engine, instance, second.cursor)

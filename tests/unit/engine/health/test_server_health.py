@@ -54,12 +54,19 @@ def test_verdict_severity_and_signature() -> None:
     assert Health(subject).describe().startswith("healthy")
 
 
-def test_every_target_and_source_table_has_a_subject(example) -> None:
+def test_every_target_has_a_subject_with_the_sources_its_mvs_read(example) -> None:
     found = subjects(example.project)
-    assert len(found) == 16  # 10 targets, 6 sources
+    assert set(found) == set(example.project.targets) and len(found) == 10  # the 6 sources through their targets
     events_agg = found[ObjectRef(database="analytics", name="events_agg")]
     assert [v.fqn for v in events_agg.views] == ["analytics.mv_events_agg"]
-    assert found[ObjectRef(database="analytics", name="raw_events")].views == ()
+    assert [s.fqn for s in events_agg.sources] == ["analytics.raw_events"]
+    assert events_agg.checked == (events_agg.asset, *events_agg.views, *events_agg.sources)
+    daily = found[ObjectRef(database="analytics", name="events_daily")]  # reads events_agg, a target: no source
+    assert daily.sources == () and daily.tables == (daily.asset,)
+    readers = sorted(
+        t.name for t, s in found.items() if ObjectRef(database="analytics", name="all_events") in s.sources
+    )
+    assert readers == ["audit_log", "error_events", "metric_events"]
 
 
 def test_the_quiet_window_on_the_server_clock() -> None:
