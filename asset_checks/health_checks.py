@@ -5,23 +5,25 @@ together, in the statements of one :func:`~chmv_assets.engine.health.server_heal
 metadata (plotted over time in the UI), its findings with what to do, and what the engine could not check (the
 replication of ``Replicated*`` tables on the embedded engine); a failing one goes to the alert sink. The
 ``chmv_health`` sensor (:mod:`chmv_assets.orchestration.health_sensor`) evaluates them when a verdict changes and
-every ``[health] report_minutes``.
+every ``[health] report_minutes``. They are evaluated in the op of the part counts, ``chmv_server_checks``
+(:func:`asset_checks.definitions.build_server_checks`).
 
 A source table has no check of its own: its findings are those of every target whose MVs read it, and its alert is
 sent once per run, naming those targets (a check per source table too made 1,779 checks instead of 1,000 at 1,000
 MVs: each is an output of Dagster's op, paid at every load; docs/pacing-and-health.md).
 """
 
+from collections.abc import Iterator, Mapping, Sequence
+
+from clickhouse_connect.driver.client import Client
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckKey,
     AssetCheckResult,
-    AssetChecksDefinition,
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetKey,
     MetadataValue,
-    multi_asset_check,
 )
 
 from asset_checks.common import HEALTH
@@ -30,7 +32,6 @@ from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.health.server_health import Finding, Health, Subject, assess, subjects
 from chmv_assets.orchestration.translator import ChmvTranslator
-from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
 
 DESCRIPTION = (
     "The tables behind this asset as the server runs them (its own table and the source tables its MVs read): "
@@ -69,36 +70,35 @@ def health_result(key: AssetKey, health: Health) -> AssetCheckResult:
     )
 
 
-def build_health_checks(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetChecksDefinition]:
-    """One ``chmv_health`` check per target, evaluated together (one op)."""
-    by_key = health_subjects(loaded, translator)
-    if not by_key:
-        return []
-    specs = [AssetCheckSpec(HEALTH, asset=key, description=DESCRIPTION) for key in by_key]
-    rules = loaded.config.health
+def health_specs(by_key: Mapping[AssetKey, Subject]) -> list[AssetCheckSpec]:
+    """The ``chmv_health`` check of every target of ``by_key``; evaluated in the op of the part counts
+    (:func:`asset_checks.definitions.build_server_checks`)."""
+    return [AssetCheckSpec(HEALTH, asset=key, description=DESCRIPTION) for key in by_key]
 
-    @multi_asset_check(specs=specs, name="chmv_health_checks", can_subset=True, pool=CLICKHOUSE_POOL)
-    def _health(context: AssetCheckExecutionContext, clickhouse: ClickHouseResource):
-        selected = sorted(context.selected_asset_check_keys, key=str)
-        wanted = [by_key[k.asset_key] for k in selected]
-        with clickhouse.get_client() as client:
-            verdicts = assess(client, loaded.project, wanted, rules)
-        sink = sink_for(loaded.config.alert_webhook)
-        of_sources: dict[Finding, list[str]] = {}  # a source's finding: one alert naming every target it feeds
-        for check_key in selected:
-            subject = by_key[check_key.asset_key]
-            health = verdicts[subject.asset]
-            own = {ref.fqn for ref in (*subject.tables, *subject.views)}
-            for finding in health.findings:
-                if finding.subject in own:
-                    sink.send(_alert(finding, subject.asset.fqn), context.log)
-                else:
-                    of_sources.setdefault(finding, []).append(subject.asset.fqn)
-            yield health_result(check_key.asset_key, health)
-        for finding, targets in of_sources.items():
-            sink.send(_alert(finding, finding.subject, targets=targets), context.log)
 
-    return [_health]
+def health_results(
+    context: AssetCheckExecutionContext,
+    client: Client,
+    loaded: LoadedProject,
+    by_key: Mapping[AssetKey, Subject],
+    keys: Sequence[AssetCheckKey],
+) -> Iterator[AssetCheckResult]:
+    """The results of the health checks ``keys``, assessed together; each finding sent to the alert sink."""
+    verdicts = assess(client, loaded.project, [by_key[k.asset_key] for k in keys], loaded.config.health)
+    sink = sink_for(loaded.config.alert_webhook)
+    of_sources: dict[Finding, list[str]] = {}  # a source's finding: one alert naming every target it feeds
+    for check_key in keys:
+        subject = by_key[check_key.asset_key]
+        health = verdicts[subject.asset]
+        own = {ref.fqn for ref in (*subject.tables, *subject.views)}
+        for finding in health.findings:
+            if finding.subject in own:
+                sink.send(_alert(finding, subject.asset.fqn), context.log)
+            else:
+                of_sources.setdefault(finding, []).append(subject.asset.fqn)
+        yield health_result(check_key.asset_key, health)
+    for finding, targets in of_sources.items():
+        sink.send(_alert(finding, finding.subject, targets=targets), context.log)
 
 
 def _alert(finding: Finding, subject: str, **details: object) -> Alert:
