@@ -14,7 +14,7 @@ from datetime import datetime
 from chmv_assets.ddl.models import Column, MaterializedView, ObjectRef, Project, Table, splice
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
-from chmv_assets.sql.cluster import drop_table_sql, exchange_sql, plain_engine, shadow_engine, storage_clauses
+from chmv_assets.sql.cluster import drop_table_sql, plain_engine, shadow_engine, storage_clauses
 from chmv_assets.sql.quoting import interval, qualified, quote, string_literal, time_literal
 
 #: The most characters of a partition key a shadow's name carries as they are (a time key has 12 at most).
@@ -235,7 +235,8 @@ def view_select(
     trigger_where: str | None = None,
     trigger_relation: str | None = None,
 ) -> str:
-    """The MV's own SELECT over the trigger rows of a window, its output filtered to the window's partition.
+    """The MV's own SELECT over the trigger rows of a window, its output filtered to the window's partition: the
+    :func:`range_select` of one window.
 
     Args:
         view: An MV writing into ``target``.
@@ -243,22 +244,9 @@ def view_select(
         trigger_where: An extra filter on trigger rows (a cutoff).
         trigger_relation: Read the trigger's rows from here instead (staged Parquet).
     """
-    filters = [f for f in (trigger_where,) if f]
-    if window is not None and scheme.partitioned:
-        pruning = source_range_predicate(view, project, scheme, window)
-        if pruning:
-            filters.append(pruning)
-    select = view.select_sql
-    if view.trigger is not None and (filters or trigger_relation):
-        where = " AND ".join(f"({f})" for f in filters) or None
-        select = select_with_source(
-            view, view.trigger, source_relation(project, view.trigger, where=where, relation=trigger_relation)
-        )
-    columns = ", ".join(quote(c.name) for c in view.output_columns)
-    sql = f"SELECT {columns} FROM ({select})"
-    if window is not None and scheme.partitioned and target.partition_by is not None:
-        sql += f" WHERE {partition_filter(target, scheme, window)}"
-    return sql
+    return range_select(
+        view, project, target, scheme, [window], trigger_where=trigger_where, trigger_relation=trigger_relation
+    )
 
 
 def span_of(windows: Sequence[PartitionWindow]) -> PartitionWindow:
@@ -273,42 +261,76 @@ def range_select(
     project: Project,
     target: Table,
     scheme: PartitionScheme,
-    windows: Sequence[PartitionWindow],
+    windows: Sequence[PartitionWindow | None],
     *,
+    trigger_where: str | None = None,
     trigger_relation: str | None = None,
     only_windows: bool = True,
     prune: bool = True,
 ) -> str:
-    """:func:`view_select` of several partitions in one read of the trigger: each partition gets the same rows.
+    """The MV's own SELECT over the trigger rows of ``windows`` in one read, its output kept to their partitions.
 
-    The trigger is pruned to the span of the windows (the earliest start to the latest end, through
-    :func:`source_range_predicate`, which covers every row mapping into any of them) and the output is kept where
-    its partition is one of the windows' (``(PARTITION BY) = (…) OR …``, the filter of :func:`view_select` per
-    window). ``trigger_relation`` as in :func:`view_select`.
+    One window is one partition's read: the trigger pruned to the rows mapping into it
+    (:func:`source_range_predicate`: its time range and its key values), the output kept where the partition is
+    its own (:func:`partition_filter`); None is the whole table, unfiltered. Several (time) windows are read once,
+    each partition getting the same rows as alone: the trigger pruned to the span of the windows (the earliest
+    start to the latest end, which covers every row mapping into any of them), the output kept where its partition
+    is one of the windows' (``(PARTITION BY) = (…) OR …``).
 
     Args:
+        trigger_where: An extra filter on trigger rows (a cutoff).
+        trigger_relation: Read the trigger's rows from here instead (staged Parquet).
         only_windows: Filter the output to the windows' partitions. Without the filter the output also holds the
             partitions the span's edges reach (a rebuild that swaps in only the windows' partitions drops them):
             the server pushes that filter below the MV's GROUP BY, onto every source row read (+30% CPU
             measured on a daily aggregate).
-        prune: Read the trigger within the span only; without, every row (for a span that holds them all, see
+        prune: Read the trigger within the windows only; without, every row (for a span that holds them all, see
             :func:`span_holds_all_sql`; rows outside it land in partitions outside the windows).
+
+    Raises:
+        ValueError: No window, or several that are not time windows of a target partitioned by time.
     """
-    if not windows or scheme.grain is None or target.partition_by is None or not all(w.timed for w in windows):
+    several = len(windows) > 1
+    timed = all(w is not None and w.timed for w in windows)
+    if not windows or (several and (scheme.grain is None or target.partition_by is None or not timed)):
         raise ValueError("range_select needs time windows of a target partitioned by time")
-    span = span_of(windows)
+    first = windows[0]
+    partitioned = first is not None and scheme.partitioned
+    filters = [trigger_where] if trigger_where else []
+    if partitioned and prune:
+        pruning = (
+            _span_predicate(view, project, scheme, span_of(windows))  # type: ignore[arg-type]
+            if several
+            else source_range_predicate(view, project, scheme, first)  # type: ignore[arg-type]
+        )
+        filters += [pruning] if pruning else []
     select = view.select_sql
-    pruning = _span_predicate(view, project, scheme, span) if prune else None
-    if view.trigger is not None and (pruning or trigger_relation):
-        where = f"({pruning})" if pruning else None
+    if view.trigger is not None and (filters or trigger_relation):
+        where = " AND ".join(f"({f})" for f in filters) or None
         select = select_with_source(
             view, view.trigger, source_relation(project, view.trigger, where=where, relation=trigger_relation)
         )
     columns = ", ".join(quote(c.name) for c in view.output_columns)
-    if not only_windows:
-        return f"SELECT {columns} FROM ({select})"
-    keep = " OR ".join(_or_term(partition_filter(target, scheme, w), scheme) for w in windows)
-    return f"SELECT {columns} FROM ({select}) WHERE {keep}"
+    sql = f"SELECT {columns} FROM ({select})"
+    if not (partitioned and only_windows and target.partition_by is not None):
+        return sql
+    keep = [partition_filter(target, scheme, w) for w in windows]  # type: ignore[arg-type]
+    return f"{sql} WHERE " + (" OR ".join(_or_term(k, scheme) for k in keep) if several else keep[0])
+
+
+def trigger_predicate(
+    views: Sequence[MaterializedView], project: Project, scheme: PartitionScheme, window: PartitionWindow | None
+) -> str | None:
+    """The rows of one trigger that a read of ``window`` covers, on the trigger's own columns: the pruning range
+    (:func:`source_range_predicate`) of the MVs reading it (``views``), OR-ed where they differ; None (every row) for
+    the whole table or where one of them has no range."""
+    if window is None or not scheme.partitioned:
+        return None
+    predicates = [source_range_predicate(v, project, scheme, window) for v in views]
+    if not predicates or any(p is None for p in predicates):
+        return None
+    distinct = list(dict.fromkeys(predicates))
+    return distinct[0] if len(distinct) == 1 else " OR ".join(f"({p})" for p in distinct)
 
 
 def _span_predicate(
@@ -412,21 +434,19 @@ def drop_shadow_sql(shadow: ObjectRef) -> str:
     return drop_table_sql(shadow)
 
 
-def swap_sql(live: ObjectRef, shadow: ObjectRef, partition: str | None, *, empty: bool = False) -> str:
-    """The statement that swaps a rebuilt shadow in, on this server (never ``ON CLUSTER``: see :func:`create_shadow_sql`).
+def swap_sql(live: ObjectRef, shadow: ObjectRef, partition: str, *, empty: bool = False) -> str:
+    """The statement that swaps a rebuilt shadow's partition in, on this server (never ``ON CLUSTER``: see
+    :func:`create_shadow_sql`); :func:`swaps_sql` of one partition.
 
     Args:
         live: The table the rows go to.
         shadow: The rebuilt shadow.
         partition: The partition replaced (``tuple(toYYYYMM(…))``; ``tuple()``, the one partition of an
-            unpartitioned ``Replicated*`` target, whose ``EXCHANGE`` would not be replicated); None: the tables are
-            exchanged (an unpartitioned target otherwise). The rebuild planner's step decides which
-            (:func:`chmv_assets.engine.rebuild.steps.swapped_partition`).
+            unpartitioned target or an MV's inner table): the rebuild planner's step says which
+            (:attr:`chmv_assets.engine.rebuild.planner.PartitionStep.partition`).
         empty: The shadow holds no rows: ``DROP PARTITION`` instead of replacing the partition (the server refuses
             to replace a partition from an empty one).
     """
-    if partition is None:
-        return exchange_sql(live, shadow)
     return swaps_sql(live, shadow, [(partition, empty)])
 
 

@@ -13,7 +13,7 @@ tables that differ are parsed on both sides and compared clause by clause
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -22,7 +22,7 @@ from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.ddl.models import KeptKind, KeptObject, MaterializedView, ObjectRef, Table
+from chmv_assets.ddl.models import Dictionary, KeptKind, KeptObject, MaterializedView, ObjectRef, Table
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.parser import parse_statement
 from chmv_assets.ddl.partitioning import (
@@ -240,8 +240,25 @@ class _Planner:
     # -- the pass -------------------------------------------------------------------------------------
 
     def plan(self) -> LifecyclePlan:
-        project, live = self.project, self.state.live
-        for database in project.databases:
+        self._databases()
+        for ref, table in self.project.tables.items():
+            self._table(ref, table, self.state.live.get(ref))
+        for ref, dictionary in self.project.dictionaries.items():
+            self._dictionary(ref, dictionary, self.state.live.get(ref))
+        for ref, view in self.project.views.items():
+            self._view(ref, view, self.state.live.get(ref))
+        for obj in self.project.kept:
+            self._kept_statement(obj)
+        self._finish_new_versions()
+        self._downstream()
+        self._extras()
+        self._refuse_unrunnable_views()
+        changes = sorted(self.changes, key=self._position())
+        return LifecyclePlan(self.project.ddl_dir, tuple(changes), tuple(self.notes), self.allow_drop)
+
+    def _databases(self) -> None:
+        """The databases of the DDL the server does not have are created."""
+        for database in self.project.databases:
             if database.name not in self.state.databases:
                 self.changes.append(
                     Change(
@@ -253,39 +270,35 @@ class _Planner:
                         location=str(database.location),
                     )
                 )
-        for ref, table in project.tables.items():
-            self._table(ref, table, live.get(ref))
-        for ref, dictionary in project.dictionaries.items():
-            if ref not in live:
-                self.changes.append(
-                    Change(
-                        Action.CREATE,
-                        ref,
-                        "dictionary",
-                        self._layer(ref),
-                        statements=(dictionary.statement,),
-                        location=str(dictionary.location),
-                    )
+
+    def _dictionary(self, ref: ObjectRef, dictionary: Dictionary, live: LiveObject | None) -> None:
+        """A dictionary is created when missing; one that differs from the server's is left to be replaced by hand."""
+        if live is None:
+            self.changes.append(
+                Change(
+                    Action.CREATE,
+                    ref,
+                    "dictionary",
+                    self._layer(ref),
+                    statements=(dictionary.statement,),
+                    location=str(dictionary.location),
                 )
-            elif not same_text(self.state.formatted.get(ref), live[ref].create_query):
-                self.changes.append(
-                    Change(
-                        Action.MANUAL,
-                        ref,
-                        "dictionary",
-                        self._layer(ref),
-                        reasons=("the dictionary's definition differs from the server's",),
-                        location=str(dictionary.location),
-                        blocked="chmv does not change dictionaries: CREATE OR REPLACE DICTIONARY it by hand",
-                    )
+            )
+        elif not same_text(self.state.formatted.get(ref), live.create_query):
+            self.changes.append(
+                Change(
+                    Action.MANUAL,
+                    ref,
+                    "dictionary",
+                    self._layer(ref),
+                    reasons=("the dictionary's definition differs from the server's",),
+                    location=str(dictionary.location),
+                    blocked="chmv does not change dictionaries: CREATE OR REPLACE DICTIONARY it by hand",
                 )
-        for ref, view in project.views.items():
-            self._view(ref, view, live.get(ref))
-        for obj in project.kept:
-            self._kept_statement(obj)
-        self._finish_new_versions()
-        self._downstream()
-        self._extras()
+            )
+
+    def _refuse_unrunnable_views(self) -> None:
+        """The MVs the plan creates or replaces that the server would refuse to run (raises :class:`DDLError`)."""
         refused = refused_views(
             self.project.views[c.ref]
             for c in self.changes
@@ -294,6 +307,10 @@ class _Planner:
         refused += refused_views(self.project.views[v] for c in self.changes for v, _ in c.views)
         if refused:
             raise DDLError(refused)
+
+    def _position(self) -> Callable[[Change], tuple]:
+        """The order changes apply in: creations and changes layer by layer (databases, tables, dictionaries, views;
+        within a layer what an object reads first), then the drops (the writers first, tables last)."""
         order = {a: i for i, a in enumerate(Action)}
         kinds = {"database": 0, "table": 1, "dictionary": 2, "plain view": 2.5, "view": 3}
         kinds |= {kept_change_kind(k): k.deploy_rank for k in KeptKind if k != KeptKind.VIEW}
@@ -307,8 +324,7 @@ class _Planner:
             # within a layer, what an object reads first (a Distributed after its local table, AS other after other)
             return (0, c.layer, kinds.get(c.kind, 4), order[c.action], topological.get(c.ref.fqn, 0), c.ref.fqn)
 
-        changes = sorted(self.changes, key=position)
-        return LifecyclePlan(self.project.ddl_dir, tuple(changes), tuple(self.notes), self.allow_drop)
+        return position
 
     def _layer(self, ref: ObjectRef) -> int:
         view = self.project.views.get(ref)
@@ -337,60 +353,73 @@ class _Planner:
         if diff is None or diff.empty:
             return
         if diff.structural:
-            if ref in set(self.project.targets) and self.project.views_into(ref):
-                self.new_versions[ref] = Change(
-                    Action.NEW_VERSION,
-                    ref,
-                    "table",
-                    self._layer(ref),
-                    reasons=diff.structural + tuple(r for _, r in diff.in_place),
-                    location=location,
-                    next_ref=next_version_ref(ref),
-                )
-            else:
-                self.changes.append(
-                    Change(
-                        Action.MANUAL,
-                        ref,
-                        "table",
-                        self._layer(ref),
-                        reasons=diff.structural,
-                        location=location,
-                        blocked="a source table's rows cannot be re-derived from history: "
-                        "migrate it by hand (or make it the target of an MV)",
-                    )
-                )
+            self._structural(ref, diff, location)
             return
         if diff.in_place:
-            clauses = ", ".join(c for c, _ in diff.in_place)
-            self.changes.append(
-                Change(
-                    Action.ALTER,
-                    ref,
-                    "table",
-                    self._layer(ref),
-                    reasons=tuple(r for _, r in diff.in_place),
-                    statements=(alter_table_sql(ref, clauses, table.on_cluster),),
-                    location=location,
-                    clauses=tuple(c for c, _ in diff.in_place),
-                )
-            )
+            self._in_place(ref, table, diff, location)
         for clause, reason in diff.drops:
-            if self.allow_drop:
-                self.changes.append(
-                    Change(
-                        Action.DROP,
-                        ref,
-                        "column",
-                        self._layer(ref),
-                        reasons=(reason,),
-                        statements=(alter_table_sql(ref, clause, table.on_cluster),),
-                        location=location,
-                        clauses=(clause,),
-                    )
-                )
-            else:
-                self.notes.append(f"{ref.fqn}: {reason}; kept (--allow-drop drops it)")
+            self._dropped_column(ref, table, clause, reason, location)
+
+    def _structural(self, ref: ObjectRef, diff: TableDiff, location: str) -> None:
+        """A change ``ALTER`` cannot make: a target written by MVs gets a new version re-derived from its sources;
+        a source table is left to be migrated by hand."""
+        if ref in set(self.project.targets) and self.project.views_into(ref):
+            self.new_versions[ref] = Change(
+                Action.NEW_VERSION,
+                ref,
+                "table",
+                self._layer(ref),
+                reasons=diff.structural + tuple(r for _, r in diff.in_place),
+                location=location,
+                next_ref=next_version_ref(ref),
+            )
+            return
+        self.changes.append(
+            Change(
+                Action.MANUAL,
+                ref,
+                "table",
+                self._layer(ref),
+                reasons=diff.structural,
+                location=location,
+                blocked="a source table's rows cannot be re-derived from history: "
+                "migrate it by hand (or make it the target of an MV)",
+            )
+        )
+
+    def _in_place(self, ref: ObjectRef, table: Table, diff: TableDiff, location: str) -> None:
+        """The changes one ``ALTER TABLE`` makes in place."""
+        clauses = ", ".join(c for c, _ in diff.in_place)
+        self.changes.append(
+            Change(
+                Action.ALTER,
+                ref,
+                "table",
+                self._layer(ref),
+                reasons=tuple(r for _, r in diff.in_place),
+                statements=(alter_table_sql(ref, clauses, table.on_cluster),),
+                location=location,
+                clauses=tuple(c for c, _ in diff.in_place),
+            )
+        )
+
+    def _dropped_column(self, ref: ObjectRef, table: Table, clause: str, reason: str, location: str) -> None:
+        """A column the DDL no longer has: dropped with ``--allow-drop``, else kept (noted)."""
+        if not self.allow_drop:
+            self.notes.append(f"{ref.fqn}: {reason}; kept (--allow-drop drops it)")
+            return
+        self.changes.append(
+            Change(
+                Action.DROP,
+                ref,
+                "column",
+                self._layer(ref),
+                reasons=(reason,),
+                statements=(alter_table_sql(ref, clause, table.on_cluster),),
+                location=location,
+                clauses=(clause,),
+            )
+        )
 
     def _diff(self, ref: ObjectRef, table: Table, formatted: str | None, live: LiveObject) -> TableDiff | None:
         try:
@@ -707,45 +736,39 @@ class _Planner:
         label = kept_change_kind(obj.kind)
         ref = obj.ref or ObjectRef(database="", name=obj.name)
         layer = self._kept_layer(obj)
-        location = str(obj.location)
         if obj.kind == KeptKind.VIEW:
-            live = self.state.live.get(ref)
-            if live is None:
-                self.changes.append(
-                    Change(Action.CREATE, ref, label, layer, statements=(obj.statement,), location=location)
-                )
-            elif live.engine != "View":
-                self.changes.append(_another_kind(ref, label, layer, location, live.engine, "a view"))
-            elif select_changed(self.state.selects.get(ref) or obj.select_sql or "", live.select):
-                self._kept_changed(obj, ref, label, layer, select_diff(self.state.selects.get(ref) or "", live.select))
+            self._kept_view(obj, ref, label, layer)
             return
         kept = self.state.kept
         if obj.kind in kept.unreadable:
             self.notes.append(
                 f"{obj.label}: not compared: the server's {obj.kind}s cannot be read ({kept.unreadable[obj.kind]})"
             )
-            return
+        elif obj.kind == KeptKind.GRANT:
+            if not _granted(obj, kept, self.state.kept_formatted.get((obj.kind, obj.name))):
+                self._kept_created(obj, ref, label, layer, reasons=("not granted on the server",))
+        else:
+            self._kept_named(obj, ref, label, layer)
+
+    def _kept_view(self, obj: KeptObject, ref: ObjectRef, label: str, layer: int) -> None:
+        """A plain view chmv keeps as written: created when missing, compared by its SELECT."""
+        live = self.state.live.get(ref)
+        if live is None:
+            self._kept_created(obj, ref, label, layer)
+        elif live.engine != "View":
+            self.changes.append(_another_kind(ref, label, layer, str(obj.location), live.engine, "a view"))
+        elif select_changed(self.state.selects.get(ref) or obj.select_sql or "", live.select):
+            self._kept_changed(obj, ref, label, layer, select_diff(self.state.selects.get(ref) or "", live.select))
+
+    def _kept_named(self, obj: KeptObject, ref: ObjectRef, label: str, layer: int) -> None:
+        """A function, user, role, policy… (one statement may name several): created when the server has none of
+        them, left to be completed by hand when it has some, compared by its statement when it has all."""
+        kept = self.state.kept
         existing = kept.existing.get(obj.kind, frozenset())
         present = [n for n in obj.names if n in existing]
-        if obj.kind == KeptKind.GRANT:
-            if not _granted(obj, kept, self.state.kept_formatted.get((obj.kind, obj.name))):
-                self.changes.append(
-                    Change(
-                        Action.CREATE,
-                        ref,
-                        label,
-                        layer,
-                        statements=(obj.statement,),
-                        location=location,
-                        reasons=("not granted on the server",),
-                    )
-                )
-            return
         key = obj.name if obj.kind in (KeptKind.ROW_POLICY, KeptKind.MASKING_POLICY) else None
         if (key is not None and key not in existing) or (key is None and not present):
-            self.changes.append(
-                Change(Action.CREATE, ref, label, layer, statements=(obj.statement,), location=location)
-            )
+            self._kept_created(obj, ref, label, layer)
             return
         if key is None and len(present) < len(obj.names):
             missing = ", ".join(n for n in obj.names if n not in existing)
@@ -755,7 +778,7 @@ class _Planner:
                     ref,
                     label,
                     layer,
-                    location=location,
+                    location=str(obj.location),
                     reasons=(f"the server has only some of them; missing: {missing}",),
                     blocked=f"create the missing {obj.kind}s by hand",
                 )
@@ -766,6 +789,21 @@ class _Planner:
             obj.kind, self.state.kept_formatted.get((obj.kind, obj.name)) or obj.statement, live_text
         ):
             self._kept_changed(obj, ref, label, layer, "")
+
+    def _kept_created(
+        self, obj: KeptObject, ref: ObjectRef, label: str, layer: int, *, reasons: tuple[str, ...] = ()
+    ) -> None:
+        self.changes.append(
+            Change(
+                Action.CREATE,
+                ref,
+                label,
+                layer,
+                statements=(obj.statement,),
+                location=str(obj.location),
+                reasons=reasons,
+            )
+        )
 
     def _kept_changed(self, obj: KeptObject, ref: ObjectRef, label: str, layer: int, diff: str) -> None:
         how = (

@@ -46,6 +46,7 @@ from chmv_assets.engine.rebuild.planner import (
     EngineOption,
     Observations,
     PartitionStep,
+    RaceRules,
     RebuildPlan,
     downstream_targets,
     observe,
@@ -54,7 +55,7 @@ from chmv_assets.engine.rebuild.planner import (
     triggers_of,
     windows_covering,
 )
-from chmv_assets.engine.rebuild.steps import RaceRules, run_step, run_steps
+from chmv_assets.engine.rebuild.steps import RebuildResult, run_step, run_steps
 from chmv_assets.engine.statements import kill_filling
 from chmv_assets.engine.watermarks import COMMITTED, read_watermark, write_watermark
 from chmv_assets.errors import ChmvError, LandingZoneError, RebuildDeferred, RebuildRefused
@@ -209,6 +210,34 @@ def execute(
         raise RebuildRefused(plan.refusal())
     connect: ClientFactory | None = _Open(client) if client is not None else clickhouse
     assert connect is not None
+    runnable = _record_deferrals(plan, connect, say)
+    settings = loaded.config.rebuild
+    results: list[StepResult] = []
+    with leases.holding(
+        connect,
+        [rebuild_lease(plan.live.fqn, s.key) for s in runnable],
+        Holder(owner, plan.run),
+        ttl=settings.lease_ttl_seconds,
+        wait=settings.lease_wait_seconds,
+        renewer=clickhouse,
+        log=say,
+        on_held=lambda c: _tidy(c, loaded, plan, say),
+        on_release=lambda c: _settled(c, plan, results, say),
+    ):
+        results += _run_direct(plan, loaded, runnable, clickhouse, client, say, one_read)
+        spark_steps = [s for s in runnable if s.engine == Engine.SPARK]
+        if spark_steps:
+            results += _run_spark(plan, loaded, spark_steps, cutoffs, stager, clickhouse, client, say)
+    order = {s.key: i for i, s in enumerate(plan.steps)}
+    return sorted(results, key=lambda r: order.get(r.partition, 0))
+
+
+def _record_deferrals(plan: RebuildPlan, connect: ClientFactory, say: Callable[[str], None]) -> list[PartitionStep]:
+    """Record the plan's deferred partitions for recovery; the steps to run now.
+
+    Raises:
+        RebuildDeferred: Every partition of the plan is deferred.
+    """
     if plan.deferred:
         with connect.get_client() as c:
             deferrals.record(
@@ -221,27 +250,7 @@ def execute(
             plan.deferral() + "\nNothing was rebuilt now; recovery requests each partition once it "
             "closes (or rebuild it now with force)."
         )
-    settings = loaded.config.rebuild
-    rules = RaceRules.of(settings, loaded.config.pacing)
-    results: list[StepResult] = []
-    keys = [rebuild_lease(plan.live.fqn, s.key) for s in runnable]
-    with leases.holding(
-        connect,
-        keys,
-        Holder(owner, plan.run),
-        ttl=settings.lease_ttl_seconds,
-        wait=settings.lease_wait_seconds,
-        renewer=clickhouse,
-        log=say,
-        on_held=lambda c: _tidy(c, loaded, plan, say),
-        on_release=lambda c: _settled(c, plan, results, say),
-    ):
-        results += _run_direct(plan, loaded, runnable, clickhouse, client, rules, say, one_read)
-        spark_steps = [s for s in runnable if s.engine == Engine.SPARK]
-        if spark_steps:
-            results += _run_spark(plan, loaded, spark_steps, cutoffs, stager, clickhouse, client, rules, say)
-    order = {s.key: i for i, s in enumerate(plan.steps)}
-    return sorted(results, key=lambda r: order.get(r.partition, 0))
+    return runnable
 
 
 class _Open:
@@ -265,15 +274,14 @@ def _tidy(client: Client, loaded: LoadedProject, plan: RebuildPlan, say: Callabl
             parameters={"db": plan.live.database, "pattern": shadows_pattern(plan.live)},
         ).result_rows
     ]
-    consumers_ = tuple(dict.fromkeys(c for w in plan.writers for c in w.consumers))
-    runs = leases.live_runs(client, "rebuild:") | {plan.run} if shadows or consumers_ else {plan.run}
+    runs = leases.live_runs(client, "rebuild:") | {plan.run} if shadows or plan.consumers else {plan.run}
     stale = [ObjectRef(database=plan.live.database, name=s) for s in shadows if run_of_shadow(s) not in runs]
     if stale:
         kill_filling(client, [s.name for s in stale])
         for shadow in stale:
             client.command(drop_shadow_sql(shadow))
         say(f"dropped {len(stale)} shadow(s) left by interrupted runs: {', '.join(s.name for s in stale)}")
-    consumers.resume_leftovers(client, loaded.project, consumers_, runs, log=say)
+    consumers.resume_leftovers(client, loaded.project, plan.consumers, runs, log=say)
 
 
 def _settled(client: Client, plan: RebuildPlan, results: Sequence[StepResult], say: Callable[[str], None]) -> None:
@@ -289,36 +297,34 @@ def _run_direct(
     steps: Sequence[PartitionStep],
     clickhouse: ClientFactory | None,
     client: Client | None,
-    rules: RaceRules,
     say: Callable[[str], None],
     one_read: bool,
 ) -> list[StepResult]:
-    """The steps that read the source table (or refresh), under the gates, stream consumers paused where open."""
+    """The steps that read the source table (or refresh), under the gates, stream consumers paused where open: one
+    batch (``one_read``) or a batch of one each (:func:`~chmv_assets.engine.rebuild.steps.run_steps`)."""
     direct = [s for s in steps if s.engine != Engine.SPARK]
     if not direct:
         return []
+    batches = [direct] if one_read else [[s] for s in direct]
     with _session(plan, clickhouse, client) as c, _paused(c, loaded, plan, direct, say):
-        if one_read:
-            rebuilt = run_steps(c, loaded.project, plan, direct, log=say, rules=rules)
-        else:
-            rebuilt = [run_step(c, loaded.project, plan, step, log=say, rules=rules) for step in direct]
-    return [
-        StepResult(
-            plan.target.fqn,
-            r.partition,
-            str(step.engine),
-            r.method,
-            0,
-            r.rows_written,
-            None,
-            "",
-            r.seconds,
-            0,
-            r.statements,
-            r.attempts,
-        )
-        for step, r in zip(direct, rebuilt, strict=True)
-    ]
+        rebuilt = [r for batch in batches for r in run_steps(c, loaded.project, plan, batch, log=say)]
+    return [_direct_result(plan, step, r) for step, r in zip(direct, rebuilt, strict=True)]
+
+
+def _direct_result(plan: RebuildPlan, step: PartitionStep, r: RebuildResult) -> StepResult:
+    return StepResult(
+        plan.target.fqn,
+        r.partition,
+        str(step.engine),
+        r.method,
+        rows_staged=0,
+        rows_written=r.rows_written,
+        cutoff=None,
+        batch_id="",
+        seconds=r.seconds,
+        statements=r.statements,
+        attempts=r.attempts,
+    )
 
 
 @contextmanager
@@ -342,7 +348,6 @@ def _run_spark(
     stager: Stager | None,
     clickhouse: ClientFactory | None,
     client: Client | None,
-    rules: RaceRules,
     say: Callable[[str], None],
 ) -> list[StepResult]:
     """The steps that read the landing zone: cutoffs under the gates, Spark staging without them, then the swaps."""
@@ -356,7 +361,7 @@ def _run_spark(
     if cutoffs is None:
         with _session(plan, clickhouse, client) as c:
             cutoffs = _read_cutoffs(c, loaded, plan, steps)
-    return _run_spark_steps(plan, loaded, steps, cutoffs, stager, clickhouse, client, rules, say)
+    return _run_spark_steps(plan, loaded, steps, cutoffs, stager, clickhouse, client, say)
 
 
 @contextmanager
@@ -397,72 +402,74 @@ def _run_spark_steps(
     stager: Stager,
     clickhouse: ClientFactory | None,
     client: Client | None,
-    rules: RaceRules,
     say: Callable[[str], None],
 ) -> list[StepResult]:
     """Stage each trigger's lake rows (Spark, no gate held), then swap each partition under the gates."""
-    target = plan.target
-    windows = [s.window for s in steps]
-    keys = [s.key for s in steps]
     marks = sorted((k.fqn, str(v)) for k, v in cutoffs.items())
-    batch_id = hashlib.sha1(f"{target.fqn}|{keys}|{marks}".encode()).hexdigest()[:16]
-    staged = {}
-    for relation in steps[0].relations:
-        staged[relation.source] = _stage_source(
-            loaded,
-            plan,
-            relation.source,
-            relation.staged_per_window,
-            windows,
-            cutoffs.get(relation.source),
-            batch_id,
-            stager,
-            say,
+    batch_id = hashlib.sha1(f"{plan.target.fqn}|{[s.key for s in steps]}|{marks}".encode()).hexdigest()[:16]
+    windows = [s.window for s in steps]
+    staged = {
+        r.source: _stage_source(
+            loaded, plan, r.source, r.staged_per_window, windows, cutoffs.get(r.source), batch_id, stager, say
         )
+        for r in steps[0].relations
+    }
     crash_point("backfill:staged")
-    results: list[StepResult] = []
     cutoff = min((v for v in cutoffs.values() if v is not None), default=None)
     with _session(plan, clickhouse, client) as c, _paused(c, loaded, plan, steps, say):
-        for step in steps:
-            started = time.monotonic()
-            relations = {s: _relation(loaded, s, st, step.window) for s, st in staged.items()}
-            r = run_step(c, loaded.project, plan, step, trigger_relation=relations.get, log=say, rules=rules)
-            rows_staged = sum(staging.staged_rows(_window_folder(st, step.window)) for st in staged.values())
-            mark_id, mark_key = f"backfill:{target.fqn}", step.key or "all"
-            write_watermark(
-                c,
-                mark_id,
-                mark_key,
-                last_processed_ts=cutoff,
-                batch_id=batch_id,
-                status=COMMITTED,
-                rows=r.rows_written,
-                previous=read_watermark(c, mark_id, mark_key),
-            )
-            say(
-                f"{target.fqn} {step.key or '(whole table)'}: {r.method}, {rows_staged} landing rows staged, "
-                f"{r.rows_written} rows written, cutoff {cutoff}"
-            )
-            results.append(
-                StepResult(
-                    target.fqn,
-                    step.key,
-                    str(step.engine),
-                    r.method,
-                    rows_staged,
-                    r.rows_written,
-                    cutoff,
-                    batch_id,
-                    time.monotonic() - started,
-                    sum(s.rows_read for s in staged.values()),
-                    r.statements,
-                    r.attempts,
-                )
-            )
-            crash_point("backfill:swapped")
+        results = [_swap_staged(c, loaded, plan, step, staged, cutoff, batch_id, say) for step in steps]
     for st in staged.values():
         staging.remove(st.folder)
     return results
+
+
+def _swap_staged(
+    client: Client,
+    loaded: LoadedProject,
+    plan: RebuildPlan,
+    step: PartitionStep,
+    staged: dict[ObjectRef, _Staged],
+    cutoff: datetime | None,
+    batch_id: str,
+    say: Callable[[str], None],
+) -> StepResult:
+    """One Spark step: the MVs' SELECT over its staged rows and the source's after the cutoff, swapped in; its
+    watermark (``backfill:<target>``) committed."""
+    started = time.monotonic()
+    target = plan.target
+    relations = {s: _relation(loaded, s, st, step.window) for s, st in staged.items()}
+    r = run_step(client, loaded.project, plan, step, trigger_relation=relations.get, log=say)
+    rows_staged = sum(staging.staged_rows(_window_folder(st, step.window)) for st in staged.values())
+    mark_id, mark_key = f"backfill:{target.fqn}", step.key or "all"
+    write_watermark(
+        client,
+        mark_id,
+        mark_key,
+        last_processed_ts=cutoff,
+        batch_id=batch_id,
+        status=COMMITTED,
+        rows=r.rows_written,
+        previous=read_watermark(client, mark_id, mark_key),
+    )
+    say(
+        f"{target.fqn} {step.key or '(whole table)'}: {r.method}, {rows_staged} landing rows staged, "
+        f"{r.rows_written} rows written, cutoff {cutoff}"
+    )
+    crash_point("backfill:swapped")
+    return StepResult(
+        target.fqn,
+        step.key,
+        str(step.engine),
+        r.method,
+        rows_staged,
+        r.rows_written,
+        cutoff,
+        batch_id,
+        time.monotonic() - started,
+        sum(s.rows_read for s in staged.values()),
+        r.statements,
+        r.attempts,
+    )
 
 
 def _stage_source(
@@ -572,7 +579,8 @@ def repair_interrupted_load(
     chained = {d for t in direct for d in downstream_targets(loaded, t)} - set(direct)
     for ref in sorted(chained, key=lambda r: (loaded.graph.depth.get(r.fqn, 0), r.fqn)):
         windows = windows_covering(loaded, ref, since, until, margin=timedelta(days=7))
-        plan = plan_from_source(project, ref, windows, live_table(client, project, ref))
+        races = RaceRules.of(loaded.config.rebuild, loaded.config.pacing)
+        plan = plan_from_source(project, ref, windows, live_table(client, project, ref), races=races)
         execute(plan, loaded, client=client, log=say)
         done += [f"{ref.fqn}/{s.key or 'all'}" for s in plan.steps]
     return done

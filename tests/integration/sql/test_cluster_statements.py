@@ -27,7 +27,6 @@ from chmv_assets.engine.lifecycle.plan import Action
 from chmv_assets.engine.lifecycle.planner import plan_lifecycle
 from chmv_assets.engine.lifecycle.preflight import preflight
 from chmv_assets.engine.rebuild.planner import plan_from_source
-from chmv_assets.engine.rebuild.steps import swapped_partition
 from chmv_assets.sql.quoting import qualified
 from chmv_assets.sql.rebuild_sql import (
     create_shadow_sql,
@@ -142,7 +141,7 @@ def test_an_unpartitioned_replicated_target_is_swapped_by_its_partition_not_exch
     shadow = shadow_ref(target, None)
     scheme = partition_scheme(table, (view,))
     plan = plan_from_source(project, target, [None], target)
-    partition = swapped_partition(table, plan, plan.steps[0])  # the planner's choice for this target
+    partition = plan.steps[0].partition  # the planner's choice for this target
     replace = swap_sql(target, shadow, partition)
     assert replace.endswith("REPLACE PARTITION tuple() FROM `shop`.`_chmv_shadow_customer_totals_all`")
     with resource.get_client() as client:

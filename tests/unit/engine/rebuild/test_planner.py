@@ -15,10 +15,12 @@ from spark_testing import with_landing
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionScheme, partition_scheme, window_at
+from chmv_assets.engine.rebuild.coverage import Facts, Stats
 from chmv_assets.engine.rebuild.planner import (
     Engine,
     Observations,
     PartitionStep,
+    RaceRules,
     RebuildPlan,
     Swap,
     TriggerRelation,
@@ -91,8 +93,12 @@ def test_clickhouse_engine_reads_each_window_of_the_source(example):
 
 def test_auto_without_landing_zone_is_clickhouse(example):
     plan = plan_rebuild(example, STATS, DAYS, Observations(live=STATS), engine="auto", root=None)
-    assert [(s.engine, s.reason) for s in plan.steps] == [
-        (Engine.CLICKHOUSE, "the source table (no landing zone for its triggers)")
+    assert [(s.engine, s.reason, s.guard) for s in plan.steps] == [
+        (
+            Engine.CLICKHOUSE,
+            "coverage unknown: analytics.api_requests was not observed; landing zone: no landing zone for its triggers",
+            None,
+        )
     ] * 3
     assert plan.cutoff_rule == ""
 
@@ -126,10 +132,14 @@ def test_auto_stays_on_clickhouse_when_the_lake_has_nothing_earlier(lake):
     loaded, root = lake
     plan = plan_rebuild(loaded, STATS, DAYS, observed(oldest=D(2026, 9, 3, 4)), engine="auto", root=root)
     assert [s.engine for s in plan.steps] == [Engine.SPARK, Engine.SPARK, Engine.CLICKHOUSE]
-    assert plan.steps[2].reason == "the source table holds the window"
-    assert plan.steps[0].reason == (
-        "analytics.api_requests holds rows from 2026-09-03 04:00:00 only; the landing zone has earlier ones"
+    assert plan.steps[2].reason == (
+        "analytics.api_requests holds rows from 2026-09-03 04:00:00; the landing zone has none earlier"
     )
+    assert plan.steps[0].reason == (
+        "analytics.api_requests holds rows from 2026-09-03 04:00:00 only; the landing zone has earlier ones; "
+        f"the landing zone holds it: analytics.api_requests is loaded from the landing zone ({root / REQUESTS.fqn})"
+    )
+    assert plan.coverage is None and not any(s.guard for s in plan.steps)  # estimated: nothing at stake is known
 
 
 def test_spark_steps_read_lake_then_source_staged_per_window(lake):
@@ -138,9 +148,18 @@ def test_spark_steps_read_lake_then_source_staged_per_window(lake):
     assert [(s.engine, s.swap, s.reason) for s in plan.steps] == [
         (Engine.SPARK, Swap.REPLACE_PARTITION, "engine=spark asked for")
     ] * 3
-    assert {s.relations for s in plan.steps} == {
-        (TriggerRelation(REQUESTS, "lake_then_source", None, staged_per_window=True),)
-    }
+    view, scheme = loaded.project.views_into(STATS)[0], plan.scheme
+    assert [s.relations for s in plan.steps] == [
+        (
+            TriggerRelation(
+                REQUESTS,
+                "lake_then_source",
+                source_range_predicate(view, loaded.project, scheme, w),  # the rows its read covers (and races)
+                staged_per_window=True,
+            ),
+        )
+        for w in DAYS
+    ]
     assert plan.steps_by(Engine.SPARK) == plan.steps and plan.steps_by(Engine.CLICKHOUSE) == ()
     assert plan.cutoff_rule == (
         "per trigger, its ingestion watermark - 60 min, read under its gate when the Spark steps start"
@@ -383,3 +402,69 @@ def test_scheme_in_the_plan_is_the_targets(example):
         example, target, [window_at(D(2026, 9, 1), "month")], Observations(live=target), engine="clickhouse"
     )
     assert plan.scheme == partition_scheme(example.project.table(target), example.project.views_into(target))
+
+
+def test_each_step_carries_its_swap_partition_rows_and_shadow_statement(example):
+    """What the executor runs is read from the plan: the partition its swap replaces, the predicate of its rows, the
+    statement creating its shadow; the race rules of ``[rebuild]``; all printed."""
+    plan = plan_rebuild(example, STATS, DAYS[:1], Observations(live=STATS), engine="clickhouse", run="0a1b2c3d")
+    (step,) = plan.steps
+    assert step.partition == "tuple(toDate((toDateTime('2026-09-01 00:00:00'))))"
+    assert step.partition_filter == "(toDate(hour)) = (toDate((toDateTime('2026-09-01 00:00:00'))))"
+    assert step.create_shadow == (
+        "CREATE TABLE `analytics`.`_chmv_shadow_hourly_endpoint_stats_20260901_r0a1b2c3d` "
+        "AS `analytics`.`hourly_endpoint_stats`"
+    )
+    assert step.batchable and plan.races == RaceRules(4, 1.0, 60.0, example.config.pacing)
+    text = plan.describe()
+    assert f"- shadow: `{step.create_shadow}`" in text
+    assert "- races: a read that writes raced is not swapped (or is read again after its swap), up to 4 reads" in text
+
+
+BY_TENANT = """
+CREATE TABLE d.src (ts DateTime, tenant String) ENGINE = MergeTree ORDER BY ts;
+CREATE TABLE d.by_tenant (tenant String, n UInt64) ENGINE = SummingMergeTree PARTITION BY tenant ORDER BY tenant;
+CREATE MATERIALIZED VIEW d.by_tenant_mv TO d.by_tenant AS SELECT tenant, count() AS n FROM d.src GROUP BY tenant;
+"""
+
+
+def test_a_whole_partitioned_table_swaps_each_partition_and_an_unpartitioned_one_tuple(example, tmp_path):
+    by_tenant = ref("d.by_tenant")
+    loaded = load_ddl(tmp_path, BY_TENANT, toml='default_database = "d"')
+    (step,) = plan_rebuild(loaded, by_tenant, [None], Observations(live=by_tenant), engine="clickhouse").steps
+    assert (step.swap, step.partition, step.partition_filter, step.batchable) == (
+        Swap.REPLACE_EACH_PARTITION,
+        None,
+        None,
+        False,
+    )
+    latest = ref("analytics.entity_latest")
+    (step,) = plan_rebuild(example, latest, [None], Observations(live=latest), engine="clickhouse").steps
+    assert (step.swap, step.partition, step.partition_filter) == (Swap.REPLACE_PARTITION, "tuple()", None)
+
+
+def test_a_forced_plan_guards_nothing_even_where_the_target_partition_is_empty(tmp_path):
+    """The source lost the window and the target partition is empty: rebuilt from the source behind the shrink
+    guard, unless forced (the planner's guard is final: the executor reads it as it is)."""
+    hourly, first = ref("d.hourly"), window_at(D(2026, 9, 1), "day")
+    loaded = load_ddl(tmp_path, HOURLY_DDL, toml='default_database = "d"')
+    lost = Facts(
+        now=D(2026, 11, 22),
+        tables=((ref("d.src"), Stats(10, D(2026, 9, 3), D(2026, 9, 3, 5))),),
+        target_windows=((first.start, Stats()),),
+        mapped=(ref("d.src"),),
+    )
+    observed = Observations(live=hourly, coverage=lost)
+    (step,) = plan_rebuild(loaded, hourly, [first], observed).steps
+    assert step.engine == Engine.CLICKHOUSE and step.reason.startswith("the target partition is empty") and step.guard
+    (forced,) = plan_rebuild(loaded, hourly, [first], observed, force=True).steps
+    assert forced.engine == Engine.CLICKHOUSE and forced.guard is None
+
+
+HOURLY_DDL = """
+CREATE TABLE d.src (ts DateTime, k String) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY (k, ts);
+CREATE TABLE d.hourly (hour DateTime, k String, c UInt64) ENGINE = SummingMergeTree
+PARTITION BY toDate(hour) ORDER BY (k, hour);
+CREATE MATERIALIZED VIEW d.hourly_mv TO d.hourly AS
+SELECT toStartOfHour(ts) AS hour, k, count() AS c FROM d.src GROUP BY hour, k;
+"""
