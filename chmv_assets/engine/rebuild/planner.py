@@ -1,16 +1,20 @@
 """The rebuild planner: what to do to rebuild partitions of a target, decided once, as frozen printable data.
 
-One planner serves every caller (the target assets, the sensors' runs, the CLI, the repair of an
-interrupted load). It takes a target, its partitions and options, plus the few facts it needs from
+One planner serves every caller (the target assets, the sensors' runs, the CLI, ``chmv apply``'s re-derivations, the
+repair of an interrupted load). It takes a target, its partitions and options, plus the few facts it needs from
 the server (:func:`observe`: the physical table and the coverage facts, one statement), and decides per
-partition, from where its truth lives (:mod:`chmv_assets.engine.rebuild.coverage`):
+partition, from where its truth lives (:mod:`chmv_assets.engine.rebuild.coverage`), everything the steps and the
+executor then only read:
 
-- the engine: ``clickhouse`` (the MVs' own SELECT over the source table), ``spark`` (over landing-zone
-  rows that Spark stages, united with the source rows after the ingestion cutoff), or ``refresh``
-  (a refreshable MV: the server recomputes it);
-- the relation that stands in for each trigger source in the MV's SELECT;
-- the shadow table, named for this run, and the swap (``REPLACE PARTITION`` — ``DROP PARTITION`` if the shadow is
-  empty —, ``tuple()`` for an unpartitioned target or an MV's inner table, ``SYSTEM REFRESH VIEW``);
+- the engine (:func:`choose_engine`, the one rule): ``clickhouse`` (the MVs' own SELECT over the source table),
+  ``spark`` (over landing-zone rows that Spark stages, united with the source rows after the ingestion cutoff), or
+  ``refresh`` (a refreshable MV: the server recomputes it);
+- the relation that stands in for each trigger source in the MV's SELECT, and the trigger rows its read covers
+  (those whose arrival during the read races it);
+- the shadow table, named for this run, and the statement creating it; the swap (``REPLACE PARTITION`` of the
+  partition — ``DROP PARTITION`` if the shadow has none of its rows —, ``tuple()`` for an unpartitioned target or an
+  MV's inner table, each partition of a partitioned table rebuilt whole, ``SYSTEM REFRESH VIEW``; never ``EXCHANGE``)
+  and the predicate of the partition's rows; the race rules;
 - the write gates to hold, and the targets further down a chain that read this one;
 - who writes the triggers (:mod:`chmv_assets.ddl.writers`): a partition still open to writers chmv does not control
   is deferred until it closes (unless forced), a stream consumer writing an open partition is paused for its swap;
@@ -132,9 +136,9 @@ class RaceRules:
 
     def describe(self) -> str:
         return (
-            f"a read that writes raced is not swapped (or is read again after its swap), up to {self.attempts} reads "
-            f"from {self.backoff_seconds:g} s apart; inserts already running are awaited up to "
-            f"{self.insert_wait_seconds:g} s"
+            f"a read that writes raced is read again (not swapped, or swapped and read again): up to {self.attempts} "
+            f"reads, the pause between them doubling from {self.backoff_seconds:g} s; inserts already running into "
+            f"the sources are awaited up to {self.insert_wait_seconds:g} s"
         )
 
 
@@ -333,7 +337,7 @@ class RebuildPlan:
         shadowed = next((s for s in self.steps if s.create_shadow), None)
         if shadowed is not None:
             others = " (the other partitions' alike)" if len(self.steps) > 1 else ""
-            lines.append(f"- shadow: `{shadowed.create_shadow}`{others}")
+            lines.append(f"- shadow: `` {shadowed.create_shadow} ``{others}")
             lines.append(f"- races: {self.races.describe()}")
         return lines
 
@@ -349,7 +353,8 @@ class Observations:
         live: The physical table of the target.
         oldest: Per trigger with an event-time column, its oldest row (None: the table is empty).
         coverage: The facts coverage is decided from (:func:`chmv_assets.engine.rebuild.coverage.probe`); None: not
-            observed, and the planner decides as it did before coverage (a repair's plan, hand-made plans).
+            observed, and the planner decides on coverage estimated from ``oldest`` (:func:`_estimated`: a repair's
+            plan, the lifecycle's re-derivations, hand-made plans).
         pending: Why every partition is refused whatever the options: the live MVs run another SELECT or TO than
             the DDL directory (:func:`chmv_assets.engine.drift.pending_refusals`, read by ``executor.plan_for``).
     """

@@ -417,8 +417,8 @@ def test_each_step_carries_its_swap_partition_rows_and_shadow_statement(example)
     )
     assert step.batchable and plan.races == RaceRules(4, 1.0, 60.0, example.config.pacing)
     text = plan.describe()
-    assert f"- shadow: `{step.create_shadow}`" in text
-    assert "- races: a read that writes raced is not swapped (or is read again after its swap), up to 4 reads" in text
+    assert f"- shadow: `` {step.create_shadow} ``" in text
+    assert "- races: a read that writes raced is read again (not swapped, or swapped and read again): up to 4 " in text
 
 
 BY_TENANT = """
