@@ -28,7 +28,7 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.ddl.models import MaterializedView, ObjectRef, Table
+from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme, time_of
 from chmv_assets.engine import races
 from chmv_assets.engine.catalog import existing_objects, live_table
@@ -42,7 +42,7 @@ from chmv_assets.engine.rebuild.planner import spark_capable, streamed_triggers,
 from chmv_assets.engine.rebuild.steps import race_ranges
 from chmv_assets.errors import ChmvError
 from chmv_assets.sql.quoting import qualified, quote
-from chmv_assets.sql.rebuild_sql import partition_expression, partition_filter, range_select, view_select
+from chmv_assets.sql.rebuild_sql import partition_expression, partition_filter, range_select
 
 #: Aggregate functions whose -Merge over a whole partition equals the -Merge of the recompute exactly.
 ADDITIVE = {"sum", "count", "sumWithOverflow", "sumKahan"}
@@ -148,25 +148,13 @@ def parity_sql(
     scheme = partition_scheme(table, views)
     if not scheme.partitioned:
         window = None
-    measures = measures_for(table, views)
+    actual_cols, expected_cols = _measure_columns(table, views)
     target_where = ""
     if window is not None and table.partition_by is not None:
         target_where = f" WHERE {partition_filter(table, scheme, window)}"
-    final = " FINAL" if table.engine is not None and table.engine.family in SELF_DEDUP_ENGINES else ""
-    actual_cols = ", ".join(f"toFloat64({a}) AS m{i}" for i, (_, a, _e) in enumerate(measures))
-    expected_cols = ", ".join(f"toFloat64({e}) AS m{i}" for i, (_, _a, e) in enumerate(measures))
-    recomputes = []
-    for view in views:
-        relation = None
-        source = project.table(view.trigger) if view.trigger else None
-        if source is not None and source.engine is not None and source.engine.family in SELF_DEDUP_ENGINES:
-            relation = f"{qualified(view.trigger)} FINAL"
-        if trigger_relations and view.trigger in trigger_relations:
-            relation = trigger_relations[view.trigger]
-        recomputes.append(view_select(view, project, table, scheme, window, trigger_relation=relation))
-    union = " UNION ALL ".join(f"({sql})" for sql in recomputes)
+    union = _recomputes(project, views, table, scheme, [window], trigger_relations)
     return (
-        f"SELECT 'actual' AS side, {actual_cols} FROM {qualified(live or target)}{final}{target_where} "
+        f"SELECT 'actual' AS side, {actual_cols} FROM {_read(table, live or target)}{target_where} "
         f"UNION ALL SELECT 'expected' AS side, {expected_cols} FROM ({union})"
     )
 
@@ -189,26 +177,56 @@ def partitions_parity_sql(
         raise ChmvError(f"{target.fqn} is not a partitioned table defined in the DDL directory")
     views = project.views_into(target)
     scheme = partition_scheme(table, views)
-    measures = measures_for(table, views)
-    final = " FINAL" if table.engine is not None and table.engine.family in SELF_DEDUP_ENGINES else ""
+    actual_cols, expected_cols = _measure_columns(table, views)
     key = f"({table.partition_by.sql})"
     keep = " OR ".join(f"{key} = ({partition_expression(table, scheme, w)})" for w in windows)
-    actual_cols = ", ".join(f"toFloat64({a}) AS m{i}" for i, (_, a, _e) in enumerate(measures))
-    expected_cols = ", ".join(f"toFloat64({e}) AS m{i}" for i, (_, _a, e) in enumerate(measures))
-    recomputes = []
-    for view in views:
-        source = project.table(view.trigger) if view.trigger else None
-        dedup = source is not None and source.engine is not None and source.engine.family in SELF_DEDUP_ENGINES
-        relation = f"{qualified(view.trigger)} FINAL" if dedup and view.trigger else None
-        recomputes.append(
-            range_select(view, project, table, scheme, windows, trigger_relation=relation, only_windows=False)
-        )
-    union = " UNION ALL ".join(f"({sql})" for sql in recomputes)
+    union = _recomputes(project, views, table, scheme, windows, None, only_windows=False)
     return (
-        f"SELECT 'actual' AS side, {key} AS _chmv_partition, {actual_cols} FROM {qualified(live or target)}{final} "
+        f"SELECT 'actual' AS side, {key} AS _chmv_partition, {actual_cols} FROM {_read(table, live or target)} "
         f"WHERE {keep} GROUP BY _chmv_partition UNION ALL SELECT 'expected' AS side, {key} AS _chmv_partition, "
         f"{expected_cols} FROM ({union}) GROUP BY _chmv_partition"
     )
+
+
+def _measure_columns(table: Table, views: Sequence[MaterializedView]) -> tuple[str, str]:
+    """The measures (:func:`measures_for`) as the target's side and the recompute's side select them."""
+    measures = measures_for(table, views)
+    actual = ", ".join(f"toFloat64({a}) AS m{i}" for i, (_, a, _e) in enumerate(measures))
+    expected = ", ".join(f"toFloat64({e}) AS m{i}" for i, (_, _a, e) in enumerate(measures))
+    return actual, expected
+
+
+def _read(table: Table, ref: ObjectRef) -> str:
+    """The target's side as readers see it (``FINAL`` where its engine deduplicates)."""
+    final = " FINAL" if table.engine is not None and table.engine.family in SELF_DEDUP_ENGINES else ""
+    return f"{qualified(ref)}{final}"
+
+
+def _recomputes(
+    project: Project,
+    views: Sequence[MaterializedView],
+    table: Table,
+    scheme: PartitionScheme,
+    windows: Sequence[PartitionWindow | None],
+    trigger_relations: Mapping[ObjectRef, str] | None,
+    *,
+    only_windows: bool = True,
+) -> str:
+    """Every MV's own SELECT over ``windows`` (:func:`~chmv_assets.sql.rebuild_sql.range_select`), ``UNION ALL``: each
+    trigger read ``FINAL`` where it deduplicates itself, or from ``trigger_relations``."""
+    recomputes = []
+    for view in views:
+        relation = None
+        source = project.table(view.trigger) if view.trigger else None
+        if source is not None and source.engine is not None and source.engine.family in SELF_DEDUP_ENGINES:
+            relation = f"{qualified(view.trigger)} FINAL"
+        if trigger_relations and view.trigger in trigger_relations:
+            relation = trigger_relations[view.trigger]
+        select = range_select(
+            view, project, table, scheme, windows, trigger_relation=relation, only_windows=only_windows
+        )
+        recomputes.append(f"({select})")
+    return " UNION ALL ".join(recomputes)
 
 
 def parity_for_partitions(
@@ -389,7 +407,8 @@ def parity_for_partition(
     root: Path | None = None,
     live: ObjectRef | None = None,
 ) -> ParityResult:
-    """Compare one target partition with what its MVs' own SELECT yields over the same source window.
+    """Compare one target partition with what its MVs' own SELECT yields over the same source window: the
+    :func:`parity_for_partitions` of a batch of one.
 
     Where the source no longer holds the partition, the recompute reads the landing zone as a rebuild
     would, or the partition is reported not verifiable (see the module docstring).
@@ -406,13 +425,7 @@ def parity_for_partition(
     Returns:
         The figures; a missing object or a failing query is reported in the result, never raised.
     """
-    return _against_writes(
-        client,
-        loaded,
-        target_ref,
-        [window],
-        lambda ws: _parity_each(client, loaded, target_ref, ws, now=now, root=root, live=live),
-    )[0]
+    return parity_for_partitions(client, loaded, target_ref, [window], now=now, root=root, live=live)[0]
 
 
 #: Comparisons of a partition whose sources keep receiving rows of its window during them, before it is reported
