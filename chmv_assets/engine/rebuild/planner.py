@@ -41,6 +41,7 @@ from chmv_assets.ddl.partitioning import (
     keyed_window,
     partition_scheme,
     target_reach,
+    window_reach,
     windows_between,
     with_values,
 )
@@ -688,8 +689,7 @@ def staged_per_window(
         out = view.output(scheme.column)
         if out is None or out.truncation is None or out.truncation[0] != tcol:
             return False
-        grain = out.truncation[1]
-        if grain is not None and not grain.within(scheme.grain):
+        if window_reach(view, scheme):  # a window's rows lie past its end: they are not in its folder alone
             return False
         if source_range_predicate(view, project, scheme, windows[0]) is None:  # type: ignore[arg-type]
             return False
