@@ -70,6 +70,7 @@ from chmv_assets.engine.lifecycle.planner import (
     root_sources,
 )
 from chmv_assets.engine.lifecycle.refusals import check_statement
+from chmv_assets.engine.parts import read_partitions
 from chmv_assets.engine.rebuild import deferrals
 from chmv_assets.engine.rebuild.deferrals import Deferral
 from chmv_assets.engine.rebuild.executor import Stager, execute
@@ -326,11 +327,8 @@ class _Apply:
         sources = root_sources(self.loaded, target) | set(triggers_of(self.project, target))
         if not sources:
             return False
-        rows = client.query(
-            "SELECT sum(rows) FROM system.parts WHERE active AND (database, table) IN {refs:Array(Tuple(String, String))}",
-            parameters={"refs": [(s.database, s.name) for s in sources]},
-        ).result_rows
-        return bool(rows and rows[0][0])
+        held = read_partitions(client, sorted(sources, key=lambda s: s.fqn))
+        return any(p.rows for partitions in held.values() for p in partitions)
 
     def _rederive(self, target: ObjectRef, *, writes: ObjectRef | None = None, only: set[str] | None = None) -> None:
         """Re-derive ``target``'s history (the partitions ``only`` names, if given) in batches of partitions, each
