@@ -90,9 +90,11 @@ class Bench:
 
         stats = pacer_for(client, loaded.config.pacing).stats
         looking, waited = stats.look_seconds, stats.waited_seconds
-        plan = plan_rebuild(loaded, self.target, self.windows, Observations(live=self.target), engine="clickhouse")
+        plan = plan_rebuild(
+            loaded, self.target, self.windows, Observations(live=self.target), engine="clickhouse", one_read=one_read
+        )
         began = time.perf_counter()
-        execute(plan, loaded, client=client, one_read=one_read, log=log)
+        execute(plan, loaded, client=client, log=log)
         return time.perf_counter() - began, stats.look_seconds - looking, stats.waited_seconds - waited
 
     def check(self, client) -> None:

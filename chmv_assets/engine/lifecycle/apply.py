@@ -404,7 +404,6 @@ class _Apply:
                 self.clickhouse,
                 client=client,
                 stager=self.stager,
-                one_read=True,
                 owner=f"chmv apply {self.id}",
             )
             self._verify(client, target, plan, steps)

@@ -584,9 +584,16 @@ class _Planner:
         )
         if writes is not None:
             observations = Observations(live=writes, oldest=observations.oldest, now=observations.now)
-        plan = plan_rebuild(
-            self.loaded, target, windows, observations, engine="auto", root=self.root, defer_open=not new_version
-        )  # a new version, not live yet, cannot wait for them
+        plan = plan_rebuild(  # a new version, not live yet, cannot wait for open partitions
+            self.loaded,
+            target,
+            windows,
+            observations,
+            engine="auto",
+            root=self.root,
+            defer_open=not new_version,
+            one_read=True,  # the apply reads the partitions in batches sized to a hold of the gates
+        )
         reach = self._reach(target, scheme, triggers)
         estimates = tuple(
             PartitionEstimate(

@@ -150,15 +150,17 @@ def plan_for(
     engine: EngineOption = "auto",
     root: Path | None = None,
     force: bool = False,
+    one_read: bool = False,
 ) -> RebuildPlan:
     """Observe the server (under the trigger gates, coverage included) and plan; nothing is changed.
 
     A plan may refuse partitions (``plan.refused``); :func:`execute` then raises before changing anything.
+    ``one_read`` as in :func:`~chmv_assets.engine.rebuild.planner.plan_rebuild`.
     """
     with source_gate(triggers_of(loaded.project, target)), clickhouse.get_client() as client:
         observations = observe(client, loaded, target, engine=engine, root=root, windows=windows)
         observations = replace(observations, pending=pending_refusals(client, loaded.project, target))
-    return plan_rebuild(loaded, target, windows, observations, engine=engine, root=root, force=force)
+    return plan_rebuild(loaded, target, windows, observations, engine=engine, root=root, force=force, one_read=one_read)
 
 
 def execute(
@@ -170,7 +172,6 @@ def execute(
     stager: Stager | None = None,
     cutoffs: dict[ObjectRef, datetime | None] | None = None,
     log: Callable[[str], None] | None = None,
-    one_read: bool = False,
     owner: str = "chmv",
 ) -> list[StepResult]:
     """Run every step of ``plan``; results in the plan's partition order.
@@ -190,9 +191,6 @@ def execute(
         stager: Provider of staged rows for Spark steps.
         cutoffs: Fixed cutoffs per trigger for Spark steps, instead of reading the watermarks.
         log: Progress sink.
-        one_read: Rebuild the ClickHouse-engine partitions with one read of the source for all of them
-            (:func:`chmv_assets.engine.rebuild.steps.run_steps`), not one per partition: for a caller that sized the
-            plan's range to what one hold of the gates may take (``chmv apply``'s batches).
         owner: Who runs it, as another run waiting for a partition is told (``dagster run <id>``, ``chmv rebuild``).
 
     Raises:
@@ -224,7 +222,7 @@ def execute(
         on_held=lambda c: _tidy(c, loaded, plan, say),
         on_release=lambda c: _settled(c, plan, results, say),
     ):
-        results += _run_direct(plan, loaded, runnable, clickhouse, client, say, one_read)
+        results += _run_direct(plan, loaded, runnable, clickhouse, client, say)
         spark_steps = [s for s in runnable if s.engine == Engine.SPARK]
         if spark_steps:
             results += _run_spark(plan, loaded, spark_steps, cutoffs, stager, clickhouse, client, say)
@@ -298,16 +296,14 @@ def _run_direct(
     clickhouse: ClientFactory | None,
     client: Client | None,
     say: Callable[[str], None],
-    one_read: bool,
 ) -> list[StepResult]:
-    """The steps that read the source table (or refresh), under the gates, stream consumers paused where open: one
-    batch (``one_read``) or a batch of one each (:func:`~chmv_assets.engine.rebuild.steps.run_steps`)."""
+    """The steps that read the source table (or refresh), under the gates, stream consumers paused where open; those
+    that share a shadow read together (:func:`~chmv_assets.engine.rebuild.steps.run_steps`)."""
     direct = [s for s in steps if s.engine != Engine.SPARK]
     if not direct:
         return []
-    batches = [direct] if one_read else [[s] for s in direct]
     with _session(plan, clickhouse, client) as c, _paused(c, loaded, plan, direct, say):
-        rebuilt = [r for batch in batches for r in run_steps(c, loaded.project, plan, batch, log=say)]
+        rebuilt = run_steps(c, loaded.project, plan, direct, log=say)
     return [_direct_result(plan, step, r) for step, r in zip(direct, rebuilt, strict=True)]
 
 

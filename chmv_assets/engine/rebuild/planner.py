@@ -176,6 +176,8 @@ class PartitionStep:
     """The rebuild of one partition (or of a whole unpartitioned target).
 
     Attributes:
+        shadow: The table the partition is rebuilt into; the steps of a plan that share one are read together
+            (one read of their trigger rows per MV: a plan made with ``one_read``).
         guard: Why the source table may not hold the partition entirely (set when coverage was observed and
             does not say it does, and the plan is not forced): the executor then refuses a swap that would leave
             fewer rows than the live partition holds. None: no such check.
@@ -208,14 +210,6 @@ class PartitionStep:
     @property
     def key(self) -> str | None:
         return self.window.key if self.window else None
-
-    @property
-    def batchable(self) -> bool:
-        """The step may share one read with others of its plan (a batch, as ``chmv apply`` runs them): a
-        ClickHouse-engine partition of a time window. The others (a refresh, the landing zone's, a whole table, a
-        partition of a key alone) are each a batch of one."""
-        timed = self.window is not None and self.window.timed
-        return self.engine == Engine.CLICKHOUSE and self.swap == Swap.REPLACE_PARTITION and timed
 
 
 @dataclass(frozen=True)
@@ -335,6 +329,12 @@ class RebuildPlan:
                 "- shrink guard: a partition whose source may not hold it entirely is not swapped if "
                 "the rebuild would leave fewer rows than it holds (force overrides)"
             )
+        shared = len([s for s in self.steps if s.shadow]) - len({s.shadow for s in self.steps if s.shadow})
+        if shared:
+            lines.append(
+                "- one read: the partitions sharing a shadow are read together (one read of their span per MV, in "
+                "batches of what one hold of the gates may take), each partition swapped in from it"
+            )
         shadowed = next((s for s in self.steps if s.create_shadow), None)
         if shadowed is not None:
             others = " (the other partitions' alike)" if len(self.steps) > 1 else ""
@@ -437,6 +437,7 @@ def plan_rebuild(
     force: bool = False,
     defer_open: bool = True,
     run: str | None = None,
+    one_read: bool = False,
 ) -> RebuildPlan:
     """Decide the rebuild of ``windows`` of ``target``.
 
@@ -459,6 +460,9 @@ def plan_rebuild(
         defer_open: Defer the partitions still open to writers chmv does not control (with the server's time
             observed); False rebuilds them now, race-checked (a new version, not yet live, cannot wait for them).
         run: The run's token (names shadows and leases); default a new one.
+        one_read: Read the ClickHouse-engine partitions of time windows together, into one shadow (for a caller
+            that runs them in batches sized to what one hold of the gates may take: ``chmv apply``); else each
+            partition is read alone.
 
     Raises:
         ChmvError: The target is not written by an MV of the DDL, or ``spark`` was asked for a target
@@ -488,6 +492,7 @@ def plan_rebuild(
         root=root,
         run=run,
         races=RaceRules.of(loaded.config.rebuild, loaded.config.pacing),
+        one_read=one_read,
     )
     writers = tuple(loaded.writers(source) for source in plan.gates)
     plan = replace(plan, coverage=coverage, force=force, writers=writers)
@@ -676,8 +681,10 @@ def plan_from_source(
     *,
     run: str | None = None,
     races: RaceRules = RaceRules(),
+    one_read: bool = False,
 ) -> RebuildPlan:
-    """A plan that rebuilds every partition from the source table (the ClickHouse engine), nothing observed."""
+    """A plan that rebuilds every partition from the source table (the ClickHouse engine), nothing observed
+    (``one_read`` as in :func:`plan_rebuild`)."""
     return _assemble(
         project,
         target,
@@ -687,6 +694,7 @@ def plan_from_source(
         per_window=lambda _s, _ws: False,
         run=run,
         races=races,
+        one_read=one_read,
     )
 
 
@@ -702,6 +710,7 @@ def _assemble(
     root: Path | None = None,
     run: str | None = None,
     races: RaceRules = RaceRules(),
+    one_read: bool = False,
 ) -> RebuildPlan:
     """The plan of ``windows``: a step per partition with the engine ``choose`` gives it (one refresh step for a
     refreshable MV)."""
@@ -735,7 +744,7 @@ def _assemble(
             _relation(project, target, source, scheme, window, lake=choice.engine == Engine.SPARK, staged=staged)
             for source in triggers
         )
-        steps.append(_rebuild_step(table, live, scheme, window, choice, relations, run))
+        steps.append(_rebuild_step(table, live, scheme, window, choice, relations, run, one_read=one_read))
     return RebuildPlan(target, live, scheme, tuple(steps), triggers, downstream, root, run=run, races=races)
 
 
@@ -747,12 +756,18 @@ def _rebuild_step(
     choice: EngineChoice,
     relations: tuple[TriggerRelation, ...],
     run: str,
+    *,
+    one_read: bool,
 ) -> PartitionStep:
-    """The step rebuilding ``window`` into a shadow of its own and swapping it in: one partition replaced
-    (``tuple()`` for an unpartitioned table, an MV's inner table too), or every partition of a partitioned table
-    rebuilt whole."""
-    shadow = shadow_ref(live, window.key if window else None, run)
+    """The step rebuilding ``window`` into a shadow and swapping it in: one partition replaced (``tuple()`` for an
+    unpartitioned table, an MV's inner table too), or every partition of a partitioned table rebuilt whole.
+
+    The shadow is the partition's own, or with ``one_read`` the plan's ``range`` shadow for a ClickHouse-engine
+    partition of a time window (read with the others: one read per MV over their span); a refresh, the landing
+    zone's, a whole table or a partition of a key alone is read alone."""
     whole = window is None and table.partition_by is not None
+    shared = one_read and choice.engine == Engine.CLICKHOUSE and window is not None and window.timed
+    shadow = shadow_ref(live, "range" if shared else (window.key if window else None), run)
     partitioned = window is not None and table.partition_by is not None and scheme.partitioned
     return PartitionStep(
         window,

@@ -95,21 +95,21 @@ def run_steps(
     trigger_relation: Callable[[ObjectRef], str | None] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> list[RebuildResult]:
-    """Rebuild the partitions of ``steps`` as one batch: one read of their trigger rows, then each swapped in;
-    results in order.
+    """Rebuild the partitions of ``steps`` in batches: one read of a batch's trigger rows, then each partition
+    swapped in; results in order.
 
     Every MV writing into the target (a fan-in has several) runs its own SELECT once over the trigger rows of the
     batch's windows (:func:`~chmv_assets.sql.rebuild_sql.range_select`: each partition gets the rows it would get
-    alone) into the first step's shadow (the target's structure); each partition then passes its shrink guard, and
+    alone) into the batch's shadow (the target's structure); each partition then passes its shrink guard, and
     those that passed replace the live ones in one ``ALTER`` (:func:`~chmv_assets.sql.rebuild_sql.swaps_sql`:
     ``REPLACE PARTITION`` each, metadata only; ``DROP PARTITION`` if it is empty; ``tuple()`` for an unpartitioned
     target), in order. Readers see each partition old or new, never a mix. The shadow of several windows may also
     hold partitions the read's edges reach (past the last window, by a truncation's grain): they are not swapped,
     and go with the shadow; where the trigger's part metadata says every row of it is inside the read's span, the
     read has no time predicate. A partition a write raced is read again (with the others raced in the same read).
-    A step that shares no read (:attr:`~chmv_assets.engine.rebuild.planner.PartitionStep.batchable`: a refresh, a
-    whole table, a partition of a key alone, the landing zone's) is a batch of one, before the others; a
-    refreshable MV is refreshed by the server.
+    The steps that share a shadow form a batch (the planner's choice: a plan made with ``one_read``); every other
+    step is a batch of one; a refreshable MV is refreshed by the server. Batches run in the order of their first
+    step.
 
     Args:
         client: An open client (the caller holds the plan's gates and leases for the whole call).
@@ -125,10 +125,11 @@ def run_steps(
         RacedWrites: Writes kept racing partitions through every read (the others are swapped).
     """
     say = log or (lambda _msg: None)
-    together = [i for i, s in enumerate(steps) if s.batchable]
-    batches = [[i] for i, s in enumerate(steps) if not s.batchable] + ([together] if together else [])
+    batches: dict[object, list[int]] = {}
+    for i, step in enumerate(steps):
+        batches.setdefault(step.shadow if step.shadow is not None else i, []).append(i)
     done: dict[int, RebuildResult] = {}
-    for batch in batches:
+    for batch in batches.values():
         group = [steps[i] for i in batch]
         if group[0].swap == Swap.REFRESH:
             results = [_refresh(client, project, plan)]
@@ -193,7 +194,7 @@ class _Shadow:
 
 
 class _Read:
-    """How a batch of steps is read into one shadow (the first step's): one insert per MV (:func:`range_select`) and,
+    """How a batch of steps is read into its shadow: one insert per MV (:func:`range_select`) and,
     for several windows, per run of at most the pacer's partitions per insert. Every fill is paced
     (:mod:`chmv_assets.engine.pacing.pacer`)."""
 

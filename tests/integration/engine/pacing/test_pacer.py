@@ -207,15 +207,15 @@ def test_refusals_past_the_attempts_give_up_with_what_to_do(tmp_path: Path) -> N
 def test_a_rederivation_of_many_partitions_is_cut_into_inserts_and_stays_exact(
     tmp_path: Path, base: Path, example
 ) -> None:
-    """The one read of ``chmv apply``'s batches (``one_read``) under ``max_partitions_per_insert = 4``: 30 daily
+    """The one read of ``chmv apply``'s batches (a ``one_read`` plan) under ``max_partitions_per_insert = 4``: 30 daily
     partitions are read by 8 inserts of their own partitions each, and equal the recompute."""
     engine = copy_engine(base, tmp_path / "chdb")
     loaded = _with_pacing(example, max_partitions_per_insert=4)
     windows = [window_at(datetime(2026, 8, d), Grain.DAY) for d in range(1, 31)]
-    plan = plan_for(engine, loaded, ERRORS, windows)
+    plan = plan_for(engine, loaded, ERRORS, windows, one_read=True)
     log: list[str] = []
     with engine.get_client() as client:
-        results = execute(plan, loaded, client=client, one_read=True, log=log.append)
+        results = execute(plan, loaded, client=client, log=log.append)
         assert len(results) == 30
         assert any("(8 inserts of at most 4 partitions)" in line for line in log)
         where = "toDate(timestamp) BETWEEN '2026-08-01' AND '2026-08-30'"

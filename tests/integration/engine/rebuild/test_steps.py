@@ -232,7 +232,9 @@ def test_partitions_rebuilt_in_one_read_equal_their_recomputes(engine, example, 
             client.command(
                 f"ALTER TABLE analytics.{target_name} DROP PARTITION ID {{p:String}}", parameters={"p": partition_id}
             )
-        plan = plan_from_source(example.project, target, windows, live_table(client, example.project, target))
+        plan = plan_from_source(
+            example.project, target, windows, live_table(client, example.project, target), one_read=True
+        )
         results = run_steps(client, example.project, plan, plan.steps)
         for w in windows:
             assert rows(client, finalized, lo=w.start, hi=w.end) == expected[w.key], w.key
@@ -267,7 +269,7 @@ def test_a_span_holding_every_source_row_is_read_without_the_time_predicate(engi
         expected = {w.key: rows(client, recompute, lo=w.start, hi=w.end) for w in windows}
         live = live_table(client, example.project, target)
         for chosen, pruned in ((windows, False), (windows[1:], True)):
-            plan = plan_from_source(example.project, target, chosen, live)
+            plan = plan_from_source(example.project, target, chosen, live, one_read=True)
             results = run_steps(client, example.project, plan, plan.steps)
             (insert,) = [s for s in results[0].statements if s.startswith("INSERT INTO")]
             assert ("`timestamp` >= toDateTime(" in insert) is pruned, insert
@@ -294,7 +296,8 @@ def test_a_guarded_partition_of_one_read_that_would_shrink_stops_there(engine, e
             ">= {lo:DateTime} AND timestamp < {hi:DateTime}",
             parameters={"lo": second.start, "hi": second.end},
         )
-        plan = plan_from_source(example.project, target, [first, second], live_table(client, example.project, target))
+        live = live_table(client, example.project, target)
+        plan = plan_from_source(example.project, target, [first, second], live, one_read=True)
         guarded = replace(plan, steps=tuple(replace(s, guard="the test says so") for s in plan.steps))
         with pytest.raises(
             ShrinkRefused, match=f"partition {second.key}: the rebuild would leave {good[second.key]:,}"

@@ -415,7 +415,7 @@ def test_each_step_carries_its_swap_partition_rows_and_shadow_statement(example)
         "CREATE TABLE `analytics`.`_chmv_shadow_hourly_endpoint_stats_20260901_r0a1b2c3d` "
         "AS `analytics`.`hourly_endpoint_stats`"
     )
-    assert step.batchable and plan.races == RaceRules(4, 1.0, 60.0, example.config.pacing)
+    assert plan.races == RaceRules(4, 1.0, 60.0, example.config.pacing)
     text = plan.describe()
     assert f"- shadow: `` {step.create_shadow} ``" in text
     assert "- races: a read that writes raced is read again (not swapped, or swapped and read again): up to 4 " in text
@@ -432,12 +432,9 @@ def test_a_whole_partitioned_table_swaps_each_partition_and_an_unpartitioned_one
     by_tenant = ref("d.by_tenant")
     loaded = load_ddl(tmp_path, BY_TENANT, toml='default_database = "d"')
     (step,) = plan_rebuild(loaded, by_tenant, [None], Observations(live=by_tenant), engine="clickhouse").steps
-    assert (step.swap, step.partition, step.partition_filter, step.batchable) == (
-        Swap.REPLACE_EACH_PARTITION,
-        None,
-        None,
-        False,
-    )
+    assert (step.swap, step.partition, step.partition_filter) == (Swap.REPLACE_EACH_PARTITION, None, None)
+    one_read = plan_rebuild(loaded, by_tenant, [None], Observations(live=by_tenant), one_read=True, run="ab")
+    assert one_read.steps[0].shadow == shadow_ref(by_tenant, None, "ab")  # a whole table is read alone
     latest = ref("analytics.entity_latest")
     (step,) = plan_rebuild(example, latest, [None], Observations(live=latest), engine="clickhouse").steps
     assert (step.swap, step.partition, step.partition_filter) == (Swap.REPLACE_PARTITION, "tuple()", None)
@@ -468,3 +465,14 @@ PARTITION BY toDate(hour) ORDER BY (k, hour);
 CREATE MATERIALIZED VIEW d.hourly_mv TO d.hourly AS
 SELECT toStartOfHour(ts) AS hour, k, count() AS c FROM d.src GROUP BY hour, k;
 """
+
+
+def test_one_read_plans_share_a_shadow_and_say_so(example):
+    """``chmv apply``'s plans read the partitions of time windows together: the steps share the run's ``range``
+    shadow (the executor reads the steps sharing a shadow at once); other plans give each partition its own."""
+    shared = plan_rebuild(example, STATS, DAYS, Observations(live=STATS), engine="clickhouse", one_read=True, run="ab")
+    assert {s.shadow for s in shared.steps} == {shadow_ref(STATS, "range", "ab")}
+    assert "- one read: the partitions sharing a shadow are read together" in shared.describe()
+    alone = plan_rebuild(example, STATS, DAYS, Observations(live=STATS), engine="clickhouse", run="ab")
+    assert [s.shadow for s in alone.steps] == [shadow_ref(STATS, w.key, "ab") for w in DAYS]
+    assert "- one read" not in alone.describe()
