@@ -84,13 +84,20 @@ class Bench:
     def backfill(self, client, loaded, *, one_read: bool = False, log=None) -> tuple[float, float, float]:
         """The backfill of the 10 days on ``client``: (seconds, seconds pacing spent reading the server, seconds
         waited)."""
+        from chmv_assets.engine.clock import session_zone
         from chmv_assets.engine.pacing.pacer import pacer_for
         from chmv_assets.engine.rebuild.executor import execute
         from chmv_assets.engine.rebuild.planner import Observations, plan_rebuild
 
         stats = pacer_for(client, loaded.config.pacing).stats
         looking, waited = stats.look_seconds, stats.waited_seconds
-        plan = plan_rebuild(loaded, self.target, self.windows, Observations(live=self.target), engine="clickhouse")
+        plan = plan_rebuild(
+            loaded,
+            self.target,
+            self.windows,
+            Observations(live=self.target, zone=session_zone(client)),
+            engine="clickhouse",
+        )
         began = time.perf_counter()
         execute(plan, loaded, client=client, one_read=one_read, log=log)
         return time.perf_counter() - began, stats.look_seconds - looking, stats.waited_seconds - waited

@@ -33,7 +33,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from chmv_assets.ddl.grains import PARTITION_FUNCTIONS, Grain
@@ -55,6 +55,7 @@ from chmv_assets.engine.statements import chunk_id, statement_id, wait_for_orpha
 from chmv_assets.engine.watermarks import begin_load, commit_load
 from chmv_assets.errors import LandingZoneError, ServerBusy
 from chmv_assets.sql.quoting import qualified, quote
+from chmv_assets.sql.time_sql import UTC_INSTANT, time_sql
 from spark.staging import SparkStager, stage
 
 #: Settings of the load's INSERT: a batch may span several source partitions.
@@ -240,13 +241,12 @@ class _Load:
         ref, tcol = self.table.ref, quote(self.tcol)
         cols = ", ".join(quote(c) for c in self.columns)
         key_sql = "(" + ", ".join(quote(k) for k in self.keys) + ")"
-        window = f"{tcol} > {{lower:DateTime64(6)}}" if lower is not None else "1"
+        # the cutoff: a UTC instant (watermark - tolerance), whatever zone the session reads tcol in
+        window = f"{tcol} > {time_sql(lower.replace(tzinfo=UTC), UTC_INSTANT)}" if lower is not None else "1"
         params: dict = {
             "path": staging.staged_glob(self.folder),
             "structure": staging.structure(self.table, self.columns),
         }
-        if lower is not None:
-            params["lower"] = lower
         relation = "file({path:String}, Parquet, {structure:String})"
         stats = client.query(
             f"SELECT count(), max({tcol}), min({tcol}) FROM {relation}", parameters=params

@@ -57,13 +57,13 @@ from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import KEY_DELIMITER, PartitionScheme, encode_key, key_values, partition_values
 from chmv_assets.engine.catalog import inner_table_names
-from chmv_assets.engine.clock import from_wall_seconds
+from chmv_assets.engine.clock import from_wall_seconds, session_zone
 from chmv_assets.engine.health.staleness import BIG_QUERY_SETTINGS
 from chmv_assets.orchestration.partitions import dynamic_partitions_of, time_partitions_of
 from chmv_assets.orchestration.sensor_client import SensorSkip, sensor_client
 from chmv_assets.orchestration.translator import ChmvTranslator
 from chmv_assets.sql.quoting import qualified, quote
-from chmv_assets.sql.time_sql import wall_seconds_sql
+from chmv_assets.sql.time_sql import time_sql, wall_seconds_sql
 from resources.clickhouse import ClickHouseResource
 
 #: Most events one tick reports; the rest follow at the next ticks (a cold start of thousands of partitions).
@@ -408,14 +408,13 @@ def _day_counts(client: _Counted, requests: list[_DayRequest]) -> dict[ObjectRef
     """
     if not requests:
         return {}
-    branches, params = [], {}
+    branches, params, zone = [], {}, session_zone(client.client)
     for i, request in enumerate(requests):
         column = quote(request.tracked.time_column or "")
         where = ""
-        if request.bounds is not None:
-            # wall seconds (engine.clock): bound as the wall clock, which the server reads in the column's zone
-            where = f" WHERE {column} >= toDateTime({{lo_{i}:String}}) AND {column} <= toDateTime({{hi_{i}:String}})"
-            params[f"lo_{i}"], params[f"hi_{i}"] = (f"{from_wall_seconds(b):%Y-%m-%d %H:%M:%S}" for b in request.bounds)
+        if request.bounds is not None:  # wall seconds (engine.clock): the session's wall clock
+            lo, hi = (time_sql(from_wall_seconds(b), "DateTime", zone) for b in request.bounds)
+            where = f" WHERE {column} >= {lo} AND {column} <= {hi}"
         branches.append(
             f"SELECT {i} AS source, toString(toDate({column})) AS day, count() AS rows "
             f"FROM {qualified(request.tracked.ref)}{where} GROUP BY day"

@@ -147,7 +147,7 @@ def late_partitions_sql() -> str:
         "SELECT database, table, partition_id, count() AS parts, sum(rows), "
         "greatest(max(max_date), toDate(max(max_time))) AS newest FROM system.parts "
         f"WHERE active AND {_of()} AND partition_id != 'all' GROUP BY database, table, partition_id "
-        "HAVING parts >= {min_parts:UInt32} AND newest > toDate('1970-01-01') "
+        "HAVING parts >= {min_parts:UInt32} AND newest > toDate(0) "
         "AND newest < toDate(now() - toIntervalHour({closed_after_hours:UInt32})) "
         "ORDER BY parts DESC, database, table, partition_id LIMIT {limit:UInt32}"
     )

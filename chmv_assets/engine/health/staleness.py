@@ -18,7 +18,7 @@ from clickhouse_connect.driver.client import Client
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import MaterializedView, ObjectRef
 from chmv_assets.ddl.partitioning import partition_scheme
-from chmv_assets.engine.clock import server_zone, wall
+from chmv_assets.engine.clock import server_zone, session_zone, wall
 from chmv_assets.sql.meta import WATERMARKS
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rebuild_sql import view_select
@@ -190,7 +190,9 @@ def measure_staleness(
                 f"{quote(probe.trigger_column)} >= (SELECT max({quote(probe.trigger_column)}) "
                 f"FROM {qualified(probe.trigger)}) - INTERVAL {int(lookback)} SECOND"
             )
-            select = view_select(probe.view, project, table, scheme, None, trigger_where=tail)
+            select = view_select(
+                probe.view, project, table, scheme, None, zone=session_zone(client), trigger_where=tail
+            )
             branch("expected", (target, n), quote(probe.target_column), f"({select})")
     if branches:
         for i, v in client.query(" UNION ALL ".join(branches), settings=BIG_QUERY_SETTINGS).result_rows:

@@ -33,6 +33,7 @@ from chmv_assets.ddl.partitioning import (
     windows_between,
 )
 from chmv_assets.engine.catalog import KeptState, existing_objects, read_kept
+from chmv_assets.engine.clock import session_zone
 from chmv_assets.engine.drift import LiveObject, format_queries, read_live, select_changed, select_diff
 from chmv_assets.engine.lifecycle.plan import (
     ACCESS_LAYER,
@@ -562,10 +563,12 @@ class _Planner:
         observations = (
             observe(self.client, self.loaded, target, root=self.root)
             if target in state.live
-            else Observations(live=target)
+            else Observations(live=target, zone=session_zone(self._client) if self._client is not None else "")
         )
         if writes is not None:
-            observations = Observations(live=writes, oldest=observations.oldest, now=observations.now)
+            observations = Observations(
+                live=writes, oldest=observations.oldest, now=observations.now, zone=observations.zone
+            )
         plan = plan_rebuild(
             self.loaded, target, windows, observations, engine="auto", root=self.root, defer_open=not new_version
         )  # a new version, not live yet, cannot wait for them
