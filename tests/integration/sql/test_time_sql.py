@@ -21,6 +21,7 @@ from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import window_at
 from chmv_assets.engine.clock import calendar_mismatch, server_zone, session_zone
 from chmv_assets.engine.lifecycle.deploy import apply
+from chmv_assets.engine.lifecycle.planner import plan_lifecycle
 from chmv_assets.engine.rebuild.steps import rebuild
 from chmv_assets.engine.watermarks import read_watermark, write_watermark
 from resources.clickhouse import ClickHouseResource
@@ -98,3 +99,14 @@ def test_a_window_of_a_column_with_its_own_zone_is_its_wall_clock_whatever_the_s
     ]
     assert result.rows_written == 3
     assert "toDateTime('2026-09-01 00:00:00', 'Asia/Kolkata')" in "\n".join(result.statements)
+
+
+def test_a_calendar_zone_other_than_the_sessions_is_a_note_of_the_plan(tmp_path, project):
+    """chmv.toml's ``timezone`` is Dagster's calendar: honoured there, never in SQL; ``chmv plan`` says when it is not
+    the zone ClickHouse computes partitions in."""
+    kolkata = load_ddl(tmp_path / "kolkata", DDL, toml='timezone = "Asia/Kolkata"')
+    with resource(tmp_path / "chdb", "Asia/Kolkata").get_client() as client:
+        notes = plan_lifecycle(client, project).notes
+        agreed = plan_lifecycle(client, kolkata).notes
+    assert [n for n in notes if n.startswith("timezone: chmv.toml has timezone = 'UTC'")], notes
+    assert not [n for n in agreed if n.startswith("timezone:")], agreed
