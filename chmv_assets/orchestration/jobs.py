@@ -24,7 +24,6 @@ from dagster import (
 )
 from pydantic import Field
 
-from asset_checks.parity import parity_for_partitions
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import MaterializedView, ObjectRef
 from chmv_assets.ddl.twin import describe_stand_ins
@@ -107,7 +106,6 @@ def _apply_job(loaded: LoadedProject) -> JobDefinition:
                     clickhouse,
                     loaded,
                     plan,
-                    parity=parity,
                     stager=SparkStager(get_spark_session),
                     root=root,
                     log=context.log.info,
@@ -117,9 +115,6 @@ def _apply_job(loaded: LoadedProject) -> JobDefinition:
             raise Failure(description=str(err), allow_retries=False) from None
         metadata = {"chmv/report": report.describe(), "chmv/partitions_rederived": sum(report.partitions.values())}
         return Output(None, metadata=metadata)
-
-    def parity(client, target, live, windows):
-        return parity_for_partitions(client, loaded, target, windows, live=live)
 
     @job(
         name=APPLY_JOB,
