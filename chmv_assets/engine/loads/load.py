@@ -3,13 +3,14 @@
 One load of one source:
 
 1. under the source's gate, read the watermark ``W`` (``L = W - late tolerance``);
-2. Spark reads the landing files that can hold rows with event time ``> L``, keeps those rows, drops
-   duplicates by the source's dedup key and writes them to a staging folder (executors never open
-   ClickHouse);
+2. the stager (Spark: :class:`spark.staging.SparkStager`) reads the landing files that can hold rows with event
+   time ``> L``, keeps those rows, drops duplicates by the source's dedup key and writes them to a staging folder
+   (executors never open ClickHouse);
 3. under the gate again: write the ``loading`` intent, then ``INSERT … SELECT FROM file(staging)`` of the
    staged rows with event time ``> L`` (``L`` re-read now) that the source does not hold yet (anti-join on the
-   dedup key over the same window): one insert, or one per run of at most the pacer's partitions per insert (days,
-   hours where a table the insert writes is partitioned by hour), in time order, each paced
+   dedup key over the same window, :func:`chmv_assets.sql.ingest_sql.anti_join_insert_sql`): one insert, or one
+   per run of at most the pacer's partitions per insert (days, hours where a table the insert writes is
+   partitioned by hour), in time order, each paced
    (:mod:`chmv_assets.engine.pacing.pacer`: it waits while the source or a target its MVs write is near its part limits,
    and retries a "Too many parts" refusal that wrote nothing). The live MVs fire on these inserts. Then the watermark
    advances to the newest staged event time (``committed``), only after the last insert returned; a load that gives
@@ -50,12 +51,20 @@ from chmv_assets.engine.ingest.cutoff import (
     source_gate,
 )
 from chmv_assets.engine.pacing.pacer import Pacer, chunks, pacer_for, written_by_insert
-from chmv_assets.engine.rebuild.executor import repair_interrupted_load
+from chmv_assets.engine.rebuild.executor import Stager, repair_interrupted_load
 from chmv_assets.engine.statements import chunk_id, statement_id, wait_for_orphans
 from chmv_assets.engine.watermarks import begin_load, commit_load
 from chmv_assets.errors import LandingZoneError, ServerBusy
-from chmv_assets.sql.quoting import qualified, quote
-from spark.staging import SparkStager, stage
+from chmv_assets.sql.ingest_sql import (
+    anti_join_insert_sql,
+    count_sql,
+    in_run,
+    newest_sql,
+    past_lower_bound,
+    staged_stats_sql,
+    staged_units_sql,
+    time_unit,
+)
 
 #: Settings of the load's INSERT: a batch may span several source partitions.
 INSERT_SETTINGS = {"max_partitions_per_insert_block": 0, "insert_deduplicate": 0}
@@ -88,7 +97,7 @@ def batch_id_of(source: ObjectRef, lower: datetime | None, files: list[landing.L
 
 
 def ingest(
-    spark,
+    stager: Stager,
     clickhouse: ClientFactory,
     loaded: LoadedProject,
     source: ObjectRef,
@@ -100,7 +109,8 @@ def ingest(
     """Load the landing-zone rows of ``source`` newer than its watermark (minus the late tolerance).
 
     Args:
-        spark: A SparkSession.
+        stager: The provider of staged rows (Spark: ``spark.staging.SparkStager``): stages the landing files, and
+            the partitions a repair rebuilds from the landing zone.
         clickhouse: The resource (clients are opened per step, after the gate).
         root: Landing zone root; default from the configuration.
         days: Only landing files of these arrival days (``YYYY-MM-DD``), for a partitioned asset.
@@ -137,7 +147,7 @@ def ingest(
     folder = staging.staging_dir("ingest", [source], batch_id)
     if files:
         crash_point("ingest:before_stage")
-        stage(spark, [f.path for f in files], columns, tcol, keys, folder, after=lower)
+        stager([f.path for f in files], columns, tcol, keys, folder, after=lower)
     rows_staged = staging.staged_rows(folder)
     crash_point("ingest:staged")
 
@@ -183,7 +193,7 @@ def ingest(
                 until=newest or before,
                 cutoff=lower,
                 root=root,
-                stager=SparkStager(spark),
+                stager=stager,
                 log=say,
             )
         committed = commit_load(client, sid, source.fqn, batch_id, newest=newest, rows=inserted, previous=intent)
@@ -237,30 +247,20 @@ class _Load:
     def insert(self, client, lower: datetime | None, query_id: str) -> tuple[int, datetime | None, datetime | None]:
         """Insert the staged rows past ``lower`` the source does not hold; (rows inserted, newest and oldest staged
         event time)."""
-        ref, tcol = self.table.ref, quote(self.tcol)
-        cols = ", ".join(quote(c) for c in self.columns)
-        key_sql = "(" + ", ".join(quote(k) for k in self.keys) + ")"
-        window = f"{tcol} > {{lower:DateTime64(6)}}" if lower is not None else "1"
+        ref, tcol = self.table.ref, self.tcol
+        window = past_lower_bound(tcol, bounded=lower is not None)
         params: dict = {
             "path": staging.staged_glob(self.folder),
             "structure": staging.structure(self.table, self.columns),
         }
         if lower is not None:
             params["lower"] = lower
-        relation = "file({path:String}, Parquet, {structure:String})"
-        stats = client.query(
-            f"SELECT count(), max({tcol}), min({tcol}) FROM {relation}", parameters=params
-        ).result_rows[0]
+        stats = client.query(staged_stats_sql(tcol), parameters=params).result_rows[0]
         # the staged rows' days (hours where a table it writes is partitioned by hour), cut into runs of at most the
         # partitions one insert may write
-        unit = f"toUnixTimestamp(toStartOf{self.unit}({tcol}))"
+        unit = time_unit(tcol, self.unit)
         limit = self.pacer.partitions_per_insert() if self.pacer.rules.enabled else 0
-        units = [
-            int(u)
-            for (u,) in client.query(
-                f"SELECT DISTINCT {unit} AS u FROM {relation} WHERE {window} ORDER BY u", parameters=params
-            ).result_rows
-        ]
+        units = [int(u) for (u,) in client.query(staged_units_sql(unit, window), parameters=params).result_rows]
         runs = chunks(units, limit)
         if len(runs) > 1:
             self.pacer.say(
@@ -268,26 +268,23 @@ class _Load:
             )
         inserted = 0
         for number, run in enumerate(runs, start=1):
-            where = window if len(runs) == 1 else f"{window} AND {unit} BETWEEN {run[0]} AND {run[-1]}"
-            count_sql = f"SELECT count() FROM {qualified(ref)} WHERE {where}"
-            before = int(client.query(count_sql, parameters=params).result_rows[0][0])
-            sql = (
-                f"INSERT INTO {qualified(ref)} ({cols}) SELECT {cols} FROM {relation} WHERE {where} AND {key_sql} "
-                f"NOT IN (SELECT {', '.join(quote(k) for k in self.keys)} FROM {qualified(ref)} WHERE {window})"
-            )
+            where = window if len(runs) == 1 else in_run(window, unit, run[0], run[-1])
+            counted = count_sql(ref, where)
+            before = int(client.query(counted, parameters=params).result_rows[0][0])
+            sql = anti_join_insert_sql(ref, self.columns, self.keys, where, window)
             settings = {**INSERT_SETTINGS, "query_id": chunk_id(query_id, number)}
 
             def statement(sql: str = sql, settings: dict = settings) -> None:
                 client.command(sql, parameters=params, settings=settings)
 
-            def unchanged(before: int = before, count_sql: str = count_sql) -> bool:
-                return int(client.query(count_sql, parameters=params).result_rows[0][0]) == before
+            def unchanged(before: int = before, counted: str = counted) -> bool:
+                return int(client.query(counted, parameters=params).result_rows[0][0]) == before
 
             what = f"{ref.fqn}: insert {number}/{len(runs)} of the batch"
             self.pacer.run(what, statement, watch=self.watch, unchanged=unchanged)
-            inserted += int(client.query(count_sql, parameters=params).result_rows[0][0]) - before
+            inserted += int(client.query(counted, parameters=params).result_rows[0][0]) - before
             if number < len(runs):  # where a later insert that gives up leaves the load
-                end = client.query(f"SELECT max({tcol}) FROM {relation} WHERE {where}", parameters=params)
+                end = client.query(newest_sql(tcol, where), parameters=params)
                 self.done = (inserted, end.result_rows[0][0])
         return inserted, (stats[1] if stats[0] else None), (stats[2] if stats[0] else None)
 
