@@ -20,9 +20,10 @@ from lifecycle_testing import (
     small_engine,
 )
 
+from chmv_assets import settings
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.engine.ingest.cutoff import CRASH_ENV, source_gate
+from chmv_assets.engine.ingest.cutoff import source_gate
 
 pytestmark = [pytest.mark.slow, pytest.mark.worker_seconds(85)]
 ROOT = Path(__file__).resolve().parents[4]
@@ -33,7 +34,7 @@ def ref(name: str) -> ObjectRef:
 
 
 def chmv_apply(ddl: Path, dsn: str, crash_at: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, CRASH_ENV: crash_at or ""}
+    env = {**os.environ, settings.CRASH_AT.name: crash_at or ""}
     return subprocess.run(
         [sys.executable, "-m", "chmv_assets.cli", "apply", "--ddl-dir", str(ddl), "--dsn", dsn],
         cwd=ROOT,
