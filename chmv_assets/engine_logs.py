@@ -13,6 +13,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 #: The top loggers of chmv's packages (every module logs to ``logging.getLogger(__name__)`` below one of them).
 LOGGERS = ("chmv_assets", "spark", "asset_checks", "resources")
@@ -20,6 +21,7 @@ LOGGERS = ("chmv_assets", "spark", "asset_checks", "resources")
 _lock = threading.Lock()
 _open = 0  # blocks of engine_logs_to running, in every thread
 _lowered: list[logging.Logger] = []
+_quiet: ContextVar[bool] = ContextVar("chmv_quiet", default=False)
 
 
 class _OnlyThread(logging.Filter):
@@ -73,8 +75,21 @@ def engine_logs_to(handler: logging.Handler, *, this_thread_only: bool = False) 
                 _lowered.clear()
 
 
+@contextmanager
+def quiet() -> Iterator[None]:
+    """chmv's sinks (:class:`LineHandler`: the CLI's output, a run's event log) leave out the messages below WARNING
+    logged in the block by this thread: the details of a step its caller reports as a whole (``chmv apply``'s
+    re-derivation batches). Other handlers of the process still see them."""
+    token = _quiet.set(True)
+    try:
+        yield
+    finally:
+        _quiet.reset(token)
+
+
 class LineHandler(logging.Handler):
-    """Each record (INFO and up) as its message, with a traceback if it has one, to ``sink(level, line)``."""
+    """Each record (INFO and up, outside :func:`quiet` blocks) as its message, with a traceback if it has one, to
+    ``sink(level, line)``."""
 
     def __init__(self, sink: Callable[[int, str], None]):
         super().__init__(logging.INFO)
@@ -82,6 +97,8 @@ class LineHandler(logging.Handler):
         self.setFormatter(logging.Formatter("%(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno < logging.WARNING and _quiet.get():
+            return
         try:
             line = self.format(record)
         except Exception:  # noqa: BLE001 - logging's own convention: a bad record never breaks the caller

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from chmv_assets.engine_logs import LOGGERS, engine_messages
+from chmv_assets.engine_logs import LOGGERS, engine_messages, quiet
 
 ENGINE = logging.getLogger("chmv_assets.engine.somewhere")
 
@@ -65,3 +65,17 @@ def test_a_sink_that_raises_stops_the_caller_as_a_callback_did() -> None:
             assert str(err) == "stop here"
         else:
             raise AssertionError("the sink's error did not reach the caller")
+
+
+def test_a_quiet_block_keeps_its_details_out_of_chmvs_sinks_but_not_its_warnings(caplog) -> None:
+    lines: list[str] = []
+    with engine_messages(lines.append), caplog.at_level(logging.INFO, "chmv_assets"):
+        with quiet():
+            ENGINE.info("a batch's detail")
+            ENGINE.warning("a batch's warning")
+            neighbour = threading.Thread(target=lambda: ENGINE.info("another thread, not quieted"))
+            neighbour.start()
+            neighbour.join()
+        ENGINE.info("the report")
+    assert lines == ["a batch's warning", "another thread, not quieted", "the report"]
+    assert "a batch's detail" in caplog.messages  # the process's own logging still sees it

@@ -77,6 +77,7 @@ from chmv_assets.engine.rebuild.deferrals import Deferral
 from chmv_assets.engine.rebuild.executor import Stager, execute
 from chmv_assets.engine.rebuild.planner import Engine, PartitionStep, RebuildPlan, downstream_targets, triggers_of
 from chmv_assets.engine.rebuild.steps import race_ranges
+from chmv_assets.engine_logs import quiet
 from chmv_assets.errors import ChmvError, EngineBusyError
 from chmv_assets.sql.lifecycle_sql import cut_over_sql, discard_beside_sql, finish_swap_sql, keep_old_sql
 from chmv_assets.sql.meta import meta_ddl_for
@@ -414,15 +415,16 @@ class _Apply:
         assert self.hold is not None  # the caller's
         while (steps := batches.take(self.hold)) is not None:
             started = time.monotonic()
-            execute(
-                replace(plan, steps=steps),
-                self.loaded,
-                self.clickhouse,
-                client=client,
-                stager=self.stager,
-                one_read=True,
-                owner=f"chmv apply {self.id}",
-            )
+            with quiet():  # the batch's own messages are details: the apply reports the re-derivation
+                execute(
+                    replace(plan, steps=steps),
+                    self.loaded,
+                    self.clickhouse,
+                    client=client,
+                    stager=self.stager,
+                    one_read=True,
+                    owner=f"chmv apply {self.id}",
+                )
             self._check(client, target, plan, steps)
             batches.ran(steps, time.monotonic() - started)
             for _ in steps:
