@@ -25,9 +25,9 @@ warnings.filterwarnings("ignore")
 
 from conftest import EXAMPLE_DDL, make_engine  # noqa: E402
 
-from asset_checks.parity import parity_sql  # noqa: E402
 from chmv_assets.ddl.loader import load  # noqa: E402
 from chmv_assets.ddl.models import ObjectRef  # noqa: E402
+from chmv_assets.engine.health.parity import parity_sql  # noqa: E402
 from chmv_assets.engine.health.staleness import measure_staleness  # noqa: E402
 from chmv_assets.orchestration.partitions import window_for_key  # noqa: E402
 from chmv_assets.orchestration.translator import ChmvTranslator  # noqa: E402

@@ -83,7 +83,7 @@ def _cpu() -> float:
 
 
 def _parity(loaded):
-    from asset_checks.parity import parity_for_partitions
+    from chmv_assets.engine.health.parity import parity_for_partitions
 
     def parity(client, target, live, windows):
         return parity_for_partitions(client, loaded, target, windows, live=live)

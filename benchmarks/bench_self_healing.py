@@ -29,8 +29,8 @@ warnings.filterwarnings("ignore")
 from bench_checks import CountingClient, generated_project  # noqa: E402
 from conftest import EXAMPLE_DDL, make_engine  # noqa: E402
 
-from asset_checks.parity import parity_for_partitions  # noqa: E402
 from chmv_assets.ddl.loader import load  # noqa: E402
+from chmv_assets.engine.health.parity import parity_for_partitions  # noqa: E402
 from chmv_assets.engine.health.sweep import SweepState, decide  # noqa: E402
 from chmv_assets.orchestration.translator import ChmvTranslator  # noqa: E402
 from chmv_assets.sql.quoting import qualified  # noqa: E402

@@ -208,7 +208,7 @@ def _plan(args: argparse.Namespace, loaded, resource) -> int:
 
 def _apply(args: argparse.Namespace, loaded, resource) -> int:
     """``chmv apply``: plan, preflight (nothing is touched if the server refuses a statement), then the changes."""
-    from asset_checks.parity import parity_for_partitions
+    from chmv_assets.engine.health.parity import parity_for_partitions
     from chmv_assets.engine.ingest.landing import landing_dir
     from chmv_assets.engine.lifecycle.apply import apply_plan
     from chmv_assets.engine.lifecycle.plan import Action

@@ -24,10 +24,10 @@ from dagster import (
 )
 from pydantic import Field
 
-from asset_checks.parity import parity_for_partitions
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import MaterializedView, ObjectRef
 from chmv_assets.ddl.twin import describe_stand_ins
+from chmv_assets.engine.health.parity import parity_for_partitions
 from chmv_assets.engine.ingest.landing import landing_dir
 from chmv_assets.engine.lifecycle.apply import LifecycleError, apply_plan
 from chmv_assets.engine.lifecycle.plan import Action, LifecyclePlan

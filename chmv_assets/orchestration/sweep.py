@@ -42,11 +42,11 @@ from dagster import (
 )
 
 from asset_checks.inline import latest_materializations, parity_alert, parity_evaluation
-from asset_checks.parity import parity_for_partitions
 from chmv_assets.alerts import sink_for
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.partitioning import encode_key
 from chmv_assets.engine.drift import apply_pending
+from chmv_assets.engine.health.parity import parity_for_partitions
 from chmv_assets.engine.health.sweep import SweepItem, SweepState, decide, window_of
 from chmv_assets.orchestration.partitions import dynamic_partitions_of
 from chmv_assets.orchestration.sensor_client import SensorSkip, sensor_client

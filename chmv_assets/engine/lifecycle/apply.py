@@ -93,7 +93,7 @@ class LifecycleError(ChmvError):
 
 
 class ParityOutcome(Protocol):
-    """What a parity check returns (``asset_checks.parity.ParityResult``)."""
+    """What a parity check returns (``chmv_assets.engine.health.verdicts.ParityResult``)."""
 
     @property
     def within_tolerance(self) -> bool: ...
@@ -102,7 +102,7 @@ class ParityOutcome(Protocol):
 
 
 #: ``(client, target, table holding the rows, windows)`` → the parity of each partition, in order
-#: (``asset_checks.parity.parity_for_partitions``: one recompute for all of them).
+#: (``chmv_assets.engine.health.parity.parity_for_partitions``: one recompute for all of them).
 ParityCheck = Callable[[Client, ObjectRef, ObjectRef, Sequence[PartitionWindow | None]], Sequence[ParityOutcome]]
 
 

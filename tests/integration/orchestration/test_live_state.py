@@ -11,7 +11,7 @@ from chmv_check_helpers import TRANSLATOR, engine_held_by_another_process, ref, 
 from conftest import make_engine
 from dagster import AssetCheckKey, AssetKey, AssetSelection, DagsterInstance, materialize
 
-from asset_checks.common import PARITY
+from asset_checks.names import PARITY
 from chmv_assets import demo_data
 from chmv_assets.ddl.loader import load
 from chmv_assets.orchestration import live_state

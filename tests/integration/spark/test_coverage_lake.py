@@ -14,7 +14,7 @@ from dagster import AssetKey, materialize
 from retention_testing import count, ddl_with_ttl, ttl_back_to
 from spark_testing import backfill, deliver, digest, recompute, ref, with_landing, write_lake
 
-from asset_checks.common import PARITY
+from asset_checks.names import PARITY
 from chmv_assets import demo_data
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.partitioning import PartitionWindow

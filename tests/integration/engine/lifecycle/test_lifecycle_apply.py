@@ -27,9 +27,9 @@ from lifecycle_testing import (
     small_engine,
 )
 
-from asset_checks.parity import parity_for_partitions
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine.health.parity import parity_for_partitions
 from chmv_assets.engine.lifecycle.apply import apply_plan
 from chmv_assets.engine.lifecycle.plan import Action
 from chmv_assets.engine.lifecycle.planner import plan_lifecycle

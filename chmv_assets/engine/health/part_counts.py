@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.models import ObjectRef, Table
+from chmv_assets.engine.health.verdicts import PartVerdict
 
 SETTINGS = ("parts_to_delay_insert", "parts_to_throw_insert", "max_parts_in_total")
 #: Consecutive rising evaluations (current included) that count as "climbing".
@@ -33,12 +34,6 @@ class PartCount:
     max_in_partition: int
     partition: str | None
     by_partition: tuple[tuple[str, int], ...] = ()
-
-
-@dataclass(frozen=True)
-class PartVerdict:
-    severity: str  # ok | warning | error
-    message: str
 
 
 def server_thresholds(client: Client) -> dict[str, int]:

@@ -20,21 +20,21 @@ because the source was truncated.
 """
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from asset_checks.common import SELF_DEDUP_ENGINES, involved_objects, missing_message
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Table
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme, time_of
 from chmv_assets.engine import races
 from chmv_assets.engine.catalog import existing_objects, live_table
 from chmv_assets.engine.clock import wall_now
-from chmv_assets.engine.drift import DriftItem, apply_pending, describe_pending
+from chmv_assets.engine.drift import DriftItem, apply_pending, describe_pending, involved_objects_of
+from chmv_assets.engine.health.verdicts import SELF_DEDUP_ENGINES, Measure, ParityResult
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest.lake_read import lake_relation
 from chmv_assets.engine.rebuild.coverage import mappings, observe_coverage
@@ -46,96 +46,6 @@ from chmv_assets.sql.rebuild_sql import partition_expression, partition_filter, 
 
 #: Aggregate functions whose -Merge over a whole partition equals the -Merge of the recompute exactly.
 ADDITIVE = {"sum", "count", "sumWithOverflow", "sumKahan"}
-
-
-@dataclass(frozen=True)
-class Measure:
-    """One figure compared between the target and the recompute."""
-
-    name: str
-    expected: float
-    actual: float
-
-    @property
-    def delta(self) -> float:
-        return self.actual - self.expected
-
-
-@dataclass(frozen=True)
-class ParityResult:
-    """The parity of one target partition.
-
-    Attributes:
-        target: ``db.table``.
-        partition: The partition key, None for the whole table.
-        measures: Figures compared; the first is the headline (expected/actual/delta metadata).
-        tolerance: Allowed relative difference.
-        in_grace: The partition is the newest one and still inside the processing-latency grace.
-        missing: Objects that do not exist on the server (the check fails with that message).
-        error: A query error (an MV whose SELECT throws on the source rows, say).
-        sql: The query that was run.
-        truth: What the recompute read: ``source`` (the trigger tables) or ``landing zone`` (the lake up
-            to the ingestion cutoff, the tables after it), as a rebuild would.
-        unverifiable: Why the partition cannot be checked (its rows live neither in the source nor in the
-            landing zone); such a partition is reported, not failed.
-    """
-
-    target: str
-    partition: str | None
-    measures: tuple[Measure, ...] = ()
-    tolerance: float = 0.0
-    in_grace: bool = False
-    missing: tuple[str, ...] = ()
-    error: str | None = None
-    sql: str = ""
-    notes: tuple[str, ...] = field(default=())
-    truth: str = "source"
-    unverifiable: str | None = None
-
-    @property
-    def within_tolerance(self) -> bool:
-        if self.missing or self.error or self.unverifiable:
-            return False
-        return all(abs(m.delta) <= self.tolerance * max(abs(m.expected), 1.0) for m in self.measures)
-
-    @property
-    def holds_more(self) -> bool:
-        """The target holds more than the recompute yields, beyond the tolerance, in some measure: the one mismatch
-        a source that lost rows (retention) can explain, so coverage is worth observing."""
-        return any(m.delta > self.tolerance * max(abs(m.expected), 1.0) for m in self.measures)
-
-    @property
-    def passed(self) -> bool:
-        if self.missing or self.error:
-            return False
-        return self.within_tolerance or self.in_grace or self.unverifiable is not None
-
-    @property
-    def expected(self) -> float:
-        return self.measures[0].expected if self.measures else 0.0
-
-    @property
-    def actual(self) -> float:
-        return self.measures[0].actual if self.measures else 0.0
-
-    @property
-    def delta(self) -> float:
-        return self.actual - self.expected
-
-    def describe(self) -> str:
-        where = f"{self.target} partition {self.partition}" if self.partition else self.target
-        if self.missing:
-            return f"{where}: {missing_message(ObjectRef(database=m.split('.')[0], name=m.split('.', 1)[1]) for m in self.missing)}"
-        if self.error:
-            return f"{where}: the parity query failed: {self.error}"
-        if self.unverifiable:
-            return f"{where}: not verifiable: {self.unverifiable}"
-        figures = "; ".join(f"{m.name}: expected {m.expected:g}, actual {m.actual:g}" for m in self.measures)
-        verdict = (
-            "ok" if self.within_tolerance else ("mismatch inside the grace period" if self.in_grace else "MISMATCH")
-        )
-        against = "" if self.truth == "source" else f", against the {self.truth}"
-        return f"{where}: {verdict} ({figures}{against})"
 
 
 def measures_for(table: Table, views: Sequence[MaterializedView] = ()) -> list[tuple[str, str, str]]:
@@ -396,7 +306,7 @@ def _parity_for_partitions(
         )
     assert table is not None
     config = loaded.config.parity
-    involved = involved_objects(loaded, target_ref)
+    involved = involved_objects_of(loaded.project, target_ref)
     missing = set(involved) - existing_objects(client, involved) - set(project.dictionaries)
     if missing:
         names = tuple(sorted(m.fqn for m in missing))
@@ -616,7 +526,7 @@ def _parity_each(
             ParityResult(target_ref.fqn, w.key if w else None, tolerance=config.tolerance, unverifiable=waiting)
             for w in windows
         ]
-    involved = involved_objects(loaded, target_ref)
+    involved = involved_objects_of(loaded.project, target_ref)
     missing = set(involved) - existing_objects(client, involved)
     missing -= set(loaded.project.dictionaries)  # dictionaries are checked by drift, parity does not read them
     if missing:
