@@ -208,15 +208,11 @@ def _plan(args: argparse.Namespace, loaded, resource) -> int:
 
 def _apply(args: argparse.Namespace, loaded, resource) -> int:
     """``chmv apply``: plan, preflight (nothing is touched if the server refuses a statement), then the changes."""
-    from chmv_assets.engine.health.parity import parity_for_partitions
     from chmv_assets.engine.ingest.landing import landing_dir
     from chmv_assets.engine.lifecycle.apply import apply_plan
     from chmv_assets.engine.lifecycle.plan import Action
     from chmv_assets.engine.lifecycle.planner import plan_lifecycle
     from chmv_assets.engine.lifecycle.preflight import preflight
-
-    def parity(client, target, live, windows):
-        return parity_for_partitions(client, loaded, target, windows, live=live)
 
     def stage(*args, **kwargs) -> None:  # Spark starts only if a partition is read from the landing zone
         from spark.session import get_spark_session
@@ -232,7 +228,7 @@ def _apply(args: argparse.Namespace, loaded, resource) -> int:
         if plan.has_changes:
             print(plan.describe())
         # the apply takes the client over (one opening of the engine for plan, preflight and apply)
-        apply_plan(resource, loaded, plan, parity=parity, stager=stage, root=root, opened=(client, opened.pop_all()))
+        apply_plan(resource, loaded, plan, stager=stage, root=root, opened=(client, opened.pop_all()))
     project = loaded.project
     objects = len(project.databases) + len(project.tables) + len(project.dictionaries) + len(project.views)
     objects += len(project.kept)

@@ -27,7 +27,6 @@ from pydantic import Field
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import MaterializedView, ObjectRef
 from chmv_assets.ddl.twin import describe_stand_ins
-from chmv_assets.engine.health.parity import parity_for_partitions
 from chmv_assets.engine.ingest.landing import landing_dir
 from chmv_assets.engine.lifecycle.apply import LifecycleError, apply_plan
 from chmv_assets.engine.lifecycle.plan import Action, LifecyclePlan
@@ -109,7 +108,6 @@ def _apply_job(loaded: LoadedProject) -> JobDefinition:
                         clickhouse,
                         loaded,
                         plan,
-                        parity=parity,
                         stager=SparkStager(get_spark_session),
                         root=root,
                         opened=(client, opened.pop_all()),
@@ -118,9 +116,6 @@ def _apply_job(loaded: LoadedProject) -> JobDefinition:
             raise Failure(description=str(err), allow_retries=False) from None
         metadata = {"chmv/report": report.describe(), "chmv/partitions_rederived": sum(report.partitions.values())}
         return Output(None, metadata=metadata)
-
-    def parity(client, target, live, windows):
-        return parity_for_partitions(client, loaded, target, windows, live=live)
 
     @job(
         name=APPLY_JOB,

@@ -21,7 +21,7 @@ from clickhouse_connect.driver.binding import format_query_value
 
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project
-from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
+from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, window_reach
 from chmv_assets.ddl.types import parse_type
 from chmv_assets.sql.meta import WATERMARKS
 from chmv_assets.sql.quoting import qualified, quote, time_literal
@@ -57,22 +57,21 @@ class TimeMapping:
         column: The trigger's time column the target's partition column is computed from.
         column_type: Its ClickHouse type.
         grain: The truncation the MV applies (``toStartOfHour(ts)`` → hour), None for the bare column.
-        exact: Every row lands in the window holding its own time (the truncation lies within the
-            partition grain); otherwise a window's rows span ``[start, end + grain)``.
+        reach: How far past a window's end its rows' own time may lie, i.e. how far before a row's time the window it
+            lands in may start (a weekly rollup of a day: the week starting up to 6 days before it):
+            :func:`chmv_assets.ddl.partitioning.window_reach`.
     """
 
     column: str
     column_type: str
     grain: Grain | None
-    exact: bool
+    reach: timedelta
 
     @property
-    def reach(self) -> timedelta:
-        """How far past a window's end its rows' own time may lie, i.e. how far before a row's time the window it
-        lands in may start (a weekly rollup of a day: the week starting up to 6 days before it); 0 if exact."""
-        if self.exact or self.grain is None:
-            return timedelta(0)
-        return timedelta(seconds=self.grain.seconds)
+    def exact(self) -> bool:
+        """Every row lands in the window holding its own time (the truncation lies within the partition grain);
+        otherwise a window's rows span ``[start, end + reach)``."""
+        return not self.reach
 
     def source_range(self, window: PartitionWindow) -> tuple[datetime, datetime]:
         """``[lo, hi)`` of the trigger's time column holding every row that maps into ``window``."""
@@ -91,8 +90,7 @@ def time_mapping(view: MaterializedView, project: Project, scheme: PartitionSche
     column = source.column(column_name)
     if column is None or not column.data_type.is_time:
         return None
-    exact = grain is None or grain.within(scheme.grain)
-    return TimeMapping(column.name, column.type, grain, exact)
+    return TimeMapping(column.name, column.type, grain, window_reach(view, scheme))
 
 
 #: The bucket coverage looks at inside a window of each partition grain (a source's hole inside a window).

@@ -14,7 +14,7 @@ every asset at once (``chmv_assets.sql.health_sql``):
   of its oldest entry, the replica's lag (``absolute_delay``), inactive replicas, entries failing. Server only: the
   embedded engine runs ``Replicated*`` tables as their local twin, without Keeper, and says so instead.
 
-Part counts and merges near the limits are the ``chmv_part_count`` check's (``chmv_assets/engine/health/part_counts.py``).
+Part counts and merges near the limits are the ``chmv_part_count`` check's (:mod:`.part_counts`).
 """
 
 from __future__ import annotations

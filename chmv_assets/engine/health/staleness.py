@@ -18,18 +18,14 @@ from clickhouse_connect.driver.client import Client
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import MaterializedView, ObjectRef
 from chmv_assets.ddl.partitioning import partition_scheme
+from chmv_assets.engine.clients import BIG_QUERY_SETTINGS
 from chmv_assets.engine.clock import server_zone, wall
 from chmv_assets.sql.meta import WATERMARKS
+from chmv_assets.sql.parts_sql import newest_per_table_sql
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rebuild_sql import view_select
 
 _EPOCH = datetime(1970, 1, 2)
-#: One UNION ALL over hundreds of targets exceeds the default 256 KiB query size and AST limits.
-BIG_QUERY_SETTINGS = {
-    "max_query_size": 64 * 1024 * 1024,
-    "max_ast_elements": 10_000_000,
-    "max_expanded_ast_elements": 10_000_000,
-}
 
 
 @dataclass(frozen=True)
@@ -123,8 +119,8 @@ def measure_staleness(
     existing: set[ObjectRef] = set()
     newest: dict[ObjectRef, datetime] = {}
     for database, name, max_time, max_date in client.query(
-        "SELECT t.database, t.name, max(p.max_time), max(p.max_date) FROM system.tables AS t LEFT JOIN "
-        "(SELECT database, table, max_time, max_date FROM system.parts WHERE active) AS p "
+        "SELECT t.database, t.name, max(p.newest_time), max(p.newest_date) FROM system.tables AS t LEFT JOIN "
+        f"({newest_per_table_sql()}) AS p "
         "ON p.database = t.database AND p.table = t.name WHERE t.database IN {dbs:Array(String)} "
         "GROUP BY t.database, t.name",
         parameters={"dbs": sorted({r.database for r in needed})},

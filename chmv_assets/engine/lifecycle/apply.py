@@ -51,16 +51,15 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
 
 from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine import races
 from chmv_assets.engine.catalog import existing_objects
 from chmv_assets.engine.clients import ClientFactory
+from chmv_assets.engine.health.parity import parity_for_partitions
 from chmv_assets.engine.ingest.cutoff import crash_point, source_gate
 from chmv_assets.engine.lifecycle import journal
 from chmv_assets.engine.lifecycle.deploy import use_default_database
@@ -72,6 +71,7 @@ from chmv_assets.engine.lifecycle.planner import (
     root_sources,
 )
 from chmv_assets.engine.lifecycle.refusals import check_statement
+from chmv_assets.engine.parts import read_partitions
 from chmv_assets.engine.rebuild import deferrals
 from chmv_assets.engine.rebuild.deferrals import Deferral
 from chmv_assets.engine.rebuild.executor import Stager, execute
@@ -90,20 +90,6 @@ REDERIVING = (Action.CREATE, Action.MODIFY_QUERY, Action.RECREATE_VIEW, Action.R
 
 class LifecycleError(ChmvError):
     """Apply stopped: a blocked change, or a partition whose parity failed (the old version stays live)."""
-
-
-class ParityOutcome(Protocol):
-    """What a parity check returns (``chmv_assets.engine.health.verdicts.ParityResult``)."""
-
-    @property
-    def within_tolerance(self) -> bool: ...
-
-    def describe(self) -> str: ...
-
-
-#: ``(client, target, table holding the rows, windows)`` → the parity of each partition, in order
-#: (``chmv_assets.engine.health.parity.parity_for_partitions``: one recompute for all of them).
-ParityCheck = Callable[[Client, ObjectRef, ObjectRef, Sequence[PartitionWindow | None]], Sequence[ParityOutcome]]
 
 
 @dataclass
@@ -137,7 +123,7 @@ def apply_plan(
     loaded: LoadedProject,
     plan: LifecyclePlan,
     *,
-    parity: ParityCheck | None = None,
+    parity: bool = True,
     stager: Stager | None = None,
     root: Path | None = None,
     pause: Callable[[str], None] | None = None,
@@ -151,16 +137,16 @@ def apply_plan(
         clickhouse: Opens clients; one per hold, taken after the hold's write gates.
         loaded: The project planned from.
         plan: From :func:`chmv_assets.engine.lifecycle.planner.plan_lifecycle`.
-        parity: Checks the rebuilt partitions of a new version against the new SELECT over the same source rows
-            (a batch's partitions at once, under the same hold of the gates); a failure stops the apply before the
-            swap.
+        parity: Verify the rebuilt partitions of a new version before its swap (:meth:`_Apply._verify`: the parity
+            check against the new SELECT over the same source rows); a failure stops the apply, the old version
+            stays live. False: they are swapped in unverified.
         stager: Spark staging for partitions the rebuild planner reads from the landing zone.
         root: The landing zone.
         pause: Called at every point between steps, after the apply released its gates and client there (tests
             interleave inserts); without it, a hold carries on across those points while it is young.
         batch_seconds: How long one hold of the gates lasts at most (at least one step or batch of partitions):
             ingestion waits that long at worst, and the engine is opened once per hold, not per step or partition.
-        check_in_place: Check the partitions re-derived in place too (they are not gating a swap; the target
+        check_in_place: Verify the partitions re-derived in place too (they are not gating a swap; the target
             asset's own parity check covers them; the check recomputes the SELECT, doubling the work).
         opened: The client the caller planned with, and the stack that closes it (``ExitStack.pop_all()``): the
             apply takes both over as its first hold (the engine is not opened again after the plan and preflight)
@@ -187,7 +173,7 @@ class _Apply:
         clickhouse: ClientFactory,
         loaded: LoadedProject,
         plan: LifecyclePlan,
-        parity: ParityCheck | None,
+        parity: bool,
         stager: Stager | None,
         root: Path | None,
         pause: Callable[[str], None] | None,
@@ -341,11 +327,8 @@ class _Apply:
         sources = root_sources(self.loaded, target) | set(triggers_of(self.project, target))
         if not sources:
             return False
-        rows = client.query(
-            "SELECT sum(rows) FROM system.parts WHERE active AND (database, table) IN {refs:Array(Tuple(String, String))}",
-            parameters={"refs": [(s.database, s.name) for s in sources]},
-        ).result_rows
-        return bool(rows and rows[0][0])
+        held = read_partitions(client, sorted(sources, key=lambda s: s.fqn))
+        return any(p.rows for partitions in held.values() for p in partitions)
 
     def _rederive(self, target: ObjectRef, *, writes: ObjectRef | None = None, only: set[str] | None = None) -> None:
         """Re-derive ``target``'s history (the partitions ``only`` names, if given) in batches of partitions, each
@@ -425,17 +408,21 @@ class _Apply:
                     one_read=True,
                     owner=f"chmv apply {self.id}",
                 )
-            self._check(client, target, plan, steps)
+            self._verify(client, target, plan, steps)
             batches.ran(steps, time.monotonic() - started)
             for _ in steps:
                 crash_point("lifecycle:partition")
 
-    def _check(self, client: Client, target: ObjectRef, plan: RebuildPlan, steps: Sequence[PartitionStep]) -> None:
-        """The parity of the partitions just rebuilt, in one recompute (each must pass)."""
+    def _verify(self, client: Client, target: ObjectRef, plan: RebuildPlan, steps: Sequence[PartitionStep]) -> None:
+        """How an apply verifies what it rebuilt: the parity of the partitions just rebuilt into a new version (and
+        in place with ``check_in_place``), against the new SELECT over the same source rows, in one recompute under
+        the same hold of the gates; each must pass, else the apply stops before the swap (the old version stays
+        live)."""
         checked = [s for s in steps if s.engine != Engine.REFRESH]
-        if self.parity is None or not checked or not (self.check_in_place or plan.live != target):
+        if not self.parity or not checked or not (self.check_in_place or plan.live != target):
             return
-        for result in self.parity(client, target, plan.live, [s.window for s in checked]):
+        windows = [s.window for s in checked]
+        for result in parity_for_partitions(client, self.loaded, target, windows, live=plan.live):
             if not result.within_tolerance:
                 raise LifecycleError(f"parity failed, apply stopped: {result.describe()}")
             self.report.parity_checked += 1

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
 
-from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import KeptKind, KeptObject, MaterializedView, ObjectRef, Table
 from chmv_assets.ddl.names import safe_name
@@ -30,6 +29,7 @@ from chmv_assets.ddl.partitioning import (
     PartitionWindow,
     floor_to_grain,
     partition_scheme,
+    target_reach,
     windows_between,
 )
 from chmv_assets.engine.catalog import KeptState, existing_objects, read_kept
@@ -45,6 +45,7 @@ from chmv_assets.engine.lifecycle.plan import (
 )
 from chmv_assets.engine.lifecycle.refusals import refused_views
 from chmv_assets.engine.lifecycle.table_diff import TableDiff, diff_table, same_text
+from chmv_assets.engine.parts import read_partitions
 from chmv_assets.engine.rebuild.planner import Observations, downstream_targets, observe, plan_rebuild, triggers_of
 from chmv_assets.errors import ChmvError, DDLError
 from chmv_assets.sql.cluster import (
@@ -142,32 +143,20 @@ def read_parts(
     client: Client, databases: Iterable[str], tables: Iterable[ObjectRef] | None = None
 ) -> dict[ObjectRef, tuple[PartStats, ...]]:
     """Rows and partition-key time range of the active parts of every table in ``databases`` (or only of ``tables``
-    of them), by partition."""
-    databases = sorted(set(databases))
-    if not databases:
-        return {}
-    where, parameters = "database IN {dbs:Array(String)}", {"dbs": databases}
-    if tables is not None:
-        where += " AND (database, table) IN {refs:Array(Tuple(String, String))}"
-        parameters["refs"] = sorted({(r.database, r.name) for r in tables})
-    out: dict[ObjectRef, list[PartStats]] = {}
-    for d, t, partition, rows, min_time, max_time, min_date, max_date in client.query(
-        "SELECT database, table, partition, sum(rows), min(min_time), max(max_time), min(min_date), max(max_date) "
-        f"FROM system.parts WHERE active AND {where} GROUP BY database, table, partition",
-        parameters=parameters,
-    ).result_rows:
-        start = end = None
-        if min_time is not None and _naive(min_time) > _EPOCH:
-            start, end = _naive(min_time), _naive(max_time) + timedelta(seconds=1)
-        elif min_date is not None and min_date.year > 1970:
-            start = datetime(min_date.year, min_date.month, min_date.day)
-            end = datetime(max_date.year, max_date.month, max_date.day) + timedelta(days=1)
-        out.setdefault(ObjectRef(database=d, name=t), []).append(PartStats(partition, int(rows), start, end))
-    return {ref: tuple(sorted(p, key=lambda s: (s.start or _EPOCH, s.partition))) for ref, p in out.items()}
-
-
-def _naive(value: datetime) -> datetime:
-    return value.replace(tzinfo=None)
+    of them), by partition (:func:`chmv_assets.engine.parts.read_partitions`, one query)."""
+    databases = set(databases)
+    if tables is None:
+        found = read_partitions(client, databases=databases)
+    else:
+        found = read_partitions(
+            client, sorted((t for t in set(tables) if t.database in databases), key=lambda r: r.fqn)
+        )
+    out: dict[ObjectRef, tuple[PartStats, ...]] = {}
+    for ref, partitions in found.items():
+        stats = [PartStats(p.value, p.rows, *(p.window() or (None, None))) for p in partitions]
+        if stats:
+            out[ref] = tuple(sorted(stats, key=lambda s: (s.start or _EPOCH, s.partition)))
+    return out
 
 
 def plan_lifecycle(
@@ -597,7 +586,7 @@ class _Planner:
                         "and the MV's partition column is not a truncation of one of its columns)"
                     )
             # The target's partition column truncates the trigger's time (toMonday(day) of 2026-08-01 is in July).
-            low -= timedelta(seconds=max((g.seconds for g in self._truncations(target, scheme, source)), default=0))
+            low -= target_reach(self.project, target, scheme, source)
             since = low if since is None else min(since, low)
             until = high if until is None else max(until, high)
         if since is None or until is None:
@@ -605,23 +594,12 @@ class _Planner:
         first = floor_to_grain(since, scheme.grain)
         return windows_between(scheme.grain, first, since, until)
 
-    def _truncations(self, target: ObjectRef, scheme: PartitionScheme, source: ObjectRef) -> list[Grain]:
-        """Grains by which the MVs reading ``source`` truncate its time into the target's partition column, where
-        a truncated value may fall in an earlier partition than the row's own time (a week straddling months)."""
-        grains = []
-        for view in self.project.views_into(target):
-            out = view.output(scheme.column) if scheme.column else None
-            if view.trigger == source and out is not None and out.truncation is not None and out.truncation[1]:
-                grain = Grain(out.truncation[1])
-                if scheme.grain is None or not grain.within(scheme.grain):
-                    grains.append(grain)
-        return grains
-
     def _reach(self, target: ObjectRef, scheme: PartitionScheme, triggers: list[ObjectRef]) -> dict[ObjectRef, int]:
-        """Per trigger, how far past a window's end its rows may still map into the window (the truncation's grain)."""
+        """Per trigger, how far past a window's end its rows may still map into the window, in seconds
+        (:func:`~chmv_assets.ddl.partitioning.target_reach`)."""
         if scheme.grain is None:
             return {}
-        return {s: max((g.seconds for g in self._truncations(target, scheme, s)), default=0) for s in triggers}
+        return {s: int(target_reach(self.project, target, scheme, s).total_seconds()) for s in triggers}
 
     def _derivable(
         self, target: ObjectRef, triggers: list[ObjectRef], windows: list[PartitionWindow], reach: dict[ObjectRef, int]

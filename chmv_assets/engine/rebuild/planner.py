@@ -33,7 +33,6 @@ from typing import Literal
 
 from clickhouse_connect.driver.client import Client
 
-from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.ddl.partitioning import (
@@ -41,6 +40,8 @@ from chmv_assets.ddl.partitioning import (
     PartitionWindow,
     keyed_window,
     partition_scheme,
+    target_reach,
+    window_reach,
     windows_between,
     with_values,
 )
@@ -549,18 +550,9 @@ def new_run_token() -> str:
 
 
 def reach(loaded: LoadedProject, target: ObjectRef, scheme: PartitionScheme) -> timedelta:
-    """How far past a window's end a trigger row may still map into the window: the grain by which an MV truncates
-    its time into the target's partition column, where that grain is coarser than the partition's (a week that
-    starts in one month and ends in the next)."""
-    if scheme.grain is None or scheme.column is None:
-        return timedelta(0)
-    seconds = 0
-    for view in loaded.project.views_into(target):
-        out = view.output(scheme.column)
-        grain = out.truncation[1] if out is not None and out.truncation is not None else None
-        if grain is not None and not Grain(grain).within(scheme.grain):
-            seconds = max(seconds, Grain(grain).seconds)
-    return timedelta(seconds=seconds)
+    """How far past a window's end a trigger row may still map into the window (a week that starts in one month and
+    ends in the next): :func:`chmv_assets.ddl.partitioning.target_reach`."""
+    return target_reach(loaded.project, target, scheme)
 
 
 def closes_at(
@@ -697,8 +689,7 @@ def staged_per_window(
         out = view.output(scheme.column)
         if out is None or out.truncation is None or out.truncation[0] != tcol:
             return False
-        grain = out.truncation[1]
-        if grain is not None and not grain.within(scheme.grain):
+        if window_reach(view, scheme):  # a window's rows lie past its end: they are not in its folder alone
             return False
         if source_range_predicate(view, project, scheme, windows[0]) is None:  # type: ignore[arg-type]
             return False

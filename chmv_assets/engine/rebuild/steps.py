@@ -22,6 +22,7 @@ from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
 from chmv_assets.engine import races
 from chmv_assets.engine.catalog import live_table
 from chmv_assets.engine.pacing.pacer import chunks, pacer_for
+from chmv_assets.engine.parts import read_partitions
 from chmv_assets.engine.rebuild.planner import Engine, PartitionStep, RebuildPlan, Swap, plan_from_source
 from chmv_assets.engine.rebuild.shrink_guard import check_shrink
 from chmv_assets.engine.statements import statement_id
@@ -198,12 +199,10 @@ def _timed(step: PartitionStep) -> bool:
 def whole_table_swaps(client: Client, live: ObjectRef, shadow: ObjectRef) -> list[tuple[str, bool]]:
     """Every partition of a whole-table rebuild of a partitioned table, as ``(PARTITION ID '…', empty)`` swaps: those
     of the shadow replace the live ones, the live ones the shadow does not have are dropped."""
-    rows = client.query(
-        "SELECT partition_id, countIf(table = {shadow:String}) > 0 FROM system.parts WHERE active "
-        "AND database = {db:String} AND table IN ({live:String}, {shadow:String}) GROUP BY partition_id ORDER BY 1",
-        parameters={"db": live.database, "live": live.name, "shadow": shadow.name},
-    ).result_rows
-    return [(f"ID {string_literal(str(pid))}", not in_shadow) for pid, in_shadow in rows]
+    held = read_partitions(client, [live, shadow])
+    in_shadow = {p.partition_id for p in held[shadow]}
+    every = sorted(in_shadow | {p.partition_id for p in held[live]})
+    return [(f"ID {string_literal(pid)}", pid not in in_shadow) for pid in every]
 
 
 def race_ranges(

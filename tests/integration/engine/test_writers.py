@@ -336,7 +336,9 @@ def test_a_new_version_under_writers_is_exact_or_stops_with_the_old_version_live
     now_rows = "INSERT INTO w.events SELECT now() - number, number % 200, 1 FROM numbers(5)"
     path = path_of(engine)
     with ThreadWriter(path, late, 3.0), ThreadWriter(path, now_rows, 0.5), Racer(path) as racer:
-        apply_plan(engine, loaded, plan, batch_seconds=0.0)
+        # unverified (parity=False), as this test always ran it: the new version's open month, written into by the
+        # stream during the apply, mismatches inside its grace period and the verification would stop the apply
+        apply_plan(engine, loaded, plan, parity=False, batch_seconds=0.0)
     assert racer.raced >= 2
     now = this_month()
     with engine.get_client() as client:
