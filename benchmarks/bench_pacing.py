@@ -85,6 +85,7 @@ class Bench:
     def backfill(self, client, loaded, *, one_read: bool = False, log=None) -> tuple[float, float, float]:
         """The backfill of the 10 days on ``client``: (seconds, seconds pacing spent reading the server, seconds
         waited)."""
+        from chmv_assets.engine.clock import session_zone
         from chmv_assets.engine.pacing.pacer import pacer_for
         from chmv_assets.engine.rebuild.executor import execute
         from chmv_assets.engine.rebuild.planner import Observations, plan_rebuild
@@ -92,7 +93,13 @@ class Bench:
 
         stats = pacer_for(client, loaded.config.pacing).stats
         looking, waited = stats.look_seconds, stats.waited_seconds
-        plan = plan_rebuild(loaded, self.target, self.windows, Observations(live=self.target), engine="clickhouse")
+        plan = plan_rebuild(
+            loaded,
+            self.target,
+            self.windows,
+            Observations(live=self.target, zone=session_zone(client)),
+            engine="clickhouse",
+        )
         began = time.perf_counter()
         with engine_messages(log) if log else nullcontext():
             execute(plan, loaded, client=client, one_read=one_read)

@@ -239,7 +239,8 @@ class ChmvConfig(BaseModel):
         default_database: Database for unqualified names.
         external: ``db.table`` names that MVs read but that the DDL directory does not define.
         partition_start: First day of every time-window partitions definition (``YYYY-MM-DD``).
-        timezone: Timezone of partition windows.
+        timezone: Zone of Dagster's partition calendar (when a partition opens and closes): the zone ClickHouse
+            computes the partitions in. Never written into SQL (docs/configuration.md, "Time zones").
         sla_minutes: How far a target may lag its source before the staleness sensor alerts.
         alert_webhook: URL the alert sink POSTs JSON to (besides the Dagster log).
         recovery_max_attempts: Rebuilds of one partition before recovery gives up and alerts.

@@ -32,7 +32,7 @@ from chmv_assets.ddl.models import MaterializedView, ObjectRef, Table
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme, time_of
 from chmv_assets.engine import races
 from chmv_assets.engine.catalog import existing_objects, live_table
-from chmv_assets.engine.clock import wall_now
+from chmv_assets.engine.clock import session_zone, wall_now
 from chmv_assets.engine.drift import DriftItem, apply_pending, describe_pending, involved_objects_of
 from chmv_assets.engine.health.verdicts import SELF_DEDUP_ENGINES, Measure, ParityResult
 from chmv_assets.engine.ingest import landing
@@ -133,11 +133,13 @@ def parity_sql(
     window: PartitionWindow | None,
     live: ObjectRef | None = None,
     *,
+    zone: str,
     trigger_relations: Mapping[ObjectRef, str] | None = None,
 ) -> str:
     """One query returning two rows, ``('actual', m0, m1, …)`` and ``('expected', m0, m1, …)``.
 
     Args:
+        zone: The session's time zone (:func:`chmv_assets.engine.clock.session_zone`): the window's wall clock.
         trigger_relations: Per trigger, a relation to recompute from instead of the table (the landing zone's).
     """
     project = loaded.project
@@ -151,7 +153,7 @@ def parity_sql(
     measures = measures_for(table, views)
     target_where = ""
     if window is not None and table.partition_by is not None:
-        target_where = f" WHERE {partition_filter(table, scheme, window)}"
+        target_where = f" WHERE {partition_filter(table, scheme, window, zone=zone)}"
     final = " FINAL" if table.engine is not None and table.engine.family in SELF_DEDUP_ENGINES else ""
     actual_cols = ", ".join(f"toFloat64({a}) AS m{i}" for i, (_, a, _e) in enumerate(measures))
     expected_cols = ", ".join(f"toFloat64({e}) AS m{i}" for i, (_, _a, e) in enumerate(measures))
@@ -163,7 +165,7 @@ def parity_sql(
             relation = f"{qualified(view.trigger)} FINAL"
         if trigger_relations and view.trigger in trigger_relations:
             relation = trigger_relations[view.trigger]
-        recomputes.append(view_select(view, project, table, scheme, window, trigger_relation=relation))
+        recomputes.append(view_select(view, project, table, scheme, window, zone=zone, trigger_relation=relation))
     union = " UNION ALL ".join(f"({sql})" for sql in recomputes)
     return (
         f"SELECT 'actual' AS side, {actual_cols} FROM {qualified(live or target)}{final}{target_where} "
@@ -172,7 +174,12 @@ def parity_sql(
 
 
 def partitions_parity_sql(
-    loaded: LoadedProject, target: ObjectRef, windows: Sequence[PartitionWindow], live: ObjectRef | None = None
+    loaded: LoadedProject,
+    target: ObjectRef,
+    windows: Sequence[PartitionWindow],
+    live: ObjectRef | None = None,
+    *,
+    zone: str,
 ) -> str:
     """:func:`parity_sql` of several partitions in one query: rows ``(side, partition, m0, m1, …)`` per partition.
 
@@ -192,7 +199,7 @@ def partitions_parity_sql(
     measures = measures_for(table, views)
     final = " FINAL" if table.engine is not None and table.engine.family in SELF_DEDUP_ENGINES else ""
     key = f"({table.partition_by.sql})"
-    keep = " OR ".join(f"{key} = ({partition_expression(table, scheme, w)})" for w in windows)
+    keep = " OR ".join(f"{key} = ({partition_expression(table, scheme, w, zone=zone)})" for w in windows)
     actual_cols = ", ".join(f"toFloat64({a}) AS m{i}" for i, (_, a, _e) in enumerate(measures))
     expected_cols = ", ".join(f"toFloat64({e}) AS m{i}" for i, (_, _a, e) in enumerate(measures))
     recomputes = []
@@ -201,7 +208,9 @@ def partitions_parity_sql(
         dedup = source is not None and source.engine is not None and source.engine.family in SELF_DEDUP_ENGINES
         relation = f"{qualified(view.trigger)} FINAL" if dedup and view.trigger else None
         recomputes.append(
-            range_select(view, project, table, scheme, windows, trigger_relation=relation, only_windows=False)
+            range_select(
+                view, project, table, scheme, windows, zone=zone, trigger_relation=relation, only_windows=False
+            )
         )
     union = " UNION ALL ".join(f"({sql})" for sql in recomputes)
     return (
@@ -338,9 +347,10 @@ def _parity_for_partitions(
     sql, rows = "", {}  # (side, partition key) -> figures
     try:
         if by_source:
-            sql = partitions_parity_sql(loaded, target_ref, by_source, live)
+            zone = session_zone(client)
+            sql = partitions_parity_sql(loaded, target_ref, by_source, live, zone=zone)
             values = client.query(
-                "SELECT " + ", ".join(partition_expression(table, scheme, w) for w in by_source)
+                "SELECT " + ", ".join(partition_expression(table, scheme, w, zone=zone) for w in by_source)
             ).result_rows[0]
             keys = dict(zip(values, (w.key for w in by_source), strict=True))
             kinds = {type(v) for v in values}
@@ -464,7 +474,10 @@ def _against_writes(
         races.wait_for_inserts(client, names, INSERT_WAIT_SECONDS)
         checked = [windows[i] for i in pending]
         got = evaluate(checked)
-        ranges = race_ranges(project, target, scheme, checked) | {target: _target_ranges(table, scheme, checked)}
+        zone = session_zone(client)
+        ranges = race_ranges(project, target, scheme, checked, zone=zone) | {
+            target: _target_ranges(table, scheme, checked, zone)
+        }
         raced = set(races.raced_windows(client, seen, ranges))
         last = dict(zip(pending, got, strict=True))
         results |= {i: r for n, (i, r) in enumerate(last.items()) if n not in raced or r.passed}
@@ -483,14 +496,14 @@ def _against_writes(
 
 
 def _target_ranges(
-    table: Table, scheme: PartitionScheme, windows: Sequence[PartitionWindow | None]
+    table: Table, scheme: PartitionScheme, windows: Sequence[PartitionWindow | None], zone: str
 ) -> list[str | None]:
     """Per window, the target's own rows in it (None: any row). A block committed to a source before the watch can
     still be on its way to the target (its MV output lands after it, and an asynchronous insert's flush shows in no
     process list): its output arriving during the comparison races it as a source row would."""
     if table.partition_by is None or not scheme.partitioned:
         return [None for _ in windows]
-    return [None if w is None else partition_filter(table, scheme, w) for w in windows]
+    return [None if w is None else partition_filter(table, scheme, w, zone=zone) for w in windows]
 
 
 def _parity_each(
@@ -613,7 +626,7 @@ def _parity(
                 target_ref.fqn, partition, tolerance=config.tolerance, in_grace=in_grace, unverifiable=truth
             )
         relations, label, notes = truth
-        sql = parity_sql(loaded, target_ref, window, live, trigger_relations=relations)
+        sql = parity_sql(loaded, target_ref, window, live, zone=session_zone(client), trigger_relations=relations)
         rows = {row[0]: row[1:] for row in client.query(sql).result_rows}
     except (ClickHouseError, ChmvError) as err:  # a failing recompute is a parity failure with its reason
         return ParityResult(target_ref.fqn, partition, tolerance=config.tolerance, error=_first_line(err), sql=sql)

@@ -482,7 +482,7 @@ class _Apply:
         steps = rederive.plan.steps
         plan = rederive.plan
         raced = races.raced_windows(
-            client, seen, race_ranges(self.project, target, plan.scheme, [s.window for s in steps])
+            client, seen, race_ranges(self.project, target, plan.scheme, [s.window for s in steps], zone=plan.zone)
         )
         return [steps[i].key or "all" for i in raced]
 

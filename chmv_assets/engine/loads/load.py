@@ -249,13 +249,11 @@ class _Load:
         """Insert the staged rows past ``lower`` the source does not hold; (rows inserted, newest and oldest staged
         event time)."""
         ref, tcol = self.table.ref, self.tcol
-        window = past_lower_bound(tcol, bounded=lower is not None)
+        window = past_lower_bound(tcol, lower)
         params: dict = {
             "path": staging.staged_glob(self.folder),
             "structure": staging.structure(self.table, self.columns),
         }
-        if lower is not None:
-            params["lower"] = lower
         stats = client.query(staged_stats_sql(tcol), parameters=params).result_rows[0]
         # the staged rows' days (hours where a table it writes is partitioned by hour), cut into runs of at most the
         # partitions one insert may write

@@ -31,7 +31,7 @@ from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme, time_of
-from chmv_assets.engine.clock import server_zone, wall, wall_now
+from chmv_assets.engine.clock import server_zone, session_zone, wall, wall_now
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest.cutoff import ingestion_source_id
 from chmv_assets.engine.timeline import floor, ttl_horizon
@@ -261,7 +261,7 @@ def probe(
     sub = None
     if timed and column is not None and all(s in maps for s in sources):
         sub = sub_grain_of(scheme.grain, [maps[s] for s in sources], column.type)
-    branches = []
+    branches, session = [], session_zone(client)  # the windows' wall clock, written into the SQL
     for index, source in enumerate(sources):
         mapping = maps.get(source)
         branches.append(table_branch("s", index, source, _time_column(loaded, source, mapping)))
@@ -275,6 +275,7 @@ def probe(
                 mapping.column_type,
                 scheme.grain,
                 ranges,
+                zone=session,
                 bucketed=mapping.exact,
                 sub_grain=sub if mapping.exact else None,
             )
@@ -291,6 +292,7 @@ def probe(
             column.type,
             scheme.grain,
             [(w.start, w.start, w.end) for w in timed],
+            zone=session,
             bucketed=True,
             sub_grain=sub,
         )

@@ -35,6 +35,7 @@ from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine.catalog import live_table
 from chmv_assets.engine.clients import ClientFactory
+from chmv_assets.engine.clock import session_zone
 from chmv_assets.engine.drift import pending_refusals
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest import staging_area as staging
@@ -547,9 +548,8 @@ def repair_interrupted_load(
     direct = list(dict.fromkeys(v.writes_to for v in project.views_from(source) if v.trigger == source))
     for target in direct:
         windows = windows_covering(loaded, target, since, until)
-        plan = plan_rebuild(
-            loaded, target, windows, Observations(live=live_table(client, project, target)), engine="spark", root=root
-        )
+        observed = Observations(live=live_table(client, project, target), zone=session_zone(client))
+        plan = plan_rebuild(loaded, target, windows, observed, engine="spark", root=root)
         cutoffs = {
             t: cutoff
             if t == source
@@ -561,7 +561,7 @@ def repair_interrupted_load(
     chained = {d for t in direct for d in downstream_targets(loaded, t)} - set(direct)
     for ref in sorted(chained, key=lambda r: (loaded.graph.depth.get(r.fqn, 0), r.fqn)):
         windows = windows_covering(loaded, ref, since, until, margin=timedelta(days=7))
-        plan = plan_from_source(project, ref, windows, live_table(client, project, ref))
+        plan = plan_from_source(project, ref, windows, live_table(client, project, ref), zone=session_zone(client))
         execute(plan, loaded, client=client)
         done += [f"{ref.fqn}/{s.key or 'all'}" for s in plan.steps]
     return done

@@ -47,12 +47,12 @@ from chmv_assets.ddl.partitioning import (
 )
 from chmv_assets.ddl.writers import SourceWriters
 from chmv_assets.engine.catalog import live_table
-from chmv_assets.engine.clock import wall_now
+from chmv_assets.engine.clock import session_zone, wall_now
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest.cutoff import source_min_time
 from chmv_assets.engine.rebuild.coverage import Coverage, Facts, Holding, WindowCoverage, assess, probe
 from chmv_assets.errors import ChmvError
-from chmv_assets.sql.rebuild_sql import shadow_ref, source_range_predicate
+from chmv_assets.sql.rebuild_sql import range_column, shadow_ref, source_range_predicate
 
 EngineOption = Literal["auto", "clickhouse", "spark"]
 
@@ -157,6 +157,9 @@ class RebuildPlan:
         force: Refusals became rebuilds from the source and the executor's shrink guard is off.
         writers: Who writes each trigger (chmv, stream consumers, others).
         run: This run's token: it names the shadows (a run never reads another's), the leases and the statements.
+        zone: The session's time zone (:func:`chmv_assets.engine.clock.session_zone`): the windows are its wall clock
+            where the partition column declares no zone, and every statement of the plan writes them so
+            (:func:`chmv_assets.sql.time_sql.time_sql`). Empty: not known (writing a time value then raises).
     """
 
     target: ObjectRef
@@ -172,6 +175,7 @@ class RebuildPlan:
     force: bool = False
     writers: tuple[SourceWriters, ...] = ()
     run: str = ""
+    zone: str = ""
 
     def steps_by(self, engine: Engine) -> tuple[PartitionStep, ...]:
         return tuple(s for s in self.steps if s.engine == engine)
@@ -207,6 +211,10 @@ class RebuildPlan:
         """A markdown rendering for run metadata, logs and ``chmv rebuild --dry-run``."""
         lines = [f"**Rebuild plan of `{self.target.fqn}`** (physical table `{self.live.fqn}`)", ""]
         lines.append(f"- partitioning: {self.scheme.describe()}")
+        if self.zone and self.scheme.grain is not None:
+            lines.append(
+                f"- windows: wall clock of {self.zone} (the session's time zone) unless the column declares one"
+            )
         lines.append("- gates held: " + (", ".join(f"`{g.fqn}`" for g in self.gates) or "none"))
         lines += [f"- writers: {w.describe()}" for w in self.writers]
         if self.cutoff_rule:
@@ -265,6 +273,9 @@ class Observations:
     writers. None: not observed (nothing is
     deferred)."""
     pending: tuple[str, ...] = ()
+    zone: str = ""
+    """The session's time zone (:func:`chmv_assets.engine.clock.session_zone`), which the plan writes its windows in;
+    empty: not observed (a plan of time windows then fails to render them)."""
 
     def oldest_of(self, source: ObjectRef) -> datetime | None:
         return dict(self.oldest).get(source)
@@ -301,21 +312,21 @@ def observe(
 
     Without ``windows`` only each trigger's oldest row is read, when ``auto`` may pick Spark (no coverage).
     """
-    live = live_table(client, loaded.project, target)
+    live, zone = live_table(client, loaded.project, target), session_zone(client)
     if streamed_triggers(loaded, target):  # never read: the plan refuses it
-        return Observations(live=live)
+        return Observations(live=live, zone=zone)
     if windows is not None and not any(v.refreshable for v in loaded.project.views_into(target)):
         facts = probe(client, loaded, target, live, windows, root)
         oldest = tuple((source, stats.oldest) for source, stats in facts.tables)
-        return Observations(live=live, oldest=oldest, coverage=facts, now=facts.now)
+        return Observations(live=live, oldest=oldest, coverage=facts, now=facts.now, zone=zone)
     now = wall_now(client)
     if engine != "auto" or not spark_capable(loaded, target, root):
-        return Observations(live=live, now=now)
+        return Observations(live=live, now=now, zone=zone)
     oldest = tuple(
         (source, source_min_time(client, source, landing.time_column(loaded, source)))
         for source in triggers_of(loaded.project, target)
     )
-    return Observations(live=live, oldest=oldest, now=now)
+    return Observations(live=live, oldest=oldest, now=now, zone=zone)
 
 
 def streamed_triggers(loaded: LoadedProject, target: ObjectRef) -> list[ObjectRef]:
@@ -388,6 +399,7 @@ def plan_rebuild(
         observations.live,
         choose=choose,
         per_window=lambda source, ws: staged_per_window(loaded, target, source, ws),
+        zone=observations.zone,
         downstream=downstream_targets(loaded, target),
         root=root,
         run=run,
@@ -486,9 +498,11 @@ def plan_from_source(
     windows: Sequence[PartitionWindow | None],
     live: ObjectRef,
     *,
+    zone: str,
     run: str | None = None,
 ) -> RebuildPlan:
-    """A plan that rebuilds every partition from the source table (the ClickHouse engine)."""
+    """A plan that rebuilds every partition from the source table (the ClickHouse engine); ``zone`` is the session's
+    time zone (:func:`chmv_assets.engine.clock.session_zone`)."""
     return _assemble(
         project,
         target,
@@ -496,6 +510,7 @@ def plan_from_source(
         live,
         choose=lambda _w: (Engine.CLICKHOUSE, "from the source table", None),
         per_window=lambda _s, _ws: False,
+        zone=zone,
         run=run,
     )
 
@@ -508,6 +523,7 @@ def _assemble(
     *,
     choose: Callable[[PartitionWindow | None], tuple[Engine, str, str | None]],
     per_window: Callable[[ObjectRef, Sequence[PartitionWindow | None]], bool],
+    zone: str,
     downstream: tuple[ObjectRef, ...] = (),
     root: Path | None = None,
     run: str | None = None,
@@ -523,7 +539,7 @@ def _assemble(
     scheme = partition_scheme(table, views) if table is not None else PartitionScheme(grain=None)
     if refreshable:
         step = PartitionStep(None, Engine.REFRESH, Swap.REFRESH, None, (), "refreshable MV: the server recomputes it")
-        return RebuildPlan(target, live, scheme, (step,), (), downstream, root, run=run)
+        return RebuildPlan(target, live, scheme, (step,), (), downstream, root, run=run, zone=zone)
     if not scheme.partitioned:
         windows = [None]
     triggers = tuple(triggers_of(project, target))
@@ -538,10 +554,10 @@ def _assemble(
                 TriggerRelation(s, "lake_then_source", staged_per_window=per_window(s, windows)) for s in triggers
             )
         else:
-            relations = tuple(_source_relation(project, target, s, scheme, window) for s in triggers)
+            relations = tuple(_source_relation(project, target, s, scheme, window, zone) for s in triggers)
         shadow = shadow_ref(live, window.key if window else None, run)
         steps.append(PartitionStep(window, chosen, Swap.REPLACE_PARTITION, shadow, relations, reason, guard))
-    return RebuildPlan(target, live, scheme, tuple(steps), triggers, downstream, root, run=run)
+    return RebuildPlan(target, live, scheme, tuple(steps), triggers, downstream, root, run=run, zone=zone)
 
 
 def new_run_token() -> str:
@@ -654,13 +670,18 @@ def _first_landing(root: Path, source: ObjectRef) -> datetime | None:
 
 
 def _source_relation(
-    project: Project, target: ObjectRef, source: ObjectRef, scheme: PartitionScheme, window: PartitionWindow | None
+    project: Project,
+    target: ObjectRef,
+    source: ObjectRef,
+    scheme: PartitionScheme,
+    window: PartitionWindow | None,
+    zone: str,
 ) -> TriggerRelation:
     predicate = None
     if window is not None:
         for view in project.views_into(target):
             if view.trigger == source:
-                predicate = source_range_predicate(view, project, scheme, window) or predicate
+                predicate = source_range_predicate(view, project, scheme, window, zone=zone) or predicate
     return TriggerRelation(source, "source_window" if predicate else "source", predicate)
 
 
@@ -691,7 +712,7 @@ def staged_per_window(
             return False
         if window_reach(view, scheme):  # a window's rows lie past its end: they are not in its folder alone
             return False
-        if source_range_predicate(view, project, scheme, windows[0]) is None:  # type: ignore[arg-type]
+        if range_column(view, project, scheme) is None:
             return False
     return True
 

@@ -55,7 +55,7 @@ def check_shrink(
     assert shadow is not None
     where = None
     if step.window is not None and table.partition_by is not None and plan.scheme.partitioned:
-        where = partition_filter(table, plan.scheme, step.window)
+        where = partition_filter(table, plan.scheme, step.window, zone=plan.zone)
     new = readers_rows(client, shadow, table, where)
     old = readers_rows(client, plan.live, table, where)
     if new < old and step.guard and not plan.force:

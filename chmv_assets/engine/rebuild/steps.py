@@ -21,6 +21,7 @@ from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
 from chmv_assets.engine import races
 from chmv_assets.engine.catalog import live_table
+from chmv_assets.engine.clock import session_zone
 from chmv_assets.engine.pacing.pacer import chunks, pacer_for
 from chmv_assets.engine.parts import read_partitions
 from chmv_assets.engine.rebuild.planner import Engine, PartitionStep, RebuildPlan, Swap, plan_from_source
@@ -95,7 +96,7 @@ def rebuild(
 
     The planner's ClickHouse-engine plan of one partition, run on ``client``; see :func:`run_step`.
     """
-    plan = plan_from_source(project, target, [window], live_table(client, project, target))
+    plan = plan_from_source(project, target, [window], live_table(client, project, target), zone=session_zone(client))
     return run_step(client, project, plan, plan.steps[0])
 
 
@@ -188,7 +189,7 @@ def swapped_partition(table: Table, plan: RebuildPlan, step: PartitionStep) -> s
     :func:`~chmv_assets.sql.rebuild_sql.partition_tuple`), ``tuple()`` for an unpartitioned target (an MV's inner table
     too: never an exchange, see :class:`~chmv_assets.engine.rebuild.planner.Swap`). A whole-table step of a partitioned target
     swaps each partition instead (:func:`whole_table_swaps`)."""
-    return partition_tuple(table, plan.scheme, step.window)
+    return partition_tuple(table, plan.scheme, step.window, zone=plan.zone)
 
 
 def _timed(step: PartitionStep) -> bool:
@@ -206,7 +207,12 @@ def whole_table_swaps(client: Client, live: ObjectRef, shadow: ObjectRef) -> lis
 
 
 def race_ranges(
-    project: Project, target: ObjectRef, scheme: PartitionScheme, windows: Sequence[PartitionWindow | None]
+    project: Project,
+    target: ObjectRef,
+    scheme: PartitionScheme,
+    windows: Sequence[PartitionWindow | None],
+    *,
+    zone: str,
 ) -> dict[ObjectRef, list[str | None]]:
     """Per trigger, per window, the source rows whose arrival races a read of the window: those mapping into it (the
     pruning range of each MV reading the trigger, OR-ed), any row (None) for a whole table or where a range cannot be
@@ -215,16 +221,20 @@ def race_ranges(
     ranges: dict[ObjectRef, list[str | None]] = {}
     for trigger in dict.fromkeys(v.trigger for v in views if v.trigger is not None):
         readers = [v for v in views if v.trigger == trigger]
-        ranges[trigger] = [_race_range(project, scheme, readers, window) for window in windows]
+        ranges[trigger] = [_race_range(project, scheme, readers, window, zone) for window in windows]
     return ranges
 
 
 def _race_range(
-    project: Project, scheme: PartitionScheme, views: Sequence[MaterializedView], window: PartitionWindow | None
+    project: Project,
+    scheme: PartitionScheme,
+    views: Sequence[MaterializedView],
+    window: PartitionWindow | None,
+    zone: str,
 ) -> str | None:
     if window is None or not scheme.partitioned:
         return None
-    predicates = [source_range_predicate(v, project, scheme, window) for v in views]
+    predicates = [source_range_predicate(v, project, scheme, window, zone=zone) for v in views]
     if any(p is None for p in predicates):
         return None
     return " OR ".join(f"({p})" for p in dict.fromkeys(predicates))
@@ -293,7 +303,9 @@ class _Read:
             step = steps[0]
             for view in self.views:
                 relation = self.trigger_relation(view.trigger) if self.trigger_relation and view.trigger else None
-                select = view_select(view, self.project, table, plan.scheme, step.window, trigger_relation=relation)
+                select = view_select(
+                    view, self.project, table, plan.scheme, step.window, zone=plan.zone, trigger_relation=relation
+                )
                 _LOG.info(f"{view.ref.fqn}: running the MV's own SELECT into {shadow.fqn}")
                 what = f"{plan.target.fqn} {step.key or '(whole table)'}: {view.ref.fqn}'s fill"
                 self.statement(insert_sql(shadow, view, select), statements, "fill", SHADOW_INSERT_SETTINGS, paced=what)
@@ -310,13 +322,15 @@ class _Read:
                 f"{view.ref.fqn}: running the MV's own SELECT over {len(windows)} partitions into {shadow.fqn}{split}"
             )
             for number, run in enumerate(runs, start=1):
-                holds_all = span_holds_all_sql(view, self.project, plan.scheme, span_of(run))
+                holds_all = span_holds_all_sql(view, self.project, plan.scheme, span_of(run), zone=plan.zone)
                 whole = holds_all is not None and bool(self.client.query(holds_all).result_rows[0][0])
                 alone = len(runs) > 1  # keep its own partitions only
-                select = range_select(view, self.project, table, plan.scheme, run, only_windows=alone, prune=not whole)
+                select = range_select(
+                    view, self.project, table, plan.scheme, run, zone=plan.zone, only_windows=alone, prune=not whole
+                )
                 what = f"{plan.target.fqn} {run[0].key}..{run[-1].key}: {view.ref.fqn}'s fill {number}/{len(runs)}"
                 self.statement(insert_sql(shadow, view, select), statements, "fill", SHADOW_INSERT_SETTINGS, paced=what)
-        filters = [partition_filter(table, plan.scheme, w) for w in windows]
+        filters = [partition_filter(table, plan.scheme, w, zone=plan.zone) for w in windows]
         counts = self.client.query(  # every partition's rows in one scan of the shadow
             "SELECT " + ", ".join(f"countIf({f})" for f in filters) + f" FROM {qualified(shadow)}"
         ).result_rows[0]
@@ -393,7 +407,7 @@ class _Races:
         """One read of ``group``, swapped where no write raced it; which steps to read again."""
         read, plan = self.read, self.plan
         table = read.table
-        ranges = race_ranges(read.project, plan.target, plan.scheme, [s.window for s in group])
+        ranges = race_ranges(read.project, plan.target, plan.scheme, [s.window for s in group], zone=plan.zone)
         shadow = read.fill(group)
         outcome = _Outcome(results=[None] * len(group))
         try:
