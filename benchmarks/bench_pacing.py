@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -88,6 +89,7 @@ class Bench:
         from chmv_assets.engine.pacing.pacer import pacer_for
         from chmv_assets.engine.rebuild.executor import execute
         from chmv_assets.engine.rebuild.planner import Observations, plan_rebuild
+        from chmv_assets.engine_logs import engine_messages
 
         stats = pacer_for(client, loaded.config.pacing).stats
         looking, waited = stats.look_seconds, stats.waited_seconds
@@ -99,7 +101,8 @@ class Bench:
             engine="clickhouse",
         )
         began = time.perf_counter()
-        execute(plan, loaded, client=client, one_read=one_read, log=log)
+        with engine_messages(log) if log else nullcontext():
+            execute(plan, loaded, client=client, one_read=one_read)
         return time.perf_counter() - began, stats.look_seconds - looking, stats.waited_seconds - waited
 
     def check(self, client) -> None:

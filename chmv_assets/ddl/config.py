@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import tomllib
 from datetime import date
@@ -12,6 +11,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from chmv_assets import settings
 from chmv_assets.errors import DDLError, DDLProblem
 
 CONFIG_FILE = "chmv.toml"
@@ -323,7 +323,7 @@ def load_config(ddl_dir: str | Path, **overrides: object) -> ChmvConfig:
             ) from err
     data.update({k: v for k, v in overrides.items() if v is not None})
     data["ddl_dir"] = str(root)
-    webhook = os.environ.get("CHMV_ALERT_WEBHOOK")
+    webhook = settings.alert_webhook()
     if webhook and "alert_webhook" not in overrides:
         data["alert_webhook"] = webhook
     try:

@@ -19,8 +19,9 @@ Spark steps, per target and range of partitions:
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -60,6 +61,8 @@ from chmv_assets.engine.statements import kill_filling
 from chmv_assets.engine.watermarks import COMMITTED, read_watermark, write_watermark
 from chmv_assets.errors import ChmvError, LandingZoneError, RebuildDeferred, RebuildRefused
 from chmv_assets.sql.rebuild_sql import drop_shadow_sql, run_of_shadow, shadows_pattern, staged_relation
+
+_LOG = logging.getLogger(__name__)
 
 
 class Stager(Protocol):
@@ -115,7 +118,6 @@ def rebuild_partitions(
     engine: EngineOption = "auto",
     root: Path | None = None,
     stager: Stager | None = None,
-    log: Callable[[str], None] | None = None,
     force: bool = False,
     owner: str = "chmv",
 ) -> tuple[RebuildPlan, list[StepResult]]:
@@ -138,7 +140,7 @@ def rebuild_partitions(
     """
     root = root or landing.landing_dir(loaded)
     plan = plan_for(clickhouse, loaded, target, windows, engine=engine, root=root, force=force)
-    return plan, execute(plan, loaded, clickhouse, stager=stager, log=log, owner=owner)
+    return plan, execute(plan, loaded, clickhouse, stager=stager, owner=owner)
 
 
 def plan_for(
@@ -169,7 +171,6 @@ def execute(
     client: Client | None = None,
     stager: Stager | None = None,
     cutoffs: dict[ObjectRef, datetime | None] | None = None,
-    log: Callable[[str], None] | None = None,
     one_read: bool = False,
     owner: str = "chmv",
 ) -> list[StepResult]:
@@ -189,7 +190,6 @@ def execute(
         client: An open client whose gates the caller already holds (``chmv apply``, the repair of a load).
         stager: Provider of staged rows for Spark steps.
         cutoffs: Fixed cutoffs per trigger for Spark steps, instead of reading the watermarks.
-        log: Progress sink.
         one_read: Rebuild the ClickHouse-engine partitions with one read of the source for all of them
             (:func:`chmv_assets.engine.rebuild.steps.run_steps`), not one per partition: for a caller that sized the
             plan's range to what one hold of the gates may take (``chmv apply``'s batches).
@@ -202,10 +202,9 @@ def execute(
         ShrinkRefused: A step's swap would shrink its partition (see :mod:`chmv_assets.engine.rebuild.shrink_guard`).
         RacedWrites: Writes kept racing a partition through every read (see :mod:`chmv_assets.engine.rebuild.steps`).
     """
-    say = log or (lambda _msg: None)
     if client is None and clickhouse is None:
         raise ValueError("execute needs a client factory or an open client")
-    say(plan.describe())
+    _LOG.info(plan.describe())
     if plan.refused:
         raise RebuildRefused(plan.refusal())
     connect: ClientFactory | None = _Open(client) if client is not None else clickhouse
@@ -215,7 +214,7 @@ def execute(
             deferrals.record(
                 c, [Deferral(plan.target, s.key or "all", s.closes_at or datetime.max, s.reason) for s in plan.deferred]
             )
-        say(plan.deferral())
+        _LOG.info(plan.deferral())
     runnable = [s for s in plan.steps if s.engine != Engine.DEFERRED]
     if not runnable:
         raise RebuildDeferred(
@@ -233,14 +232,13 @@ def execute(
         ttl=settings.lease_ttl_seconds,
         wait=settings.lease_wait_seconds,
         renewer=clickhouse,
-        log=say,
-        on_held=lambda c: _tidy(c, loaded, plan, say),
-        on_release=lambda c: _settled(c, plan, results, say),
+        on_held=lambda c: _tidy(c, loaded, plan),
+        on_release=lambda c: _settled(c, plan, results),
     ):
-        results += _run_direct(plan, loaded, runnable, clickhouse, client, rules, say, one_read)
+        results += _run_direct(plan, loaded, runnable, clickhouse, client, rules, one_read)
         spark_steps = [s for s in runnable if s.engine == Engine.SPARK]
         if spark_steps:
-            results += _run_spark(plan, loaded, spark_steps, cutoffs, stager, clickhouse, client, rules, say)
+            results += _run_spark(plan, loaded, spark_steps, cutoffs, stager, clickhouse, client, rules)
     order = {s.key: i for i, s in enumerate(plan.steps)}
     return sorted(results, key=lambda r: order.get(r.partition, 0))
 
@@ -256,7 +254,7 @@ class _Open:
         yield self.client
 
 
-def _tidy(client: Client, loaded: LoadedProject, plan: RebuildPlan, say: Callable[[str], None]) -> None:
+def _tidy(client: Client, loaded: LoadedProject, plan: RebuildPlan) -> None:
     """What interrupted runs left behind, once this run holds its leases: their shadows of this table (and the
     statements still filling them, on a server) are dropped, and stream consumers they paused are resumed."""
     shadows = [
@@ -273,15 +271,15 @@ def _tidy(client: Client, loaded: LoadedProject, plan: RebuildPlan, say: Callabl
         kill_filling(client, [s.name for s in stale])
         for shadow in stale:
             client.command(drop_shadow_sql(shadow))
-        say(f"dropped {len(stale)} shadow(s) left by interrupted runs: {', '.join(s.name for s in stale)}")
-    consumers.resume_leftovers(client, loaded.project, consumers_, runs, log=say)
+        _LOG.info(f"dropped {len(stale)} shadow(s) left by interrupted runs: {', '.join(s.name for s in stale)}")
+    consumers.resume_leftovers(client, loaded.project, consumers_, runs)
 
 
-def _settled(client: Client, plan: RebuildPlan, results: Sequence[StepResult], say: Callable[[str], None]) -> None:
+def _settled(client: Client, plan: RebuildPlan, results: Sequence[StepResult]) -> None:
     """Deferrals of the partitions this run rebuilt are done."""
     done = deferrals.settle(client, plan.target, [r.partition for r in results])
     if done:
-        say(f"{plan.target.fqn}: deferred partitions now rebuilt: {', '.join(done)}")
+        _LOG.info(f"{plan.target.fqn}: deferred partitions now rebuilt: {', '.join(done)}")
 
 
 def _run_direct(
@@ -291,18 +289,17 @@ def _run_direct(
     clickhouse: ClientFactory | None,
     client: Client | None,
     rules: RaceRules,
-    say: Callable[[str], None],
     one_read: bool,
 ) -> list[StepResult]:
     """The steps that read the source table (or refresh), under the gates, stream consumers paused where open."""
     direct = [s for s in steps if s.engine != Engine.SPARK]
     if not direct:
         return []
-    with _session(plan, clickhouse, client) as c, _paused(c, loaded, plan, direct, say):
+    with _session(plan, clickhouse, client) as c, _paused(c, loaded, plan, direct):
         if one_read:
-            rebuilt = run_steps(c, loaded.project, plan, direct, log=say, rules=rules)
+            rebuilt = run_steps(c, loaded.project, plan, direct, rules=rules)
         else:
-            rebuilt = [run_step(c, loaded.project, plan, step, log=say, rules=rules) for step in direct]
+            rebuilt = [run_step(c, loaded.project, plan, step, rules=rules) for step in direct]
     return [
         StepResult(
             plan.target.fqn,
@@ -323,15 +320,13 @@ def _run_direct(
 
 
 @contextmanager
-def _paused(
-    client: Client, loaded: LoadedProject, plan: RebuildPlan, steps: Sequence[PartitionStep], say: Callable[[str], None]
-) -> Iterator[None]:
+def _paused(client: Client, loaded: LoadedProject, plan: RebuildPlan, steps: Sequence[PartitionStep]) -> Iterator[None]:
     """The stream consumers writing an open partition of ``steps`` paused for the block."""
     paused = tuple(dict.fromkeys(c for s in steps for c in s.pause))
     if not paused:
         yield
         return
-    with consumers.paused(client, loaded.project, paused, plan.run, log=say):
+    with consumers.paused(client, loaded.project, paused, plan.run):
         yield
 
 
@@ -344,7 +339,6 @@ def _run_spark(
     clickhouse: ClientFactory | None,
     client: Client | None,
     rules: RaceRules,
-    say: Callable[[str], None],
 ) -> list[StepResult]:
     """The steps that read the landing zone: cutoffs under the gates, Spark staging without them, then the swaps."""
     if stager is None:
@@ -353,11 +347,11 @@ def _run_spark(
             "but no Spark session is configured; give the run the pyspark resource"
         )
     assert plan.landing_root is not None
-    say(f"{plan.target.fqn}: {len(steps)} partition(s) from the landing zone (spark engine)")
+    _LOG.info(f"{plan.target.fqn}: {len(steps)} partition(s) from the landing zone (spark engine)")
     if cutoffs is None:
         with _session(plan, clickhouse, client) as c:
             cutoffs = _read_cutoffs(c, loaded, plan, steps)
-    return _run_spark_steps(plan, loaded, steps, cutoffs, stager, clickhouse, client, rules, say)
+    return _run_spark_steps(plan, loaded, steps, cutoffs, stager, clickhouse, client, rules)
 
 
 @contextmanager
@@ -399,7 +393,6 @@ def _run_spark_steps(
     clickhouse: ClientFactory | None,
     client: Client | None,
     rules: RaceRules,
-    say: Callable[[str], None],
 ) -> list[StepResult]:
     """Stage each trigger's lake rows (Spark, no gate held), then swap each partition under the gates."""
     target = plan.target
@@ -418,16 +411,15 @@ def _run_spark_steps(
             cutoffs.get(relation.source),
             batch_id,
             stager,
-            say,
         )
     crash_point("backfill:staged")
     results: list[StepResult] = []
     cutoff = min((v for v in cutoffs.values() if v is not None), default=None)
-    with _session(plan, clickhouse, client) as c, _paused(c, loaded, plan, steps, say):
+    with _session(plan, clickhouse, client) as c, _paused(c, loaded, plan, steps):
         for step in steps:
             started = time.monotonic()
             relations = {s: _relation(loaded, s, st, step.window) for s, st in staged.items()}
-            r = run_step(c, loaded.project, plan, step, trigger_relation=relations.get, log=say, rules=rules)
+            r = run_step(c, loaded.project, plan, step, trigger_relation=relations.get, rules=rules)
             rows_staged = sum(staging.staged_rows(_window_folder(st, step.window)) for st in staged.values())
             mark_id, mark_key = f"backfill:{target.fqn}", step.key or "all"
             write_watermark(
@@ -440,7 +432,7 @@ def _run_spark_steps(
                 rows=r.rows_written,
                 previous=read_watermark(c, mark_id, mark_key),
             )
-            say(
+            _LOG.info(
                 f"{target.fqn} {step.key or '(whole table)'}: {r.method}, {rows_staged} landing rows staged, "
                 f"{r.rows_written} rows written, cutoff {cutoff}"
             )
@@ -475,7 +467,6 @@ def _stage_source(
     cutoff: datetime | None,
     batch_id: str,
     stager: Stager,
-    say: Callable[[str], None],
 ) -> _Staged:
     table = loaded.project.table(source)
     if table is None:
@@ -492,7 +483,7 @@ def _stage_source(
     columns, rows_read = landing.check_files(files, table)
     keys = landing.dedup_keys(loaded, source, columns)
     folder = staging.staging_dir("backfill", [plan.target, source], batch_id)
-    say(
+    _LOG.info(
         f"{plan.target.fqn}: Spark stages {source.fqn} from {len(files)} landing files ({rows_read} rows), "
         f"event time in [{since}, {before}) and <= cutoff {cutoff}"
     )
@@ -541,7 +532,6 @@ def repair_interrupted_load(
     cutoff: datetime | None,
     root: Path,
     stager: Stager,
-    log: Callable[[str], None] | None = None,
 ) -> list[str]:
     """Rebuild what a load that died during its insert may have left inconsistent; the caller holds the gate.
 
@@ -550,7 +540,6 @@ def repair_interrupted_load(
     event-time range touches is rebuilt from the landing zone (``<= cutoff``) and the source (``> cutoff``);
     targets further down a chain are rebuilt from their upstream table (with one week of margin).
     """
-    say = log or (lambda _msg: None)
     if since is None or until is None:
         return []
     project = loaded.project
@@ -567,12 +556,12 @@ def repair_interrupted_load(
             else cutoff_of(current_watermark(client, t, landing.time_column(loaded, t)), tolerance)
             for t in plan.gates
         }
-        execute(plan, loaded, client=client, stager=stager, cutoffs=cutoffs, log=say)
+        execute(plan, loaded, client=client, stager=stager, cutoffs=cutoffs)
         done += [f"{target.fqn}/{s.key or 'all'}" for s in plan.steps]
     chained = {d for t in direct for d in downstream_targets(loaded, t)} - set(direct)
     for ref in sorted(chained, key=lambda r: (loaded.graph.depth.get(r.fqn, 0), r.fqn)):
         windows = windows_covering(loaded, ref, since, until, margin=timedelta(days=7))
         plan = plan_from_source(project, ref, windows, live_table(client, project, ref), zone=session_zone(client))
-        execute(plan, loaded, client=client, log=say)
+        execute(plan, loaded, client=client)
         done += [f"{ref.fqn}/{s.key or 'all'}" for s in plan.steps]
     return done

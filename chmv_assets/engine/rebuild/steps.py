@@ -8,6 +8,7 @@ races after the last attempt is reported (:class:`~chmv_assets.errors.RacedWrite
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -42,6 +43,8 @@ from chmv_assets.sql.rebuild_sql import (
     swaps_sql,
     view_select,
 )
+
+_LOG = logging.getLogger(__name__)
 
 #: Settings for inserts into a shadow table: one rebuild may write many partitions of an unpartitioned asset.
 SHADOW_INSERT_SETTINGS = {"max_partitions_per_insert_block": 0, "insert_deduplicate": 0}
@@ -88,15 +91,13 @@ def rebuild(
     project: Project,
     target: ObjectRef,
     window: PartitionWindow | None,
-    *,
-    log: Callable[[str], None] | None = None,
 ) -> RebuildResult:
     """Rebuild one partition of ``target`` (or all of it) from its source tables, and swap it in.
 
     The planner's ClickHouse-engine plan of one partition, run on ``client``; see :func:`run_step`.
     """
     plan = plan_from_source(project, target, [window], live_table(client, project, target), zone=session_zone(client))
-    return run_step(client, project, plan, plan.steps[0], log=log)
+    return run_step(client, project, plan, plan.steps[0])
 
 
 def run_step(
@@ -106,7 +107,6 @@ def run_step(
     step: PartitionStep,
     *,
     trigger_relation: Callable[[ObjectRef], str | None] | None = None,
-    log: Callable[[str], None] | None = None,
     rules: RaceRules = RaceRules(),
 ) -> RebuildResult:
     """Rebuild the partition of ``step`` from the MVs that write the target, then swap it in.
@@ -123,7 +123,6 @@ def run_step(
         plan: The plan the step belongs to.
         step: The partition to rebuild.
         trigger_relation: Per trigger table, a relation to read instead (staged lake rows and the cutoff union).
-        log: Progress sink.
         rules: Reads of a raced partition.
 
     Raises:
@@ -131,7 +130,6 @@ def run_step(
             live partition (the shadow is dropped; nothing is swapped).
         RacedWrites: Writes kept racing every read.
     """
-    say = log or (lambda _msg: None)
     if step.swap == Swap.REFRESH:
         started, statements = time.monotonic(), []
         for view in project.views_into(plan.target):
@@ -140,7 +138,7 @@ def run_step(
                 client.command(sql)
         rows = int(client.command(f"SELECT count() FROM {qualified(plan.target)}"))
         return RebuildResult(plan.target.fqn, None, "refresh", rows, time.monotonic() - started, statements)
-    read = _Read(client, project, plan, say, one_read=False, trigger_relation=trigger_relation, pacing=rules.pacing)
+    read = _Read(client, project, plan, one_read=False, trigger_relation=trigger_relation, pacing=rules.pacing)
     return _Races(read, rules).run([step])[0]
 
 
@@ -150,7 +148,6 @@ def run_steps(
     plan: RebuildPlan,
     steps: Sequence[PartitionStep],
     *,
-    log: Callable[[str], None] | None = None,
     rules: RaceRules = RaceRules(),
 ) -> list[RebuildResult]:
     """Rebuild the partitions of ``steps`` with one read of their trigger rows, then swap each in; results in order.
@@ -171,7 +168,6 @@ def run_steps(
         project: The parsed DDL.
         plan: The plan the steps belong to.
         steps: Partitions of ``plan``.
-        log: Progress sink.
         rules: Reads of raced partitions.
 
     Raises:
@@ -179,14 +175,11 @@ def run_steps(
             swapped (the earlier ones are), the shadow is dropped.
         RacedWrites: Writes kept racing partitions through every read (the others are swapped).
     """
-    say = log or (lambda _msg: None)
     grouped = [s for s in steps if s.engine == Engine.CLICKHOUSE and s.swap == Swap.REPLACE_PARTITION and _timed(s)]
-    alone = {
-        i: run_step(client, project, plan, s, log=say, rules=rules) for i, s in enumerate(steps) if s not in grouped
-    }
+    alone = {i: run_step(client, project, plan, s, rules=rules) for i, s in enumerate(steps) if s not in grouped}
     if not grouped:
         return list(alone.values())
-    read = _Read(client, project, plan, say, one_read=True, pacing=rules.pacing)
+    read = _Read(client, project, plan, one_read=True, pacing=rules.pacing)
     results = iter(_Races(read, rules).run(grouped))
     return [alone[i] if i in alone else next(results) for i in range(len(steps))]
 
@@ -267,16 +260,15 @@ class _Read:
         client: Client,
         project: Project,
         plan: RebuildPlan,
-        say: Callable[[str], None],
         *,
         one_read: bool,
         trigger_relation: Callable[[ObjectRef], str | None] | None = None,
         pacing: PacingConfig | None = None,
     ):
-        self.client, self.project, self.plan, self.say = client, project, plan, say
+        self.client, self.project, self.plan = client, project, plan
         self.one_read = one_read
         self.trigger_relation = trigger_relation
-        self.pacer = pacer_for(client, pacing, say)
+        self.pacer = pacer_for(client, pacing)
         table = project.table(plan.target)
         assert table is not None
         self.table = table
@@ -314,7 +306,7 @@ class _Read:
                 select = view_select(
                     view, self.project, table, plan.scheme, step.window, zone=plan.zone, trigger_relation=relation
                 )
-                self.say(f"{view.ref.fqn}: running the MV's own SELECT into {shadow.fqn}")
+                _LOG.info(f"{view.ref.fqn}: running the MV's own SELECT into {shadow.fqn}")
                 what = f"{plan.target.fqn} {step.key or '(whole table)'}: {view.ref.fqn}'s fill"
                 self.statement(insert_sql(shadow, view, select), statements, "fill", SHADOW_INSERT_SETTINGS, paced=what)
             rows = [int(self.client.command(f"SELECT count() FROM {qualified(shadow)}"))]
@@ -326,7 +318,7 @@ class _Read:
         runs = chunks(windows, self.pacer.partitions_per_insert()) if self.pacer.rules.enabled else [windows]
         for view in self.views:
             split = f" ({len(runs)} inserts of at most {len(runs[0])} partitions)" if len(runs) > 1 else ""
-            self.say(
+            _LOG.info(
                 f"{view.ref.fqn}: running the MV's own SELECT over {len(windows)} partitions into {shadow.fqn}{split}"
             )
             for number, run in enumerate(runs, start=1):
@@ -358,7 +350,7 @@ class _Races:
         self.plan = read.plan
 
     def run(self, steps: Sequence[PartitionStep]) -> list[RebuildResult]:
-        read, plan, say = self.read, self.plan, self.read.say
+        read, plan = self.read, self.plan
         done: dict[int, RebuildResult] = {}
         pending = list(range(len(steps)))
         why = ""
@@ -366,7 +358,7 @@ class _Races:
         for attempt in range(1, self.rules.attempts + 1):
             if attempt > 1:
                 pause = self.rules.pause(attempt)
-                say(
+                _LOG.info(
                     f"{plan.target.fqn}: {why}; reading {self._keys(steps, pending)} again in {pause:.1f}s "
                     f"(attempt {attempt} of {self.rules.attempts})"
                 )
@@ -413,7 +405,7 @@ class _Races:
 
     def _attempt(self, group: list[PartitionStep], seen: races.Watch, attempt: int) -> _Outcome:
         """One read of ``group``, swapped where no write raced it; which steps to read again."""
-        read, plan, say = self.read, self.plan, self.read.say
+        read, plan = self.read, self.plan
         table = read.table
         ranges = race_ranges(read.project, plan.target, plan.scheme, [s.window for s in group], zone=plan.zone)
         shadow = read.fill(group)
@@ -430,7 +422,7 @@ class _Races:
                     except ShrinkRefused as error:
                         outcome.refused = error  # the partitions before it are swapped, it and the later ones not
                         break
-                    say(
+                    _LOG.info(
                         f"{plan.target.fqn} {step.key or '(whole table)'}: shrink guard passed ({new:,} rows rebuilt, "
                         f"{old:,} live)"
                     )
@@ -451,7 +443,7 @@ class _Races:
                     if i in after:
                         continue
                     method = "drop" if rows == 0 else "replace"
-                    say(
+                    _LOG.info(
                         f"{plan.target.fqn} {group[i].key or '(whole table)'}: {method}, {rows} rows"
                         + (f" (attempt {attempt})" if attempt > 1 else "")
                     )
