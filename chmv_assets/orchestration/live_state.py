@@ -182,6 +182,9 @@ class _Counted:
         self.queries += 1
         return self.client.query(*args, **kwargs)
 
+    def command(self, *args, **kwargs):  # the session's time zone, read once (engine.clock.session_zone)
+        return self.client.command(*args, **kwargs)
+
 
 class _Keys:
     """Partition keys of time partitions definitions, for instants, cached for one tick.

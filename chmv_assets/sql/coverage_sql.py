@@ -24,7 +24,8 @@ from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, window_reach
 from chmv_assets.ddl.types import parse_type
 from chmv_assets.sql.meta import WATERMARKS
-from chmv_assets.sql.quoting import qualified, quote, time_literal
+from chmv_assets.sql.quoting import qualified, quote
+from chmv_assets.sql.time_sql import time_sql
 
 #: ClickHouse function flooring a time to the start of its partition window, per grain (any other grain of a day or
 #: less: ``toStartOfInterval``, see :func:`floor_sql`).
@@ -153,6 +154,7 @@ def windows_branches(
     grain: Grain,
     ranges: Sequence[tuple[datetime, datetime, datetime]],
     *,
+    zone: str,
     bucketed: bool,
     sub_grain: Grain | None = None,
 ) -> list[str]:
@@ -162,13 +164,14 @@ def windows_branches(
         grain: The partition grain; with ``bucketed`` each row is counted in the window its own time
             floors to (one grouped branch), else one branch per window.
         ranges: ``(window start, lo, hi)`` per window: the rows with ``lo <= column < hi`` are the window's.
+        zone: The session's time zone (:func:`chmv_assets.engine.clock.session_zone`): the windows' wall clock.
         sub_grain: With ``bucketed``, count the rows per ``sub_grain`` bucket instead (a day of a monthly window):
             the caller folds the buckets into windows and sees which buckets hold rows (:func:`sub_grain_of`).
     """
     name = quote(column)
 
     def bounds(lo: datetime, hi: datetime) -> str:
-        return f"({name} >= {time_literal(lo, column_type)} AND {name} < {time_literal(hi, column_type)})"
+        return f"({name} >= {time_sql(lo, column_type, zone)} AND {name} < {time_sql(hi, column_type, zone)})"
 
     if bucketed:
         where = " OR ".join(bounds(lo, hi) for _start, lo, hi in ranges)
@@ -179,7 +182,7 @@ def windows_branches(
             side,
             index,
             table,
-            key=f"CAST(toDateTime('{start:%Y-%m-%d %H:%M:%S}') AS Nullable(DateTime))",
+            key=f"CAST({time_sql(start, 'DateTime', zone)} AS Nullable(DateTime))",
             column=column,
             where=bounds(lo, hi),
         )

@@ -1,7 +1,8 @@
 """SQL of a landing-zone load (:mod:`chmv_assets.engine.loads.load`): the staged rows, and the anti-join insert.
 
 The staged Parquet files are read with ``file()``, their path and structure bound as ``{path:String}`` and
-``{structure:String}``; the watermark's lower bound is bound as ``{lower:DateTime64(6)}``. The insert is the batch's
+``{structure:String}``; the watermark's lower bound, a UTC instant, is written by
+:func:`~chmv_assets.sql.time_sql.time_sql`. The insert is the batch's
 idempotency: it inserts only the staged rows past the lower bound whose dedup key the source does not hold in the
 same window, so a replayed batch inserts nothing twice. Names only through :mod:`chmv_assets.sql.quoting`.
 """
@@ -9,17 +10,23 @@ same window, so a replayed batch inserts nothing twice. Names only through :mod:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.sql.quoting import qualified, quote
+from chmv_assets.sql.time_sql import UTC_INSTANT, time_sql
 
 #: The staged rows of a batch, as ClickHouse reads them.
 STAGED_ROWS = "file({path:String}, Parquet, {structure:String})"
 
 
-def past_lower_bound(time_column: str, *, bounded: bool) -> str:
-    """Rows with event time past the bound lower bound (``{lower:DateTime64(6)}``); every row when unbounded."""
-    return f"{quote(time_column)} > {{lower:DateTime64(6)}}" if bounded else "1"
+def past_lower_bound(time_column: str, lower: datetime | None) -> str:
+    """Rows with event time past ``lower`` (watermark - tolerance: a UTC instant, naive UTC as chmv keeps watermarks),
+    whatever zone the session reads the column in; every row when None."""
+    if lower is None:
+        return "1"
+    instant = lower if lower.tzinfo is not None else lower.replace(tzinfo=UTC)
+    return f"{quote(time_column)} > {time_sql(instant, UTC_INSTANT)}"
 
 
 def staged_stats_sql(time_column: str) -> str:

@@ -25,35 +25,12 @@ ACTIVE_WITH_INNER = (
 #: The filter on the active parts of every table of the bound databases.
 ACTIVE_IN_DATABASES = "active AND database IN {dbs:Array(String)}"
 
+#: The first columns of every row of the statements below: what it is (``'p'``: parts), of which table and partition.
+_LEADING = ("kind", "database", "table", "partition_id", "value", "rows")
 #: The columns of every row of :func:`parts_sql` (one active part).
-PART_COLUMNS = (
-    "kind",
-    "database",
-    "table",
-    "partition_id",
-    "value",
-    "rows",
-    "min_block",
-    "max_block",
-    "data_version",
-    "first",
-    "last",
-)
+PART_COLUMNS = (*_LEADING, "min_block", "max_block", "data_version", "first", "last")
 #: The columns of every row of :func:`partitions_sql` (the active parts of one partition, folded).
-PARTITION_COLUMNS = (
-    "kind",
-    "database",
-    "table",
-    "partition_id",
-    "value",
-    "rows",
-    "parts",
-    "bytes",
-    "newest",
-    "max_block",
-    "first",
-    "last",
-)
+PARTITION_COLUMNS = (*_LEADING, "parts", "bytes", "newest", "max_block", "first", "last")
 
 
 def _filter(*, inner: bool, whole_databases: bool) -> str:

@@ -22,10 +22,11 @@ from clickhouse_connect.driver.client import Client
 from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.ddl.partitioning import partition_start as start_of_value
 from chmv_assets.engine.clients import BIG_QUERY_SETTINGS
-from chmv_assets.engine.clock import from_wall_seconds
+from chmv_assets.engine.clock import from_wall_seconds, session_zone
 from chmv_assets.engine.cursors import encode_cursor, read_cursor
 from chmv_assets.engine.parts import Partition, Span, read_partitions, views_without_to
 from chmv_assets.sql.quoting import qualified, quote
+from chmv_assets.sql.time_sql import time_sql
 
 #: Cursor format version: a cursor of another version is ignored (everything is reported once more).
 CURSOR_VERSION = 1
@@ -135,22 +136,19 @@ def rows_per_day(client: Client, requests: Sequence[DayCount]) -> dict[ObjectRef
     """
     if not requests:
         return {}
-    branches, params = [], {}
+    branches, zone = [], session_zone(client)
     for i, request in enumerate(requests):
         column = quote(request.column)
         where = ""
-        if request.span is not None:
-            # wall seconds (engine.clock): bound as the wall clock, which the server reads in the column's zone
-            where = f" WHERE {column} >= toDateTime({{lo_{i}:String}}) AND {column} <= toDateTime({{hi_{i}:String}})"
-            params[f"lo_{i}"], params[f"hi_{i}"] = (f"{from_wall_seconds(b):%Y-%m-%d %H:%M:%S}" for b in request.span)
+        if request.span is not None:  # wall seconds (engine.clock): the session's wall clock
+            lo, hi = (time_sql(from_wall_seconds(b), "DateTime", zone) for b in request.span)
+            where = f" WHERE {column} >= {lo} AND {column} <= {hi}"
         branches.append(
             f"SELECT {i} AS source, toString(toDate({column})) AS day, count() AS rows "
             f"FROM {qualified(request.table)}{where} GROUP BY day"
         )
     out: dict[ObjectRef, dict[str, int]] = {r.table: {} for r in requests}
-    for source, day, n_rows in client.query(
-        " UNION ALL ".join(branches), parameters=params, settings=BIG_QUERY_SETTINGS
-    ).result_rows:
+    for source, day, n_rows in client.query(" UNION ALL ".join(branches), settings=BIG_QUERY_SETTINGS).result_rows:
         out[requests[int(source)].table][str(day)] = int(n_rows)
     return out
 

@@ -12,8 +12,8 @@ cap; a partition's own part count never holds its merge) and never past the wind
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
@@ -26,6 +26,8 @@ from chmv_assets.engine.pacing.pacer import pacer_for
 from chmv_assets.engine.parts import read_partitions
 from chmv_assets.engine.statements import statement_id
 from chmv_assets.sql.health_sql import optimize_sql
+
+_LOG = logging.getLogger(__name__)
 
 #: Engine families whose rows collapse at merge time (``Replicated``/``Shared`` variants included).
 MERGING_ENGINES = ("ReplacingMergeTree", "SummingMergeTree", "AggregatingMergeTree")
@@ -108,7 +110,6 @@ def merge_late_partitions(
     *,
     pacing: PacingConfig | None = None,
     until: datetime | None = None,
-    log: Callable[[str], None] | None = None,
 ) -> list[Merged]:
     """Merge the late partitions (:func:`late_partitions`) one at a time, paced, until ``until`` (server wall clock).
 
@@ -118,17 +119,18 @@ def merge_late_partitions(
     Raises:
         ServerBusy: The merge pool stayed busy past ``[pacing] max_wait_seconds``.
     """
-    say = log or (lambda _msg: None)
-    pacer = pacer_for(client, pacing, say)
+    pacer = pacer_for(client, pacing)
     partitions = late_partitions(client, project, rules)
-    say(
+    _LOG.info(
         f"{len(partitions)} closed partition(s) of collapsing targets hold several parts"
         + "".join(f"\n- {p}" for p in partitions)
     )
     merged: list[Merged] = []
     for number, partition in enumerate(partitions, start=1):
         if until is not None and wall_now(client) >= until:
-            say(f"the quiet window ended at {until}: {len(partitions) - number + 1} partition(s) wait for the next one")
+            _LOG.info(
+                f"the quiet window ended at {until}: {len(partitions) - number + 1} partition(s) wait for the next one"
+            )
             break
         started = time.monotonic()
         sql = optimize_sql(partition.table, partition.partition_id)
@@ -142,6 +144,6 @@ def merge_late_partitions(
         held = read_partitions(client, [partition.table])[partition.table]
         after = sum(p.parts for p in held if p.partition_id == partition.partition_id)
         done = Merged(partition, after, time.monotonic() - started)
-        say(f"merged {partition}: {after} part(s) now, {done.seconds:.1f}s")
+        _LOG.info(f"merged {partition}: {after} part(s) now, {done.seconds:.1f}s")
         merged.append(done)
     return merged

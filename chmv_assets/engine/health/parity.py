@@ -32,7 +32,7 @@ from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme, time_of
 from chmv_assets.engine import races
 from chmv_assets.engine.catalog import existing_objects, live_table
-from chmv_assets.engine.clock import wall_now
+from chmv_assets.engine.clock import session_zone, wall_now
 from chmv_assets.engine.drift import DriftItem, apply_pending, describe_pending, involved_objects_of
 from chmv_assets.engine.health.verdicts import SELF_DEDUP_ENGINES, Measure, ParityResult
 from chmv_assets.engine.ingest import landing
@@ -133,11 +133,13 @@ def parity_sql(
     window: PartitionWindow | None,
     live: ObjectRef | None = None,
     *,
+    zone: str,
     trigger_relations: Mapping[ObjectRef, str] | None = None,
 ) -> str:
     """One query returning two rows, ``('actual', m0, m1, …)`` and ``('expected', m0, m1, …)``.
 
     Args:
+        zone: The session's time zone (:func:`chmv_assets.engine.clock.session_zone`): the window's wall clock.
         trigger_relations: Per trigger, a relation to recompute from instead of the table (the landing zone's).
     """
     project = loaded.project
@@ -151,8 +153,8 @@ def parity_sql(
     actual_cols, expected_cols = _measure_columns(table, views)
     target_where = ""
     if window is not None and table.partition_by is not None:
-        target_where = f" WHERE {partition_filter(table, scheme, window)}"
-    union = _recomputes(project, views, table, scheme, [window], trigger_relations)
+        target_where = f" WHERE {partition_filter(table, scheme, window, zone=zone)}"
+    union = _recomputes(project, views, table, scheme, [window], trigger_relations, zone=zone)
     return (
         f"SELECT 'actual' AS side, {actual_cols} FROM {_read(table, live or target)}{target_where} "
         f"UNION ALL SELECT 'expected' AS side, {expected_cols} FROM ({union})"
@@ -160,7 +162,12 @@ def parity_sql(
 
 
 def partitions_parity_sql(
-    loaded: LoadedProject, target: ObjectRef, windows: Sequence[PartitionWindow], live: ObjectRef | None = None
+    loaded: LoadedProject,
+    target: ObjectRef,
+    windows: Sequence[PartitionWindow],
+    live: ObjectRef | None = None,
+    *,
+    zone: str,
 ) -> str:
     """:func:`parity_sql` of several partitions in one query: rows ``(side, partition, m0, m1, …)`` per partition.
 
@@ -179,8 +186,8 @@ def partitions_parity_sql(
     scheme = partition_scheme(table, views)
     actual_cols, expected_cols = _measure_columns(table, views)
     key = f"({table.partition_by.sql})"
-    keep = " OR ".join(f"{key} = ({partition_expression(table, scheme, w)})" for w in windows)
-    union = _recomputes(project, views, table, scheme, windows, None, only_windows=False)
+    keep = " OR ".join(f"{key} = ({partition_expression(table, scheme, w, zone=zone)})" for w in windows)
+    union = _recomputes(project, views, table, scheme, windows, None, zone=zone, only_windows=False)
     return (
         f"SELECT 'actual' AS side, {key} AS _chmv_partition, {actual_cols} FROM {_read(table, live or target)} "
         f"WHERE {keep} GROUP BY _chmv_partition UNION ALL SELECT 'expected' AS side, {key} AS _chmv_partition, "
@@ -210,6 +217,7 @@ def _recomputes(
     windows: Sequence[PartitionWindow | None],
     trigger_relations: Mapping[ObjectRef, str] | None,
     *,
+    zone: str,
     only_windows: bool = True,
 ) -> str:
     """Every MV's own SELECT over ``windows`` (:func:`~chmv_assets.sql.rebuild_sql.range_select`), ``UNION ALL``: each
@@ -223,7 +231,7 @@ def _recomputes(
         if trigger_relations and view.trigger in trigger_relations:
             relation = trigger_relations[view.trigger]
         select = range_select(
-            view, project, table, scheme, windows, trigger_relation=relation, only_windows=only_windows
+            view, project, table, scheme, windows, zone=zone, trigger_relation=relation, only_windows=only_windows
         )
         recomputes.append(f"({select})")
     return " UNION ALL ".join(recomputes)
@@ -356,9 +364,10 @@ def _parity_for_partitions(
     sql, rows = "", {}  # (side, partition key) -> figures
     try:
         if by_source:
-            sql = partitions_parity_sql(loaded, target_ref, by_source, live)
+            zone = session_zone(client)
+            sql = partitions_parity_sql(loaded, target_ref, by_source, live, zone=zone)
             values = client.query(
-                "SELECT " + ", ".join(partition_expression(table, scheme, w) for w in by_source)
+                "SELECT " + ", ".join(partition_expression(table, scheme, w, zone=zone) for w in by_source)
             ).result_rows[0]
             keys = dict(zip(values, (w.key for w in by_source), strict=True))
             kinds = {type(v) for v in values}
@@ -477,7 +486,10 @@ def _against_writes(
         races.wait_for_inserts(client, names, INSERT_WAIT_SECONDS)
         checked = [windows[i] for i in pending]
         got = evaluate(checked)
-        ranges = race_ranges(project, target, scheme, checked) | {target: _target_ranges(table, scheme, checked)}
+        zone = session_zone(client)
+        ranges = race_ranges(project, target, scheme, checked, zone=zone) | {
+            target: _target_ranges(table, scheme, checked, zone)
+        }
         raced = set(races.raced_windows(client, seen, ranges))
         last = dict(zip(pending, got, strict=True))
         results |= {i: r for n, (i, r) in enumerate(last.items()) if n not in raced or r.passed}
@@ -496,14 +508,14 @@ def _against_writes(
 
 
 def _target_ranges(
-    table: Table, scheme: PartitionScheme, windows: Sequence[PartitionWindow | None]
+    table: Table, scheme: PartitionScheme, windows: Sequence[PartitionWindow | None], zone: str
 ) -> list[str | None]:
     """Per window, the target's own rows in it (None: any row). A block committed to a source before the watch can
     still be on its way to the target (its MV output lands after it, and an asynchronous insert's flush shows in no
     process list): its output arriving during the comparison races it as a source row would."""
     if table.partition_by is None or not scheme.partitioned:
         return [None for _ in windows]
-    return [None if w is None else partition_filter(table, scheme, w) for w in windows]
+    return [None if w is None else partition_filter(table, scheme, w, zone=zone) for w in windows]
 
 
 def _parity_each(
@@ -626,7 +638,7 @@ def _parity(
                 target_ref.fqn, partition, tolerance=config.tolerance, in_grace=in_grace, unverifiable=truth
             )
         relations, label, notes = truth
-        sql = parity_sql(loaded, target_ref, window, live, trigger_relations=relations)
+        sql = parity_sql(loaded, target_ref, window, live, zone=session_zone(client), trigger_relations=relations)
         rows = {row[0]: row[1:] for row in client.query(sql).result_rows}
     except (ClickHouseError, ChmvError) as err:  # a failing recompute is a parity failure with its reason
         return ParityResult(target_ref.fqn, partition, tolerance=config.tolerance, error=_first_line(err), sql=sql)

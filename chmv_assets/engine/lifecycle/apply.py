@@ -44,6 +44,7 @@ version and builds it again, completes a cut-over, re-derives a target whose SEL
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -76,9 +77,12 @@ from chmv_assets.engine.rebuild.deferrals import Deferral
 from chmv_assets.engine.rebuild.executor import Stager, execute
 from chmv_assets.engine.rebuild.planner import Engine, PartitionStep, RebuildPlan, downstream_targets, triggers_of
 from chmv_assets.engine.rebuild.steps import race_ranges
+from chmv_assets.engine_logs import quiet
 from chmv_assets.errors import ChmvError, EngineBusyError
 from chmv_assets.sql.lifecycle_sql import cut_over_sql, discard_beside_sql, finish_swap_sql, keep_old_sql
 from chmv_assets.sql.meta import meta_ddl_for
+
+_LOG = logging.getLogger(__name__)
 
 #: Changes after which the target's history is re-derived with the new SELECT.
 REDERIVING = (Action.CREATE, Action.MODIFY_QUERY, Action.RECREATE_VIEW, Action.REDERIVE)
@@ -122,7 +126,6 @@ def apply_plan(
     parity: bool = True,
     stager: Stager | None = None,
     root: Path | None = None,
-    log: Callable[[str], None] | None = None,
     pause: Callable[[str], None] | None = None,
     batch_seconds: float = 2.0,
     check_in_place: bool = False,
@@ -139,7 +142,6 @@ def apply_plan(
             stays live. False: they are swapped in unverified.
         stager: Spark staging for partitions the rebuild planner reads from the landing zone.
         root: The landing zone.
-        log: Progress sink.
         pause: Called at every point between steps, after the apply released its gates and client there (tests
             interleave inserts); without it, a hold carries on across those points while it is young.
         batch_seconds: How long one hold of the gates lasts at most (at least one step or batch of partitions):
@@ -159,7 +161,7 @@ def apply_plan(
         if opened is not None:
             opened[1].close()
         raise LifecycleError("nothing was changed: " + "; ".join(f"{c.name}: {c.blocked}" for c in plan.blocked))
-    apply = _Apply(clickhouse, loaded, plan, parity, stager, root, log, pause, batch_seconds, check_in_place)
+    apply = _Apply(clickhouse, loaded, plan, parity, stager, root, pause, batch_seconds, check_in_place)
     if opened is not None:
         apply.hold = _Hold(frozenset(), opened[0], opened[1], time.monotonic())
     return apply.run()
@@ -174,7 +176,6 @@ class _Apply:
         parity: bool,
         stager: Stager | None,
         root: Path | None,
-        log: Callable[[str], None] | None,
         pause: Callable[[str], None] | None,
         batch_seconds: float = 2.0,
         check_in_place: bool = False,
@@ -186,7 +187,6 @@ class _Apply:
         self.parity = parity
         self.stager = stager
         self.root = root
-        self.say = log or (lambda _m: None)
         self.id = plan_id(plan)
         self.report = ApplyReport()
         self.rederived: set[ObjectRef] = set()
@@ -211,7 +211,7 @@ class _Apply:
         finally:
             self._release()
         self.report.seconds = time.monotonic() - started
-        self.say(self.report.describe())
+        _LOG.info(self.report.describe())
         return self.report
 
     # -- holds ----------------------------------------------------------------------------------------
@@ -277,11 +277,11 @@ class _Apply:
     # -- steps ----------------------------------------------------------------------------------------
 
     def _run(self, client: Client, sql: str) -> None:
-        self.say(f"  {' '.join(sql.split())[:200]}")
+        _LOG.info(f"  {' '.join(sql.split())[:200]}")
         client.command(check_statement(sql))
 
     def _change(self, change: Change) -> None:
-        self.say(change.headline())
+        _LOG.info(change.headline())
         action = change.action
         if action == Action.NEW_VERSION:
             self._new_version(change)
@@ -299,7 +299,7 @@ class _Apply:
                 if change.kind == "database" and action == Action.CREATE_DATABASE:
                     use_default_database(client, self.project, {change.ref.database})
             if action in (Action.CREATE, Action.CREATE_DATABASE):
-                self.say(f"created {change.name}")
+                _LOG.info(f"created {change.name}")
             return
         # The cut-in: the new SELECT takes every row from here on; no insert can land during it, so the rows the
         # sources hold now are exactly the history to re-derive (journaled first, for a killed apply to resume).
@@ -311,7 +311,7 @@ class _Apply:
             for sql in change.statements:
                 self._run(client, sql)
         if action == Action.CREATE:
-            self.say(f"created {change.ref.fqn}")
+            _LOG.info(f"created {change.ref.fqn}")
         self._changed(target)
         crash_point("lifecycle:cut_in")
         self.pause(f"cut-in {change.ref.fqn}")
@@ -361,7 +361,7 @@ class _Apply:
                         "sources no longer hold; the old version stays live (--allow-drop accepts "
                         "it)"
                     )
-                self.say(f"  re-derive {target.fqn} into {rederive.plan.live.fqn}: {rederive.summary()}")
+                _LOG.info(f"  re-derive {target.fqn} into {rederive.plan.live.fqn}: {rederive.summary()}")
                 if rederive.plan.deferred:  # open to writers chmv does not control: recovery rebuilds them once closed
                     deferrals.record(
                         client,
@@ -370,7 +370,7 @@ class _Apply:
                             for s in rederive.plan.deferred
                         ],
                     )
-                    self.say(f"  {rederive.plan.deferral()}")
+                    _LOG.info(f"  {rederive.plan.deferral()}")
                 batches.start(rederive)
                 self._batch(client, target, rederive.plan, batches)
             if batches.done:
@@ -398,14 +398,15 @@ class _Apply:
         assert self.hold is not None  # the caller's
         while (steps := batches.take(self.hold)) is not None:
             started = time.monotonic()
-            execute(
-                replace(plan, steps=steps),
-                self.loaded,
-                self.clickhouse,
-                client=client,
-                stager=self.stager,
-                owner=f"chmv apply {self.id}",
-            )
+            with quiet():  # the batch's own messages are details: the apply reports the re-derivation
+                execute(
+                    replace(plan, steps=steps),
+                    self.loaded,
+                    self.clickhouse,
+                    client=client,
+                    stager=self.stager,
+                    owner=f"chmv apply {self.id}",
+                )
             self._verify(client, target, plan, steps)
             batches.ran(steps, time.monotonic() - started)
             for _ in steps:
@@ -464,7 +465,7 @@ class _Apply:
             self._keep_old(beside, target, client)
         self._changed(target)
         if raced:  # writers chmv does not hold: their rows went through the old SELECT into the new version
-            self.say(
+            _LOG.info(
                 f"  rows reached {target.fqn} between the exchange and its new SELECT in {', '.join(raced)}: "
                 "re-deriving those partitions"
             )
@@ -480,7 +481,7 @@ class _Apply:
         steps = rederive.plan.steps
         plan = rederive.plan
         raced = races.raced_windows(
-            client, seen, race_ranges(self.project, target, plan.scheme, [s.window for s in steps])
+            client, seen, race_ranges(self.project, target, plan.scheme, [s.window for s in steps], zone=plan.zone)
         )
         return [steps[i].key or "all" for i in raced]
 
@@ -494,7 +495,7 @@ class _Apply:
         old = ObjectRef(database=target.database, name=f"{old_version_ref(target).name}_{stamp}")
         if existing_objects(client, [beside]):
             self._run(client, keep_old_sql(self.project, target, beside, old))
-            self.say(f"  the replaced version of {target.fqn} is kept as {old.fqn} (chmv plan --allow-drop drops it)")
+            _LOG.info(f"  the replaced version of {target.fqn} is kept as {old.fqn} (chmv plan --allow-drop drops it)")
         journal.record(client, "new_version", target, journal.DONE, self.id)
 
     # -- a killed apply's work ------------------------------------------------------------------------
@@ -518,7 +519,7 @@ class _Apply:
         planned = self._planned_rederivations()
         depth = self.loaded.graph.depth
         for target in sorted(todo - planned, key=lambda r: (depth.get(r.fqn, 0), r.fqn)):  # upstream first
-            self.say(f"resuming the re-derivation of {target.fqn} (an earlier apply stopped)")
+            _LOG.info(f"resuming the re-derivation of {target.fqn} (an earlier apply stopped)")
             self._rederive(target)
             self.report.resumed.append(f"the re-derivation of {target.fqn}")
 

@@ -33,6 +33,7 @@ from chmv_assets.ddl.partitioning import (
     windows_between,
 )
 from chmv_assets.engine.catalog import KeptState, existing_objects, read_kept
+from chmv_assets.engine.clock import calendar_mismatch, session_zone
 from chmv_assets.engine.drift import LiveObject, format_queries, read_live, select_changed, select_diff
 from chmv_assets.engine.lifecycle.plan import (
     ACCESS_LAYER,
@@ -243,6 +244,8 @@ class _Planner:
         self._extras()
         self._refuse_unrunnable_views()
         changes = sorted(self.changes, key=self._position())
+        if self._client is not None and (calendar := calendar_mismatch(self._client, self.loaded.config.timezone)):
+            self.notes.append(f"timezone: {calendar}")
         return LifecyclePlan(self.project.ddl_dir, tuple(changes), tuple(self.notes), self.allow_drop)
 
     def _databases(self) -> None:
@@ -580,10 +583,12 @@ class _Planner:
         observations = (
             observe(self.client, self.loaded, target, root=self.root)
             if target in state.live
-            else Observations(live=target)
+            else Observations(live=target, zone=session_zone(self._client) if self._client is not None else "")
         )
         if writes is not None:
-            observations = Observations(live=writes, oldest=observations.oldest, now=observations.now)
+            observations = Observations(
+                live=writes, oldest=observations.oldest, now=observations.now, zone=observations.zone
+            )
         plan = plan_rebuild(  # a new version, not live yet, cannot wait for open partitions
             self.loaded,
             target,

@@ -18,9 +18,9 @@ as one more replica of it).
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from clickhouse_connect.driver.client import Client
@@ -39,6 +39,8 @@ from chmv_assets.errors import ChmvError, DDLProblem, PreflightError
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rebuild_sql import insert_sql, local_copy_sql
 from chmv_assets.sql.rewrite import local_table_sql, renamed_select, renamed_statement
+
+_LOG = logging.getLogger(__name__)
 
 #: Hints per server error name: what to do about the statement the server refused.
 HINTS = {
@@ -99,9 +101,7 @@ def scratch_databases(plan: LifecyclePlan, databases: set[str]) -> dict[str, str
     return {d: f"{CHMV_PREFIX}preflight_{digest}_{safe_name(d)}" for d in sorted(databases)}
 
 
-def preflight(
-    client: Client, loaded: LoadedProject, plan: LifecyclePlan, log: Callable[[str], None] | None = None
-) -> PreflightReport:
+def preflight(client: Client, loaded: LoadedProject, plan: LifecyclePlan) -> PreflightReport:
     """Run every new or changed statement of ``plan`` in scratch databases; raise if the server refuses any.
 
     Raises:
@@ -124,7 +124,7 @@ def preflight(
         time.monotonic() - started,
         run.skipped,
     )
-    (log or (lambda _m: None))(report.describe())
+    _LOG.info(report.describe())
     return report
 
 

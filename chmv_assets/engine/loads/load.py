@@ -30,13 +30,14 @@ insert and then rebuilds the target partitions the batch touched (``repair``).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from chmv_assets import settings
 from chmv_assets.ddl.grains import PARTITION_FUNCTIONS, Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef, Project, Table
@@ -65,6 +66,8 @@ from chmv_assets.sql.ingest_sql import (
     staged_units_sql,
     time_unit,
 )
+
+_LOG = logging.getLogger(__name__)
 
 #: Settings of the load's INSERT: a batch may span several source partitions.
 INSERT_SETTINGS = {"max_partitions_per_insert_block": 0, "insert_deduplicate": 0}
@@ -104,7 +107,6 @@ def ingest(
     *,
     root: Path | None = None,
     days: set[str] | None = None,
-    log: Callable[[str], None] | None = None,
 ) -> IngestResult:
     """Load the landing-zone rows of ``source`` newer than its watermark (minus the late tolerance).
 
@@ -114,18 +116,16 @@ def ingest(
         clickhouse: The resource (clients are opened per step, after the gate).
         root: Landing zone root; default from the configuration.
         days: Only landing files of these arrival days (``YYYY-MM-DD``), for a partitioned asset.
-        log: Progress sink.
 
     Raises:
         LandingZoneError: A file is corrupt or has the wrong schema (the watermark does not move and
             nothing is inserted).
     """
-    say = log or (lambda _msg: None)
     started = time.monotonic()
     root = root or landing.landing_dir(loaded)
     if root is None:
         raise LandingZoneError(
-            f"no landing zone configured: set [ingestion] landing_dir in chmv.toml or ${landing.LANDING_ENV}"
+            f"no landing zone configured: set [ingestion] landing_dir in chmv.toml or ${settings.LANDING_DIR.name}"
         )
     table = loaded.project.table(source)
     if table is None:
@@ -140,7 +140,7 @@ def ingest(
     columns, rows_read = landing.check_files(files, table)
     keys = landing.dedup_keys(loaded, source, columns)
     batch_id = batch_id_of(source, lower, files)
-    say(
+    _LOG.info(
         f"{source.fqn}: batch {batch_id}, {len(files)} files, {rows_read} rows, watermark "
         f"{mark.last_processed_ts if mark else None}, loading event time > {lower}"
     )
@@ -162,13 +162,15 @@ def ingest(
             client, [insert_id(source, b) for b in earlier], timeout=loaded.config.rebuild.insert_wait_seconds
         )
         if waited:
-            say(f"{source.fqn}: waited for the insert of an interrupted load still running on the server: {waited}")
+            _LOG.info(
+                f"{source.fqn}: waited for the insert of an interrupted load still running on the server: {waited}"
+            )
         sid = ingestion_source_id(source)
         intent = begin_load(client, sid, source.fqn, batch_id, mark)
         crash_point("ingest:intent")
         inserted, newest, oldest = 0, None, None
         if rows_staged:
-            load = _Load(pacer_for(client, loaded.config.pacing, say), loaded, table, folder, columns, tcol, keys)
+            load = _Load(pacer_for(client, loaded.config.pacing), loaded, table, folder, columns, tcol, keys)
             try:
                 inserted, newest, oldest = load.insert(client, lower, insert_id(source, batch_id))
             except ServerBusy as busy:
@@ -184,7 +186,7 @@ def ingest(
                 ) from busy
         crash_point("ingest:inserted")
         if interrupted:
-            say(f"{source.fqn}: the previous load died during its insert; rebuilding the partitions it touched")
+            _LOG.info(f"{source.fqn}: the previous load died during its insert; rebuilding the partitions it touched")
             repaired = repair_interrupted_load(
                 client,
                 loaded,
@@ -194,7 +196,6 @@ def ingest(
                 cutoff=lower,
                 root=root,
                 stager=stager,
-                log=say,
             )
         committed = commit_load(client, sid, source.fqn, batch_id, newest=newest, rows=inserted, previous=intent)
         crash_point("ingest:committed")
@@ -212,7 +213,7 @@ def ingest(
         repaired,
         time.monotonic() - started,
     )
-    say(
+    _LOG.info(
         f"{source.fqn}: batch {batch_id} inserted {inserted} of {rows_staged} staged rows; watermark "
         f"{before} -> {committed.last_processed_ts}"
     )
@@ -248,13 +249,11 @@ class _Load:
         """Insert the staged rows past ``lower`` the source does not hold; (rows inserted, newest and oldest staged
         event time)."""
         ref, tcol = self.table.ref, self.tcol
-        window = past_lower_bound(tcol, bounded=lower is not None)
+        window = past_lower_bound(tcol, lower)
         params: dict = {
             "path": staging.staged_glob(self.folder),
             "structure": staging.structure(self.table, self.columns),
         }
-        if lower is not None:
-            params["lower"] = lower
         stats = client.query(staged_stats_sql(tcol), parameters=params).result_rows[0]
         # the staged rows' days (hours where a table it writes is partitioned by hour), cut into runs of at most the
         # partitions one insert may write
@@ -263,7 +262,7 @@ class _Load:
         units = [int(u) for (u,) in client.query(staged_units_sql(unit, window), parameters=params).result_rows]
         runs = chunks(units, limit)
         if len(runs) > 1:
-            self.pacer.say(
+            _LOG.info(
                 f"{ref.fqn}: {len(units)} {self.unit.lower()}s of rows, in {len(runs)} inserts of at most {limit}"
             )
         inserted = 0

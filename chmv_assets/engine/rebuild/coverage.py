@@ -31,7 +31,7 @@ from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import Column, ObjectRef
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme, time_of
-from chmv_assets.engine.clock import server_zone, wall, wall_now
+from chmv_assets.engine.clock import server_zone, session_zone, wall, wall_now
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest.cutoff import ingestion_source_id
 from chmv_assets.engine.timeline import floor, ttl_horizon
@@ -267,7 +267,7 @@ def probe(
     sub = None
     if timed and column is not None and all(s in maps for s in sources):
         sub = sub_grain_of(scheme.grain, [maps[s] for s in sources], column.type)
-    branches = []
+    branches, session = [], session_zone(client)  # the windows' wall clock, written into the SQL
     for index, source in enumerate(sources):
         mapping = maps.get(source)
         branches.append(table_branch("s", index, source, _time_column(loaded, source, mapping)))
@@ -281,11 +281,12 @@ def probe(
                 mapping.column_type,
                 scheme.grain,
                 ranges,
+                zone=session,
                 bucketed=mapping.exact,
                 sub_grain=sub if mapping.exact else None,
             )
     branches += _watermark_branches(loaded, sources, root)
-    branches += _target_branches(live, column, scheme, timed, sub)
+    branches += _target_branches(live, column, scheme, timed, sub, session)
     sql = union(branches)
     started = time.monotonic()
     rows = client.query(sql).result_rows
@@ -330,13 +331,21 @@ def _watermark_branches(loaded: LoadedProject, sources: list[ObjectRef], root: P
 
 
 def _target_branches(
-    live: ObjectRef, column: Column | None, scheme: PartitionScheme, timed: list[PartitionWindow], sub: Grain | None
+    live: ObjectRef,
+    column: Column | None,
+    scheme: PartitionScheme,
+    timed: list[PartitionWindow],
+    sub: Grain | None,
+    zone: str,
 ) -> list[str]:
-    """The target's rows per time window (the whole table's without windows or a time column)."""
+    """The target's rows per time window (the whole table's without windows or a time column); the windows are
+    ``zone``'s wall clock."""
     if not timed or column is None:
         return [table_branch("t", 0, live, None)]
     ranges = [(w.start, w.start, w.end) for w in timed]
-    return windows_branches("t", 0, live, column.name, column.type, scheme.grain, ranges, bucketed=True, sub_grain=sub)
+    return windows_branches(
+        "t", 0, live, column.name, column.type, scheme.grain, ranges, zone=zone, bucketed=True, sub_grain=sub
+    )
 
 
 def _sides(rows: Sequence[Sequence], sources: list[ObjectRef], naive: Callable[[datetime | None], datetime | None]):

@@ -53,7 +53,7 @@ from chmv_assets.ddl.partitioning import (
 )
 from chmv_assets.ddl.writers import SourceWriters
 from chmv_assets.engine.catalog import live_table
-from chmv_assets.engine.clock import wall_now
+from chmv_assets.engine.clock import session_zone, wall_now
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest.cutoff import source_min_time
 from chmv_assets.engine.rebuild.coverage import (
@@ -71,8 +71,8 @@ from chmv_assets.sql.rebuild_sql import (
     create_shadow_sql,
     partition_filter,
     partition_tuple,
+    range_column,
     shadow_ref,
-    source_range_predicate,
     trigger_predicate,
 )
 
@@ -231,6 +231,9 @@ class RebuildPlan:
         writers: Who writes each trigger (chmv, stream consumers, others).
         run: This run's token: it names the shadows (a run never reads another's), the leases and the statements.
         races: How a read that writes raced is read again (``[rebuild]`` and ``[pacing]`` of chmv.toml).
+        zone: The session's time zone (:func:`chmv_assets.engine.clock.session_zone`): the windows are its wall clock
+            where the partition column declares no zone, and every statement of the plan writes them so
+            (:func:`chmv_assets.sql.time_sql.time_sql`). Empty: not known (writing a time value then raises).
     """
 
     target: ObjectRef
@@ -247,6 +250,7 @@ class RebuildPlan:
     writers: tuple[SourceWriters, ...] = ()
     run: str = ""
     races: RaceRules = RaceRules()
+    zone: str = ""
 
     def steps_by(self, engine: Engine) -> tuple[PartitionStep, ...]:
         return tuple(s for s in self.steps if s.engine == engine)
@@ -315,6 +319,10 @@ class RebuildPlan:
     def _settings(self) -> list[str]:
         """The plan's lines above its table of partitions."""
         lines = [f"- partitioning: {self.scheme.describe()}"]
+        if self.zone and self.scheme.grain is not None:
+            lines.append(
+                f"- windows: wall clock of {self.zone} (the session's time zone) unless the column declares one"
+            )
         lines.append("- gates held: " + (", ".join(f"`{g.fqn}`" for g in self.gates) or "none"))
         lines += [f"- writers: {w.describe()}" for w in self.writers]
         if self.cutoff_rule:
@@ -368,6 +376,9 @@ class Observations:
     writers. None: not observed (nothing is
     deferred)."""
     pending: tuple[str, ...] = ()
+    zone: str = ""
+    """The session's time zone (:func:`chmv_assets.engine.clock.session_zone`), which the plan writes its windows in;
+    empty: not observed (a plan of time windows then fails to render them)."""
 
     def oldest_of(self, source: ObjectRef) -> datetime | None:
         return dict(self.oldest).get(source)
@@ -404,21 +415,21 @@ def observe(
 
     Without ``windows`` only each trigger's oldest row is read, when ``auto`` may pick Spark (no coverage).
     """
-    live = live_table(client, loaded.project, target)
+    live, zone = live_table(client, loaded.project, target), session_zone(client)
     if streamed_triggers(loaded, target):  # never read: the plan refuses it
-        return Observations(live=live)
+        return Observations(live=live, zone=zone)
     if windows is not None and not any(v.refreshable for v in loaded.project.views_into(target)):
         facts = probe(client, loaded, target, live, windows, root)
         oldest = tuple((source, stats.oldest) for source, stats in facts.tables)
-        return Observations(live=live, oldest=oldest, coverage=facts, now=facts.now)
+        return Observations(live=live, oldest=oldest, coverage=facts, now=facts.now, zone=zone)
     now = wall_now(client)
     if engine != "auto" or not spark_capable(loaded, target, root):
-        return Observations(live=live, now=now)
+        return Observations(live=live, now=now, zone=zone)
     oldest = tuple(
         (source, source_min_time(client, source, landing.time_column(loaded, source)))
         for source in triggers_of(loaded.project, target)
     )
-    return Observations(live=live, oldest=oldest, now=now)
+    return Observations(live=live, oldest=oldest, now=now, zone=zone)
 
 
 def streamed_triggers(loaded: LoadedProject, target: ObjectRef) -> list[ObjectRef]:
@@ -488,6 +499,7 @@ def plan_rebuild(
         observations.live,
         choose=choose,
         per_window=lambda source, ws: staged_per_window(loaded, target, source, ws),
+        zone=observations.zone,
         downstream=downstream_targets(loaded, target),
         root=root,
         run=run,
@@ -679,12 +691,14 @@ def plan_from_source(
     windows: Sequence[PartitionWindow | None],
     live: ObjectRef,
     *,
+    zone: str,
     run: str | None = None,
     races: RaceRules = RaceRules(),
     one_read: bool = False,
 ) -> RebuildPlan:
-    """A plan that rebuilds every partition from the source table (the ClickHouse engine), nothing observed
-    (``one_read`` as in :func:`plan_rebuild`)."""
+    """A plan that rebuilds every partition from the source table (the ClickHouse engine), nothing observed; ``zone``
+    is the session's time zone (:func:`chmv_assets.engine.clock.session_zone`), ``one_read`` as in
+    :func:`plan_rebuild`."""
     return _assemble(
         project,
         target,
@@ -692,6 +706,7 @@ def plan_from_source(
         live,
         choose=lambda _w: EngineChoice(Engine.CLICKHOUSE, "from the source table"),
         per_window=lambda _s, _ws: False,
+        zone=zone,
         run=run,
         races=races,
         one_read=one_read,
@@ -706,6 +721,7 @@ def _assemble(
     *,
     choose: Callable[[PartitionWindow | None], EngineChoice],
     per_window: Callable[[ObjectRef, Sequence[PartitionWindow | None]], bool],
+    zone: str,
     downstream: tuple[ObjectRef, ...] = (),
     root: Path | None = None,
     run: str | None = None,
@@ -725,7 +741,7 @@ def _assemble(
     scheme = partition_scheme(table, views) if table is not None else PartitionScheme(grain=None)
     if refreshable:
         step = PartitionStep(None, Engine.REFRESH, Swap.REFRESH, None, (), "refreshable MV: the server recomputes it")
-        return RebuildPlan(target, live, scheme, (step,), (), downstream, root, run=run, races=races)
+        return RebuildPlan(target, live, scheme, (step,), (), downstream, root, run=run, races=races, zone=zone)
     assert table is not None
     if not scheme.partitioned:
         windows = [None]
@@ -741,11 +757,13 @@ def _assemble(
             steps.append(PartitionStep(window, Engine.REFUSED, Swap.NONE, None, (), choice.reason))
             continue
         relations = tuple(
-            _relation(project, target, source, scheme, window, lake=choice.engine == Engine.SPARK, staged=staged)
+            _relation(
+                project, target, source, scheme, window, lake=choice.engine == Engine.SPARK, staged=staged, zone=zone
+            )
             for source in triggers
         )
-        steps.append(_rebuild_step(table, live, scheme, window, choice, relations, run, one_read=one_read))
-    return RebuildPlan(target, live, scheme, tuple(steps), triggers, downstream, root, run=run, races=races)
+        steps.append(_rebuild_step(table, live, scheme, window, choice, relations, run, one_read=one_read, zone=zone))
+    return RebuildPlan(target, live, scheme, tuple(steps), triggers, downstream, root, run=run, races=races, zone=zone)
 
 
 def _rebuild_step(
@@ -758,6 +776,7 @@ def _rebuild_step(
     run: str,
     *,
     one_read: bool,
+    zone: str,
 ) -> PartitionStep:
     """The step rebuilding ``window`` into a shadow and swapping it in: one partition replaced (``tuple()`` for an
     unpartitioned table, an MV's inner table too), or every partition of a partitioned table rebuilt whole.
@@ -777,8 +796,8 @@ def _rebuild_step(
         relations,
         choice.reason,
         choice.guard,
-        partition=None if whole else partition_tuple(table, scheme, window),
-        partition_filter=partition_filter(table, scheme, window) if partitioned else None,  # type: ignore[arg-type]
+        partition=None if whole else partition_tuple(table, scheme, window, zone=zone),
+        partition_filter=partition_filter(table, scheme, window, zone=zone) if partitioned else None,  # type: ignore[arg-type]
         create_shadow=create_shadow_sql(shadow, live, table),
     )
 
@@ -792,10 +811,11 @@ def _relation(
     *,
     lake: bool,
     staged: Callable[[ObjectRef], bool],
+    zone: str,
 ) -> TriggerRelation:
     """What stands in for ``source`` in the read of ``window``, and the rows of it the read covers."""
     readers = [v for v in project.views_into(target) if v.trigger == source]
-    predicate = trigger_predicate(readers, project, scheme, window)
+    predicate = trigger_predicate(readers, project, scheme, window, zone=zone)
     if lake:
         return TriggerRelation(source, "lake_then_source", predicate, staged_per_window=staged(source))
     return TriggerRelation(source, "source_window" if predicate else "source", predicate)
@@ -890,7 +910,7 @@ def staged_per_window(
             return False
         if window_reach(view, scheme):  # a window's rows lie past its end: they are not in its folder alone
             return False
-        if source_range_predicate(view, project, scheme, windows[0]) is None:  # type: ignore[arg-type]
+        if range_column(view, project, scheme) is None:
             return False
     return True
 

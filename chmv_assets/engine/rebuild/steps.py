@@ -13,6 +13,7 @@ the plan and runs it.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
 from chmv_assets.engine import races
 from chmv_assets.engine.catalog import live_table
+from chmv_assets.engine.clock import session_zone
 from chmv_assets.engine.pacing.pacer import chunks, pacer_for
 from chmv_assets.engine.parts import read_partitions
 from chmv_assets.engine.rebuild.planner import PartitionStep, RebuildPlan, Swap, plan_from_source
@@ -39,6 +41,8 @@ from chmv_assets.sql.rebuild_sql import (
     swaps_sql,
     trigger_predicate,
 )
+
+_LOG = logging.getLogger(__name__)
 
 #: Settings for inserts into a shadow table: one rebuild may write many partitions of an unpartitioned asset.
 SHADOW_INSERT_SETTINGS = {"max_partitions_per_insert_block": 0, "insert_deduplicate": 0}
@@ -62,15 +66,13 @@ def rebuild(
     project: Project,
     target: ObjectRef,
     window: PartitionWindow | None,
-    *,
-    log: Callable[[str], None] | None = None,
 ) -> RebuildResult:
     """Rebuild one partition of ``target`` (or all of it) from its source tables, and swap it in.
 
     The planner's ClickHouse-engine plan of one partition, run on ``client``; see :func:`run_steps`.
     """
-    plan = plan_from_source(project, target, [window], live_table(client, project, target))
-    return run_step(client, project, plan, plan.steps[0], log=log)
+    plan = plan_from_source(project, target, [window], live_table(client, project, target), zone=session_zone(client))
+    return run_step(client, project, plan, plan.steps[0])
 
 
 def run_step(
@@ -80,10 +82,9 @@ def run_step(
     step: PartitionStep,
     *,
     trigger_relation: Callable[[ObjectRef], str | None] | None = None,
-    log: Callable[[str], None] | None = None,
 ) -> RebuildResult:
     """Rebuild the partition of ``step``: :func:`run_steps` of a batch of one."""
-    return run_steps(client, project, plan, [step], trigger_relation=trigger_relation, log=log)[0]
+    return run_steps(client, project, plan, [step], trigger_relation=trigger_relation)[0]
 
 
 def run_steps(
@@ -93,7 +94,6 @@ def run_steps(
     steps: Sequence[PartitionStep],
     *,
     trigger_relation: Callable[[ObjectRef], str | None] | None = None,
-    log: Callable[[str], None] | None = None,
 ) -> list[RebuildResult]:
     """Rebuild the partitions of ``steps`` in batches: one read of a batch's trigger rows, then each partition
     swapped in; results in order.
@@ -117,14 +117,12 @@ def run_steps(
         plan: The plan the steps belong to.
         steps: Partitions of ``plan``.
         trigger_relation: Per trigger table, a relation to read instead (staged lake rows and the cutoff union).
-        log: Progress sink.
 
     Raises:
         ShrinkRefused: A guarded partition would shrink: it and the later ones of its batch are not swapped (the
             earlier ones are), the shadow is dropped.
         RacedWrites: Writes kept racing partitions through every read (the others are swapped).
     """
-    say = log or (lambda _msg: None)
     batches: dict[object, list[int]] = {}
     for i, step in enumerate(steps):
         batches.setdefault(step.shadow if step.shadow is not None else i, []).append(i)
@@ -134,7 +132,7 @@ def run_steps(
         if group[0].swap == Swap.REFRESH:
             results = [_refresh(client, project, plan)]
         else:
-            results = _Races(_Read(client, project, plan, say, trigger_relation)).run(group)
+            results = _Races(_Read(client, project, plan, trigger_relation)).run(group)
         done.update(zip(batch, results, strict=True))
     return [done[i] for i in range(len(steps))]
 
@@ -160,7 +158,12 @@ def whole_table_swaps(client: Client, live: ObjectRef, shadow: ObjectRef) -> lis
 
 
 def race_ranges(
-    project: Project, target: ObjectRef, scheme: PartitionScheme, windows: Sequence[PartitionWindow | None]
+    project: Project,
+    target: ObjectRef,
+    scheme: PartitionScheme,
+    windows: Sequence[PartitionWindow | None],
+    *,
+    zone: str,
 ) -> dict[ObjectRef, list[str | None]]:
     """Per trigger, per window, the source rows whose arrival races a read of the window: those mapping into it
     (:func:`~chmv_assets.sql.rebuild_sql.trigger_predicate`, as the planner puts in each step's relations), any row
@@ -170,7 +173,7 @@ def race_ranges(
     ranges: dict[ObjectRef, list[str | None]] = {}
     for trigger in dict.fromkeys(v.trigger for v in views if v.trigger is not None):
         readers = [v for v in views if v.trigger == trigger]
-        ranges[trigger] = [trigger_predicate(readers, project, scheme, window) for window in windows]
+        ranges[trigger] = [trigger_predicate(readers, project, scheme, window, zone=zone) for window in windows]
     return ranges
 
 
@@ -203,12 +206,11 @@ class _Read:
         client: Client,
         project: Project,
         plan: RebuildPlan,
-        say: Callable[[str], None],
         trigger_relation: Callable[[ObjectRef], str | None] | None = None,
     ):
-        self.client, self.project, self.plan, self.say = client, project, plan, say
+        self.client, self.project, self.plan = client, project, plan
         self.trigger_relation = trigger_relation
-        self.pacer = pacer_for(client, plan.races.pacing, say)
+        self.pacer = pacer_for(client, plan.races.pacing)
         table = project.table(plan.target)
         assert table is not None
         self.table = table
@@ -245,7 +247,7 @@ class _Read:
         # read reaches are another run's: both in one shadow would count their rows twice)
         kept = len(windows) == 1 or len(runs) > 1
         for view in self.views:
-            self.say(self._reading(view, shadow, windows, runs))
+            _LOG.info(self._reading(view, shadow, windows, runs))
             for number, run in enumerate(runs, start=1):
                 self._insert(view, shadow, run, f" {number}/{len(runs)}" if len(windows) > 1 else "", kept, statements)
         rows = self._rows(shadow, steps, kept)
@@ -283,6 +285,7 @@ class _Read:
             self.table,
             self.plan.scheme,
             run,
+            zone=self.plan.zone,
             trigger_relation=relation,
             only_windows=kept,
             prune=prune,
@@ -293,7 +296,8 @@ class _Read:
 
     def _holds_all(self, view: MaterializedView, run: list[PartitionWindow | None]) -> bool:
         """The trigger's part metadata says every row of it is inside the span of the windows of ``run``."""
-        sql = span_holds_all_sql(view, self.project, self.plan.scheme, span_of(run))  # type: ignore[arg-type]
+        span = span_of(run)  # type: ignore[arg-type]
+        sql = span_holds_all_sql(view, self.project, self.plan.scheme, span, zone=self.plan.zone)
         return sql is not None and bool(self.client.query(sql).result_rows[0][0])
 
     def _rows(self, shadow: ObjectRef, steps: Sequence[PartitionStep], kept: bool) -> list[int]:
@@ -321,7 +325,7 @@ class _Races:
         self.rules = read.plan.races
 
     def run(self, steps: Sequence[PartitionStep]) -> list[RebuildResult]:
-        read, plan, say = self.read, self.plan, self.read.say
+        read, plan = self.read, self.plan
         done: dict[int, RebuildResult] = {}
         pending = list(range(len(steps)))
         why = ""
@@ -329,7 +333,7 @@ class _Races:
         for attempt in range(1, self.rules.attempts + 1):
             if attempt > 1:
                 pause = self.rules.pause(attempt)
-                say(
+                _LOG.info(
                     f"{plan.target.fqn}: {why}; reading {self._keys(steps, pending)} again in {pause:.1f}s "
                     f"(attempt {attempt} of {self.rules.attempts})"
                 )
@@ -414,7 +418,7 @@ class _Races:
                 except ShrinkRefused as error:
                     outcome.refused = error
                     break
-                read.say(
+                _LOG.info(
                     f"{plan.target.fqn} {_label(step.window)}: shrink guard passed ({new:,} rows rebuilt, {old:,} live)"
                 )
             passed.append((i, rows))
@@ -445,7 +449,7 @@ class _Races:
         for n, (i, rows) in enumerate(swapped):
             method = "drop" if rows == 0 else "replace"
             again = f" (attempt {attempt})" if attempt > 1 else ""
-            self.read.say(f"{target} {_label(group[i].window)}: {method}, {rows} rows{again}")
+            _LOG.info(f"{target} {_label(group[i].window)}: {method}, {rows} rows{again}")
             statements = shadow.statements if n == 0 else []
             outcome.results[i] = RebuildResult(
                 target, group[i].key, method, rows, seconds if n == 0 else 0.0, statements, attempt

@@ -14,6 +14,7 @@ from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine.lifecycle.deploy import apply
 from chmv_assets.engine.loads.load import ingest
 from chmv_assets.engine.rebuild.planner import observe, plan_rebuild
+from chmv_assets.engine_logs import engine_messages
 from resources.clickhouse import ClickHouseResource
 from spark.staging import SparkStager
 
@@ -188,7 +189,8 @@ def test_a_writer_waits_for_the_swap_of_a_backfill(spark, loaded_all):
             threads[0].start()
             assert not done.wait(1.0), "the writer got into the source while the partition was being swapped"
 
-    backfill(spark, engine, loaded, t, [DAY2], engine="spark", log=log)
+    with engine_messages(log):  # the writer starts at the step's first message
+        backfill(spark, engine, loaded, t, [DAY2], engine="spark")
     threads[0].join(10)
     assert done.is_set()
     with engine.get_client() as client:

@@ -22,8 +22,9 @@ from spark_testing import (
     write_lake,
 )
 
+from chmv_assets import settings
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.engine.ingest.cutoff import CRASH_ENV, ingestion_source_id
+from chmv_assets.engine.ingest.cutoff import ingestion_source_id
 from chmv_assets.engine.lifecycle.deploy import apply
 from chmv_assets.engine.loads.load import ingest
 from chmv_assets.engine.watermarks import read_watermark
@@ -77,7 +78,7 @@ def half_ingested(spark, tmp_path_factory, example) -> tuple[LoadedProject, Path
 
 def _child(mode: str, dsn: str, landing, point: str) -> subprocess.CompletedProcess:
     code = CHILD.format(tests=str(ROOT_DIR / "tests"), ddl=str(ROOT_DIR / "examples" / "ddl"), jvm=QUICK_JVM_CONF)
-    env = {**os.environ, CRASH_ENV: point}
+    env = {**os.environ, settings.CRASH_AT.name: point}
     return subprocess.run(
         [sys.executable, "-c", code, mode, dsn, str(landing)],
         env=env,

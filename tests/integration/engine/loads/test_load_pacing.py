@@ -28,6 +28,7 @@ from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.engine.ingest.cutoff import ingestion_source_id
 from chmv_assets.engine.loads.load import ingest
 from chmv_assets.engine.watermarks import read_watermark
+from chmv_assets.engine_logs import engine_messages
 from chmv_assets.errors import ServerBusy
 from spark.staging import SparkStager
 
@@ -125,7 +126,8 @@ def test_a_range_run_over_many_days_of_a_new_source_is_cut_into_inserts_and_exac
     engine = copy_engine(base, tmp_path / "chdb")
     loaded = _loaded(example, root, max_partitions_per_insert=40)
     log: list[str] = []
-    result = ingest(SparkStager(spark), engine, loaded, SOURCE, days=_range(), log=log.append)
+    with engine_messages(log.append):
+        result = ingest(SparkStager(spark), engine, loaded, SOURCE, days=_range())
     assert result.files == DAYS and result.rows_inserted == distinct
     assert "analytics.raw_events: 150 days of rows, in 4 inserts of at most 40" in log
     assert not [line for line in log if "waiting" in line or "refused" in line]  # an idle server: no wait
@@ -149,11 +151,9 @@ def test_under_merge_pressure_an_unpaced_load_fails_and_a_paced_one_waits_and_co
     engine = copy_engine(base, tmp_path / "chdb")
     loaded = _loaded(example, root, max_partitions_per_insert=30)
     log: list[str] = []
-    with engine.get_client() as client:
+    with engine.get_client() as client, engine_messages(_relieve(tmp_path / "chdb", log)):
         _press(client)
-        result = ingest(
-            SparkStager(spark), _Held(client), loaded, SOURCE, days=_range(), log=_relieve(tmp_path / "chdb", log)
-        )
+        result = ingest(SparkStager(spark), _Held(client), loaded, SOURCE, days=_range())
         assert result.rows_inserted == distinct
         _assert_exact(client, loaded, distinct, where="event_type != 'seed'")
     waits = [line for line in log if ": waiting " in line]
