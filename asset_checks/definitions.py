@@ -1,13 +1,13 @@
 """The Dagster side of chmv's checks: check specs, the ops that evaluate them, results with their numbers.
 
-The check logic (SQL, verdicts: a client in, plain results out) lives in the sibling modules; this
-module turns it into asset checks:
+The check logic (SQL, verdicts: a client in, plain results out) lives in the engine's health room
+(``chmv_assets/engine/health/``); this module turns it into asset checks:
 
-- ``chmv_parity`` (per target, partitioned like it, blocking if ``parity.blocking``): asset_checks.parity,
+- ``chmv_parity`` (per target, partitioned like it, blocking if ``parity.blocking``): chmv_assets.engine.health.parity,
   declared on the target ops (asset_checks.inline)
-- ``chmv_part_count`` (WARN / ERROR near the throw limit): asset_checks.parts
-- ``chmv_schema_drift`` (blocking if ``parity.blocking``): asset_checks.drift, on the target ops too
-- ``chmv_lint`` (WARN, model only): asset_checks.lint
+- ``chmv_part_count`` (WARN / ERROR near the throw limit): chmv_assets.engine.health.part_counts
+- ``chmv_schema_drift`` (blocking if ``parity.blocking``): chmv_assets.engine.health.schema_drift, on the target ops too
+- ``chmv_lint`` (WARN, model only): chmv_assets.engine.health.lint
 - ``chmv_health`` (per target, its sources included: mutations, detached MVs, read-only, replication):
   chmv_assets.engine.health.server_health, its Dagster checks in asset_checks.health_checks, evaluated in the
   op of the part counts (``chmv_server_checks``)
@@ -29,13 +29,14 @@ from dagster import (
     multi_asset_check,
 )
 
-from asset_checks.common import DRIFT, HEALTH, LINT, PARITY, PARTS
 from asset_checks.health_checks import health_results, health_specs, health_subjects
-from asset_checks.lint import LintFinding, lint_target
-from asset_checks.parts import CLIMB_EVALUATIONS, assess, part_counts, pool_verdict, table_thresholds
+from asset_checks.names import DRIFT, HEALTH, LINT, PARITY, PARTS
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine.health.lint import lint_target
+from chmv_assets.engine.health.part_counts import CLIMB_EVALUATIONS, assess, part_counts, pool_verdict, table_thresholds
+from chmv_assets.engine.health.verdicts import LintFinding
 from chmv_assets.engine.pacing.pressure import merges, read_load, server_limits, table_limits
 from chmv_assets.errors import ChmvError
 from chmv_assets.orchestration.dagster_compat import completed_evaluations

@@ -26,7 +26,7 @@ from dagster import (
     MetadataValue,
 )
 
-from asset_checks.common import HEALTH
+from asset_checks.names import HEALTH
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef

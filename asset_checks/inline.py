@@ -41,13 +41,16 @@ from dagster import (
     PreviewWarning,
 )
 
-from asset_checks.common import DRIFT, PARITY
-from asset_checks.drift import DriftPlan, drift_fix_markdown, drift_markdown, drift_report, plan_for_drift
-from asset_checks.parity import ParityResult, parity_for_partition
+from asset_checks.names import DRIFT, PARITY
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine.drift import drift_report
+from chmv_assets.engine.health.parity import parity_for_partition
+from chmv_assets.engine.health.schema_drift import drift_markdown
+from chmv_assets.engine.health.verdicts import ParityResult
 from chmv_assets.engine.ingest.landing import landing_dir
+from chmv_assets.engine.lifecycle.drift_fix import DriftPlan, drift_fix_markdown, plan_for_drift
 from chmv_assets.orchestration.dagster_compat import check_output_name, target_materialization_data
 from chmv_assets.orchestration.partitions import window_for_key
 

@@ -25,9 +25,10 @@ warnings.filterwarnings("ignore")
 
 from conftest import EXAMPLE_DDL, make_engine  # noqa: E402
 
-from asset_checks.parity import parity_sql  # noqa: E402
 from chmv_assets.ddl.loader import load  # noqa: E402
 from chmv_assets.ddl.models import ObjectRef  # noqa: E402
+from chmv_assets.engine.clock import session_zone  # noqa: E402
+from chmv_assets.engine.health.parity import parity_sql  # noqa: E402
 from chmv_assets.engine.health.staleness import measure_staleness  # noqa: E402
 from chmv_assets.orchestration.partitions import window_for_key  # noqa: E402
 from chmv_assets.orchestration.translator import ChmvTranslator  # noqa: E402
@@ -91,15 +92,15 @@ def bench_parity(workdir: Path) -> None:
             scheme = partition_scheme(table, (view,))
             target_rows = client.command(
                 f"SELECT count() FROM {qualified(target)} WHERE ({table.partition_by.sql}) = "
-                f"({partition_expression(table, scheme, window)})"
+                f"({partition_expression(table, scheme, window, zone=session_zone(client))})"
             )
             source_rows = client.command(
                 f"SELECT count() FROM {qualified(view.trigger)} WHERE "
-                f"{source_range_predicate(view, loaded.project, scheme, window)}"
+                f"{source_range_predicate(view, loaded.project, scheme, window, zone=session_zone(client))}"
             )
             in_partition = int(target_rows) + int(source_rows)
-            read = rows_read(client, parity_sql(loaded, target, window))
-            unpruned = rows_read(client, parity_sql(loaded, target, None))
+            read = rows_read(client, parity_sql(loaded, target, window, zone=session_zone(client)))
+            unpruned = rows_read(client, parity_sql(loaded, target, None, zone=session_zone(client)))
             print(
                 f"  {name:24} {key:11} {in_partition:12d} {read:9d} {read / in_partition:6.2f} {unpruned:9d} "
                 f"{unpruned / in_partition:6.2f}"

@@ -27,10 +27,10 @@ warnings.filterwarnings("ignore")
 from bench_checks import CountingClient  # noqa: E402
 from conftest import EXAMPLE_DDL, make_engine  # noqa: E402
 
-from asset_checks.parity import parity_for_partition  # noqa: E402
 from chmv_assets.ddl.loader import load  # noqa: E402
 from chmv_assets.ddl.models import ObjectRef  # noqa: E402
 from chmv_assets.ddl.partitioning import window_at  # noqa: E402
+from chmv_assets.engine.health.parity import parity_for_partition  # noqa: E402
 from chmv_assets.engine.rebuild.coverage import observe_coverage  # noqa: E402
 from chmv_assets.engine.rebuild.executor import execute  # noqa: E402
 from chmv_assets.engine.rebuild.planner import observe, plan_rebuild  # noqa: E402

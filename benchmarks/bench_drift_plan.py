@@ -24,7 +24,7 @@ from conftest import EXAMPLE_DDL, make_engine  # noqa: E402
 from dagster import AssetCheckKey, DagsterInstance  # noqa: E402
 from lifecycle_testing import CHANGED_FILTER, copy_ddl, edit  # noqa: E402
 
-from asset_checks.common import DRIFT  # noqa: E402
+from asset_checks.names import DRIFT  # noqa: E402
 from chmv_assets.ddl.loader import load  # noqa: E402
 
 

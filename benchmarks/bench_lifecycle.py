@@ -82,15 +82,6 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _parity(loaded):
-    from asset_checks.parity import parity_for_partitions
-
-    def parity(client, target, live, windows):
-        return parity_for_partitions(client, loaded, target, windows, live=live)
-
-    return parity
-
-
 def bench_apply(tmp: Path, rows: int, rounds: int = 3) -> None:
     from bench_rebuild import DAYS, DDL, START
 
@@ -141,7 +132,6 @@ def bench_apply(tmp: Path, rows: int, rounds: int = 3) -> None:
                     resource,
                     loaded,
                     plan,
-                    parity=_parity(loaded),
                     batch_seconds=3600,
                     opened=(client, opened.pop_all()),
                 )
@@ -150,7 +140,7 @@ def bench_apply(tmp: Path, rows: int, rounds: int = 3) -> None:
             restore = load(ddl)
             with resource.get_client() as client:
                 undo = plan_lifecycle(client, restore)
-            lifecycle_apply.apply_plan(resource, restore, undo, parity=_parity(restore), batch_seconds=3600)
+            lifecycle_apply.apply_plan(resource, restore, undo, batch_seconds=3600)
             with resource.get_client() as client:
                 for (name,) in client.query(
                     "SELECT name FROM system.tables WHERE database = 'bench' AND startsWith(name, '_chmv_old_')"

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -84,15 +85,25 @@ class Bench:
     def backfill(self, client, loaded, *, one_read: bool = False, log=None) -> tuple[float, float, float]:
         """The backfill of the 10 days on ``client``: (seconds, seconds pacing spent reading the server, seconds
         waited)."""
+        from chmv_assets.engine.clock import session_zone
         from chmv_assets.engine.pacing.pacer import pacer_for
         from chmv_assets.engine.rebuild.executor import execute
         from chmv_assets.engine.rebuild.planner import Observations, plan_rebuild
+        from chmv_assets.engine_logs import engine_messages
 
         stats = pacer_for(client, loaded.config.pacing).stats
         looking, waited = stats.look_seconds, stats.waited_seconds
-        plan = plan_rebuild(loaded, self.target, self.windows, Observations(live=self.target), engine="clickhouse")
+        plan = plan_rebuild(
+            loaded,
+            self.target,
+            self.windows,
+            Observations(live=self.target, zone=session_zone(client)),
+            engine="clickhouse",
+            one_read=one_read,
+        )
         began = time.perf_counter()
-        execute(plan, loaded, client=client, one_read=one_read, log=log)
+        with engine_messages(log) if log else nullcontext():
+            execute(plan, loaded, client=client)
         return time.perf_counter() - began, stats.look_seconds - looking, stats.waited_seconds - waited
 
     def check(self, client) -> None:

@@ -48,6 +48,7 @@ def main() -> None:
     from chmv_assets.ddl.loader import load
     from chmv_assets.ddl.models import ObjectRef
     from chmv_assets.ddl.partitioning import PartitionWindow, partition_scheme
+    from chmv_assets.engine.clock import session_zone
     from chmv_assets.engine.lifecycle.deploy import apply
     from chmv_assets.engine.rebuild.executor import execute
     from chmv_assets.engine.rebuild.planner import Observations, plan_rebuild
@@ -92,7 +93,7 @@ def main() -> None:
             columns = ", ".join(f"`{c.name}`" for c in view.output_columns)
 
             def bare(window: PartitionWindow) -> None:
-                select = view_select(view, project, table, scheme, window)
+                select = view_select(view, project, table, scheme, window, zone=session_zone(client))
                 client.command("TRUNCATE TABLE bench.baseline")
                 client.command(f"INSERT INTO bench.baseline ({columns}) {select}")
 
@@ -100,7 +101,9 @@ def main() -> None:
                 rebuild(client, project, target, window)
 
             def executor(window: PartitionWindow) -> list:
-                plan = plan_rebuild(loaded, target, [window], Observations(live=target), engine="clickhouse")
+                plan = plan_rebuild(
+                    loaded, target, [window], Observations(live=target, zone=session_zone(client)), engine="clickhouse"
+                )
                 return execute(plan, loaded, client=client)
 
             results: dict[str, list[float]] = {f"{n}-{w}": [] for n in ("bare", "chmv", "exec") for w in ("1", "all")}

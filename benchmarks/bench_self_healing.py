@@ -29,8 +29,9 @@ warnings.filterwarnings("ignore")
 from bench_checks import CountingClient, generated_project  # noqa: E402
 from conftest import EXAMPLE_DDL, make_engine  # noqa: E402
 
-from asset_checks.parity import parity_for_partitions  # noqa: E402
 from chmv_assets.ddl.loader import load  # noqa: E402
+from chmv_assets.engine.clock import session_zone  # noqa: E402
+from chmv_assets.engine.health.parity import parity_for_partitions  # noqa: E402
 from chmv_assets.engine.health.sweep import SweepState, decide  # noqa: E402
 from chmv_assets.orchestration.translator import ChmvTranslator  # noqa: E402
 from chmv_assets.sql.quoting import qualified  # noqa: E402
@@ -126,14 +127,14 @@ def bench_rows(workdir: Path) -> None:
             exact += int(
                 client.command(
                     f"SELECT count() FROM {qualified(item.target)} WHERE ({table.partition_by.sql}) = "
-                    f"({partition_expression(table, scheme, item.window)})"
+                    f"({partition_expression(table, scheme, item.window, zone=session_zone(client))})"
                 )
             )
             for view in loaded.project.views_into(item.target):
                 exact += int(
                     client.command(
                         f"SELECT count() FROM {qualified(view.trigger)} WHERE "
-                        f"{source_range_predicate(view, loaded.project, scheme, item.window)}"
+                        f"{source_range_predicate(view, loaded.project, scheme, item.window, zone=session_zone(client))}"
                     )
                 )
     failed = [r.describe() for r in results if not r.passed]

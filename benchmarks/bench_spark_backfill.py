@@ -107,6 +107,7 @@ def phase_single(work: Path) -> dict:
     """One run, one Spark session: all 12 partitions; bare PySpark around it; then ClickHouse on the same Parquet."""
     from chmv_assets.ddl.models import ObjectRef
     from chmv_assets.engine.catalog import live_table
+    from chmv_assets.engine.clock import session_zone
     from chmv_assets.engine.ingest import landing
     from chmv_assets.engine.ingest.staging_area import file_relation
     from chmv_assets.engine.rebuild.executor import rebuild_partitions
@@ -155,7 +156,7 @@ def phase_single(work: Path) -> dict:
                 f"(SELECT * FROM {file_relation(str(landing_root) + '/{' + days + '}/*.parquet', source, columns)} "
                 f"LIMIT 1 BY {keys})"
             )
-            plan = plan_from_source(loaded.project, target, [window], live)
+            plan = plan_from_source(loaded.project, target, [window], live, zone=session_zone(client))
             run_step(client, loaded.project, plan, plan.steps[0], trigger_relation=lambda ref, r=rel: r)
     ch_seconds = time.monotonic() - started
     spark.stop()

@@ -28,9 +28,9 @@ warnings.filterwarnings("ignore")
 
 from conftest import EXAMPLE_DDL, make_engine  # noqa: E402
 
-from asset_checks.parity import parity_for_partitions  # noqa: E402
 from chmv_assets.ddl.loader import load  # noqa: E402
 from chmv_assets.engine.drift import apply_pending  # noqa: E402
+from chmv_assets.engine.health.parity import parity_for_partitions  # noqa: E402
 from chmv_assets.engine.health.sweep import SweepState, decide, window_of  # noqa: E402
 from chmv_assets.engine.rebuild import coverage  # noqa: E402
 

@@ -6,8 +6,9 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 
+from chmv_assets.engine_logs import engine_messages
 from chmv_assets.errors import ChmvError, DDLError
 
 PLAN_EXIT_CODES = """exit codes (for CI):
@@ -16,6 +17,9 @@ PLAN_EXIT_CODES = """exit codes (for CI):
   2  invalid DDL: a parse error, a refused statement (POPULATE, OR REPLACE MV), or the server's
      preflight refused a statement; nothing was changed
   1  any other error (the server unreachable, the embedded engine busy)"""
+#: The commands whose output is their progress: chmv's log messages are printed as they come. (``plan`` and
+#: ``lineage`` print a document, JSON for CI among them: only that.)
+PRINTS_PROGRESS = frozenset({"apply", "rebuild", "load-demo"})
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -92,7 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     try:
-        return _run(args)
+        with engine_messages(print) if args.command in PRINTS_PROGRESS else nullcontext():
+            return _run(args)
     except DDLError as err:
         print(str(err), file=sys.stderr)
         if getattr(args, "format", None) == "json" and args.command == "plan":
@@ -161,7 +166,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "apply":
         return _apply(args, loaded, resource)
     with resource.get_client() as client:
-        result = apply(client, loaded.project, log=print)
+        result = apply(client, loaded.project)
         print(f"apply: {len(result.created)} created, {len(result.existing)} already there")
         if args.command == "load-demo":
             from chmv_assets import demo_data
@@ -203,15 +208,11 @@ def _plan(args: argparse.Namespace, loaded, resource) -> int:
 
 def _apply(args: argparse.Namespace, loaded, resource) -> int:
     """``chmv apply``: plan, preflight (nothing is touched if the server refuses a statement), then the changes."""
-    from asset_checks.parity import parity_for_partitions
     from chmv_assets.engine.ingest.landing import landing_dir
     from chmv_assets.engine.lifecycle.apply import apply_plan
     from chmv_assets.engine.lifecycle.plan import Action
     from chmv_assets.engine.lifecycle.planner import plan_lifecycle
     from chmv_assets.engine.lifecycle.preflight import preflight
-
-    def parity(client, target, live, windows):
-        return parity_for_partitions(client, loaded, target, windows, live=live)
 
     def stage(*args, **kwargs) -> None:  # Spark starts only if a partition is read from the landing zone
         from spark.session import get_spark_session
@@ -223,13 +224,11 @@ def _apply(args: argparse.Namespace, loaded, resource) -> int:
     with ExitStack() as opened:
         client = opened.enter_context(resource.get_client())
         plan = plan_lifecycle(client, loaded, allow_drop=args.allow_drop, root=root)
-        preflight(client, loaded, plan, log=print)
+        preflight(client, loaded, plan)
         if plan.has_changes:
             print(plan.describe())
         # the apply takes the client over (one opening of the engine for plan, preflight and apply)
-        apply_plan(
-            resource, loaded, plan, parity=parity, stager=stage, root=root, log=print, opened=(client, opened.pop_all())
-        )
+        apply_plan(resource, loaded, plan, stager=stage, root=root, opened=(client, opened.pop_all()))
     project = loaded.project
     objects = len(project.databases) + len(project.tables) + len(project.dictionaries) + len(project.views)
     objects += len(project.kept)
@@ -283,7 +282,7 @@ def _rebuild(args: argparse.Namespace, loaded, resource) -> int:
         from spark.staging import SparkStager
 
         stager = SparkStager(get_spark_session)
-    results = execute(plan, loaded, resource, stager=stager, log=print, owner="chmv rebuild")
+    results = execute(plan, loaded, resource, stager=stager, owner="chmv rebuild")
     for r in results:
         print(f"rebuild: {r.target} {r.partition or '(all)'}: {r.engine}, {r.method}, {r.rows_written} rows")
     return 0

@@ -35,16 +35,14 @@ from clickhouse_connect.driver.exceptions import ProgrammingError
 from dagster import ConfigurableResource, EnvVar
 from pydantic import Field
 
+from chmv_assets import settings
 from chmv_assets.errors import ChmvError, EngineBusyError
 from resources.locking import engine_lock
-from resources.state import default_state_dir
 
 _open_lock = threading.Lock()
 
 #: Concurrency pool of every asset that opens ClickHouse: the demo instance limits it to one at a time.
 CLICKHOUSE_POOL = "clickhouse"
-#: Environment variables of the code location's resource (``clickhouse_from_env``).
-DSN_ENV, USER_ENV, PASSWORD_ENV = "CHMV_CLICKHOUSE_DSN", "CLICKHOUSE_USER", "CLICKHOUSE_PASSWORD"
 
 
 class ClickHouseResource(ConfigurableResource):
@@ -103,7 +101,7 @@ class ClickHouseResource(ConfigurableResource):
 
     @property
     def resolved_dsn(self) -> str:
-        return _value(self.dsn) or f"chdb://{default_state_dir() / 'chdb'}"
+        return _value(self.dsn) or f"chdb://{settings.state_dir() / 'chdb'}"
 
     @property
     def is_embedded(self) -> bool:
@@ -249,15 +247,15 @@ def clickhouse_from_env(dsn: str | None = None) -> ClickHouseResource:
     when they are set; unset, the DSN's own credentials (or none) apply.
     """
     credentials: dict[str, Any] = {}
-    if os.environ.get(USER_ENV):
-        credentials["username"] = EnvVar(USER_ENV)
-    if os.environ.get(PASSWORD_ENV):
-        credentials["password"] = EnvVar(PASSWORD_ENV)
-    if dsn is None and os.environ.get(DSN_ENV):
-        value = os.environ[DSN_ENV]
+    if settings.CLICKHOUSE_USER.get():
+        credentials["username"] = EnvVar(settings.CLICKHOUSE_USER.name)
+    if settings.CLICKHOUSE_PASSWORD.get():
+        credentials["password"] = EnvVar(settings.CLICKHOUSE_PASSWORD.name)
+    value = settings.clickhouse_dsn()
+    if dsn is None and value:
         if value.startswith("chdb:"):
             return ClickHouseResource(dsn=value)
-        return ClickHouseResource(dsn=EnvVar(DSN_ENV), **credentials)
+        return ClickHouseResource(dsn=EnvVar(settings.CLICKHOUSE_DSN.name), **credentials)
     if dsn is None or dsn.startswith("chdb:"):
         return ClickHouseResource(dsn=dsn)
     return ClickHouseResource(dsn=dsn, **credentials)

@@ -22,11 +22,13 @@ from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionScheme
 from chmv_assets.engine.ingest.landing import ingested_sources, landing_dir
+from chmv_assets.engine.loads.load import ingest
 from chmv_assets.orchestration.partitions import partitions_definition
+from chmv_assets.orchestration.run_logs import forward_engine_logs
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
-from spark.ingest import ingest
 from spark.session import session_of, spark_conf
+from spark.staging import SparkStager
 
 #: Name of the ingestion job (every source; select assets to load some).
 INGEST_JOB = "chmv_ingest"
@@ -62,15 +64,15 @@ def build_ingestion_asset(loaded: LoadedProject, ref: ObjectRef, translator: Chm
     def _ingest(context: AssetExecutionContext) -> MaterializeResult:
         clickhouse: ClickHouseResource = context.resources.clickhouse
         days = set(context.partition_keys) if context.has_partition_key else None
-        result = ingest(
-            session_of(context.resources.pyspark),
-            clickhouse,
-            loaded,
-            ref,
-            root=landing_dir(loaded),
-            days=days,
-            log=context.log.info,
-        )
+        with forward_engine_logs(context):
+            result = ingest(
+                SparkStager(session_of(context.resources.pyspark)),
+                clickhouse,
+                loaded,
+                ref,
+                root=landing_dir(loaded),
+                days=days,
+            )
         return MaterializeResult(
             asset_key=spec.key,
             metadata={

@@ -6,9 +6,7 @@ import os
 import sys
 from typing import Any
 
-#: Environment variable overriding ``spark.master`` (``local[*]``, ``spark://host:7077``, ...).
-MASTER_ENV = "CHMV_SPARK_MASTER"
-DEFAULT_MASTER = "local[*]"
+from chmv_assets import settings
 
 
 def spark_conf(master: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -19,7 +17,7 @@ def spark_conf(master: str | None = None, extra: dict[str, Any] | None = None) -
         extra: More settings, applied last.
     """
     conf: dict[str, Any] = {
-        "spark.master": master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER,
+        "spark.master": master or settings.spark_master(),
         "spark.app.name": "chmv",
         # 2 cores: a handful of shuffle partitions beats the default 200 by far on batches of this size.
         "spark.sql.shuffle.partitions": "4",

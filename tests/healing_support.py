@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 from ui_support import DagsterDev, wait_for
 
-from asset_checks.parity import parity_for_partition
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine.health.parity import parity_for_partition
 from chmv_assets.orchestration.partitions import window_for_key
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource

@@ -10,7 +10,6 @@ from pathlib import Path
 from chmv_assets.ddl.loader import load
 from chmv_assets.sql.health_sql import (
     bind,
-    late_partitions_sql,
     limits_sql,
     load_sql,
     merges_sql,
@@ -21,6 +20,7 @@ from chmv_assets.sql.health_sql import (
     table_settings_sql,
     views_state_sql,
 )
+from chmv_assets.sql.parts_sql import partitions_sql
 from chmv_assets.sql.quoting import string_literal
 
 GOLDEN = Path(__file__).resolve().parent / "unit" / "sql" / "golden" / "health"
@@ -64,7 +64,6 @@ def statements() -> dict[str, str]:
     project, tables = replicated()
     params = bind(tables)
     views = sorted(project.views, key=lambda r: r.fqn)
-    late = {**params, "min_parts": 2, "closed_after_hours": 24, "limit": 200}
 
     def section(title: str, sql: str) -> str:
         return f"-- {title}\n{sql};\n"
@@ -96,7 +95,8 @@ def statements() -> dict[str, str]:
         "maintenance.sql": "\n".join(
             [
                 section(
-                    "closed partitions of collapsing targets holding several parts", bound(late_partitions_sql(), late)
+                    "the partitions of collapsing targets (closed ones holding several parts are merged)",
+                    bound(partitions_sql(), params),
                 ),
                 section("merging one of them", optimize_sql(tables[0], "202608")),
             ]

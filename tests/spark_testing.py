@@ -119,14 +119,10 @@ def distinct_landing_rows(tables: dict, source: str) -> int:
     return tables[source].group_by(tables[source].column_names).aggregate([]).num_rows
 
 
-def backfill(
-    spark, clickhouse, loaded: LoadedProject, target: ObjectRef, windows, *, engine: str = "auto", log=None
-) -> list:
+def backfill(spark, clickhouse, loaded: LoadedProject, target: ObjectRef, windows, *, engine: str = "auto") -> list:
     """Plan and run a rebuild with Spark as the stager (what a target asset's run does); the step results."""
     from chmv_assets.engine.rebuild.executor import rebuild_partitions
     from spark.staging import SparkStager
 
-    _plan, results = rebuild_partitions(
-        clickhouse, loaded, target, windows, engine=engine, stager=SparkStager(spark), log=log
-    )
+    _plan, results = rebuild_partitions(clickhouse, loaded, target, windows, engine=engine, stager=SparkStager(spark))
     return results

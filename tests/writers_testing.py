@@ -198,7 +198,7 @@ class Racer:
                 for (query,) in client.query(
                     "SELECT query FROM system.processes WHERE position(query, 'INSERT INTO `w`.`_chmv_shadow_') = 1"
                 ).result_rows:
-                    start = re.search(r"toDateTime\('([0-9-]+ [0-9:]+)'\)", query)
+                    start = re.search(r"toDateTime\('([0-9-]+ [0-9:]+)'(?:, '[^']+')?\)", query)
                     if query in self._seen or start is None:
                         continue
                     self._seen.add(query)

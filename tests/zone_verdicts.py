@@ -29,9 +29,9 @@ def main(workdir: Path) -> dict:
     from conftest import EXAMPLE_DDL, make_engine
     from dagster import DagsterInstance
 
-    from asset_checks.parity import parity_for_partitions
     from chmv_assets.ddl.loader import load
     from chmv_assets.ddl.models import ObjectRef
+    from chmv_assets.engine.health.parity import parity_for_partitions
     from chmv_assets.engine.health.staleness import measure_staleness
     from chmv_assets.engine.health.sweep import SweepState, decide
     from chmv_assets.engine.rebuild.coverage import observe_coverage

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import tomllib
 from datetime import date
@@ -12,6 +11,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from chmv_assets import settings
 from chmv_assets.errors import DDLError, DDLProblem
 
 CONFIG_FILE = "chmv.toml"
@@ -239,7 +239,8 @@ class ChmvConfig(BaseModel):
         default_database: Database for unqualified names.
         external: ``db.table`` names that MVs read but that the DDL directory does not define.
         partition_start: First day of every time-window partitions definition (``YYYY-MM-DD``).
-        timezone: Timezone of partition windows.
+        timezone: Zone of Dagster's partition calendar (when a partition opens and closes): the zone ClickHouse
+            computes the partitions in. Never written into SQL (docs/configuration.md, "Time zones").
         sla_minutes: How far a target may lag its source before the staleness sensor alerts.
         alert_webhook: URL the alert sink POSTs JSON to (besides the Dagster log).
         recovery_max_attempts: Rebuilds of one partition before recovery gives up and alerts.
@@ -322,7 +323,7 @@ def load_config(ddl_dir: str | Path, **overrides: object) -> ChmvConfig:
             ) from err
     data.update({k: v for k, v in overrides.items() if v is not None})
     data["ddl_dir"] = str(root)
-    webhook = os.environ.get("CHMV_ALERT_WEBHOOK")
+    webhook = settings.alert_webhook()
     if webhook and "alert_webhook" not in overrides:
         data["alert_webhook"] = webhook
     try:

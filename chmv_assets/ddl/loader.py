@@ -23,6 +23,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from chmv_assets import settings
 from chmv_assets.ddl.config import CONFIG_FILE, ChmvConfig, load_config
 from chmv_assets.ddl.lineage import LineageGraph
 from chmv_assets.ddl.models import ObjectRef, Project
@@ -31,11 +32,8 @@ from chmv_assets.ddl.server_grammar import grammar_version
 from chmv_assets.ddl.twin import local_twin
 from chmv_assets.ddl.writers import SourceWriters, source_writers, undefined_writer_names
 from chmv_assets.errors import DDLError, DDLProblem
-from resources.state import default_state_dir
 
 T = TypeVar("T")
-#: Set to 0 to parse without the cache (``CHMV_PARSE_CACHE=0``).
-CACHE_ENV = "CHMV_PARSE_CACHE"
 _CODE = Path(__file__).resolve().parent
 
 
@@ -174,7 +172,7 @@ def require_views(loaded: LoadedProject) -> None:
 
 def _cache_key(config: ChmvConfig, twin: bool = False) -> str | None:
     """A digest of the DDL directory (its path, file names and bytes), the parse options and the ddl package's code."""
-    if os.environ.get(CACHE_ENV, "1") == "0":
+    if not settings.parse_cache():
         return None
     # The directory's own path too: the model records each statement's file (errors and metadata name it); and the
     # version of ClickHouse's parser, which reads what sqlglot cannot (chmv_assets.ddl.server_grammar).
@@ -189,7 +187,7 @@ def _cache_key(config: ChmvConfig, twin: bool = False) -> str | None:
 
 
 def _cache_path(key: str) -> Path:
-    return default_state_dir() / "cache" / f"ddl-{key}.pickle"
+    return settings.state_dir() / "cache" / f"ddl-{key}.pickle"
 
 
 def _read_cache(key: str) -> Project | None:

@@ -17,13 +17,14 @@ and read partitions without Dagster.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from urllib.parse import unquote
 
 from chmv_assets.ddl.grains import PARTITION_FUNCTIONS, Grain, grain_of_interval
-from chmv_assets.ddl.models import MaterializedView, PartitionCall, Table
+from chmv_assets.ddl.models import MaterializedView, ObjectRef, PartitionCall, Project, Table
 
 #: Dagster's partition key format per grain.
 KEY_FORMATS = {grain: grain.key_format for grain in Grain if grain.is_partition_grain}
@@ -219,6 +220,37 @@ def _integer(text: str) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+# --- reach -------------------------------------------------------------------------------------------------------
+
+
+def window_reach(view: MaterializedView, scheme: PartitionScheme) -> timedelta:
+    """How far past a partition window's end a trigger row's own time may lie and ``view`` still land the row in the
+    window: the one rule by which chmv reads a window's source rows, closes a window to late writers, maps a source's
+    changes onto target windows and estimates their rows.
+
+    ``view`` computes the partition column by truncating a trigger column to a grain (``toStartOfHour(ts)``,
+    ``toMonday(day)``). Where that grain lies within the partition grain (an hour within a day), every row lands in
+    the window holding its own time: 0. Where it does not (a week straddling two months), a row lands in the window
+    holding the start of its truncation, up to one grain before its own time: the grain (its longest span, a month
+    counting 31 days). 0 as well for a target without time windows, or a partition column the MV does not truncate.
+    """
+    if scheme.grain is None or scheme.column is None:
+        return timedelta(0)
+    out = view.output(scheme.column)
+    grain = out.truncation[1] if out is not None and out.truncation is not None else None
+    if grain is None or Grain(grain).within(scheme.grain):
+        return timedelta(0)
+    return timedelta(seconds=Grain(grain).seconds)
+
+
+def target_reach(
+    project: Project, target: ObjectRef, scheme: PartitionScheme, trigger: ObjectRef | None = None
+) -> timedelta:
+    """The longest :func:`window_reach` of the MVs writing ``target`` (only those ``trigger`` sets off, if given)."""
+    views = [v for v in project.views_into(target) if trigger is None or v.trigger == trigger]
+    return max((window_reach(v, scheme) for v in views), default=timedelta(0))
+
+
 # --- keys --------------------------------------------------------------------------------------------------------
 
 
@@ -297,6 +329,23 @@ def partition_of(scheme: PartitionScheme, value: str, oldest: datetime | None) -
     if oldest is None:
         return None
     return window_at(floor_to_grain(oldest, scheme.grain), scheme.grain, values)
+
+
+def partition_start(value: str, oldest: datetime | None = None) -> datetime | None:
+    """The start of a ClickHouse partition from its value (``system.parts.partition``: ``202609``, ``20260915``,
+    ``2026-09-15 10:00:00``), naive, in the server's time zone.
+
+    Other spellings fall back to ``oldest``, the oldest time its rows hold (the parts' min/max index); None without.
+    """
+    text = value.strip().strip("'")
+    if re.fullmatch(r"\d{6}", text):
+        return datetime(int(text[:4]), int(text[4:6]), 1)
+    if re.fullmatch(r"\d{8}", text):
+        return datetime(int(text[:4]), int(text[4:6]), int(text[6:]))
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return oldest
 
 
 # --- windows -----------------------------------------------------------------------------------------------------

@@ -30,16 +30,6 @@ def live_table(client: Client, project: Project, target: ObjectRef) -> ObjectRef
     return ObjectRef(database=target.database, name=rows[0][0])
 
 
-def inner_table_names(views: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str], str]:
-    """``(database, inner table) → MV name`` for MVs without TO given as ``(database, name, uuid)``: the inner table
-    is ``.inner_id.<uuid>`` (Atomic databases) or ``.inner.<name>`` (Ordinary ones)."""
-    names = {}
-    for database, name, uuid in views:
-        names[(database, f".inner_id.{uuid}")] = name
-        names[(database, f".inner.{name}")] = name
-    return names
-
-
 def existing_objects(client: Client, refs: Iterable[ObjectRef]) -> set[ObjectRef]:
     """Which of ``refs`` exist on the server (tables, views, dictionaries), in one query."""
     refs = set(refs)

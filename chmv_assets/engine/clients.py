@@ -1,4 +1,5 @@
-"""What engine operations need to open ClickHouse: anything with ``get_client()`` (the Dagster resource is one)."""
+"""What engine operations need to open ClickHouse: anything with ``get_client()`` (the Dagster resource is one); the
+settings of a statement that binds many names."""
 
 from __future__ import annotations
 
@@ -6,6 +7,14 @@ from contextlib import AbstractContextManager
 from typing import Protocol
 
 from clickhouse_connect.driver.client import Client
+
+#: One statement binding the names of hundreds of tables (a UNION ALL over hundreds of targets, a system table read
+#: for all of them) exceeds the default 256 KiB query size and AST limits.
+BIG_QUERY_SETTINGS = {
+    "max_query_size": 64 * 1024 * 1024,
+    "max_ast_elements": 10_000_000,
+    "max_expanded_ast_elements": 10_000_000,
+}
 
 
 class ClientFactory(Protocol):

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine.parts import newer_parts, read_partitions
 from chmv_assets.sql.quoting import qualified
 
 
@@ -41,44 +42,18 @@ class Watch:
 
     blocks: Mapping[ObjectRef, Mapping[str, int]]
 
-    def keyed(self) -> tuple[list[str], list[int]]:
-        """``(["db.table/partition_id", …], [block, …])``, the form the server compares parts against."""
-        pairs = [(f"{s.database}.{s.name}/{p}", b) for s, parts in self.blocks.items() for p, b in parts.items()]
-        return [k for k, _ in pairs], [b for _, b in pairs]
-
 
 def watch(client: Client, sources: Iterable[ObjectRef]) -> Watch:
-    """The newest block number per partition of every active part of ``sources`` (one query on ``system.parts``)."""
+    """The newest block number per partition of every active part of ``sources`` (one query on ``system.parts``,
+    :func:`chmv_assets.engine.parts.read_partitions`)."""
     refs = sorted(set(sources), key=lambda r: r.fqn)
-    blocks: dict[ObjectRef, dict[str, int]] = {ref: {} for ref in refs}
-    if refs:
-        rows = client.query(
-            "SELECT database, table, partition_id, max(max_block_number) FROM system.parts "
-            "WHERE active AND (database, table) IN {refs:Array(Tuple(String, String))} "
-            "GROUP BY database, table, partition_id",
-            parameters={"refs": [(r.database, r.name) for r in refs]},
-        ).result_rows
-        for database, table, partition, block in rows:
-            blocks[ObjectRef(database=database, name=table)][partition] = int(block)
-    return Watch(blocks)
+    found = read_partitions(client, refs)
+    return Watch({ref: {p.partition_id: p.max_block for p in found.get(ref, [])} for ref in refs})
 
 
 def new_parts(client: Client, since: Watch) -> dict[ObjectRef, list[str]]:
     """Per source, the active parts holding a block newer than ``since`` saw (a new partition's parts included)."""
-    refs = list(since.blocks)
-    if not refs:
-        return {}
-    keys, blocks = since.keyed()
-    rows = client.query(  # a partition not seen before: indexOf is 0, and element 0 of an array is its default (0)
-        "SELECT database, table, name FROM system.parts "
-        "WHERE active AND (database, table) IN {refs:Array(Tuple(String, String))} AND max_block_number > "
-        "{blocks:Array(UInt64)}[indexOf({keys:Array(String)}, concat(database, '.', table, '/', partition_id))]",
-        parameters={"refs": [(r.database, r.name) for r in refs], "keys": keys, "blocks": blocks},
-    ).result_rows
-    found: dict[ObjectRef, list[str]] = {}
-    for database, table, name in rows:
-        found.setdefault(ObjectRef(database=database, name=table), []).append(name)
-    return found
+    return newer_parts(client, since.blocks)
 
 
 def raced_windows(client: Client, since: Watch, ranges: Mapping[ObjectRef, Sequence[str | None]]) -> list[int]:

@@ -19,6 +19,7 @@ from clickhouse_connect.driver.client import Client
 
 from chmv_assets.sql.meta import WATERMARKS
 from chmv_assets.sql.quoting import qualified
+from chmv_assets.sql.time_sql import UTC_INSTANT, time_sql
 
 #: Stored as ``last_processed_ts`` when nothing has been processed yet (the column is not Nullable).
 EPOCH = datetime(1970, 1, 1)
@@ -87,12 +88,11 @@ def write_watermark(
     client.command(
         f"INSERT INTO {qualified(WATERMARKS)} "
         "(source_id, target_table, last_processed_ts, batch_id, status, rows, version) VALUES "
-        "({source:String}, {target:String}, {ts:DateTime64(6)}, {batch:String}, {status:String}, {rows:UInt64}, "
-        "{version:UInt64})",
+        f"({{source:String}}, {{target:String}}, {time_sql(ts.replace(tzinfo=UTC), UTC_INSTANT)}, {{batch:String}}, "
+        "{status:String}, {rows:UInt64}, {version:UInt64})",
         parameters={
             "source": source_id,
             "target": target_table,
-            "ts": ts,
             "batch": batch_id,
             "status": status,
             "rows": rows,

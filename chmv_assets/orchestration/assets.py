@@ -26,6 +26,7 @@ from chmv_assets.engine.rebuild.executor import StepResult, execute, plan_for
 from chmv_assets.engine.rebuild.planner import RebuildPlan, spark_capable
 from chmv_assets.errors import ChmvError
 from chmv_assets.orchestration.partitions import dynamic_partitions_of, window_for_key
+from chmv_assets.orchestration.run_logs import forward_engine_logs
 from chmv_assets.orchestration.translator import ChmvTranslator, check_distinct_keys
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
 from spark.session import session_of
@@ -148,14 +149,10 @@ def _group_asset(
                     plan = plan_for(
                         clickhouse, loaded, ref, windows, engine=config.engine, root=root, force=config.force
                     )
-                    results = execute(
-                        plan,
-                        loaded,
-                        clickhouse,
-                        stager=stager,
-                        log=context.log.info,
-                        owner=f"dagster run {context.run_id}",
-                    )
+                    with forward_engine_logs(context):
+                        results = execute(
+                            plan, loaded, clickhouse, stager=stager, owner=f"dagster run {context.run_id}"
+                        )
                     if plan.deferred:
                         context.log.warning(plan.deferral())
                     yield MaterializeResult(asset_key=key, metadata=rebuild_metadata(plan, results))

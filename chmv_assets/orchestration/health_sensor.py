@@ -8,7 +8,6 @@ plotted over time. The checks send the failing verdicts to the alert sink with w
 nothing (an MV to restore is ``chmv_recovery``'s: a ``chmv_apply`` run).
 """
 
-import json
 import time
 from datetime import UTC, datetime
 
@@ -27,12 +26,15 @@ from dagster import (
 from asset_checks.definitions import HEALTH, PARTS, check_key
 from asset_checks.health_checks import health_subjects
 from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.engine.cursors import encode_cursor
 from chmv_assets.engine.health.server_health import assess
-from chmv_assets.orchestration.sensor_client import SensorSkip, TickBudget, sensor_client
+from chmv_assets.orchestration.sensor_client import SensorSkip, TickBudget, sensor_client, tick_cursor
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
 
 SENSOR = "chmv_health"
+#: Cursor format (:mod:`chmv_assets.engine.cursors`): a cursor of another version is read as empty.
+CURSOR_VERSION = 1
 
 
 def build_health_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> SensorDefinition:
@@ -52,7 +54,7 @@ def build_health_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> Se
         "every [health] report_minutes.",
     )
     def _health(context: SensorEvaluationContext, clickhouse: ClickHouseResource):
-        cursor = _cursor(context)
+        cursor = tick_cursor(context).of(CURSOR_VERSION)
         try:
             with sensor_client(clickhouse, context, TickBudget()) as client:
                 verdicts = assess(client, loaded.project, by_key.values(), config)
@@ -74,7 +76,9 @@ def build_health_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> Se
         )
         context.log.info(summary)
         if not keys:
-            return SensorResult(skip_reason=SkipReason(f"no verdict changed ({summary})"), cursor=json.dumps(state))
+            return SensorResult(
+                skip_reason=SkipReason(f"no verdict changed ({summary})"), cursor=encode_cursor(state, CURSOR_VERSION)
+            )
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         request = RunRequest(
             run_key=f"chmv-health:{stamp}:{len(keys)}",
@@ -82,13 +86,6 @@ def build_health_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> Se
             asset_check_keys=keys,
             tags={"chmv/reason": reason},
         )
-        return SensorResult(run_requests=[request], cursor=json.dumps(state))
+        return SensorResult(run_requests=[request], cursor=encode_cursor(state, CURSOR_VERSION))
 
     return _health
-
-
-def _cursor(context: SensorEvaluationContext) -> dict:
-    try:
-        return json.loads(context.cursor) if context.cursor else {}
-    except json.JSONDecodeError:
-        return {}

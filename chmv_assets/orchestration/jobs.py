@@ -24,7 +24,6 @@ from dagster import (
 )
 from pydantic import Field
 
-from asset_checks.parity import parity_for_partitions
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import MaterializedView, ObjectRef
 from chmv_assets.ddl.twin import describe_stand_ins
@@ -35,6 +34,7 @@ from chmv_assets.engine.lifecycle.planner import plan_lifecycle
 from chmv_assets.engine.lifecycle.preflight import preflight
 from chmv_assets.engine.lifecycle.refusals import check_statement
 from chmv_assets.errors import DDLError
+from chmv_assets.orchestration.run_logs import forward_engine_logs
 from chmv_assets.sql.cluster import attach_view_sql
 from resources.clickhouse import ClickHouseResource
 from spark.session import get_spark_session
@@ -102,24 +102,20 @@ def _apply_job(loaded: LoadedProject) -> JobDefinition:
                 plan = scoped(plan_lifecycle(client, loaded, root=root), objects)
                 if objects:
                     refuse_inner_table_drops(plan, loaded)
-                preflight(client, loaded, plan, log=context.log.info)  # before anything live is touched
-                report = apply_plan(
-                    clickhouse,
-                    loaded,
-                    plan,
-                    parity=parity,
-                    stager=SparkStager(get_spark_session),
-                    root=root,
-                    log=context.log.info,
-                    opened=(client, opened.pop_all()),
-                )
+                with forward_engine_logs(context):
+                    preflight(client, loaded, plan)  # before anything live is touched
+                    report = apply_plan(
+                        clickhouse,
+                        loaded,
+                        plan,
+                        stager=SparkStager(get_spark_session),
+                        root=root,
+                        opened=(client, opened.pop_all()),
+                    )
         except (DDLError, LifecycleError) as err:  # the user's to fix: say what and where, no traceback
             raise Failure(description=str(err), allow_retries=False) from None
         metadata = {"chmv/report": report.describe(), "chmv/partitions_rederived": sum(report.partitions.values())}
         return Output(None, metadata=metadata)
-
-    def parity(client, target, live, windows):
-        return parity_for_partitions(client, loaded, target, windows, live=live)
 
     @job(
         name=APPLY_JOB,

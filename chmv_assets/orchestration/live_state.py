@@ -2,7 +2,8 @@
 
 The live MVs write the targets all the time, and ingestion writes the sources; Dagster only knows what
 its runs did. The ``chmv_live_state`` sensor reads ``system.parts`` (active parts) for every tracked
-table in ONE query per tick and reports, for each partition that changed since the last report, an
+table in ONE query per tick (:mod:`chmv_assets.engine.health.live_partitions`: the read, the fingerprints, the
+cursor) and reports, for each partition that changed since the last report, an
 ``AssetMaterialization`` with rows, parts, bytes and the newest write (``dagster/last_updated_timestamp``,
 which Dagster's freshness checks read). No run is launched; the UI then shows the partitions that hold
 data as materialized, for targets and sources.
@@ -25,13 +26,9 @@ newer truth, and a second one would make its check results stale in the UI.
 
 from __future__ import annotations
 
-import base64
-import json
-import re
 import time
-import zlib
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cache
 from typing import Literal
 from zoneinfo import ZoneInfo
@@ -56,21 +53,28 @@ from dagster import (
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import KEY_DELIMITER, PartitionScheme, encode_key, key_values, partition_values
-from chmv_assets.engine.catalog import inner_table_names
 from chmv_assets.engine.clock import from_wall_seconds
-from chmv_assets.engine.health.staleness import BIG_QUERY_SETTINGS
+from chmv_assets.engine.health.live_partitions import (
+    DayCount,
+    LiveMemory,
+    Tally,
+    covering,
+    day_range,
+    days_to_recount,
+    partition_start,
+    read_live_partitions,
+    rows_per_day,
+    source_blocks,
+)
+from chmv_assets.engine.parts import Partition
 from chmv_assets.orchestration.partitions import dynamic_partitions_of, time_partitions_of
 from chmv_assets.orchestration.sensor_client import SensorSkip, sensor_client
 from chmv_assets.orchestration.translator import ChmvTranslator
-from chmv_assets.sql.quoting import qualified, quote
-from chmv_assets.sql.time_sql import wall_seconds_sql
 from resources.clickhouse import ClickHouseResource
 
 #: Most events one tick reports; the rest follow at the next ticks (a cold start of thousands of partitions).
 #: Dagster records a runless event in ~10-30 ms on SQLite, so a tick's events take the daemon under a minute.
 MAX_EVENTS_PER_TICK = 2000
-#: Cursor format version: a cursor of another version is ignored (everything is reported once more).
-CURSOR_VERSION = 1
 OBSERVER = "chmv_live_state (system.parts)"
 #: Seconds between two ticks of the sensor.
 LIVE_STATE_INTERVAL_SECONDS = 30
@@ -97,33 +101,6 @@ class Tracked:
     time_column: str | None = None
     scheme: PartitionScheme | None = None
     dynamic: str | None = None
-
-
-@dataclass(frozen=True)
-class PartState:
-    """The active parts of one ClickHouse partition of a table (or a dictionary's loaded state)."""
-
-    partition_id: str
-    value: str
-    rows: int
-    parts: int
-    bytes: int
-    newest_write: int  # unix seconds of the newest part's modification time
-    max_block: int
-    min_time: int  # wall seconds (chmv_assets.engine.clock) of the parts' min/max index
-    min_date: str
-    max_time: int = 0
-    max_date: str = ""
-
-    def time_bounds(self) -> tuple[int, int] | None:
-        """``[first, last]`` wall seconds of the rows, from the parts' min/max index; None when not indexed."""
-        if self.min_time > 0:
-            return self.min_time, self.max_time
-        if self.min_date and self.min_date != "1970-01-01":
-            first = datetime.fromisoformat(self.min_date).replace(tzinfo=UTC)
-            last = datetime.fromisoformat(self.max_date).replace(tzinfo=UTC)
-            return int(first.timestamp()), int(last.timestamp()) + 86399
-        return None
 
 
 @dataclass
@@ -195,121 +172,18 @@ def tracked_assets(loaded: LoadedProject, translator: ChmvTranslator) -> list[Tr
 
 
 class _Counted:
-    """The client, counting the queries this module runs (chdb has no system.query_log)."""
+    """The client, counting the queries run through it (chdb has no system.query_log)."""
 
     def __init__(self, client: Client):
         self.client = client
         self.queries = 0
 
-    def query(self, sql: str, parameters: dict) -> list[tuple]:
+    def query(self, *args, **kwargs):
         self.queries += 1
-        return self.client.query(sql, parameters=parameters, settings=BIG_QUERY_SETTINGS).result_rows
+        return self.client.query(*args, **kwargs)
 
-
-def read_state(client: _Counted, loaded: LoadedProject, tracked: list[Tracked]) -> dict[ObjectRef, list[PartState]]:
-    """The active parts per partition of every tracked table, and the loaded state of its dictionaries: one query.
-
-    An MV without TO keeps its rows in an inner table (``.inner_id.<uuid>`` or ``.inner.<name>``); the
-    query also returns those MVs' uuids to map the inner table back to the MV.
-    """
-    tables = [t.ref for t in tracked if t.kind != "dictionary"]
-    dictionaries = [t.ref for t in tracked if t.kind == "dictionary"]
-    inner_mvs = [t.ref for t in tracked if t.ref in loaded.project.views and loaded.project.views[t.ref].target is None]
-    branches, params = [], {}
-    if tables:
-        branches.append(
-            "SELECT 'p' AS kind, database, table AS name, partition_id, any(partition) AS value, sum(rows) AS n_rows, "
-            "count() AS parts, sum(bytes_on_disk) AS bytes, toInt64(toUnixTimestamp(max(modification_time))) AS newest, "
-            f"toInt64(max(max_block_number)) AS max_block, {wall_seconds_sql('minIf(min_time, rows > 0)')} "
-            f"AS min_time, toString(minIf(min_date, rows > 0)) AS min_date, "  # empty parts (a swap's) have no time
-            f"{wall_seconds_sql('maxIf(max_time, rows > 0)')} AS max_time, toString(maxIf(max_date, rows > 0)) "
-            "AS max_date FROM system.parts WHERE active AND database IN {dbs:Array(String)} "
-            "AND (table IN {names:Array(String)} OR startsWith(table, '.inner')) GROUP BY database, table, partition_id"
-        )
-        params |= {"dbs": sorted({r.database for r in tables}), "names": sorted({r.name for r in tables})}
-    if dictionaries:
-        branches.append(
-            "SELECT 'd', database, name, '', '', toUInt64(element_count), toUInt64(0), toUInt64(bytes_allocated), "
-            "toInt64(toUnixTimestamp(last_successful_update_time)), toInt64(0), toInt64(0), '', toInt64(0), '' "
-            "FROM system.dictionaries "
-            "WHERE database IN {dict_dbs:Array(String)} AND name IN {dict_names:Array(String)}"
-        )
-        params |= {
-            "dict_dbs": sorted({r.database for r in dictionaries}),
-            "dict_names": sorted({r.name for r in dictionaries}),
-        }
-    if inner_mvs:
-        branches.append(
-            "SELECT 'm', database, name, toString(uuid), '', toUInt64(0), toUInt64(0), toUInt64(0), toInt64(0), "
-            "toInt64(0), toInt64(0), '', toInt64(0), '' FROM system.tables WHERE engine = 'MaterializedView' "
-            "AND database IN {mv_dbs:Array(String)} AND name IN {mv_names:Array(String)}"
-        )
-        params |= {"mv_dbs": sorted({r.database for r in inner_mvs}), "mv_names": sorted({r.name for r in inner_mvs})}
-    if not branches:
-        return {}
-    rows = client.query(" UNION ALL ".join(branches), params)
-    inner_names = inner_table_names((database, name, uuid) for kind, database, name, uuid, *_ in rows if kind == "m")
-    wanted = {(t.ref.database, t.ref.name): t.ref for t in tracked}  # no model built or hashed per row
-    by_name: dict[tuple[str, str], list[PartState]] = {}
-    for (
-        kind,
-        database,
-        name,
-        pid,
-        value,
-        n_rows,
-        parts,
-        size,
-        newest,
-        block,
-        min_time,
-        min_date,
-        max_time,
-        max_date,
-    ) in rows:
-        if kind == "m":
-            continue
-        table = (database, inner_names.get((database, name), name))
-        if table not in wanted:
-            continue
-        by_name.setdefault(table, []).append(
-            PartState(
-                str(pid),
-                str(value),
-                int(n_rows),
-                int(parts),
-                int(size),
-                int(newest),
-                int(block),
-                int(min_time),
-                str(min_date),
-                int(max_time),
-                str(max_date),
-            )
-        )
-    return {wanted[table]: parts for table, parts in by_name.items()}
-
-
-def partition_start(value: str, min_time: int = 0, min_date: str = "") -> datetime | None:
-    """The start of a ClickHouse partition from its value (``202609``, ``20260915``, ``2026-09-15 10:00:00``).
-
-    Falls back to the parts' min/max index (``min_time``, ``min_date``) for other spellings. Naive, in
-    the server's time zone.
-    """
-    text = value.strip().strip("'")
-    if re.fullmatch(r"\d{6}", text):
-        return datetime(int(text[:4]), int(text[4:6]), 1)
-    if re.fullmatch(r"\d{8}", text):
-        return datetime(int(text[:4]), int(text[4:6]), int(text[6:]))
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        pass
-    if min_time > 0:
-        return datetime.fromtimestamp(min_time, UTC).replace(tzinfo=None)
-    if min_date and min_date != "1970-01-01":
-        return datetime.fromisoformat(min_date)
-    return None
+    def command(self, *args, **kwargs):  # the session's time zone, read once (engine.clock.session_zone)
+        return self.client.command(*args, **kwargs)
 
 
 class _Keys:
@@ -340,90 +214,44 @@ class _Keys:
         return self._bounds[partitions_def]
 
 
-@dataclass
-class _Unit:
-    """One reportable partition of an asset (several ClickHouse partitions may fold into it)."""
-
-    rows: int = 0
-    parts: int = 0
-    bytes: int = 0
-    newest_write: int = 0
-    max_block: int = 0
-    ch_partitions: list[str] = field(default_factory=list)
-
-    def add(self, part: PartState) -> None:
-        self.rows += part.rows
-        self.parts += part.parts
-        self.bytes += part.bytes
-        self.newest_write = max(self.newest_write, part.newest_write)
-        self.max_block = max(self.max_block, part.max_block)
-        self.ch_partitions.append(part.partition_id)
-
-    @property
-    def fingerprint(self) -> str:
-        return f"{self.max_block}.{len(self.ch_partitions)}"
-
-
-def _units(tracked: Tracked, parts: list[PartState], keys: _Keys) -> tuple[dict[str, _Unit], int]:
-    """``partition key ("" when unpartitioned) -> unit`` for a target, source or dictionary; and the parts outside."""
-    units: dict[str, _Unit] = {}
+def _units(tracked: Tracked, parts: list[Partition], keys: _Keys) -> tuple[dict[str, Tally], int]:
+    """``partition key ("" when unpartitioned) -> tally`` for a target, source or dictionary; and the parts outside."""
+    units: dict[str, Tally] = {}
     outside = 0
     for part in parts:
         key: str | None = ""
         if tracked.scheme is not None:  # a key part: its values name the partition
             key = _keyed(tracked, part, keys)
         elif tracked.partitions_def is not None:
-            start = partition_start(part.value, part.min_time, part.min_date)
+            start = partition_start(part)
             key = keys.key(tracked.partitions_def, start) if start is not None else None
         if key is None:
             outside += 1
             continue
-        units.setdefault(key, _Unit()).add(part)
+        units.setdefault(key, Tally()).add(part)
     return units, outside
 
 
-def _keyed(tracked: Tracked, part: PartState, keys: _Keys) -> str | None:
+def _keyed(tracked: Tracked, part: Partition, keys: _Keys) -> str | None:
     """The Dagster key of a ClickHouse partition of a target with a key part (None: outside its windows)."""
     assert tracked.scheme is not None
     values = key_values(tracked.scheme, partition_values(part.value, tracked.scheme.elements))
     if tracked.partitions_def is None:
         return encode_key(values)
-    bounds = part.time_bounds()
-    window = keys.key(tracked.partitions_def, from_wall_seconds(bounds[0])) if bounds is not None else None
+    span = part.span
+    window = keys.key(tracked.partitions_def, from_wall_seconds(span[0])) if span is not None else None
     return f"{window}{KEY_DELIMITER}{encode_key(values)}" if window is not None else None
 
 
 @dataclass(frozen=True)
 class _DayRequest:
-    """Count the rows per event day of an ingested source within ``[first, last]`` (None: the whole table)."""
+    """Count the days of an ingested source within ``span`` (None: every day)."""
 
     tracked: Tracked
-    bounds: tuple[int, int] | None
+    span: tuple[int, int] | None
 
-
-def _day_counts(client: _Counted, requests: list[_DayRequest]) -> dict[ObjectRef, dict[str, int]]:
-    """Rows per event day (``YYYY-MM-DD``) of ingested sources, within the re-read time ranges: one query.
-
-    The range is on the source's own time column, so ClickHouse prunes partitions by their min/max index.
-    """
-    if not requests:
-        return {}
-    branches, params = [], {}
-    for i, request in enumerate(requests):
-        column = quote(request.tracked.time_column or "")
-        where = ""
-        if request.bounds is not None:
-            # wall seconds (engine.clock): bound as the wall clock, which the server reads in the column's zone
-            where = f" WHERE {column} >= toDateTime({{lo_{i}:String}}) AND {column} <= toDateTime({{hi_{i}:String}})"
-            params[f"lo_{i}"], params[f"hi_{i}"] = (f"{from_wall_seconds(b):%Y-%m-%d %H:%M:%S}" for b in request.bounds)
-        branches.append(
-            f"SELECT {i} AS source, toString(toDate({column})) AS day, count() AS rows "
-            f"FROM {qualified(request.tracked.ref)}{where} GROUP BY day"
-        )
-    out: dict[ObjectRef, dict[str, int]] = {r.tracked.ref: {} for r in requests}
-    for source, day, n_rows in client.query(" UNION ALL ".join(branches), params):
-        out[requests[int(source)].tracked.ref][str(day)] = int(n_rows)
-    return out
+    def count(self) -> DayCount:
+        return DayCount(self.tracked.ref, self.tracked.time_column or "", self.span)
 
 
 def _materialized_after(
@@ -476,10 +304,13 @@ def evaluate_live_state(
     began = time.perf_counter()
     counted = _Counted(client)
     tracked = tracked if tracked is not None else tracked_assets(loaded, translator)
-    scan = _Scan(_read_cursor(cursor), TickReport(tracked=len(tracked)))
-    state = read_state(counted, loaded, tracked)
+    scan = _Scan(LiveMemory.loads(cursor), TickReport(tracked=len(tracked)))
+    tables = [t.ref for t in tracked if t.kind != "dictionary"]
+    dictionaries = [t.ref for t in tracked if t.kind == "dictionary"]
+    state = read_live_partitions(counted, loaded.project, tables, dictionaries)  # type: ignore[arg-type]
     day_requests = scan.tables(tracked, state)
-    scan.days(day_requests, _day_counts(counted, day_requests), state)
+    days = rows_per_day(counted, [r.count() for r in day_requests])  # type: ignore[arg-type]
+    scan.days(day_requests, days, state)
     scan.emit(tracked, instance)
     scan.report.new_keys = _new_keys(scan.keyed, instance)
     scan.report.queries = counted.queries
@@ -490,17 +321,17 @@ def evaluate_live_state(
 class _Scan:
     """One tick's comparison of the live state with the cursor: what changed, and the next cursor."""
 
-    def __init__(self, previous: dict, report: TickReport):
-        self.seen_assets: dict[str, dict[str, str]] = previous.get("a", {})
-        self.seen_sources: dict[str, dict[str, str]] = previous.get("s", {})
-        self.new_assets: dict[str, dict[str, str]] = {}
-        self.new_sources: dict[str, dict[str, str]] = {}
-        self.changed: dict[AssetKey, dict[str, tuple[_Unit, str]]] = {}  # asset -> partition -> (unit, fingerprint)
+    def __init__(self, previous: LiveMemory, report: TickReport):
+        self.seen_assets = previous.assets
+        self.seen_sources = previous.sources
+        self.new = LiveMemory()
+        self.new_assets, self.new_sources = self.new.assets, self.new.sources
+        self.changed: dict[AssetKey, dict[str, tuple[Tally, str]]] = {}  # asset -> partition -> (tally, fingerprint)
         self.report = report
         self.keys = _Keys()
         self.keyed: dict[str, set[str]] = {}  # dynamic partitions definition -> key values the server holds
 
-    def tables(self, tracked: list[Tracked], state: dict[ObjectRef, list[PartState]]) -> list[_DayRequest]:
+    def tables(self, tracked: list[Tracked], state: dict[ObjectRef, list[Partition]]) -> list[_DayRequest]:
         """Compare every table's partitions with the cursor; returns the day counts the ingested sources need."""
         day_requests = []
         for item in tracked:
@@ -508,16 +339,11 @@ class _Scan:
             parts = state.get(item.ref, [])
             if item.kind == "ingested":
                 before = self.seen_sources.get(item.ref.fqn, {})
-                self.new_sources[item.ref.fqn] = {p.partition_id: str(p.max_block) for p in parts}
-                moved = [p for p in parts if before.get(p.partition_id) != str(p.max_block)]
-                dropped = set(before) - {p.partition_id for p in parts}
+                self.new_sources[item.ref.fqn] = source_blocks(parts)
                 self.new_assets[name] = dict(self.seen_assets.get(name, {}))
-                if moved or dropped:
-                    bounds = [p.time_bounds() for p in moved]
-                    whole = dropped or None in bounds  # no min/max index, or rows gone: count every day again
-                    day_requests.append(
-                        _DayRequest(item, None if whole else (min(b[0] for b in bounds), max(b[1] for b in bounds)))
-                    )
+                recount, span = days_to_recount(parts, before)
+                if recount:
+                    day_requests.append(_DayRequest(item, span))
                 continue
             units, outside = _units(item, parts, self.keys)
             self.report.outside += outside
@@ -536,7 +362,7 @@ class _Scan:
         self,
         requests: list[_DayRequest],
         days: dict[ObjectRef, dict[str, int]],
-        state: dict[ObjectRef, list[PartState]],
+        state: dict[ObjectRef, list[Partition]],
     ) -> None:
         """Compare the day counts of the re-read ingested sources with the cursor."""
         for request in requests:
@@ -553,14 +379,14 @@ class _Scan:
                     continue
                 counted_days.add(partition)
                 if seen.get(partition) != str(n_rows):
-                    unit = _Unit()
-                    for part in _covering(state.get(item.ref, []), day):
+                    unit = Tally()
+                    for part in covering(state.get(item.ref, []), day):
                         unit.add(part)
                     unit.rows = n_rows  # the day's rows; parts, bytes and newest write: of the partitions holding it
                     self.changed.setdefault(item.key, {})[partition] = (unit, str(n_rows))
                     seen.pop(partition, None)
             # days of the re-read range that hold no rows any more are forgotten (reported again if rows come back)
-            first, last = _day_range(request.bounds)
+            first, last = day_range(request.span)
             for partition in [p for p in seen if first <= p <= last and p not in counted_days]:
                 seen.pop(partition)
 
@@ -589,7 +415,7 @@ class _Scan:
                 budget -= 1
                 report.events.append(_event(item, partition or None, unit))
                 self.new_assets[name][partition] = fingerprint
-        report.cursor = _write_cursor({"v": CURSOR_VERSION, "a": self.new_assets, "s": self.new_sources})
+        report.cursor = self.new.dumps()
 
 
 def _new_keys(keyed: dict[str, set[str]], instance: DagsterInstance | None) -> dict[str, list[str]]:
@@ -601,22 +427,7 @@ def _new_keys(keyed: dict[str, set[str]], instance: DagsterInstance | None) -> d
     return out
 
 
-def _covering(parts: list[PartState], day: str) -> list[PartState]:
-    """The ClickHouse partitions whose rows' time range touches a day (all of them when not indexed)."""
-    start = int(datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp())
-    touching = [p for p in parts if (b := p.time_bounds()) is None or (b[0] < start + 86400 and b[1] >= start)]
-    return touching or parts
-
-
-def _day_range(bounds: tuple[int, int] | None) -> tuple[str, str]:
-    """The ``YYYY-MM-DD`` days a time range covers (every day when None)."""
-    if bounds is None:
-        return "0000-00-00", "9999-99-99"
-    first, last = (datetime.fromtimestamp(b, UTC).strftime("%Y-%m-%d") for b in bounds)
-    return first, last
-
-
-def _event(item: Tracked, partition: str | None, unit: _Unit) -> AssetMaterialization:
+def _event(item: Tracked, partition: str | None, unit: Tally) -> AssetMaterialization:
     rows_key = "dagster/partition_row_count" if partition is not None else "dagster/row_count"
     metadata = {
         rows_key: MetadataValue.int(unit.rows),
@@ -680,28 +491,10 @@ def build_live_state_sensor(loaded: LoadedProject, translator: ChmvTranslator) -
     return _live_state
 
 
-def _write_cursor(data: dict) -> str:
-    """JSON, deflated and base64-encoded: the fingerprints of tens of thousands of partitions repeat a lot."""
-    text = json.dumps(data, separators=(",", ":"), sort_keys=True)
-    return "z:" + base64.b64encode(zlib.compress(text.encode(), 6)).decode()
-
-
-def _read_cursor(cursor: str | None) -> dict:
-    if not cursor:
-        return {}
-    try:
-        text = zlib.decompress(base64.b64decode(cursor[2:])).decode() if cursor.startswith("z:") else cursor
-        data = json.loads(text)
-    except (ValueError, zlib.error):
-        return {}
-    return data if isinstance(data, dict) and data.get("v") == CURSOR_VERSION else {}
-
-
 __all__ = [
     "TickReport",
     "Tracked",
     "build_live_state_sensor",
     "evaluate_live_state",
-    "partition_start",
     "tracked_assets",
 ]

@@ -25,6 +25,7 @@ from dagster import (
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.engine.clock import wall_now
 from chmv_assets.engine.health.maintenance import late_partitions, merge_late_partitions, window_bounds
+from chmv_assets.orchestration.run_logs import forward_engine_logs
 from chmv_assets.orchestration.sensor_client import SensorSkip, TickBudget, sensor_client
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
 
@@ -40,9 +41,8 @@ def build_maintenance(loaded: LoadedProject) -> tuple[SensorDefinition, JobDefin
         with clickhouse.get_client() as client:
             bounds = window_bounds(rules.window, wall_now(client))
             until = bounds[1] if bounds else None  # a run started by hand outside the window is not cut short
-            merged = merge_late_partitions(
-                client, loaded.project, rules, pacing=loaded.config.pacing, until=until, log=context.log.info
-            )
+            with forward_engine_logs(context):
+                merged = merge_late_partitions(client, loaded.project, rules, pacing=loaded.config.pacing, until=until)
         table = "\n".join(
             f"| {m.partition.table.fqn} | {m.partition.partition_id} | {m.partition.parts} | "
             f"{m.parts_after} | {m.seconds:.1f} |"

@@ -1,4 +1,5 @@
-"""How every sensor opens ClickHouse: a short wait for the embedded engine, a time budget per tick, a skip with the reason.
+"""How every sensor opens ClickHouse: a short wait for the embedded engine, a time budget per tick, a skip with the reason;
+and how it reads its cursor (:func:`tick_cursor`).
 
 Dagster ends a sensor evaluation that runs past its deadline (60 s unless ``DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS``
 says otherwise) with an error and no cursor. A tick therefore gets a :class:`TickBudget` that ends well before
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 from dagster import SensorEvaluationContext
 
+from chmv_assets.engine.cursors import DecodedCursor, decode_cursor
 from chmv_assets.errors import EngineBusyError
 from resources.clickhouse import ClickHouseResource
 
@@ -102,6 +104,15 @@ def sensor_client(
         raise SensorSkip(
             f"a statement ran past the tick's {limit:.0f}s (max_execution_time), retrying next tick: {_first_line(err)}"
         ) from err
+
+
+def tick_cursor(context: SensorEvaluationContext) -> DecodedCursor:
+    """The tick's cursor, decoded (:mod:`chmv_assets.engine.cursors`; ``.of(version)`` is its data in that format).
+    One that cannot be read is logged and reads as none: the sensor starts afresh."""
+    decoded = decode_cursor(context.cursor)
+    if decoded.unreadable:
+        context.log.warning(f"ignoring an unreadable cursor: {(context.cursor or '')[:200]}")
+    return decoded
 
 
 def _first_line(err: Exception) -> str:

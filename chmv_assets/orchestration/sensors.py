@@ -18,7 +18,6 @@ tick catches up). Anything else raises.
 """
 
 import hashlib
-import json
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -50,6 +49,7 @@ from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import KEY_DELIMITER, PartitionScheme, time_of
 from chmv_assets.engine.clock import wall_now
+from chmv_assets.engine.cursors import encode_cursor
 from chmv_assets.engine.drift import describe_pending, drift_report
 from chmv_assets.engine.health.recovery import DdlRepair, Decision, ddl_repair, entry_key, plan, split_key
 from chmv_assets.engine.health.server_health import views_off
@@ -66,7 +66,7 @@ from chmv_assets.orchestration.partitions import (
     window_for_key,
 )
 from chmv_assets.orchestration.requests import Due, InFlight, apply_request, in_flight, rebuild_requests
-from chmv_assets.orchestration.sensor_client import SensorSkip, TickBudget, sensor_client
+from chmv_assets.orchestration.sensor_client import SensorSkip, TickBudget, sensor_client, tick_cursor
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
 
@@ -76,14 +76,9 @@ AssetJob = Any
 MAX_RUNS_PER_TARGET = 24
 #: Ticks a staleness must persist before recovery acts on it.
 STALE_TICKS = 2
-
-
-def _cursor(context: SensorEvaluationContext) -> dict:
-    try:
-        return json.loads(context.cursor) if context.cursor else {}
-    except json.JSONDecodeError:
-        context.log.warning(f"ignoring an unreadable cursor: {context.cursor[:200]}")
-        return {}
+#: Cursor formats (:mod:`chmv_assets.engine.cursors`): a cursor of another version is read as empty.
+STALENESS_CURSOR_VERSION = 1
+DRIFT_CURSOR_VERSION = 1
 
 
 def catchup_partitions(partitions_def, lag: TargetLag, instance: DagsterInstance | None = None) -> list[str | None]:
@@ -183,7 +178,7 @@ def build_staleness_sensor(loaded: LoadedProject, translator: ChmvTranslator) ->
         "(chmv_recovery requests the catch-up).",
     )
     def _staleness(context: SensorEvaluationContext, clickhouse: ClickHouseResource):
-        cursor = _cursor(context)
+        cursor = tick_cursor(context).of(STALENESS_CURSOR_VERSION)
         budget = TickBudget()
         try:
             with sensor_client(clickhouse, context, budget) as client:
@@ -219,7 +214,7 @@ def build_staleness_sensor(loaded: LoadedProject, translator: ChmvTranslator) ->
                 message = "; ".join(lag.reasons) + ": chmv_recovery catches up if it persists"
                 sink.send(Alert("stale", "warning", fqn, message, details), context.log)
                 stale_state[fqn] = {"since": time.time()}
-        new_cursor = json.dumps({"stale": stale_state, "missing": missing_state}, sort_keys=True)
+        new_cursor = encode_cursor({"stale": stale_state, "missing": missing_state}, STALENESS_CURSOR_VERSION)
         summary = f"{len(stale_state)} stale target(s), {len(missing_state)} not measurable"
         return SensorResult(skip_reason=SkipReason(summary), cursor=new_cursor)
 
@@ -306,8 +301,9 @@ class _RecoveryState:
 
     @classmethod
     def read(cls, context: SensorEvaluationContext) -> "_RecoveryState":
-        data = _cursor(context)
-        if data.get("v") != RECOVERY_CURSOR_VERSION:
+        cursor = tick_cursor(context)
+        data = cursor.data
+        if cursor.version != RECOVERY_CURSOR_VERSION:  # an older format: what it holds of the verdicts and staleness
             return cls(verdicts_after=int(data.get("verdicts_after", 0)), stale_ticks=data.get("stale_ticks", {}))
         return cls(
             int(data.get("verdicts_after", 0)),
@@ -320,7 +316,6 @@ class _RecoveryState:
 
     def dumps(self) -> str:
         data = {
-            "v": RECOVERY_CURSOR_VERSION,
             "verdicts_after": self.verdicts_after,
             "ledger": self.ledger,
             "stale_ticks": self.stale_ticks,
@@ -328,7 +323,7 @@ class _RecoveryState:
             "alerted": self.alerted,
             "views_off": self.views_off,
         }
-        return json.dumps(data, sort_keys=True)
+        return encode_cursor(data, RECOVERY_CURSOR_VERSION)
 
 
 #: Seconds of the tick's budget kept back when recovery plans rebuilds (one coverage probe each).
@@ -612,7 +607,7 @@ def build_drift_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> Sen
         "(and lint and part counts at the first tick).",
     )
     def _drift(context: SensorEvaluationContext, clickhouse: ClickHouseResource):
-        cursor = _cursor(context)
+        cursor = tick_cursor(context).of(DRIFT_CURSOR_VERSION)
         digest = ddl_hash(config.ddl_dir)
         if cursor.get("hash") == digest:
             return SkipReason("DDL directory unchanged")
@@ -621,7 +616,8 @@ def build_drift_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> Sen
         except DDLError as err:
             sink.send(Alert("drift", "error", "chmv", f"the changed DDL directory does not parse: {err}"), context.log)
             return SensorResult(
-                skip_reason=SkipReason("DDL directory does not parse"), cursor=json.dumps({"hash": digest})
+                skip_reason=SkipReason("DDL directory does not parse"),
+                cursor=encode_cursor({"hash": digest}, DRIFT_CURSOR_VERSION),
             )
         try:
             with sensor_client(clickhouse, context) as client:
@@ -654,7 +650,7 @@ def build_drift_sensor(loaded: LoadedProject, translator: ChmvTranslator) -> Sen
             ]
             if drift_keys
             else [],
-            cursor=json.dumps({"hash": digest, "drifted": sorted(t.fqn for t in drifted)}),
+            cursor=encode_cursor({"hash": digest, "drifted": sorted(t.fqn for t in drifted)}, DRIFT_CURSOR_VERSION),
         )
 
     return _drift

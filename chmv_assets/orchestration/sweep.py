@@ -17,7 +17,6 @@ the queue at the next tick; a tick that meets a busy engine or an unreachable se
 reason and catches up.
 """
 
-import json
 import time
 from collections import defaultdict
 from collections.abc import Iterable
@@ -42,14 +41,15 @@ from dagster import (
 )
 
 from asset_checks.inline import latest_materializations, parity_alert, parity_evaluation
-from asset_checks.parity import parity_for_partitions
 from chmv_assets.alerts import sink_for
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.partitioning import encode_key
+from chmv_assets.engine.cursors import encode_cursor
 from chmv_assets.engine.drift import apply_pending
+from chmv_assets.engine.health.parity import parity_for_partitions
 from chmv_assets.engine.health.sweep import SweepItem, SweepState, decide, window_of
 from chmv_assets.orchestration.partitions import dynamic_partitions_of
-from chmv_assets.orchestration.sensor_client import SensorSkip, sensor_client
+from chmv_assets.orchestration.sensor_client import SensorSkip, sensor_client, tick_cursor
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
 
@@ -57,6 +57,8 @@ SWEEP_SENSOR = "chmv_parity_sweep"
 SWEEP_JOB = "chmv_parity_sweep_checks"
 #: Sweep runs whose outcome the cursor remembers (a failed one puts its partitions back).
 MAX_INFLIGHT = 20
+#: Cursor format (:mod:`chmv_assets.engine.cursors`): a cursor of another version is read as empty.
+CURSOR_VERSION = 1
 
 
 class SweepRunConfig(Config):
@@ -130,7 +132,7 @@ def build_sweep(loaded: LoadedProject, translator: ChmvTranslator) -> tuple[Sens
         "last verdict (one system.parts query per tick), checked within a per-tick budget.",
     )
     def _sweep(context: SensorEvaluationContext, clickhouse: ClickHouseResource):
-        cursor = _read(context.cursor)
+        cursor = tick_cursor(context).of(CURSOR_VERSION)
         state = SweepState.loads(cursor.get("state"))
         inflight: dict[str, dict[str, list[str]]] = cursor.get("inflight", {})
         busy = _settle_inflight(context, state, inflight)
@@ -222,16 +224,9 @@ def _settle_inflight(
 _UNLAUNCHED_SECONDS = 600
 
 
-def _read(cursor: str | None) -> dict:
-    try:
-        data = json.loads(cursor) if cursor else {}
-    except json.JSONDecodeError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _write(state: SweepState, inflight: dict) -> str:
-    return json.dumps({"state": state.dumps(), "inflight": inflight}, separators=(",", ":"))
+    """The cursor: the sweep's state (:meth:`SweepState.dumps`, a cursor of its own) and the runs in flight."""
+    return encode_cursor({"state": state.dumps(), "inflight": inflight}, CURSOR_VERSION)
 
 
 __all__ = ["SWEEP_JOB", "SWEEP_SENSOR", "SweepRunConfig", "build_sweep"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from datetime import timedelta
 from functools import cache
 
 from dagster import (
@@ -11,6 +12,7 @@ from dagster import (
     AssetKey,
     AssetSpec,
     BetaWarning,
+    FreshnessPolicy,
     MetadataValue,
     MultiToSingleDimensionPartitionMapping,
     PartitionMapping,
@@ -28,6 +30,7 @@ from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import Column, Dictionary, MaterializedView, ObjectRef, Table
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import PartitionScheme, partition_scheme
+from chmv_assets.engine.health.staleness import freshness_window
 from chmv_assets.engine.ingest.landing import is_ingested
 from chmv_assets.errors import DDLError, DDLProblem
 from chmv_assets.orchestration.partitions import TIME_DIMENSION, partitions_definition, time_partitions_of
@@ -180,9 +183,26 @@ class ChmvTranslator:
             return _through_windows()
         return _every_upstream_partition()
 
+    def get_freshness_policy(self, loaded: LoadedProject, ref: ObjectRef) -> FreshnessPolicy | None:
+        """Dagster's freshness of an MV target: it fails once no write has reached the target for longer than chmv's
+        staleness SLA (``sla_minutes``; a refreshable MV's period on top), as the ``chmv_live_state`` sensor records
+        the writes (:func:`~chmv_assets.engine.health.staleness.freshness_window`). None for sources and dictionaries.
+
+        Time since the last write is not chmv's staleness (how far the target trails its sources): a target whose
+        sources receive no rows fails this freshness and is not stale (docs/checks-and-sensors.md).
+        """
+        window = freshness_window(loaded, ref)
+        return _time_window_policy(window) if window is not None else None
+
     def get_asset_spec(self, loaded: LoadedProject, ref: ObjectRef) -> AssetSpec:
         """The spec assembled from the hooks above (memoized per project and object)."""
         return loaded.derived(("chmv/asset_spec", self, ref), lambda: _spec(self, loaded, ref))
+
+
+@cache
+def _time_window_policy(fail_window: timedelta) -> FreshnessPolicy:
+    """One policy per window, shared by every target with that window."""
+    return FreshnessPolicy.time_window(fail_window=fail_window)
 
 
 @cache
@@ -218,6 +238,7 @@ def _spec(translator: ChmvTranslator, loaded: LoadedProject, ref: ObjectRef) -> 
         metadata=translator.get_metadata(loaded, ref),
         group_name=translator.get_group_name(ref),
         partitions_def=translator.get_partitions_def(loaded, ref) if loaded.project.views_into(ref) else None,
+        freshness_policy=translator.get_freshness_policy(loaded, ref),
         kinds={"clickhouse", kind},
     )
 

@@ -21,10 +21,11 @@ from clickhouse_connect.driver.binding import format_query_value
 
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project
-from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
+from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, window_reach
 from chmv_assets.ddl.types import parse_type
 from chmv_assets.sql.meta import WATERMARKS
-from chmv_assets.sql.quoting import qualified, quote, time_literal
+from chmv_assets.sql.quoting import qualified, quote
+from chmv_assets.sql.time_sql import time_sql
 
 #: ClickHouse function flooring a time to the start of its partition window, per grain (any other grain of a day or
 #: less: ``toStartOfInterval``, see :func:`floor_sql`).
@@ -57,22 +58,21 @@ class TimeMapping:
         column: The trigger's time column the target's partition column is computed from.
         column_type: Its ClickHouse type.
         grain: The truncation the MV applies (``toStartOfHour(ts)`` → hour), None for the bare column.
-        exact: Every row lands in the window holding its own time (the truncation lies within the
-            partition grain); otherwise a window's rows span ``[start, end + grain)``.
+        reach: How far past a window's end its rows' own time may lie, i.e. how far before a row's time the window it
+            lands in may start (a weekly rollup of a day: the week starting up to 6 days before it):
+            :func:`chmv_assets.ddl.partitioning.window_reach`.
     """
 
     column: str
     column_type: str
     grain: Grain | None
-    exact: bool
+    reach: timedelta
 
     @property
-    def reach(self) -> timedelta:
-        """How far past a window's end its rows' own time may lie, i.e. how far before a row's time the window it
-        lands in may start (a weekly rollup of a day: the week starting up to 6 days before it); 0 if exact."""
-        if self.exact or self.grain is None:
-            return timedelta(0)
-        return timedelta(seconds=self.grain.seconds)
+    def exact(self) -> bool:
+        """Every row lands in the window holding its own time (the truncation lies within the partition grain);
+        otherwise a window's rows span ``[start, end + reach)``."""
+        return not self.reach
 
     def source_range(self, window: PartitionWindow) -> tuple[datetime, datetime]:
         """``[lo, hi)`` of the trigger's time column holding every row that maps into ``window``."""
@@ -91,8 +91,7 @@ def time_mapping(view: MaterializedView, project: Project, scheme: PartitionSche
     column = source.column(column_name)
     if column is None or not column.data_type.is_time:
         return None
-    exact = grain is None or grain.within(scheme.grain)
-    return TimeMapping(column.name, column.type, grain, exact)
+    return TimeMapping(column.name, column.type, grain, window_reach(view, scheme))
 
 
 #: The bucket coverage looks at inside a window of each partition grain (a source's hole inside a window).
@@ -155,6 +154,7 @@ def windows_branches(
     grain: Grain,
     ranges: Sequence[tuple[datetime, datetime, datetime]],
     *,
+    zone: str,
     bucketed: bool,
     sub_grain: Grain | None = None,
 ) -> list[str]:
@@ -164,13 +164,14 @@ def windows_branches(
         grain: The partition grain; with ``bucketed`` each row is counted in the window its own time
             floors to (one grouped branch), else one branch per window.
         ranges: ``(window start, lo, hi)`` per window: the rows with ``lo <= column < hi`` are the window's.
+        zone: The session's time zone (:func:`chmv_assets.engine.clock.session_zone`): the windows' wall clock.
         sub_grain: With ``bucketed``, count the rows per ``sub_grain`` bucket instead (a day of a monthly window):
             the caller folds the buckets into windows and sees which buckets hold rows (:func:`sub_grain_of`).
     """
     name = quote(column)
 
     def bounds(lo: datetime, hi: datetime) -> str:
-        return f"({name} >= {time_literal(lo, column_type)} AND {name} < {time_literal(hi, column_type)})"
+        return f"({name} >= {time_sql(lo, column_type, zone)} AND {name} < {time_sql(hi, column_type, zone)})"
 
     if bucketed:
         where = " OR ".join(bounds(lo, hi) for _start, lo, hi in ranges)
@@ -181,7 +182,7 @@ def windows_branches(
             side,
             index,
             table,
-            key=f"CAST(toDateTime('{start:%Y-%m-%d %H:%M:%S}') AS Nullable(DateTime))",
+            key=f"CAST({time_sql(start, 'DateTime', zone)} AS Nullable(DateTime))",
             column=column,
             where=bounds(lo, hi),
         )

@@ -1,4 +1,4 @@
-"""SQL that reads how the server is doing: load and part limits, mutations, MVs, replication, late partitions.
+"""SQL that reads how the server is doing: load and part limits, mutations, MVs, replication; merging a partition.
 
 Pure text, with the tables to look at bound as ``{dbs:Array(String)}`` and ``{names:Array(String)}`` (pairs are
 matched in Python: the filter may return a few rows of other pairs). Every statement reads ``system.*`` tables only,
@@ -9,6 +9,7 @@ is one round trip, and runs on a server as on the embedded engine (where ``syste
 from __future__ import annotations
 
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.sql.parts_sql import part_counts_sql
 from chmv_assets.sql.quoting import qualified, string_literal
 
 #: The MergeTree limits an insert runs into, server defaults in system.merge_tree_settings.
@@ -64,8 +65,7 @@ def load_sql(*, running: bool) -> str:
     metrics = ", ".join(string_literal(m) for m in POOL_METRICS)
     branches = [
         "SELECT 'parts' AS kind, database, table, argMax(partition_id, c) AS partition, toFloat64(max(c)) AS value "
-        f"FROM (SELECT database, table, partition_id, count() AS c FROM system.parts WHERE active AND {_of()} "
-        "GROUP BY database, table, partition_id) GROUP BY database, table",
+        f"FROM ({part_counts_sql()}) GROUP BY database, table",
         f"SELECT 'metric', '', metric, '', toFloat64(value) FROM system.metrics WHERE metric IN ({metrics})",
     ]
     if running:
@@ -133,23 +133,6 @@ def replication_sql() -> str:
         f"argMax(last_exception, num_tries) AS exception FROM system.replication_queue WHERE {_of()} "
         "GROUP BY database, table) AS q ON q.database = r.database AND q.table = r.table "
         "WHERE r.database IN {dbs:Array(String)} AND r.table IN {names:Array(String)} ORDER BY r.database, r.table"
-    )
-
-
-def late_partitions_sql() -> str:
-    """Closed partitions that hold several active parts, the most fragmented first: ``(database, table,
-    partition_id, parts, rows, newest)``.
-
-    Closed: the newest row (the parts' min/max index of the partition key) is older than
-    ``{closed_after_hours:UInt32}``; partitions without a time in their key (``all``, a key of no date) are left out.
-    """
-    return (
-        "SELECT database, table, partition_id, count() AS parts, sum(rows), "
-        "greatest(max(max_date), toDate(max(max_time))) AS newest FROM system.parts "
-        f"WHERE active AND {_of()} AND partition_id != 'all' GROUP BY database, table, partition_id "
-        "HAVING parts >= {min_parts:UInt32} AND newest > toDate('1970-01-01') "
-        "AND newest < toDate(now() - toIntervalHour({closed_after_hours:UInt32})) "
-        "ORDER BY parts DESC, database, table, partition_id LIMIT {limit:UInt32}"
     )
 
 

@@ -1,14 +1,12 @@
-"""Identifiers and literals rendered into SQL: the only places chmv turns a name or a value into SQL text."""
+"""Identifiers and literals rendered into SQL: the only places chmv turns a name or a value into SQL text (a time value:
+:func:`chmv_assets.sql.time_sql.time_sql`)."""
 
 from __future__ import annotations
-
-from datetime import datetime
 
 from clickhouse_connect.driver.binding import format_str, quote_identifier
 
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.ddl.types import parse_type
 
 
 def quote(identifier: str) -> str:
@@ -24,16 +22,6 @@ def string_literal(value: str) -> str:
 def qualified(ref: ObjectRef) -> str:
     """``\\`db\\`.\\`name\\``` for a reference: the only way chmv renders a table name into SQL."""
     return f"{quote(ref.database)}.{quote(ref.name)}"
-
-
-def time_literal(value: datetime, type_sql: str) -> str:
-    """A typed SQL literal for a time value, formatted for the column's type (no names involved)."""
-    parsed = parse_type(type_sql or "DateTime")
-    if parsed.is_date:
-        return f"CAST('{value:%Y-%m-%d}' AS {parsed.base})"
-    if parsed.is_datetime:
-        return f"toDateTime('{value:%Y-%m-%d %H:%M:%S}')"
-    return f"'{value:%Y-%m-%d %H:%M:%S}'"
 
 
 def interval(grain: str | None) -> str | None:

@@ -9,13 +9,16 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
+from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.models import Column, MaterializedView, ObjectRef, Project, Table, splice
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
-from chmv_assets.sql.cluster import drop_table_sql, exchange_sql, plain_engine, shadow_engine, storage_clauses
-from chmv_assets.sql.quoting import interval, qualified, quote, string_literal, time_literal
+from chmv_assets.ddl.types import parse_type
+from chmv_assets.sql.cluster import drop_table_sql, plain_engine, shadow_engine, storage_clauses
+from chmv_assets.sql.quoting import interval, qualified, quote, string_literal
+from chmv_assets.sql.time_sql import UTC_INSTANT, column_zone, time_sql, zone_info
 
 #: The most characters of a partition key a shadow's name carries as they are (a time key has 12 at most).
 MAX_KEY_DIGITS = 32
@@ -46,47 +49,48 @@ def select_with_source(view: MaterializedView, source: ObjectRef, replacement: s
     return splice(view.select_sql, edits)
 
 
-def partition_expression(target: Table, scheme: PartitionScheme, window: PartitionWindow) -> str:
+def partition_expression(target: Table, scheme: PartitionScheme, window: PartitionWindow, *, zone: str) -> str:
     """The target's PARTITION BY evaluated on the partition: its time part on the window start
     (``toYYYYMM(CAST('2026-09-01' AS Date))``), its key part replaced by the partition's values
     (``(toYYYYMM(CAST('2026-09-01' AS Date)), 'eu')``; a value is a string literal, which the server converts to the
-    element's type)."""
+    element's type). ``zone``: the session's time zone (:func:`chmv_assets.engine.clock.session_zone`), the zone of the
+    window's wall clock where the partition column declares none."""
     assert target.partition_by is not None
     fragment = target.partition_by
     if not scheme.keyed:
         assert scheme.column is not None and window.start is not None
-        return fragment.substitute({scheme.column: _time_value(target, scheme, window)})
-    return splice(fragment.sql, _partition_edits(target, scheme, window))
+        return fragment.substitute({scheme.column: _time_value(target, scheme, window, zone)})
+    return splice(fragment.sql, _partition_edits(target, scheme, window, zone))
 
 
-def partition_tuple(target: Table, scheme: PartitionScheme, window: PartitionWindow | None) -> str:
+def partition_tuple(target: Table, scheme: PartitionScheme, window: PartitionWindow | None, *, zone: str) -> str:
     """The partition a swap replaces or drops: ``tuple(<the PARTITION BY's value on the partition>)`` — one value per
     element (``tuple(toYYYYMM(CAST('2026-09-01' AS Date)), 'eu')``), ``tuple()`` for an unpartitioned target or the
     whole table."""
     if window is None or target.partition_by is None or not scheme.partitioned:
         return "tuple()"
     if not scheme.keyed:
-        return f"tuple({partition_expression(target, scheme, window)})"
-    return f"tuple({', '.join(_element_values(target, scheme, window))})"
+        return f"tuple({partition_expression(target, scheme, window, zone=zone)})"
+    return f"tuple({', '.join(_element_values(target, scheme, window, zone))})"
 
 
-def partition_filter(target: Table, scheme: PartitionScheme, window: PartitionWindow) -> str:
+def partition_filter(target: Table, scheme: PartitionScheme, window: PartitionWindow, *, zone: str) -> str:
     """The predicate on the target's columns (or an MV's output) that holds for the rows of the partition exactly:
     ``(<PARTITION BY>) = (<its value>)``; element by element where there is a key part
     (``(toYYYYMM(day)) = (toYYYYMM(…)) AND (region) = ('eu')``)."""
     assert target.partition_by is not None
     if not scheme.keyed:
-        return f"({target.partition_by.sql}) = ({partition_expression(target, scheme, window)})"
+        return f"({target.partition_by.sql}) = ({partition_expression(target, scheme, window, zone=zone)})"
     texts = _element_texts(target)
-    values = _element_values(target, scheme, window)
+    values = _element_values(target, scheme, window, zone)
     return " AND ".join(f"({text}) = ({value})" for text, value in zip(texts, values, strict=True))
 
 
-def _time_value(target: Table, scheme: PartitionScheme, window: PartitionWindow) -> str:
-    """The window's start as a literal of the time column's type."""
+def _time_value(target: Table, scheme: PartitionScheme, window: PartitionWindow, zone: str) -> str:
+    """The window's start as a value of the time column's type (the window is that column's wall clock)."""
     assert scheme.column is not None and window.start is not None
     column = target.column(scheme.column)
-    return time_literal(window.start, column.type if column else "DateTime")
+    return time_sql(window.start, column.type if column else "DateTime", zone)
 
 
 def _element_texts(target: Table) -> list[str]:
@@ -94,10 +98,10 @@ def _element_texts(target: Table) -> list[str]:
     return [target.partition_by.sql[e.span.start : e.span.end] for e in target.partition_elements]
 
 
-def _element_values(target: Table, scheme: PartitionScheme, window: PartitionWindow) -> list[str]:
+def _element_values(target: Table, scheme: PartitionScheme, window: PartitionWindow, zone: str) -> list[str]:
     """Each PARTITION BY element's value on the partition, in written order."""
     assert target.partition_by is not None
-    sql, edits = target.partition_by.sql, _partition_edits(target, scheme, window)
+    sql, edits = target.partition_by.sql, _partition_edits(target, scheme, window, zone)
     values = []
     for element in target.partition_elements:
         first, last = element.span.start, element.span.end
@@ -106,7 +110,9 @@ def _element_values(target: Table, scheme: PartitionScheme, window: PartitionWin
     return values
 
 
-def _partition_edits(target: Table, scheme: PartitionScheme, window: PartitionWindow) -> list[tuple[int, int, str]]:
+def _partition_edits(
+    target: Table, scheme: PartitionScheme, window: PartitionWindow, zone: str
+) -> list[tuple[int, int, str]]:
     """What replaces what in the PARTITION BY's text: each key element by its value, the time column inside the time
     element by the window's start."""
     assert target.partition_by is not None
@@ -117,7 +123,7 @@ def _partition_edits(target: Table, scheme: PartitionScheme, window: PartitionWi
     ]
     if scheme.grain is not None and window.start is not None:
         inside = elements[scheme.time_element].span
-        literal = f"({_time_value(target, scheme, window)})"
+        literal = f"({_time_value(target, scheme, window, zone)})"
         edits += [
             (span.start, span.end, literal)
             for name, spans in target.partition_by.column_spans
@@ -129,10 +135,30 @@ def _partition_edits(target: Table, scheme: PartitionScheme, window: PartitionWi
 
 
 def _source_range(
-    view: MaterializedView, project: Project, scheme: PartitionScheme, window: PartitionWindow
+    view: MaterializedView, project: Project, scheme: PartitionScheme, window: PartitionWindow, zone: str
 ) -> tuple[Column, str, str] | None:
-    """``(trigger column, lower bound, upper bound)`` of :func:`source_range_predicate`, as SQL literals."""
-    if scheme.column is None or view.trigger is None or window.start is None or window.end is None:
+    """``(trigger column, lower bound, upper bound)`` of :func:`source_range_predicate`, as SQL values.
+
+    The window is the wall clock of the zone its partitions are computed in (:func:`window_zone`); its bounds are
+    written as those instants, whatever zone the trigger column declares.
+    """
+    found = range_column(view, project, scheme)
+    if found is None or window.start is None or window.end is None:
+        return None
+    col, grain = found
+    wall = zone_info(window_zone(project.table(view.writes_to), scheme, col, zone))
+    upper = time_sql(window.end.replace(tzinfo=wall), col.type, zone)
+    if grain:
+        upper = f"{upper} + {interval(grain)}"
+    return col, time_sql(window.start.replace(tzinfo=wall), col.type, zone), upper
+
+
+def range_column(
+    view: MaterializedView, project: Project, scheme: PartitionScheme
+) -> tuple[Column, Grain | None] | None:
+    """The trigger column a window's pruning range is on and the grain the MV truncates it to: where the MV computes the
+    partition column as a bare trigger column or a monotone truncation of one; None otherwise."""
+    if scheme.column is None or view.trigger is None:
         return None
     out = view.output(scheme.column)
     if out is None or out.truncation is None:
@@ -140,16 +166,21 @@ def _source_range(
     source_column, grain = out.truncation
     source = project.table(view.trigger)
     col = source.column(source_column) if source else None
-    if col is None:
-        return None
-    upper = time_literal(window.end, col.type)
-    if grain:
-        upper = f"{upper} + {interval(grain)}"
-    return col, time_literal(window.start, col.type), upper
+    return (col, grain) if col is not None else None
+
+
+def window_zone(target: Table | None, scheme: PartitionScheme, trigger_column: Column | None, zone: str) -> str:
+    """The zone whose wall clock a window of ``target`` is: where its partition column is a ``DateTime``, that
+    column's zone; where it is a ``Date``, the zone the MV computed the date in (the trigger column's); the session's
+    (``zone``) where neither declares one."""
+    column = target.column(scheme.column) if target is not None and scheme.column else None
+    if column is not None and parse_type(column.type).is_datetime:
+        return column_zone(column.type, zone)
+    return column_zone(trigger_column.type, zone) if trigger_column is not None else zone
 
 
 def source_range_predicate(
-    view: MaterializedView, project: Project, scheme: PartitionScheme, window: PartitionWindow
+    view: MaterializedView, project: Project, scheme: PartitionScheme, window: PartitionWindow, *, zone: str
 ) -> str | None:
     """A predicate on the trigger's own columns that holds for every row mapping into the partition, for pruning.
 
@@ -160,7 +191,7 @@ def source_range_predicate(
     when nothing is derivable.
     """
     predicates = []
-    bounds = _source_range(view, project, scheme, window)
+    bounds = _source_range(view, project, scheme, window, zone)
     if bounds is not None:
         col, lower, upper = bounds
         predicates.append(f"{quote(col.name)} >= {lower} AND {quote(col.name)} < {upper}")
@@ -188,7 +219,7 @@ def key_predicates(
 
 
 def span_holds_all_sql(
-    view: MaterializedView, project: Project, scheme: PartitionScheme, span: PartitionWindow
+    view: MaterializedView, project: Project, scheme: PartitionScheme, span: PartitionWindow, *, zone: str
 ) -> str | None:
     """``SELECT <every row of the trigger is inside the pruning range of span>`` (1 or 0), where part metadata answers
     it: the MV's partition column truncates a trigger column that the trigger's PARTITION BY reads (the server keeps
@@ -197,7 +228,7 @@ def span_holds_all_sql(
     A read of a span that holds every row of its trigger needs no pruning predicate (the server would evaluate it on
     every row read; ~5 % of the CPU of a daily aggregate's rebuild).
     """
-    bounds = _source_range(view, project, scheme, span)
+    bounds = _source_range(view, project, scheme, span, zone)
     source = project.table(view.trigger) if view.trigger is not None else None
     if bounds is None or source is None or source.partition_call is None:
         return None
@@ -232,33 +263,30 @@ def view_select(
     scheme: PartitionScheme,
     window: PartitionWindow | None,
     *,
+    zone: str,
     trigger_where: str | None = None,
     trigger_relation: str | None = None,
 ) -> str:
-    """The MV's own SELECT over the trigger rows of a window, its output filtered to the window's partition.
+    """The MV's own SELECT over the trigger rows of a window, its output filtered to the window's partition: the
+    :func:`range_select` of one window.
 
     Args:
         view: An MV writing into ``target``.
         window: The partition; None rebuilds the whole table.
+        zone: The session's time zone (:func:`partition_expression`).
         trigger_where: An extra filter on trigger rows (a cutoff).
         trigger_relation: Read the trigger's rows from here instead (staged Parquet).
     """
-    filters = [f for f in (trigger_where,) if f]
-    if window is not None and scheme.partitioned:
-        pruning = source_range_predicate(view, project, scheme, window)
-        if pruning:
-            filters.append(pruning)
-    select = view.select_sql
-    if view.trigger is not None and (filters or trigger_relation):
-        where = " AND ".join(f"({f})" for f in filters) or None
-        select = select_with_source(
-            view, view.trigger, source_relation(project, view.trigger, where=where, relation=trigger_relation)
-        )
-    columns = ", ".join(quote(c.name) for c in view.output_columns)
-    sql = f"SELECT {columns} FROM ({select})"
-    if window is not None and scheme.partitioned and target.partition_by is not None:
-        sql += f" WHERE {partition_filter(target, scheme, window)}"
-    return sql
+    return range_select(
+        view,
+        project,
+        target,
+        scheme,
+        [window],
+        zone=zone,
+        trigger_where=trigger_where,
+        trigger_relation=trigger_relation,
+    )
 
 
 def span_of(windows: Sequence[PartitionWindow]) -> PartitionWindow:
@@ -273,49 +301,90 @@ def range_select(
     project: Project,
     target: Table,
     scheme: PartitionScheme,
-    windows: Sequence[PartitionWindow],
+    windows: Sequence[PartitionWindow | None],
     *,
+    zone: str,
+    trigger_where: str | None = None,
     trigger_relation: str | None = None,
     only_windows: bool = True,
     prune: bool = True,
 ) -> str:
-    """:func:`view_select` of several partitions in one read of the trigger: each partition gets the same rows.
+    """The MV's own SELECT over the trigger rows of ``windows`` in one read, its output kept to their partitions.
 
-    The trigger is pruned to the span of the windows (the earliest start to the latest end, through
-    :func:`source_range_predicate`, which covers every row mapping into any of them) and the output is kept where
-    its partition is one of the windows' (``(PARTITION BY) = (…) OR …``, the filter of :func:`view_select` per
-    window). ``trigger_relation`` as in :func:`view_select`.
+    One window is one partition's read: the trigger pruned to the rows mapping into it
+    (:func:`source_range_predicate`: its time range and its key values), the output kept where the partition is
+    its own (:func:`partition_filter`); None is the whole table, unfiltered. Several (time) windows are read once,
+    each partition getting the same rows as alone: the trigger pruned to the span of the windows (the earliest
+    start to the latest end, which covers every row mapping into any of them), the output kept where its partition
+    is one of the windows' (``(PARTITION BY) = (…) OR …``).
 
     Args:
+        zone: The session's time zone (:func:`partition_expression`).
+        trigger_where: An extra filter on trigger rows (a cutoff).
+        trigger_relation: Read the trigger's rows from here instead (staged Parquet).
         only_windows: Filter the output to the windows' partitions. Without the filter the output also holds the
             partitions the span's edges reach (a rebuild that swaps in only the windows' partitions drops them):
             the server pushes that filter below the MV's GROUP BY, onto every source row read (+30% CPU
             measured on a daily aggregate).
-        prune: Read the trigger within the span only; without, every row (for a span that holds them all, see
+        prune: Read the trigger within the windows only; without, every row (for a span that holds them all, see
             :func:`span_holds_all_sql`; rows outside it land in partitions outside the windows).
+
+    Raises:
+        ValueError: No window, or several that are not time windows of a target partitioned by time.
     """
-    if not windows or scheme.grain is None or target.partition_by is None or not all(w.timed for w in windows):
+    several = len(windows) > 1
+    timed = all(w is not None and w.timed for w in windows)
+    if not windows or (several and (scheme.grain is None or target.partition_by is None or not timed)):
         raise ValueError("range_select needs time windows of a target partitioned by time")
-    span = span_of(windows)
+    first = windows[0]
+    partitioned = first is not None and scheme.partitioned
+    filters = [trigger_where] if trigger_where else []
+    if partitioned and prune:
+        pruning = (
+            _span_predicate(view, project, scheme, span_of(windows), zone)  # type: ignore[arg-type]
+            if several
+            else source_range_predicate(view, project, scheme, first, zone=zone)  # type: ignore[arg-type]
+        )
+        filters += [pruning] if pruning else []
     select = view.select_sql
-    pruning = _span_predicate(view, project, scheme, span) if prune else None
-    if view.trigger is not None and (pruning or trigger_relation):
-        where = f"({pruning})" if pruning else None
+    if view.trigger is not None and (filters or trigger_relation):
+        where = " AND ".join(f"({f})" for f in filters) or None
         select = select_with_source(
             view, view.trigger, source_relation(project, view.trigger, where=where, relation=trigger_relation)
         )
     columns = ", ".join(quote(c.name) for c in view.output_columns)
-    if not only_windows:
-        return f"SELECT {columns} FROM ({select})"
-    keep = " OR ".join(_or_term(partition_filter(target, scheme, w), scheme) for w in windows)
-    return f"SELECT {columns} FROM ({select}) WHERE {keep}"
+    sql = f"SELECT {columns} FROM ({select})"
+    if not (partitioned and only_windows and target.partition_by is not None):
+        return sql
+    keep = [partition_filter(target, scheme, w, zone=zone) for w in windows]  # type: ignore[arg-type]
+    return f"{sql} WHERE " + (" OR ".join(_or_term(k, scheme) for k in keep) if several else keep[0])
+
+
+def trigger_predicate(
+    views: Sequence[MaterializedView],
+    project: Project,
+    scheme: PartitionScheme,
+    window: PartitionWindow | None,
+    *,
+    zone: str,
+) -> str | None:
+    """The rows of one trigger that a read of ``window`` covers, on the trigger's own columns: the pruning range
+    (:func:`source_range_predicate`) of the MVs reading it (``views``), OR-ed where they differ; None (every row) for
+    the whole table or where one of them has no range."""
+    if window is None or not scheme.partitioned:
+        return None
+    predicates = [source_range_predicate(v, project, scheme, window, zone=zone) for v in views]
+    if not predicates or any(p is None for p in predicates):
+        return None
+    distinct = list(dict.fromkeys(predicates))
+    return distinct[0] if len(distinct) == 1 else " OR ".join(f"({p})" for p in distinct)
 
 
 def _span_predicate(
-    view: MaterializedView, project: Project, scheme: PartitionScheme, span: PartitionWindow
+    view: MaterializedView, project: Project, scheme: PartitionScheme, span: PartitionWindow, zone: str
 ) -> str | None:
     """The time range of :func:`source_range_predicate` over a span of windows (whatever their key values)."""
-    bounds = _source_range(view, project, scheme, span)
+    bounds = _source_range(view, project, scheme, span, zone)
     if bounds is None:
         return None
     col, lower, upper = bounds
@@ -412,21 +481,19 @@ def drop_shadow_sql(shadow: ObjectRef) -> str:
     return drop_table_sql(shadow)
 
 
-def swap_sql(live: ObjectRef, shadow: ObjectRef, partition: str | None, *, empty: bool = False) -> str:
-    """The statement that swaps a rebuilt shadow in, on this server (never ``ON CLUSTER``: see :func:`create_shadow_sql`).
+def swap_sql(live: ObjectRef, shadow: ObjectRef, partition: str, *, empty: bool = False) -> str:
+    """The statement that swaps a rebuilt shadow's partition in, on this server (never ``ON CLUSTER``: see
+    :func:`create_shadow_sql`); :func:`swaps_sql` of one partition.
 
     Args:
         live: The table the rows go to.
         shadow: The rebuilt shadow.
         partition: The partition replaced (``tuple(toYYYYMM(…))``; ``tuple()``, the one partition of an
-            unpartitioned ``Replicated*`` target, whose ``EXCHANGE`` would not be replicated); None: the tables are
-            exchanged (an unpartitioned target otherwise). The rebuild planner's step decides which
-            (:func:`chmv_assets.engine.rebuild.steps.swapped_partition`).
+            unpartitioned target or an MV's inner table): the rebuild planner's step says which
+            (:attr:`chmv_assets.engine.rebuild.planner.PartitionStep.partition`).
         empty: The shadow holds no rows: ``DROP PARTITION`` instead of replacing the partition (the server refuses
             to replace a partition from an empty one).
     """
-    if partition is None:
-        return exchange_sql(live, shadow)
     return swaps_sql(live, shadow, [(partition, empty)])
 
 
@@ -460,11 +527,11 @@ def staged_relation(
         lake_relation: ``file(…)`` over the staged Parquet (rows already bounded by the cutoff).
         columns: The staged columns, read from both sides.
         time_column: The source's event-time column.
-        cutoff: The ingestion cutoff; None: the lake alone.
+        cutoff: The ingestion cutoff (an instant; naive: UTC); None: the lake alone.
     """
     cols = ", ".join(quote(c) for c in columns)
     lake = f"SELECT {cols} FROM {lake_relation}"
     if cutoff is None:
         return f"({lake})"
-    cutoff_sql = f"toDateTime64('{cutoff:%Y-%m-%d %H:%M:%S.%f}', 6, 'UTC')"
+    cutoff_sql = time_sql(cutoff if cutoff.tzinfo else cutoff.replace(tzinfo=UTC), UTC_INSTANT)
     return f"({lake} UNION ALL SELECT {cols} FROM {qualified(source)} WHERE {quote(time_column)} > {cutoff_sql})"

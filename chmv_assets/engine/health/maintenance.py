@@ -12,8 +12,8 @@ cap; a partition's own part count never holds its merge) and never past the wind
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
@@ -21,10 +21,13 @@ from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.config import MaintenanceConfig, PacingConfig
 from chmv_assets.ddl.models import ObjectRef, Project
-from chmv_assets.engine.clock import wall_now
+from chmv_assets.engine.clock import from_wall_seconds, wall_now
 from chmv_assets.engine.pacing.pacer import pacer_for
+from chmv_assets.engine.parts import read_partitions
 from chmv_assets.engine.statements import statement_id
-from chmv_assets.sql.health_sql import bind, late_partitions_sql, optimize_sql
+from chmv_assets.sql.health_sql import optimize_sql
+
+_LOG = logging.getLogger(__name__)
 
 #: Engine families whose rows collapse at merge time (``Replicated``/``Shared`` variants included).
 MERGING_ENGINES = ("ReplacingMergeTree", "SummingMergeTree", "AggregatingMergeTree")
@@ -65,24 +68,23 @@ def merging_targets(project: Project) -> list[ObjectRef]:
 
 
 def late_partitions(client: Client, project: Project, rules: MaintenanceConfig) -> list[LatePartition]:
-    """The closed partitions of the collapsing targets that hold at least ``min_parts`` active parts (one statement)."""
+    """The closed partitions of the collapsing targets that hold at least ``min_parts`` active parts, the most
+    fragmented first (one statement: :func:`chmv_assets.engine.parts.read_partitions`).
+
+    Closed: the newest row (the parts' min/max index of the partition key) is of a day before the server's clock
+    ``closed_after_hours`` ago; partitions without a time in their key (``all``, a key of no date) are left out.
+    """
     targets = merging_targets(project)
     if not targets:
         return []
-    parameters = {
-        **bind(targets),
-        "min_parts": rules.min_parts,
-        "closed_after_hours": rules.closed_after_hours,
-        "limit": rules.max_partitions * 4,
-    }
-    wanted = set(targets)
+    closed_before = (wall_now(client) - timedelta(hours=rules.closed_after_hours)).date()
     found = []
-    for database, name, partition_id, parts, rows, newest in client.query(
-        late_partitions_sql(), parameters=parameters
-    ).result_rows:
-        ref = ObjectRef(database=str(database), name=str(name))
-        if ref in wanted:
-            found.append(LatePartition(ref, str(partition_id), int(parts), int(rows), newest))
+    for table, partitions in read_partitions(client, targets).items():
+        for p in partitions:
+            newest = from_wall_seconds(p.last).date() if p.span is not None else None
+            if p.partition_id != "all" and p.parts >= rules.min_parts and newest and newest < closed_before:
+                found.append(LatePartition(table, p.partition_id, p.parts, p.rows, newest))
+    found.sort(key=lambda p: (-p.parts, p.table.database, p.table.name, p.partition_id))
     return found[: rules.max_partitions]
 
 
@@ -108,7 +110,6 @@ def merge_late_partitions(
     *,
     pacing: PacingConfig | None = None,
     until: datetime | None = None,
-    log: Callable[[str], None] | None = None,
 ) -> list[Merged]:
     """Merge the late partitions (:func:`late_partitions`) one at a time, paced, until ``until`` (server wall clock).
 
@@ -118,17 +119,18 @@ def merge_late_partitions(
     Raises:
         ServerBusy: The merge pool stayed busy past ``[pacing] max_wait_seconds``.
     """
-    say = log or (lambda _msg: None)
-    pacer = pacer_for(client, pacing, say)
+    pacer = pacer_for(client, pacing)
     partitions = late_partitions(client, project, rules)
-    say(
+    _LOG.info(
         f"{len(partitions)} closed partition(s) of collapsing targets hold several parts"
         + "".join(f"\n- {p}" for p in partitions)
     )
     merged: list[Merged] = []
     for number, partition in enumerate(partitions, start=1):
         if until is not None and wall_now(client) >= until:
-            say(f"the quiet window ended at {until}: {len(partitions) - number + 1} partition(s) wait for the next one")
+            _LOG.info(
+                f"the quiet window ended at {until}: {len(partitions) - number + 1} partition(s) wait for the next one"
+            )
             break
         started = time.monotonic()
         sql = optimize_sql(partition.table, partition.partition_id)
@@ -139,14 +141,9 @@ def merge_late_partitions(
 
         # the merge pool and the concurrency cap hold it; its own parts (why it is merged) never do
         pacer.run(f"{partition.table.fqn} partition {partition.partition_id}: OPTIMIZE FINAL", statement, watch=())
-        after = int(
-            client.command(
-                "SELECT count() FROM system.parts WHERE active AND database = {db:String} AND table = {t:String} "
-                "AND partition_id = {p:String}",
-                parameters={"db": partition.table.database, "t": partition.table.name, "p": partition.partition_id},
-            )
-        )
+        held = read_partitions(client, [partition.table])[partition.table]
+        after = sum(p.parts for p in held if p.partition_id == partition.partition_id)
         done = Merged(partition, after, time.monotonic() - started)
-        say(f"merged {partition}: {after} part(s) now, {done.seconds:.1f}s")
+        _LOG.info(f"merged {partition}: {after} part(s) now, {done.seconds:.1f}s")
         merged.append(done)
     return merged

@@ -16,7 +16,7 @@ location fast to load (docs/pacing-and-health.md, "Sources through their targets
   of its oldest entry, the replica's lag (``absolute_delay``), inactive replicas, entries failing. Server only: the
   embedded engine runs ``Replicated*`` tables as their local twin, without Keeper, and says so instead.
 
-Part counts and merges near the limits are the ``chmv_part_count`` check's (``asset_checks/parts.py``).
+Part counts and merges near the limits are the ``chmv_part_count`` check's (:mod:`.part_counts`).
 """
 
 from __future__ import annotations

@@ -10,26 +10,30 @@ source's newest row too.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import MaterializedView, ObjectRef
 from chmv_assets.ddl.partitioning import partition_scheme
-from chmv_assets.engine.clock import server_zone, wall
+from chmv_assets.engine.clients import BIG_QUERY_SETTINGS
+from chmv_assets.engine.clock import server_zone, session_zone, wall
 from chmv_assets.sql.meta import WATERMARKS
+from chmv_assets.sql.parts_sql import newest_per_table_sql
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rebuild_sql import view_select
 
 _EPOCH = datetime(1970, 1, 2)
-#: One UNION ALL over hundreds of targets exceeds the default 256 KiB query size and AST limits.
-BIG_QUERY_SETTINGS = {
-    "max_query_size": 64 * 1024 * 1024,
-    "max_ast_elements": 10_000_000,
-    "max_expanded_ast_elements": 10_000_000,
-}
+#: The shortest freshness window Dagster accepts.
+MIN_FRESHNESS_WINDOW = timedelta(minutes=1)
+_UNIT_SECONDS = {"SECOND": 1, "MINUTE": 60, "HOUR": 3600, "DAY": 86400, "WEEK": 7 * 86400, "MONTH": 31 * 86400}
+_UNIT_SECONDS |= {"YEAR": 366 * 86400}
+_REFRESH = re.compile(
+    r"^\s*(?:EVERY|AFTER)\s+(?P<period>.*?)(?:\s+(?:OFFSET|RANDOMIZE|DEPENDS|APPEND)\b|$)", re.I | re.S
+)
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,40 @@ class TargetLag:
     missing: tuple[str, ...] = ()
     note: str = ""
     reasons: list[str] = field(default_factory=list)
+
+
+def freshness_window(loaded: LoadedProject, target: ObjectRef) -> timedelta | None:
+    """How long ``target`` may go without a write before Dagster's freshness of it fails; None where none is expected.
+
+    The live MVs write a target whenever its sources receive rows, and the ``chmv_live_state`` sensor records each
+    write as a materialization: a target written by insert-triggered MVs is expected to be written within the
+    staleness SLA (``sla_minutes``, at least Dagster's one minute); one a refreshable MV writes, within its refresh
+    period plus the SLA (None when the period cannot be read). This is Dagster's freshness (time since the last
+    write), not chmv's staleness (how far the target trails its sources): a target whose sources receive nothing is
+    fresh for chmv and fails Dagster's freshness once the window has passed (docs/checks-and-sensors.md).
+    """
+    views = loaded.project.views_into(target)
+    if not views:
+        return None
+    window = max(timedelta(minutes=loaded.config.sla_minutes), MIN_FRESHNESS_WINDOW)
+    refreshed = [refresh_period(v.refresh_schedule or "") for v in views if v.refreshable]
+    if not refreshed:
+        return window
+    if any(period is None for period in refreshed):
+        return None
+    return window + max(p for p in refreshed if p is not None)
+
+
+def refresh_period(schedule: str) -> timedelta | None:
+    """The period of a refreshable MV's schedule (``EVERY 2 HOUR OFFSET 5 MINUTE`` → 2 h, ``AFTER 30 MINUTE`` →
+    30 min; a month counts 31 days), None when it cannot be read."""
+    found = _REFRESH.match(schedule)
+    if found is None:
+        return None
+    pairs = re.findall(r"(\d+)\s+([A-Za-z]+?)S?\b", found["period"])
+    if not pairs or any(unit.upper() not in _UNIT_SECONDS for _n, unit in pairs):
+        return None
+    return timedelta(seconds=sum(int(n) * _UNIT_SECONDS[unit.upper()] for n, unit in pairs))
 
 
 def trigger_time_column(loaded: LoadedProject, ref: ObjectRef) -> str | None:
@@ -123,8 +161,8 @@ def measure_staleness(
     existing: set[ObjectRef] = set()
     newest: dict[ObjectRef, datetime] = {}
     for database, name, max_time, max_date in client.query(
-        "SELECT t.database, t.name, max(p.max_time), max(p.max_date) FROM system.tables AS t LEFT JOIN "
-        "(SELECT database, table, max_time, max_date FROM system.parts WHERE active) AS p "
+        "SELECT t.database, t.name, max(p.newest_time), max(p.newest_date) FROM system.tables AS t LEFT JOIN "
+        f"({newest_per_table_sql()}) AS p "
         "ON p.database = t.database AND p.table = t.name WHERE t.database IN {dbs:Array(String)} "
         "GROUP BY t.database, t.name",
         parameters={"dbs": sorted({r.database for r in needed})},
@@ -190,7 +228,9 @@ def measure_staleness(
                 f"{quote(probe.trigger_column)} >= (SELECT max({quote(probe.trigger_column)}) "
                 f"FROM {qualified(probe.trigger)}) - INTERVAL {int(lookback)} SECOND"
             )
-            select = view_select(probe.view, project, table, scheme, None, trigger_where=tail)
+            select = view_select(
+                probe.view, project, table, scheme, None, zone=session_zone(client), trigger_where=tail
+            )
             branch("expected", (target, n), quote(probe.target_column), f"({select})")
     if branches:
         for i, v in client.query(" UNION ALL ".join(branches), settings=BIG_QUERY_SETTINGS).result_rows:

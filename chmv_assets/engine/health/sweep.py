@@ -22,9 +22,6 @@ cursor) marks everything once: the first sweep checks every partition, spread ov
 
 from __future__ import annotations
 
-import base64
-import json
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -45,41 +42,18 @@ from chmv_assets.ddl.partitioning import (
     window_for_partition_key,
     windows_between,
 )
-from chmv_assets.engine.catalog import inner_table_names
 from chmv_assets.engine.clock import server_zone
-from chmv_assets.engine.health.staleness import BIG_QUERY_SETTINGS
+from chmv_assets.engine.cursors import encode_cursor, read_cursor
+from chmv_assets.engine.parts import Part, Span, views_without_to
+from chmv_assets.engine.parts import read_parts as read_active_parts
 from chmv_assets.engine.rebuild.coverage import mappings, triggers
-from chmv_assets.sql.time_sql import wall_seconds_sql
 
 #: Cursor format version: a cursor of another version is ignored (everything is swept once more).
 CURSOR_VERSION = 1
 #: A dirty range that is the whole table (parts without a time index, or a mapping that cannot tell).
 WHOLE = None
 
-Range = tuple[int, int] | None  # [first, last] unix seconds of rows; None: the whole table
-
-
-@dataclass(frozen=True)
-class Part:
-    """One active part of a tracked table, as ``system.parts`` describes it."""
-
-    partition_id: str
-    rows: int
-    min_block: int
-    max_block: int
-    data_version: int
-    first: int  # wall seconds (engine.clock) of the part's oldest row by its partition key's time column; 0: none
-    last: int
-    value: str = ""  # the partition's value (system.parts.partition): a key part's values are read from it
-
-    @property
-    def span(self) -> Range:
-        return (self.first, self.last) if self.first > 0 else WHOLE
-
-    @property
-    def mutated(self) -> int:
-        """The version of the last mutation applied to the part (0: none since its rows were inserted)."""
-        return self.data_version if self.data_version > self.max_block else 0
+Range = Span  # [first, last] wall seconds of rows; None: the whole table
 
 
 @dataclass(frozen=True)
@@ -116,29 +90,20 @@ class SweepState:
     pending: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
 
     def dumps(self) -> str:
-        """JSON, deflated and base64-encoded: thousands of partitions repeat a lot."""
-        data = {
-            "v": CURSOR_VERSION,
-            "t": {t: {p: s.to_json() for p, s in ps.items()} for t, ps in self.tables.items()},
-            "p": self.pending,
-        }
-        return "z:" + base64.b64encode(zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 6)).decode()
+        """The cursor (:mod:`chmv_assets.engine.cursors`), deflated: thousands of partitions repeat a lot."""
+        tables = {t: {p: s.to_json() for p, s in ps.items()} for t, ps in self.tables.items()}
+        return encode_cursor({"t": tables, "p": self.pending}, CURSOR_VERSION, compress=True)
 
     @classmethod
     def loads(cls, cursor: str | None) -> SweepState:
         """The state of a cursor; an empty state for none, an unreadable one or another version."""
-        if not cursor:
-            return cls()
+        data = read_cursor(cursor, CURSOR_VERSION)
         try:
-            text = zlib.decompress(base64.b64decode(cursor[2:])).decode() if cursor.startswith("z:") else cursor
-            data = json.loads(text)
-            if not isinstance(data, dict) or data.get("v") != CURSOR_VERSION:
-                return cls()
             tables = {t: {p: PartitionSeen.from_json(s) for p, s in ps.items()} for t, ps in data["t"].items()}
             pending = {t: {k: (float(v[0]), float(v[1])) for k, v in ps.items()} for t, ps in data["p"].items()}
-            return cls(tables, pending)
-        except (ValueError, KeyError, TypeError, IndexError, zlib.error):
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
             return cls()
+        return cls(tables, pending)
 
 
 @dataclass(frozen=True)
@@ -197,40 +162,7 @@ def tracked_tables(loaded: LoadedProject, targets: Iterable[ObjectRef]) -> list[
 
 def read_parts(client: Client, loaded: LoadedProject, tables: list[ObjectRef]) -> dict[ObjectRef, list[Part]]:
     """The active parts of ``tables`` in one query (an MV without TO is read through its inner table)."""
-    if not tables:
-        return {}
-    inner = [t for t in tables if t in loaded.project.views and loaded.project.views[t].target is None]
-    sql = (
-        "SELECT 'p' AS kind, database, table, partition_id, rows, toInt64(min_block_number), "
-        f"toInt64(max_block_number), toInt64(data_version), {wall_seconds_sql('min_time')}, "
-        f"{wall_seconds_sql('max_time')}, toString(min_date), toString(max_date), partition FROM system.parts "
-        "WHERE active AND database IN {dbs:Array(String)} AND (table IN {names:Array(String)} "
-        "OR startsWith(table, '.inner'))"
-    )
-    params: dict = {"dbs": sorted({t.database for t in tables}), "names": sorted({t.name for t in tables})}
-    if inner:
-        sql += (
-            " UNION ALL SELECT 'm', database, name, toString(uuid), toUInt64(0), toInt64(0), toInt64(0), "
-            "toInt64(0), toInt64(0), toInt64(0), '', '', '' FROM system.tables WHERE engine = 'MaterializedView' "
-            "AND database IN {mv_dbs:Array(String)} AND name IN {mv_names:Array(String)}"
-        )
-        params |= {"mv_dbs": sorted({t.database for t in inner}), "mv_names": sorted({t.name for t in inner})}
-    rows = client.query(sql, parameters=params, settings=BIG_QUERY_SETTINGS).result_rows
-    inner_names = inner_table_names((database, name, uuid) for kind, database, name, uuid, *_ in rows if kind == "m")
-    wanted = {(t.database, t.name): t for t in tables}
-    out: dict[ObjectRef, list[Part]] = {t: [] for t in tables}
-    for kind, database, name, pid, n_rows, lo_block, hi_block, version, *times, value in rows:
-        min_time, max_time, min_date, max_date = times
-        table = wanted.get((database, inner_names.get((database, name), name)))
-        if kind != "p" or table is None:
-            continue
-        first, last = int(min_time), int(max_time)
-        if first <= 0 and min_date and min_date != "1970-01-01":
-            first = int(datetime.fromisoformat(min_date).replace(tzinfo=UTC).timestamp())
-            last = int(datetime.fromisoformat(max_date).replace(tzinfo=UTC).timestamp()) + 86399
-        part = Part(str(pid), int(n_rows), int(lo_block), int(hi_block), int(version), max(first, 0), last, str(value))
-        out[table].append(part)
-    return out
+    return read_active_parts(client, tables, inner_views=views_without_to(loaded.project, tables))
 
 
 def seen_partitions(parts: list[Part]) -> dict[str, PartitionSeen]:

@@ -22,16 +22,13 @@ from datetime import datetime, timedelta
 from clickhouse_connect.driver.client import Client
 from filelock import FileLock, Timeout
 
+from chmv_assets import settings
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.names import ref_slug
 from chmv_assets.engine.clock import server_zone, wall
 from chmv_assets.engine.watermarks import COMMITTED, Watermark, read_watermark, write_watermark
 from chmv_assets.errors import EngineBusyError
 from chmv_assets.sql.quoting import qualified, quote
-from resources.state import default_state_dir
-
-#: Environment variable naming crash points (comma separated) at which the process SIGKILLs itself (tests).
-CRASH_ENV = "CHMV_CRASH_AT"
 
 
 def ingestion_source_id(source: ObjectRef) -> str:
@@ -41,14 +38,13 @@ def ingestion_source_id(source: ObjectRef) -> str:
 
 def crash_point(name: str) -> None:
     """Die with SIGKILL here when ``$CHMV_CRASH_AT`` names this point (used by the kill tests)."""
-    points = os.environ.get(CRASH_ENV, "")
-    if name in points.split(","):
+    if name in settings.crash_points():
         os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _gate_path(source: ObjectRef) -> str:
     """``<state dir>/gates/<db>.<table>.lock``, one file per source (names through ``ref_slug``, so none collide)."""
-    folder = default_state_dir() / "gates"
+    folder = settings.state_dir() / "gates"
     folder.mkdir(parents=True, exist_ok=True)
     return str(folder / f"{ref_slug(source)}.lock")
 

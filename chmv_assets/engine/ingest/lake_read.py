@@ -9,19 +9,21 @@ partition the source no longer holds against the truth the rebuild would use, wi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine.clock import session_zone
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest import staging_area as staging
 from chmv_assets.engine.ingest.cutoff import cutoff_of, ingestion_source_id
 from chmv_assets.engine.watermarks import read_watermark
-from chmv_assets.sql.quoting import quote, time_literal
+from chmv_assets.sql.quoting import quote
 from chmv_assets.sql.rebuild_sql import staged_relation
+from chmv_assets.sql.time_sql import UTC_INSTANT, time_sql
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,10 @@ def lake_relation(
     folder = f"date={days[0]:%Y-%m-%d}" if len(days) == 1 else "date={" + ",".join(f"{d:%Y-%m-%d}" for d in days) + "}"
     glob = str(root / source.fqn / folder / "*.parquet")
     type_sql = column.type if column else "DateTime"
-    bounds = [f"{quote(tcol)} >= {time_literal(lo, type_sql)}", f"{quote(tcol)} < {time_literal(hi, type_sql)}"]
+    zone = session_zone(client)  # [lo, hi) is the session's wall clock; the cutoff a UTC instant
+    bounds = [f"{quote(tcol)} >= {time_sql(lo, type_sql, zone)}", f"{quote(tcol)} < {time_sql(hi, type_sql, zone)}"]
     if cutoff is not None:
-        bounds.append(f"{quote(tcol)} <= toDateTime64('{cutoff:%Y-%m-%d %H:%M:%S.%f}', 6, 'UTC')")
+        bounds.append(f"{quote(tcol)} <= {time_sql(cutoff.replace(tzinfo=UTC), UTC_INSTANT)}")
     cols = ", ".join(quote(c) for c in columns)
     lake = (
         f"(SELECT {cols} FROM {staging.file_relation(glob, table, columns)} WHERE {' AND '.join(bounds)} "

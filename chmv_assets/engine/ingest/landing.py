@@ -10,7 +10,6 @@ that arrived at or after ``t``'s hour; files are pruned by path before anything 
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -19,13 +18,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from chmv_assets import settings
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import Column, ObjectRef, Table
 from chmv_assets.errors import LandingZoneError
-from resources.state import default_state_dir
 
-#: Environment variable naming the landing zone root when chmv.toml has no ``ingestion.landing_dir``.
-LANDING_ENV = "CHMV_LANDING_DIR"
 _DATE = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
 _HOUR = re.compile(r"^hour=(\d{1,2})")
 
@@ -49,13 +46,13 @@ class LandingFile:
 
 def landing_dir(loaded: LoadedProject) -> Path | None:
     """``ingestion.landing_dir``, else ``$CHMV_LANDING_DIR``, else ``<state dir>/landing`` if it exists."""
-    configured = loaded.config.ingestion.landing_dir or os.environ.get(LANDING_ENV)
+    configured = loaded.config.ingestion.landing_dir or settings.landing_dir()
     if configured:
         path = Path(configured)
         if not path.is_absolute():
             path = Path(loaded.config.ddl_dir) / path
         return path.resolve()
-    fallback = default_state_dir() / "landing"
+    fallback = settings.state_dir() / "landing"
     return fallback if fallback.is_dir() else None
 
 

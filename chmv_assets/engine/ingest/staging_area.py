@@ -7,7 +7,6 @@ table's own column types, so unsigned integers and timestamps land exactly as th
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Sequence
 from datetime import datetime
@@ -16,19 +15,18 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from clickhouse_connect.driver.binding import format_query_value
 
+from chmv_assets import settings
 from chmv_assets.ddl.models import ObjectRef, Table
 from chmv_assets.ddl.names import refs_slug
 from chmv_assets.sql.quoting import quote
-from resources.state import default_state_dir
 
-#: Environment variable for the staging root (must be readable by ClickHouse; default: <state dir>/staging).
-STAGING_ENV = "CHMV_STAGING_DIR"
 #: Column Spark adds to split a backfill's staging by target partition (``_chmv_p=YYYYMMDDHH``).
 PARTITION_COLUMN = "_chmv_p"
 
 
 def staging_root() -> Path:
-    return Path(os.environ.get(STAGING_ENV) or default_state_dir() / "staging").resolve()
+    """Where staged rows go (:func:`chmv_assets.settings.staging_dir`: must be readable by ClickHouse)."""
+    return settings.staging_dir()
 
 
 def staging_dir(kind: str, refs: Sequence[ObjectRef], batch_id: str) -> Path:

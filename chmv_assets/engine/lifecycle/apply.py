@@ -44,22 +44,22 @@ version and builds it again, completes a cut-over, re-derives a target whose SEL
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
 
 from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine import races
 from chmv_assets.engine.catalog import existing_objects
 from chmv_assets.engine.clients import ClientFactory
+from chmv_assets.engine.health.parity import parity_for_partitions
 from chmv_assets.engine.ingest.cutoff import crash_point, source_gate
 from chmv_assets.engine.lifecycle import journal
 from chmv_assets.engine.lifecycle.deploy import use_default_database
@@ -71,14 +71,18 @@ from chmv_assets.engine.lifecycle.planner import (
     root_sources,
 )
 from chmv_assets.engine.lifecycle.refusals import check_statement
+from chmv_assets.engine.parts import read_partitions
 from chmv_assets.engine.rebuild import deferrals
 from chmv_assets.engine.rebuild.deferrals import Deferral
 from chmv_assets.engine.rebuild.executor import Stager, execute
 from chmv_assets.engine.rebuild.planner import Engine, PartitionStep, RebuildPlan, downstream_targets, triggers_of
 from chmv_assets.engine.rebuild.steps import race_ranges
+from chmv_assets.engine_logs import quiet
 from chmv_assets.errors import ChmvError, EngineBusyError
 from chmv_assets.sql.lifecycle_sql import cut_over_sql, discard_beside_sql, finish_swap_sql, keep_old_sql
 from chmv_assets.sql.meta import meta_ddl_for
+
+_LOG = logging.getLogger(__name__)
 
 #: Changes after which the target's history is re-derived with the new SELECT.
 REDERIVING = (Action.CREATE, Action.MODIFY_QUERY, Action.RECREATE_VIEW, Action.REDERIVE)
@@ -86,20 +90,6 @@ REDERIVING = (Action.CREATE, Action.MODIFY_QUERY, Action.RECREATE_VIEW, Action.R
 
 class LifecycleError(ChmvError):
     """Apply stopped: a blocked change, or a partition whose parity failed (the old version stays live)."""
-
-
-class ParityOutcome(Protocol):
-    """What a parity check returns (``asset_checks.parity.ParityResult``)."""
-
-    @property
-    def within_tolerance(self) -> bool: ...
-
-    def describe(self) -> str: ...
-
-
-#: ``(client, target, table holding the rows, windows)`` → the parity of each partition, in order
-#: (``asset_checks.parity.parity_for_partitions``: one recompute for all of them).
-ParityCheck = Callable[[Client, ObjectRef, ObjectRef, Sequence[PartitionWindow | None]], Sequence[ParityOutcome]]
 
 
 @dataclass
@@ -133,10 +123,9 @@ def apply_plan(
     loaded: LoadedProject,
     plan: LifecyclePlan,
     *,
-    parity: ParityCheck | None = None,
+    parity: bool = True,
     stager: Stager | None = None,
     root: Path | None = None,
-    log: Callable[[str], None] | None = None,
     pause: Callable[[str], None] | None = None,
     batch_seconds: float = 2.0,
     check_in_place: bool = False,
@@ -148,17 +137,16 @@ def apply_plan(
         clickhouse: Opens clients; one per hold, taken after the hold's write gates.
         loaded: The project planned from.
         plan: From :func:`chmv_assets.engine.lifecycle.planner.plan_lifecycle`.
-        parity: Checks the rebuilt partitions of a new version against the new SELECT over the same source rows
-            (a batch's partitions at once, under the same hold of the gates); a failure stops the apply before the
-            swap.
+        parity: Verify the rebuilt partitions of a new version before its swap (:meth:`_Apply._verify`: the parity
+            check against the new SELECT over the same source rows); a failure stops the apply, the old version
+            stays live. False: they are swapped in unverified.
         stager: Spark staging for partitions the rebuild planner reads from the landing zone.
         root: The landing zone.
-        log: Progress sink.
         pause: Called at every point between steps, after the apply released its gates and client there (tests
             interleave inserts); without it, a hold carries on across those points while it is young.
         batch_seconds: How long one hold of the gates lasts at most (at least one step or batch of partitions):
             ingestion waits that long at worst, and the engine is opened once per hold, not per step or partition.
-        check_in_place: Check the partitions re-derived in place too (they are not gating a swap; the target
+        check_in_place: Verify the partitions re-derived in place too (they are not gating a swap; the target
             asset's own parity check covers them; the check recomputes the SELECT, doubling the work).
         opened: The client the caller planned with, and the stack that closes it (``ExitStack.pop_all()``): the
             apply takes both over as its first hold (the engine is not opened again after the plan and preflight)
@@ -173,7 +161,7 @@ def apply_plan(
         if opened is not None:
             opened[1].close()
         raise LifecycleError("nothing was changed: " + "; ".join(f"{c.name}: {c.blocked}" for c in plan.blocked))
-    apply = _Apply(clickhouse, loaded, plan, parity, stager, root, log, pause, batch_seconds, check_in_place)
+    apply = _Apply(clickhouse, loaded, plan, parity, stager, root, pause, batch_seconds, check_in_place)
     if opened is not None:
         apply.hold = _Hold(frozenset(), opened[0], opened[1], time.monotonic())
     return apply.run()
@@ -185,10 +173,9 @@ class _Apply:
         clickhouse: ClientFactory,
         loaded: LoadedProject,
         plan: LifecyclePlan,
-        parity: ParityCheck | None,
+        parity: bool,
         stager: Stager | None,
         root: Path | None,
-        log: Callable[[str], None] | None,
         pause: Callable[[str], None] | None,
         batch_seconds: float = 2.0,
         check_in_place: bool = False,
@@ -200,7 +187,6 @@ class _Apply:
         self.parity = parity
         self.stager = stager
         self.root = root
-        self.say = log or (lambda _m: None)
         self.id = plan_id(plan)
         self.report = ApplyReport()
         self.rederived: set[ObjectRef] = set()
@@ -225,7 +211,7 @@ class _Apply:
         finally:
             self._release()
         self.report.seconds = time.monotonic() - started
-        self.say(self.report.describe())
+        _LOG.info(self.report.describe())
         return self.report
 
     # -- holds ----------------------------------------------------------------------------------------
@@ -291,11 +277,11 @@ class _Apply:
     # -- steps ----------------------------------------------------------------------------------------
 
     def _run(self, client: Client, sql: str) -> None:
-        self.say(f"  {' '.join(sql.split())[:200]}")
+        _LOG.info(f"  {' '.join(sql.split())[:200]}")
         client.command(check_statement(sql))
 
     def _change(self, change: Change) -> None:
-        self.say(change.headline())
+        _LOG.info(change.headline())
         action = change.action
         if action == Action.NEW_VERSION:
             self._new_version(change)
@@ -313,7 +299,7 @@ class _Apply:
                 if change.kind == "database" and action == Action.CREATE_DATABASE:
                     use_default_database(client, self.project, {change.ref.database})
             if action in (Action.CREATE, Action.CREATE_DATABASE):
-                self.say(f"created {change.name}")
+                _LOG.info(f"created {change.name}")
             return
         # The cut-in: the new SELECT takes every row from here on; no insert can land during it, so the rows the
         # sources hold now are exactly the history to re-derive (journaled first, for a killed apply to resume).
@@ -325,7 +311,7 @@ class _Apply:
             for sql in change.statements:
                 self._run(client, sql)
         if action == Action.CREATE:
-            self.say(f"created {change.ref.fqn}")
+            _LOG.info(f"created {change.ref.fqn}")
         self._changed(target)
         crash_point("lifecycle:cut_in")
         self.pause(f"cut-in {change.ref.fqn}")
@@ -341,11 +327,8 @@ class _Apply:
         sources = root_sources(self.loaded, target) | set(triggers_of(self.project, target))
         if not sources:
             return False
-        rows = client.query(
-            "SELECT sum(rows) FROM system.parts WHERE active AND (database, table) IN {refs:Array(Tuple(String, String))}",
-            parameters={"refs": [(s.database, s.name) for s in sources]},
-        ).result_rows
-        return bool(rows and rows[0][0])
+        held = read_partitions(client, sorted(sources, key=lambda s: s.fqn))
+        return any(p.rows for partitions in held.values() for p in partitions)
 
     def _rederive(self, target: ObjectRef, *, writes: ObjectRef | None = None, only: set[str] | None = None) -> None:
         """Re-derive ``target``'s history (the partitions ``only`` names, if given) in batches of partitions, each
@@ -378,7 +361,7 @@ class _Apply:
                         "sources no longer hold; the old version stays live (--allow-drop accepts "
                         "it)"
                     )
-                self.say(f"  re-derive {target.fqn} into {rederive.plan.live.fqn}: {rederive.summary()}")
+                _LOG.info(f"  re-derive {target.fqn} into {rederive.plan.live.fqn}: {rederive.summary()}")
                 if rederive.plan.deferred:  # open to writers chmv does not control: recovery rebuilds them once closed
                     deferrals.record(
                         client,
@@ -387,7 +370,7 @@ class _Apply:
                             for s in rederive.plan.deferred
                         ],
                     )
-                    self.say(f"  {rederive.plan.deferral()}")
+                    _LOG.info(f"  {rederive.plan.deferral()}")
                 batches.start(rederive)
                 self._batch(client, target, rederive.plan, batches)
             if batches.done:
@@ -415,26 +398,30 @@ class _Apply:
         assert self.hold is not None  # the caller's
         while (steps := batches.take(self.hold)) is not None:
             started = time.monotonic()
-            execute(
-                replace(plan, steps=steps),
-                self.loaded,
-                self.clickhouse,
-                client=client,
-                stager=self.stager,
-                one_read=True,
-                owner=f"chmv apply {self.id}",
-            )
-            self._check(client, target, plan, steps)
+            with quiet():  # the batch's own messages are details: the apply reports the re-derivation
+                execute(
+                    replace(plan, steps=steps),
+                    self.loaded,
+                    self.clickhouse,
+                    client=client,
+                    stager=self.stager,
+                    owner=f"chmv apply {self.id}",
+                )
+            self._verify(client, target, plan, steps)
             batches.ran(steps, time.monotonic() - started)
             for _ in steps:
                 crash_point("lifecycle:partition")
 
-    def _check(self, client: Client, target: ObjectRef, plan: RebuildPlan, steps: Sequence[PartitionStep]) -> None:
-        """The parity of the partitions just rebuilt, in one recompute (each must pass)."""
+    def _verify(self, client: Client, target: ObjectRef, plan: RebuildPlan, steps: Sequence[PartitionStep]) -> None:
+        """How an apply verifies what it rebuilt: the parity of the partitions just rebuilt into a new version (and
+        in place with ``check_in_place``), against the new SELECT over the same source rows, in one recompute under
+        the same hold of the gates; each must pass, else the apply stops before the swap (the old version stays
+        live)."""
         checked = [s for s in steps if s.engine != Engine.REFRESH]
-        if self.parity is None or not checked or not (self.check_in_place or plan.live != target):
+        if not self.parity or not checked or not (self.check_in_place or plan.live != target):
             return
-        for result in self.parity(client, target, plan.live, [s.window for s in checked]):
+        windows = [s.window for s in checked]
+        for result in parity_for_partitions(client, self.loaded, target, windows, live=plan.live):
             if not result.within_tolerance:
                 raise LifecycleError(f"parity failed, apply stopped: {result.describe()}")
             self.report.parity_checked += 1
@@ -478,7 +465,7 @@ class _Apply:
             self._keep_old(beside, target, client)
         self._changed(target)
         if raced:  # writers chmv does not hold: their rows went through the old SELECT into the new version
-            self.say(
+            _LOG.info(
                 f"  rows reached {target.fqn} between the exchange and its new SELECT in {', '.join(raced)}: "
                 "re-deriving those partitions"
             )
@@ -494,7 +481,7 @@ class _Apply:
         steps = rederive.plan.steps
         plan = rederive.plan
         raced = races.raced_windows(
-            client, seen, race_ranges(self.project, target, plan.scheme, [s.window for s in steps])
+            client, seen, race_ranges(self.project, target, plan.scheme, [s.window for s in steps], zone=plan.zone)
         )
         return [steps[i].key or "all" for i in raced]
 
@@ -508,7 +495,7 @@ class _Apply:
         old = ObjectRef(database=target.database, name=f"{old_version_ref(target).name}_{stamp}")
         if existing_objects(client, [beside]):
             self._run(client, keep_old_sql(self.project, target, beside, old))
-            self.say(f"  the replaced version of {target.fqn} is kept as {old.fqn} (chmv plan --allow-drop drops it)")
+            _LOG.info(f"  the replaced version of {target.fqn} is kept as {old.fqn} (chmv plan --allow-drop drops it)")
         journal.record(client, "new_version", target, journal.DONE, self.id)
 
     # -- a killed apply's work ------------------------------------------------------------------------
@@ -532,7 +519,7 @@ class _Apply:
         planned = self._planned_rederivations()
         depth = self.loaded.graph.depth
         for target in sorted(todo - planned, key=lambda r: (depth.get(r.fqn, 0), r.fqn)):  # upstream first
-            self.say(f"resuming the re-derivation of {target.fqn} (an earlier apply stopped)")
+            _LOG.info(f"resuming the re-derivation of {target.fqn} (an earlier apply stopped)")
             self._rederive(target)
             self.report.resumed.append(f"the re-derivation of {target.fqn}")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
 from dataclasses import dataclass, field
 
 from clickhouse_connect.driver.client import Client
@@ -13,6 +13,8 @@ from chmv_assets.engine.catalog import KeptState, read_kept
 from chmv_assets.engine.lifecycle.refusals import check_statement, refused_views
 from chmv_assets.errors import DDLError
 from chmv_assets.sql.meta import meta_ddl_for
+
+_LOG = logging.getLogger(__name__)
 
 
 @dataclass
@@ -74,7 +76,7 @@ def deployment_steps(project: Project) -> list[Step]:
     return steps
 
 
-def apply(client: Client, project: Project, log: Callable[[str], None] | None = None) -> ApplyResult:
+def apply(client: Client, project: Project) -> ApplyResult:
     """Create every database, table, dictionary, MV and kept statement of the project that does not exist yet.
 
     Existing objects are left as they are (drift is reported by the drift check, not overwritten).
@@ -83,7 +85,6 @@ def apply(client: Client, project: Project, log: Callable[[str], None] | None = 
         DDLError: An MV to create has POPULATE or OR REPLACE (refused with the reason and the alternative);
             nothing is created.
     """
-    say = log or (lambda _msg: None)
     result = ApplyResult()
     databases = {row[0] for row in client.query("SELECT name FROM system.databases").result_rows}
     objects = {f"{d}.{n}" for d, n in client.query("SELECT database, name FROM system.tables").result_rows}
@@ -103,7 +104,7 @@ def apply(client: Client, project: Project, log: Callable[[str], None] | None = 
             result.existing.append(step.name)
             continue
         client.command(check_statement(step.statement))
-        say(f"created {step.name}")
+        _LOG.info(f"created {step.name}")
         result.created.append(step.name)
         if step.kept is None:
             (objects if "." in step.name else databases).add(step.key)

@@ -13,16 +13,15 @@ tables that differ are parsed on both sides and compared clause by clause
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
 
-from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.ddl.models import KeptKind, KeptObject, MaterializedView, ObjectRef, Table
+from chmv_assets.ddl.models import Dictionary, KeptKind, KeptObject, MaterializedView, ObjectRef, Table
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.parser import parse_statement
 from chmv_assets.ddl.partitioning import (
@@ -30,9 +29,11 @@ from chmv_assets.ddl.partitioning import (
     PartitionWindow,
     floor_to_grain,
     partition_scheme,
+    target_reach,
     windows_between,
 )
 from chmv_assets.engine.catalog import KeptState, existing_objects, read_kept
+from chmv_assets.engine.clock import calendar_mismatch, session_zone
 from chmv_assets.engine.drift import LiveObject, format_queries, read_live, select_changed, select_diff
 from chmv_assets.engine.lifecycle.plan import (
     ACCESS_LAYER,
@@ -45,6 +46,7 @@ from chmv_assets.engine.lifecycle.plan import (
 )
 from chmv_assets.engine.lifecycle.refusals import refused_views
 from chmv_assets.engine.lifecycle.table_diff import TableDiff, diff_table, same_text
+from chmv_assets.engine.parts import read_partitions
 from chmv_assets.engine.rebuild.planner import Observations, downstream_targets, observe, plan_rebuild, triggers_of
 from chmv_assets.errors import ChmvError, DDLError
 from chmv_assets.sql.cluster import (
@@ -142,32 +144,20 @@ def read_parts(
     client: Client, databases: Iterable[str], tables: Iterable[ObjectRef] | None = None
 ) -> dict[ObjectRef, tuple[PartStats, ...]]:
     """Rows and partition-key time range of the active parts of every table in ``databases`` (or only of ``tables``
-    of them), by partition."""
-    databases = sorted(set(databases))
-    if not databases:
-        return {}
-    where, parameters = "database IN {dbs:Array(String)}", {"dbs": databases}
-    if tables is not None:
-        where += " AND (database, table) IN {refs:Array(Tuple(String, String))}"
-        parameters["refs"] = sorted({(r.database, r.name) for r in tables})
-    out: dict[ObjectRef, list[PartStats]] = {}
-    for d, t, partition, rows, min_time, max_time, min_date, max_date in client.query(
-        "SELECT database, table, partition, sum(rows), min(min_time), max(max_time), min(min_date), max(max_date) "
-        f"FROM system.parts WHERE active AND {where} GROUP BY database, table, partition",
-        parameters=parameters,
-    ).result_rows:
-        start = end = None
-        if min_time is not None and _naive(min_time) > _EPOCH:
-            start, end = _naive(min_time), _naive(max_time) + timedelta(seconds=1)
-        elif min_date is not None and min_date.year > 1970:
-            start = datetime(min_date.year, min_date.month, min_date.day)
-            end = datetime(max_date.year, max_date.month, max_date.day) + timedelta(days=1)
-        out.setdefault(ObjectRef(database=d, name=t), []).append(PartStats(partition, int(rows), start, end))
-    return {ref: tuple(sorted(p, key=lambda s: (s.start or _EPOCH, s.partition))) for ref, p in out.items()}
-
-
-def _naive(value: datetime) -> datetime:
-    return value.replace(tzinfo=None)
+    of them), by partition (:func:`chmv_assets.engine.parts.read_partitions`, one query)."""
+    databases = set(databases)
+    if tables is None:
+        found = read_partitions(client, databases=databases)
+    else:
+        found = read_partitions(
+            client, sorted((t for t in set(tables) if t.database in databases), key=lambda r: r.fqn)
+        )
+    out: dict[ObjectRef, tuple[PartStats, ...]] = {}
+    for ref, partitions in found.items():
+        stats = [PartStats(p.value, p.rows, *(p.window() or (None, None))) for p in partitions]
+        if stats:
+            out[ref] = tuple(sorted(stats, key=lambda s: (s.start or _EPOCH, s.partition)))
+    return out
 
 
 def plan_lifecycle(
@@ -240,8 +230,27 @@ class _Planner:
     # -- the pass -------------------------------------------------------------------------------------
 
     def plan(self) -> LifecyclePlan:
-        project, live = self.project, self.state.live
-        for database in project.databases:
+        self._databases()
+        for ref, table in self.project.tables.items():
+            self._table(ref, table, self.state.live.get(ref))
+        for ref, dictionary in self.project.dictionaries.items():
+            self._dictionary(ref, dictionary, self.state.live.get(ref))
+        for ref, view in self.project.views.items():
+            self._view(ref, view, self.state.live.get(ref))
+        for obj in self.project.kept:
+            self._kept_statement(obj)
+        self._finish_new_versions()
+        self._downstream()
+        self._extras()
+        self._refuse_unrunnable_views()
+        changes = sorted(self.changes, key=self._position())
+        if self._client is not None and (calendar := calendar_mismatch(self._client, self.loaded.config.timezone)):
+            self.notes.append(f"timezone: {calendar}")
+        return LifecyclePlan(self.project.ddl_dir, tuple(changes), tuple(self.notes), self.allow_drop)
+
+    def _databases(self) -> None:
+        """The databases of the DDL the server does not have are created."""
+        for database in self.project.databases:
             if database.name not in self.state.databases:
                 self.changes.append(
                     Change(
@@ -253,39 +262,35 @@ class _Planner:
                         location=str(database.location),
                     )
                 )
-        for ref, table in project.tables.items():
-            self._table(ref, table, live.get(ref))
-        for ref, dictionary in project.dictionaries.items():
-            if ref not in live:
-                self.changes.append(
-                    Change(
-                        Action.CREATE,
-                        ref,
-                        "dictionary",
-                        self._layer(ref),
-                        statements=(dictionary.statement,),
-                        location=str(dictionary.location),
-                    )
+
+    def _dictionary(self, ref: ObjectRef, dictionary: Dictionary, live: LiveObject | None) -> None:
+        """A dictionary is created when missing; one that differs from the server's is left to be replaced by hand."""
+        if live is None:
+            self.changes.append(
+                Change(
+                    Action.CREATE,
+                    ref,
+                    "dictionary",
+                    self._layer(ref),
+                    statements=(dictionary.statement,),
+                    location=str(dictionary.location),
                 )
-            elif not same_text(self.state.formatted.get(ref), live[ref].create_query):
-                self.changes.append(
-                    Change(
-                        Action.MANUAL,
-                        ref,
-                        "dictionary",
-                        self._layer(ref),
-                        reasons=("the dictionary's definition differs from the server's",),
-                        location=str(dictionary.location),
-                        blocked="chmv does not change dictionaries: CREATE OR REPLACE DICTIONARY it by hand",
-                    )
+            )
+        elif not same_text(self.state.formatted.get(ref), live.create_query):
+            self.changes.append(
+                Change(
+                    Action.MANUAL,
+                    ref,
+                    "dictionary",
+                    self._layer(ref),
+                    reasons=("the dictionary's definition differs from the server's",),
+                    location=str(dictionary.location),
+                    blocked="chmv does not change dictionaries: CREATE OR REPLACE DICTIONARY it by hand",
                 )
-        for ref, view in project.views.items():
-            self._view(ref, view, live.get(ref))
-        for obj in project.kept:
-            self._kept_statement(obj)
-        self._finish_new_versions()
-        self._downstream()
-        self._extras()
+            )
+
+    def _refuse_unrunnable_views(self) -> None:
+        """The MVs the plan creates or replaces that the server would refuse to run (raises :class:`DDLError`)."""
         refused = refused_views(
             self.project.views[c.ref]
             for c in self.changes
@@ -294,6 +299,10 @@ class _Planner:
         refused += refused_views(self.project.views[v] for c in self.changes for v, _ in c.views)
         if refused:
             raise DDLError(refused)
+
+    def _position(self) -> Callable[[Change], tuple]:
+        """The order changes apply in: creations and changes layer by layer (databases, tables, dictionaries, views;
+        within a layer what an object reads first), then the drops (the writers first, tables last)."""
         order = {a: i for i, a in enumerate(Action)}
         kinds = {"database": 0, "table": 1, "dictionary": 2, "plain view": 2.5, "view": 3}
         kinds |= {kept_change_kind(k): k.deploy_rank for k in KeptKind if k != KeptKind.VIEW}
@@ -307,8 +316,7 @@ class _Planner:
             # within a layer, what an object reads first (a Distributed after its local table, AS other after other)
             return (0, c.layer, kinds.get(c.kind, 4), order[c.action], topological.get(c.ref.fqn, 0), c.ref.fqn)
 
-        changes = sorted(self.changes, key=position)
-        return LifecyclePlan(self.project.ddl_dir, tuple(changes), tuple(self.notes), self.allow_drop)
+        return position
 
     def _layer(self, ref: ObjectRef) -> int:
         view = self.project.views.get(ref)
@@ -337,60 +345,73 @@ class _Planner:
         if diff is None or diff.empty:
             return
         if diff.structural:
-            if ref in set(self.project.targets) and self.project.views_into(ref):
-                self.new_versions[ref] = Change(
-                    Action.NEW_VERSION,
-                    ref,
-                    "table",
-                    self._layer(ref),
-                    reasons=diff.structural + tuple(r for _, r in diff.in_place),
-                    location=location,
-                    next_ref=next_version_ref(ref),
-                )
-            else:
-                self.changes.append(
-                    Change(
-                        Action.MANUAL,
-                        ref,
-                        "table",
-                        self._layer(ref),
-                        reasons=diff.structural,
-                        location=location,
-                        blocked="a source table's rows cannot be re-derived from history: "
-                        "migrate it by hand (or make it the target of an MV)",
-                    )
-                )
+            self._structural(ref, diff, location)
             return
         if diff.in_place:
-            clauses = ", ".join(c for c, _ in diff.in_place)
-            self.changes.append(
-                Change(
-                    Action.ALTER,
-                    ref,
-                    "table",
-                    self._layer(ref),
-                    reasons=tuple(r for _, r in diff.in_place),
-                    statements=(alter_table_sql(ref, clauses, table.on_cluster),),
-                    location=location,
-                    clauses=tuple(c for c, _ in diff.in_place),
-                )
-            )
+            self._in_place(ref, table, diff, location)
         for clause, reason in diff.drops:
-            if self.allow_drop:
-                self.changes.append(
-                    Change(
-                        Action.DROP,
-                        ref,
-                        "column",
-                        self._layer(ref),
-                        reasons=(reason,),
-                        statements=(alter_table_sql(ref, clause, table.on_cluster),),
-                        location=location,
-                        clauses=(clause,),
-                    )
-                )
-            else:
-                self.notes.append(f"{ref.fqn}: {reason}; kept (--allow-drop drops it)")
+            self._dropped_column(ref, table, clause, reason, location)
+
+    def _structural(self, ref: ObjectRef, diff: TableDiff, location: str) -> None:
+        """A change ``ALTER`` cannot make: a target written by MVs gets a new version re-derived from its sources;
+        a source table is left to be migrated by hand."""
+        if ref in set(self.project.targets) and self.project.views_into(ref):
+            self.new_versions[ref] = Change(
+                Action.NEW_VERSION,
+                ref,
+                "table",
+                self._layer(ref),
+                reasons=diff.structural + tuple(r for _, r in diff.in_place),
+                location=location,
+                next_ref=next_version_ref(ref),
+            )
+            return
+        self.changes.append(
+            Change(
+                Action.MANUAL,
+                ref,
+                "table",
+                self._layer(ref),
+                reasons=diff.structural,
+                location=location,
+                blocked="a source table's rows cannot be re-derived from history: "
+                "migrate it by hand (or make it the target of an MV)",
+            )
+        )
+
+    def _in_place(self, ref: ObjectRef, table: Table, diff: TableDiff, location: str) -> None:
+        """The changes one ``ALTER TABLE`` makes in place."""
+        clauses = ", ".join(c for c, _ in diff.in_place)
+        self.changes.append(
+            Change(
+                Action.ALTER,
+                ref,
+                "table",
+                self._layer(ref),
+                reasons=tuple(r for _, r in diff.in_place),
+                statements=(alter_table_sql(ref, clauses, table.on_cluster),),
+                location=location,
+                clauses=tuple(c for c, _ in diff.in_place),
+            )
+        )
+
+    def _dropped_column(self, ref: ObjectRef, table: Table, clause: str, reason: str, location: str) -> None:
+        """A column the DDL no longer has: dropped with ``--allow-drop``, else kept (noted)."""
+        if not self.allow_drop:
+            self.notes.append(f"{ref.fqn}: {reason}; kept (--allow-drop drops it)")
+            return
+        self.changes.append(
+            Change(
+                Action.DROP,
+                ref,
+                "column",
+                self._layer(ref),
+                reasons=(reason,),
+                statements=(alter_table_sql(ref, clause, table.on_cluster),),
+                location=location,
+                clauses=(clause,),
+            )
+        )
 
     def _diff(self, ref: ObjectRef, table: Table, formatted: str | None, live: LiveObject) -> TableDiff | None:
         try:
@@ -562,13 +583,22 @@ class _Planner:
         observations = (
             observe(self.client, self.loaded, target, root=self.root)
             if target in state.live
-            else Observations(live=target)
+            else Observations(live=target, zone=session_zone(self._client) if self._client is not None else "")
         )
         if writes is not None:
-            observations = Observations(live=writes, oldest=observations.oldest, now=observations.now)
-        plan = plan_rebuild(
-            self.loaded, target, windows, observations, engine="auto", root=self.root, defer_open=not new_version
-        )  # a new version, not live yet, cannot wait for them
+            observations = Observations(
+                live=writes, oldest=observations.oldest, now=observations.now, zone=observations.zone
+            )
+        plan = plan_rebuild(  # a new version, not live yet, cannot wait for open partitions
+            self.loaded,
+            target,
+            windows,
+            observations,
+            engine="auto",
+            root=self.root,
+            defer_open=not new_version,
+            one_read=True,  # the apply reads the partitions in batches sized to a hold of the gates
+        )
         reach = self._reach(target, scheme, triggers)
         estimates = tuple(
             PartitionEstimate(
@@ -597,7 +627,7 @@ class _Planner:
                         "and the MV's partition column is not a truncation of one of its columns)"
                     )
             # The target's partition column truncates the trigger's time (toMonday(day) of 2026-08-01 is in July).
-            low -= timedelta(seconds=max((g.seconds for g in self._truncations(target, scheme, source)), default=0))
+            low -= target_reach(self.project, target, scheme, source)
             since = low if since is None else min(since, low)
             until = high if until is None else max(until, high)
         if since is None or until is None:
@@ -605,23 +635,12 @@ class _Planner:
         first = floor_to_grain(since, scheme.grain)
         return windows_between(scheme.grain, first, since, until)
 
-    def _truncations(self, target: ObjectRef, scheme: PartitionScheme, source: ObjectRef) -> list[Grain]:
-        """Grains by which the MVs reading ``source`` truncate its time into the target's partition column, where
-        a truncated value may fall in an earlier partition than the row's own time (a week straddling months)."""
-        grains = []
-        for view in self.project.views_into(target):
-            out = view.output(scheme.column) if scheme.column else None
-            if view.trigger == source and out is not None and out.truncation is not None and out.truncation[1]:
-                grain = Grain(out.truncation[1])
-                if scheme.grain is None or not grain.within(scheme.grain):
-                    grains.append(grain)
-        return grains
-
     def _reach(self, target: ObjectRef, scheme: PartitionScheme, triggers: list[ObjectRef]) -> dict[ObjectRef, int]:
-        """Per trigger, how far past a window's end its rows may still map into the window (the truncation's grain)."""
+        """Per trigger, how far past a window's end its rows may still map into the window, in seconds
+        (:func:`~chmv_assets.ddl.partitioning.target_reach`)."""
         if scheme.grain is None:
             return {}
-        return {s: max((g.seconds for g in self._truncations(target, scheme, s)), default=0) for s in triggers}
+        return {s: int(target_reach(self.project, target, scheme, s).total_seconds()) for s in triggers}
 
     def _derivable(
         self, target: ObjectRef, triggers: list[ObjectRef], windows: list[PartitionWindow], reach: dict[ObjectRef, int]
@@ -707,45 +726,39 @@ class _Planner:
         label = kept_change_kind(obj.kind)
         ref = obj.ref or ObjectRef(database="", name=obj.name)
         layer = self._kept_layer(obj)
-        location = str(obj.location)
         if obj.kind == KeptKind.VIEW:
-            live = self.state.live.get(ref)
-            if live is None:
-                self.changes.append(
-                    Change(Action.CREATE, ref, label, layer, statements=(obj.statement,), location=location)
-                )
-            elif live.engine != "View":
-                self.changes.append(_another_kind(ref, label, layer, location, live.engine, "a view"))
-            elif select_changed(self.state.selects.get(ref) or obj.select_sql or "", live.select):
-                self._kept_changed(obj, ref, label, layer, select_diff(self.state.selects.get(ref) or "", live.select))
+            self._kept_view(obj, ref, label, layer)
             return
         kept = self.state.kept
         if obj.kind in kept.unreadable:
             self.notes.append(
                 f"{obj.label}: not compared: the server's {obj.kind}s cannot be read ({kept.unreadable[obj.kind]})"
             )
-            return
+        elif obj.kind == KeptKind.GRANT:
+            if not _granted(obj, kept, self.state.kept_formatted.get((obj.kind, obj.name))):
+                self._kept_created(obj, ref, label, layer, reasons=("not granted on the server",))
+        else:
+            self._kept_named(obj, ref, label, layer)
+
+    def _kept_view(self, obj: KeptObject, ref: ObjectRef, label: str, layer: int) -> None:
+        """A plain view chmv keeps as written: created when missing, compared by its SELECT."""
+        live = self.state.live.get(ref)
+        if live is None:
+            self._kept_created(obj, ref, label, layer)
+        elif live.engine != "View":
+            self.changes.append(_another_kind(ref, label, layer, str(obj.location), live.engine, "a view"))
+        elif select_changed(self.state.selects.get(ref) or obj.select_sql or "", live.select):
+            self._kept_changed(obj, ref, label, layer, select_diff(self.state.selects.get(ref) or "", live.select))
+
+    def _kept_named(self, obj: KeptObject, ref: ObjectRef, label: str, layer: int) -> None:
+        """A function, user, role, policy… (one statement may name several): created when the server has none of
+        them, left to be completed by hand when it has some, compared by its statement when it has all."""
+        kept = self.state.kept
         existing = kept.existing.get(obj.kind, frozenset())
         present = [n for n in obj.names if n in existing]
-        if obj.kind == KeptKind.GRANT:
-            if not _granted(obj, kept, self.state.kept_formatted.get((obj.kind, obj.name))):
-                self.changes.append(
-                    Change(
-                        Action.CREATE,
-                        ref,
-                        label,
-                        layer,
-                        statements=(obj.statement,),
-                        location=location,
-                        reasons=("not granted on the server",),
-                    )
-                )
-            return
         key = obj.name if obj.kind in (KeptKind.ROW_POLICY, KeptKind.MASKING_POLICY) else None
         if (key is not None and key not in existing) or (key is None and not present):
-            self.changes.append(
-                Change(Action.CREATE, ref, label, layer, statements=(obj.statement,), location=location)
-            )
+            self._kept_created(obj, ref, label, layer)
             return
         if key is None and len(present) < len(obj.names):
             missing = ", ".join(n for n in obj.names if n not in existing)
@@ -755,7 +768,7 @@ class _Planner:
                     ref,
                     label,
                     layer,
-                    location=location,
+                    location=str(obj.location),
                     reasons=(f"the server has only some of them; missing: {missing}",),
                     blocked=f"create the missing {obj.kind}s by hand",
                 )
@@ -766,6 +779,21 @@ class _Planner:
             obj.kind, self.state.kept_formatted.get((obj.kind, obj.name)) or obj.statement, live_text
         ):
             self._kept_changed(obj, ref, label, layer, "")
+
+    def _kept_created(
+        self, obj: KeptObject, ref: ObjectRef, label: str, layer: int, *, reasons: tuple[str, ...] = ()
+    ) -> None:
+        self.changes.append(
+            Change(
+                Action.CREATE,
+                ref,
+                label,
+                layer,
+                statements=(obj.statement,),
+                location=str(obj.location),
+                reasons=reasons,
+            )
+        )
 
     def _kept_changed(self, obj: KeptObject, ref: ObjectRef, label: str, layer: int, diff: str) -> None:
         how = (

@@ -18,9 +18,9 @@ as one more replica of it).
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from clickhouse_connect.driver.client import Client
@@ -39,6 +39,8 @@ from chmv_assets.errors import ChmvError, DDLProblem, PreflightError
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rebuild_sql import insert_sql, local_copy_sql
 from chmv_assets.sql.rewrite import local_table_sql, renamed_select, renamed_statement
+
+_LOG = logging.getLogger(__name__)
 
 #: Hints per server error name: what to do about the statement the server refused.
 HINTS = {
@@ -99,9 +101,7 @@ def scratch_databases(plan: LifecyclePlan, databases: set[str]) -> dict[str, str
     return {d: f"{CHMV_PREFIX}preflight_{digest}_{safe_name(d)}" for d in sorted(databases)}
 
 
-def preflight(
-    client: Client, loaded: LoadedProject, plan: LifecyclePlan, log: Callable[[str], None] | None = None
-) -> PreflightReport:
+def preflight(client: Client, loaded: LoadedProject, plan: LifecyclePlan) -> PreflightReport:
     """Run every new or changed statement of ``plan`` in scratch databases; raise if the server refuses any.
 
     Raises:
@@ -124,7 +124,7 @@ def preflight(
         time.monotonic() - started,
         run.skipped,
     )
-    (log or (lambda _m: None))(report.describe())
+    _LOG.info(report.describe())
     return report
 
 
@@ -156,14 +156,31 @@ class _Preflight:
         self.views: list[MaterializedView] = []
         self.tables: set[ObjectRef] = set()
         self.alters: list[tuple[ObjectRef, tuple[str, ...]]] = []
-        dictionaries: set[ObjectRef] = set()
+        self.dictionaries: set[ObjectRef] = set()
+        self._changed(plan)
+        skipped = self._views_unchecked()
+        for view in self.views:  # the MV runs over the repo's structure of what it reads and writes
+            self.tables.update(r for r in (view.target, *view.source_refs) if r is not None)
+        self.tables |= self._read_by_views(self.tables)
+        skipped += self._plain_views_unchecked()
+        self.skipped = tuple(skipped)
+        self.views = [v for v in self.views if not any(s.startswith(f"{v.ref.fqn}:") for s in skipped)]
+        self.objects = self.tables | self.dictionaries | {v.ref for v in self.views} | {r for r, _ in self.alters}
+        databases = {r.database for r in self.objects}
+        self.scratch = scratch_databases(plan, databases)
+        self.names = {r: ObjectRef(database=self.scratch[r.database], name=r.name) for r in self.objects}
+        self.failed: set[ObjectRef] = set()
+        self.problems: list[DDLProblem] = []
+
+    def _changed(self, plan: LifecyclePlan) -> None:
+        """The tables, dictionaries, MVs and ``ALTER`` clauses the plan creates or changes."""
         plain = self.project.plain_views
         for change in plan.changes:
             ref = change.ref
             if change.action in (Action.CREATE, Action.NEW_VERSION) and (ref in self.project.tables or ref in plain):
                 self.tables.add(ref)
             elif change.action == Action.CREATE and ref in self.project.dictionaries:
-                dictionaries.add(ref)
+                self.dictionaries.add(ref)
             elif (
                 change.action in (Action.CREATE, Action.MODIFY_QUERY, Action.RECREATE_VIEW)
                 and ref in self.project.views
@@ -173,24 +190,29 @@ class _Preflight:
                 self.views += [self.project.views[v] for v, _ in change.views]
             if change.clauses:
                 self.alters.append((ref, change.clauses))
-        # An MV whose dictGet names a dictionary that does not exist yet cannot be analyzed anywhere but live; nor
-        # one calling a SQL function of the DDL that does not exist yet (a function has no database to scratch in).
-        live_dictionaries = _existing(client, {d for v in self.views for d in v.dictionaries})
-        live_functions = _existing_functions(client, self._functions_called())
+
+    def _views_unchecked(self) -> list[str]:
+        """Why MVs cannot be checked: one whose dictGet names a dictionary that does not exist yet cannot be analyzed
+        anywhere but live; nor one calling a SQL function of the DDL that does not exist yet (a function has no
+        database to scratch in)."""
+        live_dictionaries = _existing(self.client, {d for v in self.views for d in v.dictionaries})
+        live_functions = _existing_functions(self.client, self._functions_called())
         skipped = []
         for view in self.views:
             missing = [d.fqn for d in view.dictionaries if d not in live_dictionaries]
             missing += [f"function {f}" for f in self._functions_of(view) if f not in live_functions]
             if missing:
                 skipped.append(f"{view.ref.fqn}: not checked, it uses what does not exist yet ({', '.join(missing)})")
-        for view in self.views:  # the MV runs over the repo's structure of what it reads and writes
-            self.tables.update(r for r in (view.target, *view.source_refs) if r is not None)
-        self.tables |= self._read_by_views(self.tables)
-        # A plain view that looks up a dictionary that does not exist yet cannot be created outside the live database
-        # either (its dictGet names the live dictionary); nor can the MVs reading it.
+        return skipped
+
+    def _plain_views_unchecked(self) -> list[str]:
+        """Why plain views (dropped from the tables to check) and the MVs reading them cannot be checked: a plain view
+        that looks up a dictionary that does not exist yet cannot be created outside the live database (its dictGet
+        names the live dictionary)."""
         plain = self.project.plain_views
         lookups = {d for r in self.tables if r in plain for d in plain[r].reads if d in self.project.dictionaries}
-        live_lookups = _existing(client, lookups)
+        live_lookups = _existing(self.client, lookups)
+        skipped = []
         for ref in sorted((r for r in self.tables if r in plain), key=lambda r: r.fqn):
             missing = [d.fqn for d in plain[ref].reads if d in lookups and d not in live_lookups]
             if missing:
@@ -199,15 +221,7 @@ class _Preflight:
                 for view in self.views:
                     if ref in view.source_refs:
                         skipped.append(f"{view.ref.fqn}: not checked, it reads {ref.fqn}, which was not checked")
-        self.skipped = tuple(skipped)
-        self.views = [v for v in self.views if not any(s.startswith(f"{v.ref.fqn}:") for s in skipped)]
-        self.dictionaries = dictionaries
-        self.objects = self.tables | dictionaries | {v.ref for v in self.views} | {r for r, _ in self.alters}
-        databases = {r.database for r in self.objects}
-        self.scratch = scratch_databases(plan, databases)
-        self.names = {r: ObjectRef(database=self.scratch[r.database], name=r.name) for r in self.objects}
-        self.failed: set[ObjectRef] = set()
-        self.problems: list[DDLProblem] = []
+        return skipped
 
     def _functions_of(self, view: MaterializedView) -> list[str]:
         """The SQL functions of the DDL an MV calls, directly or through the functions and plain views it reads."""

@@ -64,12 +64,19 @@ def diff_table(repo: Table, repo_formatted: Table, live: Table) -> TableDiff:
         repo_formatted: The repo statement formatted by the server, parsed.
         live: The server's ``create_table_query``, parsed.
     """
-    structural: list[str] = []
+    structural = _engine_and_keys(repo_formatted, live)
     in_place: list[tuple[str, str]] = []
-    drops: list[tuple[str, str]] = []
-    a, b = repo_formatted, live
-    # A Replicated* table's Keeper path and replica name belong to the deployment, not to the schema: the server
-    # shows its default path where the repo writes none, and a new version chmv swapped in has a path of its own.
+    drops = _columns(repo, repo_formatted, live, in_place, structural)
+    in_place += _table_clauses(repo, repo_formatted, live)
+    return TableDiff(tuple(in_place), tuple(structural), tuple(drops))
+
+
+def _engine_and_keys(a: Table, b: Table) -> list[str]:
+    """What only a new version changes: the engine, PARTITION BY, ORDER BY, PRIMARY KEY (``a`` the repo's, ``b``
+    the live one). A ``Replicated*`` table's Keeper path and replica name belong to the deployment, not to the
+    schema: the server shows its default path where the repo writes none, and a new version chmv swapped in has a
+    path of its own."""
+    structural = []
     a_engine = (a.engine.name, _arguments(a.engine.family_arguments)) if a.engine else None
     b_engine = (b.engine.name, _arguments(b.engine.family_arguments)) if b.engine else None
     if a_engine != b_engine:
@@ -86,6 +93,14 @@ def diff_table(repo: Table, repo_formatted: Table, live: Table) -> TableDiff:
         explicit = clause != "PRIMARY KEY" or a.primary_key or b.primary_key
         if explicit and _canon(left) != _canon(right):
             structural.append(f"{clause} {_canon(left) or '(none)'} → {_canon(right) or '(none)'}")
+    return structural
+
+
+def _columns(
+    repo: Table, a: Table, b: Table, in_place: list[tuple[str, str]], structural: list[str]
+) -> list[tuple[str, str]]:
+    """The columns added and changed (into ``in_place`` or ``structural``), and the drops of those the DDL no longer
+    has (``a`` the repo's formatted by the server, ``b`` the live one)."""
     keys = set(a.order_by_columns) | set(b.order_by_columns)
     for partition_by in (a.partition_by, b.partition_by):  # every column of the partition key (a tuple's too)
         if partition_by is not None:
@@ -106,9 +121,16 @@ def diff_table(repo: Table, repo_formatted: Table, live: Table) -> TableDiff:
         else:
             _column_change(column, current, definition, column.name in keys, in_place, structural)
         previous = column.name
-    for name, column in live_columns.items():
-        if name not in repo_columns:
-            drops.append((f"DROP COLUMN {quote(name)}", f"column {name} {column.type} is not in the DDL"))
+    return [
+        (f"DROP COLUMN {quote(name)}", f"column {name} {column.type} is not in the DDL")
+        for name, column in live_columns.items()
+        if name not in repo_columns
+    ]
+
+
+def _table_clauses(repo: Table, a: Table, b: Table) -> list[tuple[str, str]]:
+    """TTL, SETTINGS and comment changes, in place (``a`` the repo's formatted by the server, ``b`` the live one)."""
+    in_place = []
     if _canon(a.ttl) != _canon(b.ttl):
         if repo.ttl:
             in_place.append((f"MODIFY TTL {repo.ttl}", f"TTL {_canon(b.ttl) or '(none)'} → {_canon(a.ttl)}"))
@@ -120,7 +142,7 @@ def diff_table(repo: Table, repo_formatted: Table, live: Table) -> TableDiff:
         in_place.append((f"MODIFY SETTING {repo.settings}", "settings " + ", ".join(changed) + " changed"))
     if (a.description or "") != (b.description or ""):
         in_place.append((f"MODIFY COMMENT {string_literal(a.description or '')}", "table comment changed"))
-    return TableDiff(tuple(in_place), tuple(structural), tuple(drops))
+    return in_place
 
 
 def _column_change(

@@ -26,6 +26,7 @@ every few seconds of work, not one per insert (``benchmarks/bench_pacing.py``). 
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import re
@@ -44,6 +45,8 @@ from chmv_assets.ddl.config import PacingConfig
 from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.engine.pacing.pressure import Load, ServerLimits, read_limits, read_load, server_limits, table_limits
 from chmv_assets.errors import ServerBusy
+
+_LOG = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -108,7 +111,6 @@ class Pacer:
     Args:
         client: The session the inserts run on.
         rules: ``[pacing]`` of chmv.toml.
-        say: Where waits and retries are logged (the run's log).
         sleep: How to pause (tests and benchmarks may pass their own).
     """
 
@@ -116,12 +118,10 @@ class Pacer:
         self,
         client: Client,
         rules: PacingConfig,
-        say: Callable[[str], None] | None = None,
         *,
         sleep: Callable[[float], None] = time.sleep,
     ):
         self.client, self.rules = client, rules
-        self.say = say or (lambda _msg: None)
         self.sleep = sleep
         self.stats = PacingStats()
         self._server: ServerLimits | None = None
@@ -342,7 +342,7 @@ class Pacer:
 
     def _note(self, line: str) -> None:
         self.stats.log.append(line)
-        self.say(line)
+        _LOG.info(line)
 
     @staticmethod
     def _advice(reason: str) -> str:
@@ -377,16 +377,14 @@ _pacers: weakref.WeakKeyDictionary[Client, Pacer] = weakref.WeakKeyDictionary()
 _pacers_lock = threading.Lock()
 
 
-def pacer_for(client: Client, rules: PacingConfig | None = None, say: Callable[[str], None] | None = None) -> Pacer:
+def pacer_for(client: Client, rules: PacingConfig | None = None) -> Pacer:
     """The pacer of ``client``'s session (what it learnt of the server is kept as long as the client lives), with
-    ``rules`` and ``say`` as given now."""
+    ``rules`` as given now."""
     with _pacers_lock:
         pacer = _pacers.get(client)
         if pacer is None:
-            pacer = _pacers[client] = Pacer(client, rules or PacingConfig(), say)
+            pacer = _pacers[client] = Pacer(client, rules or PacingConfig())
     pacer.rules = rules or pacer.rules
-    if say is not None:
-        pacer.say = say
     return pacer
 
 

@@ -16,7 +16,8 @@ statements are golden-tested (tests/unit/engine/rebuild/test_consumers.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import logging
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from clickhouse_connect.driver.client import Client
@@ -26,6 +27,8 @@ from chmv_assets.engine.watermarks import read_watermark, write_watermark
 from chmv_assets.sql.cluster import cluster_of, on_cluster
 from chmv_assets.sql.meta import WATERMARKS
 from chmv_assets.sql.quoting import qualified
+
+_LOG = logging.getLogger(__name__)
 
 PREFIX = "paused:"
 PAUSED = "paused"
@@ -58,22 +61,19 @@ def _mark(client: Client, consumer: ObjectRef, status: str, run: str) -> None:
 
 
 @contextmanager
-def paused(
-    client: Client, project: Project, consumers: Sequence[ObjectRef], run: str, log: Callable[[str], None] | None = None
-) -> Iterator[None]:
+def paused(client: Client, project: Project, consumers: Sequence[ObjectRef], run: str) -> Iterator[None]:
     """Detach ``consumers`` for the block and attach them after, whatever happens (journaled, see the module)."""
-    say = log or (lambda _m: None)
     for consumer in consumers:
         _mark(client, consumer, PAUSED, run)
         client.command(detach_sql(project, consumer))
-        say(f"paused the stream consumer {consumer.fqn} (its messages wait in the broker)")
+        _LOG.info(f"paused the stream consumer {consumer.fqn} (its messages wait in the broker)")
     try:
         yield
     finally:
         for consumer in consumers:
             client.command(attach_sql(project, consumer))
             _mark(client, consumer, RESUMED, run)
-            say(f"resumed the stream consumer {consumer.fqn}")
+            _LOG.info(f"resumed the stream consumer {consumer.fqn}")
 
 
 def resume_leftovers(
@@ -81,7 +81,6 @@ def resume_leftovers(
     project: Project,
     consumers: Sequence[ObjectRef],
     live_runs: set[str],
-    log: Callable[[str], None] | None = None,
 ) -> list[ObjectRef]:
     """Attach the ``consumers`` that a run no longer alive (not in ``live_runs``) left paused; those attached."""
     if not consumers:
@@ -99,6 +98,5 @@ def resume_leftovers(
         client.command(attach_sql(project, consumer))
         _mark(client, consumer, RESUMED, run)
         resumed.append(consumer)
-        if log is not None:
-            log(f"resumed the stream consumer {consumer.fqn}, left paused by an interrupted run ({run})")
+        _LOG.info(f"resumed the stream consumer {consumer.fqn}, left paused by an interrupted run ({run})")
     return resumed

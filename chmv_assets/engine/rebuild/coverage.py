@@ -19,7 +19,7 @@ The server is read once (:func:`probe`: one ``UNION ALL`` statement for all trig
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -29,9 +29,9 @@ from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.ddl.models import Column, ObjectRef
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme, time_of
-from chmv_assets.engine.clock import server_zone, wall, wall_now
+from chmv_assets.engine.clock import server_zone, session_zone, wall, wall_now
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest.cutoff import ingestion_source_id
 from chmv_assets.engine.timeline import floor, ttl_horizon
@@ -141,12 +141,18 @@ class SourceCoverage:
 
 @dataclass(frozen=True)
 class WindowCoverage:
-    """Coverage of one partition window (None: the whole unpartitioned target)."""
+    """Coverage of one partition window (None: the whole unpartitioned target).
+
+    Attributes:
+        observed: Probed (:func:`probe`); False for the rebuild planner's estimate from the triggers' oldest rows
+            alone, which knows nothing of the target's rows (nothing is refused or guarded on it).
+    """
 
     window: PartitionWindow | None
     sources: tuple[SourceCoverage, ...]
     target_rows: int | None = None
     target_oldest: datetime | None = None
+    observed: bool = True
 
     @property
     def key(self) -> str | None:
@@ -261,7 +267,7 @@ def probe(
     sub = None
     if timed and column is not None and all(s in maps for s in sources):
         sub = sub_grain_of(scheme.grain, [maps[s] for s in sources], column.type)
-    branches = []
+    branches, session = [], session_zone(client)  # the windows' wall clock, written into the SQL
     for index, source in enumerate(sources):
         mapping = maps.get(source)
         branches.append(table_branch("s", index, source, _time_column(loaded, source, mapping)))
@@ -275,27 +281,12 @@ def probe(
                 mapping.column_type,
                 scheme.grain,
                 ranges,
+                zone=session,
                 bucketed=mapping.exact,
                 sub_grain=sub if mapping.exact else None,
             )
-    ingestible = set(landing.ingestible_sources(loaded)) if root is not None else set()
-    for index, source in enumerate(sources):
-        if source in ingestible:
-            branches.append(watermark_branch("m", index, ingestion_source_id(source), source.fqn))
-    if timed and column is not None:
-        branches += windows_branches(
-            "t",
-            0,
-            live,
-            column.name,
-            column.type,
-            scheme.grain,
-            [(w.start, w.start, w.end) for w in timed],
-            bucketed=True,
-            sub_grain=sub,
-        )
-    else:
-        branches.append(table_branch("t", 0, live, None))
+    branches += _watermark_branches(loaded, sources, root)
+    branches += _target_branches(live, column, scheme, timed, sub, session)
     sql = union(branches)
     started = time.monotonic()
     rows = client.query(sql).result_rows
@@ -306,18 +297,7 @@ def probe(
     def _naive(value: datetime | None) -> datetime | None:
         return wall(value, zone)
 
-    tables, source_windows, target_windows, marks = [], [], [], []
-    for side, index, raw_key, count, oldest, newest, _now in rows:
-        key = _naive(raw_key) if raw_key is not None else None
-        stats = Stats(int(count), _naive(oldest) if count else None, _naive(newest) if count else None)
-        if side == "m":
-            marks.append((sources[index], _naive(oldest) if count and oldest and oldest.year > 1970 else None))
-        elif side == "s":
-            tables.append((sources[index], stats))
-        elif side == "w" and count:
-            source_windows.append((sources[index], key, stats))
-        elif side == "t" and (count or key is None):
-            target_windows.append((key, stats))
+    tables, source_windows, target_windows, marks = _sides(rows, sources, _naive)
     buckets: tuple[tuple[ObjectRef | None, datetime], ...] = ()
     if sub is not None and scheme.grain is not None:  # buckets inside the windows: fold them into their windows
         buckets = tuple((s, k) for s, k, _ in source_windows) + tuple((None, k) for k, _ in target_windows if k)
@@ -338,6 +318,53 @@ def probe(
         sub_grain=sub,
         buckets=buckets,
     )
+
+
+def _watermark_branches(loaded: LoadedProject, sources: list[ObjectRef], root: Path | None) -> list[str]:
+    """With a landing zone, the ingestion watermark of each trigger loaded from it."""
+    ingestible = set(landing.ingestible_sources(loaded)) if root is not None else set()
+    return [
+        watermark_branch("m", index, ingestion_source_id(source), source.fqn)
+        for index, source in enumerate(sources)
+        if source in ingestible
+    ]
+
+
+def _target_branches(
+    live: ObjectRef,
+    column: Column | None,
+    scheme: PartitionScheme,
+    timed: list[PartitionWindow],
+    sub: Grain | None,
+    zone: str,
+) -> list[str]:
+    """The target's rows per time window (the whole table's without windows or a time column); the windows are
+    ``zone``'s wall clock."""
+    if not timed or column is None:
+        return [table_branch("t", 0, live, None)]
+    ranges = [(w.start, w.start, w.end) for w in timed]
+    return windows_branches(
+        "t", 0, live, column.name, column.type, scheme.grain, ranges, zone=zone, bucketed=True, sub_grain=sub
+    )
+
+
+def _sides(rows: Sequence[Sequence], sources: list[ObjectRef], naive: Callable[[datetime | None], datetime | None]):
+    """The probe's rows (``side, index, key, count, oldest, newest, now``) by side: the triggers' whole tables
+    (``s``), their rows per window (``w``, those with rows), the target's per window (``t``), the watermarks
+    (``m``); times through ``naive`` (the server's wall clock)."""
+    tables, source_windows, target_windows, marks = [], [], [], []
+    for side, index, raw_key, count, oldest, newest, _now in rows:
+        key = naive(raw_key) if raw_key is not None else None
+        stats = Stats(int(count), naive(oldest) if count else None, naive(newest) if count else None)
+        if side == "m":
+            marks.append((sources[index], naive(oldest) if count and oldest and oldest.year > 1970 else None))
+        elif side == "s":
+            tables.append((sources[index], stats))
+        elif side == "w" and count:
+            source_windows.append((sources[index], key, stats))
+        elif side == "t" and (count or key is None):
+            target_windows.append((key, stats))
+    return tables, source_windows, target_windows, marks
 
 
 def _fold(rows: list, grain: Grain) -> list:

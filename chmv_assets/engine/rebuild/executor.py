@@ -19,8 +19,9 @@ Spark steps, per target and range of partitions:
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -34,6 +35,7 @@ from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine.catalog import live_table
 from chmv_assets.engine.clients import ClientFactory
+from chmv_assets.engine.clock import session_zone
 from chmv_assets.engine.drift import pending_refusals
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest import staging_area as staging
@@ -46,6 +48,7 @@ from chmv_assets.engine.rebuild.planner import (
     EngineOption,
     Observations,
     PartitionStep,
+    RaceRules,
     RebuildPlan,
     downstream_targets,
     observe,
@@ -54,11 +57,13 @@ from chmv_assets.engine.rebuild.planner import (
     triggers_of,
     windows_covering,
 )
-from chmv_assets.engine.rebuild.steps import RaceRules, run_step, run_steps
+from chmv_assets.engine.rebuild.steps import RebuildResult, run_step, run_steps
 from chmv_assets.engine.statements import kill_filling
 from chmv_assets.engine.watermarks import COMMITTED, read_watermark, write_watermark
 from chmv_assets.errors import ChmvError, LandingZoneError, RebuildDeferred, RebuildRefused
 from chmv_assets.sql.rebuild_sql import drop_shadow_sql, run_of_shadow, shadows_pattern, staged_relation
+
+_LOG = logging.getLogger(__name__)
 
 
 class Stager(Protocol):
@@ -114,7 +119,6 @@ def rebuild_partitions(
     engine: EngineOption = "auto",
     root: Path | None = None,
     stager: Stager | None = None,
-    log: Callable[[str], None] | None = None,
     force: bool = False,
     owner: str = "chmv",
 ) -> tuple[RebuildPlan, list[StepResult]]:
@@ -137,7 +141,7 @@ def rebuild_partitions(
     """
     root = root or landing.landing_dir(loaded)
     plan = plan_for(clickhouse, loaded, target, windows, engine=engine, root=root, force=force)
-    return plan, execute(plan, loaded, clickhouse, stager=stager, log=log, owner=owner)
+    return plan, execute(plan, loaded, clickhouse, stager=stager, owner=owner)
 
 
 def plan_for(
@@ -149,15 +153,17 @@ def plan_for(
     engine: EngineOption = "auto",
     root: Path | None = None,
     force: bool = False,
+    one_read: bool = False,
 ) -> RebuildPlan:
     """Observe the server (under the trigger gates, coverage included) and plan; nothing is changed.
 
     A plan may refuse partitions (``plan.refused``); :func:`execute` then raises before changing anything.
+    ``one_read`` as in :func:`~chmv_assets.engine.rebuild.planner.plan_rebuild`.
     """
     with source_gate(triggers_of(loaded.project, target)), clickhouse.get_client() as client:
         observations = observe(client, loaded, target, engine=engine, root=root, windows=windows)
         observations = replace(observations, pending=pending_refusals(client, loaded.project, target))
-    return plan_rebuild(loaded, target, windows, observations, engine=engine, root=root, force=force)
+    return plan_rebuild(loaded, target, windows, observations, engine=engine, root=root, force=force, one_read=one_read)
 
 
 def execute(
@@ -168,8 +174,6 @@ def execute(
     client: Client | None = None,
     stager: Stager | None = None,
     cutoffs: dict[ObjectRef, datetime | None] | None = None,
-    log: Callable[[str], None] | None = None,
-    one_read: bool = False,
     owner: str = "chmv",
 ) -> list[StepResult]:
     """Run every step of ``plan``; results in the plan's partition order.
@@ -188,10 +192,6 @@ def execute(
         client: An open client whose gates the caller already holds (``chmv apply``, the repair of a load).
         stager: Provider of staged rows for Spark steps.
         cutoffs: Fixed cutoffs per trigger for Spark steps, instead of reading the watermarks.
-        log: Progress sink.
-        one_read: Rebuild the ClickHouse-engine partitions with one read of the source for all of them
-            (:func:`chmv_assets.engine.rebuild.steps.run_steps`), not one per partition: for a caller that sized the
-            plan's range to what one hold of the gates may take (``chmv apply``'s batches).
         owner: Who runs it, as another run waiting for a partition is told (``dagster run <id>``, ``chmv rebuild``).
 
     Raises:
@@ -201,47 +201,53 @@ def execute(
         ShrinkRefused: A step's swap would shrink its partition (see :mod:`chmv_assets.engine.rebuild.shrink_guard`).
         RacedWrites: Writes kept racing a partition through every read (see :mod:`chmv_assets.engine.rebuild.steps`).
     """
-    say = log or (lambda _msg: None)
     if client is None and clickhouse is None:
         raise ValueError("execute needs a client factory or an open client")
-    say(plan.describe())
+    _LOG.info(plan.describe())
     if plan.refused:
         raise RebuildRefused(plan.refusal())
     connect: ClientFactory | None = _Open(client) if client is not None else clickhouse
     assert connect is not None
+    runnable = _record_deferrals(plan, connect)
+    settings = loaded.config.rebuild
+    results: list[StepResult] = []
+    with leases.holding(
+        connect,
+        [rebuild_lease(plan.live.fqn, s.key) for s in runnable],
+        Holder(owner, plan.run),
+        ttl=settings.lease_ttl_seconds,
+        wait=settings.lease_wait_seconds,
+        renewer=clickhouse,
+        on_held=lambda c: _tidy(c, loaded, plan),
+        on_release=lambda c: _settled(c, plan, results),
+    ):
+        results += _run_direct(plan, loaded, runnable, clickhouse, client)
+        spark_steps = [s for s in runnable if s.engine == Engine.SPARK]
+        if spark_steps:
+            results += _run_spark(plan, loaded, spark_steps, cutoffs, stager, clickhouse, client)
+    order = {s.key: i for i, s in enumerate(plan.steps)}
+    return sorted(results, key=lambda r: order.get(r.partition, 0))
+
+
+def _record_deferrals(plan: RebuildPlan, connect: ClientFactory) -> list[PartitionStep]:
+    """Record the plan's deferred partitions for recovery; the steps to run now.
+
+    Raises:
+        RebuildDeferred: Every partition of the plan is deferred.
+    """
     if plan.deferred:
         with connect.get_client() as c:
             deferrals.record(
                 c, [Deferral(plan.target, s.key or "all", s.closes_at or datetime.max, s.reason) for s in plan.deferred]
             )
-        say(plan.deferral())
+        _LOG.info(plan.deferral())
     runnable = [s for s in plan.steps if s.engine != Engine.DEFERRED]
     if not runnable:
         raise RebuildDeferred(
             plan.deferral() + "\nNothing was rebuilt now; recovery requests each partition once it "
             "closes (or rebuild it now with force)."
         )
-    settings = loaded.config.rebuild
-    rules = RaceRules.of(settings, loaded.config.pacing)
-    results: list[StepResult] = []
-    keys = [rebuild_lease(plan.live.fqn, s.key) for s in runnable]
-    with leases.holding(
-        connect,
-        keys,
-        Holder(owner, plan.run),
-        ttl=settings.lease_ttl_seconds,
-        wait=settings.lease_wait_seconds,
-        renewer=clickhouse,
-        log=say,
-        on_held=lambda c: _tidy(c, loaded, plan, say),
-        on_release=lambda c: _settled(c, plan, results, say),
-    ):
-        results += _run_direct(plan, loaded, runnable, clickhouse, client, rules, say, one_read)
-        spark_steps = [s for s in runnable if s.engine == Engine.SPARK]
-        if spark_steps:
-            results += _run_spark(plan, loaded, spark_steps, cutoffs, stager, clickhouse, client, rules, say)
-    order = {s.key: i for i, s in enumerate(plan.steps)}
-    return sorted(results, key=lambda r: order.get(r.partition, 0))
+    return runnable
 
 
 class _Open:
@@ -255,7 +261,7 @@ class _Open:
         yield self.client
 
 
-def _tidy(client: Client, loaded: LoadedProject, plan: RebuildPlan, say: Callable[[str], None]) -> None:
+def _tidy(client: Client, loaded: LoadedProject, plan: RebuildPlan) -> None:
     """What interrupted runs left behind, once this run holds its leases: their shadows of this table (and the
     statements still filling them, on a server) are dropped, and stream consumers they paused are resumed."""
     shadows = [
@@ -265,22 +271,21 @@ def _tidy(client: Client, loaded: LoadedProject, plan: RebuildPlan, say: Callabl
             parameters={"db": plan.live.database, "pattern": shadows_pattern(plan.live)},
         ).result_rows
     ]
-    consumers_ = tuple(dict.fromkeys(c for w in plan.writers for c in w.consumers))
-    runs = leases.live_runs(client, "rebuild:") | {plan.run} if shadows or consumers_ else {plan.run}
+    runs = leases.live_runs(client, "rebuild:") | {plan.run} if shadows or plan.consumers else {plan.run}
     stale = [ObjectRef(database=plan.live.database, name=s) for s in shadows if run_of_shadow(s) not in runs]
     if stale:
         kill_filling(client, [s.name for s in stale])
         for shadow in stale:
             client.command(drop_shadow_sql(shadow))
-        say(f"dropped {len(stale)} shadow(s) left by interrupted runs: {', '.join(s.name for s in stale)}")
-    consumers.resume_leftovers(client, loaded.project, consumers_, runs, log=say)
+        _LOG.info(f"dropped {len(stale)} shadow(s) left by interrupted runs: {', '.join(s.name for s in stale)}")
+    consumers.resume_leftovers(client, loaded.project, plan.consumers, runs)
 
 
-def _settled(client: Client, plan: RebuildPlan, results: Sequence[StepResult], say: Callable[[str], None]) -> None:
+def _settled(client: Client, plan: RebuildPlan, results: Sequence[StepResult]) -> None:
     """Deferrals of the partitions this run rebuilt are done."""
     done = deferrals.settle(client, plan.target, [r.partition for r in results])
     if done:
-        say(f"{plan.target.fqn}: deferred partitions now rebuilt: {', '.join(done)}")
+        _LOG.info(f"{plan.target.fqn}: deferred partitions now rebuilt: {', '.join(done)}")
 
 
 def _run_direct(
@@ -289,48 +294,41 @@ def _run_direct(
     steps: Sequence[PartitionStep],
     clickhouse: ClientFactory | None,
     client: Client | None,
-    rules: RaceRules,
-    say: Callable[[str], None],
-    one_read: bool,
 ) -> list[StepResult]:
-    """The steps that read the source table (or refresh), under the gates, stream consumers paused where open."""
+    """The steps that read the source table (or refresh), under the gates, stream consumers paused where open; those
+    that share a shadow read together (:func:`~chmv_assets.engine.rebuild.steps.run_steps`)."""
     direct = [s for s in steps if s.engine != Engine.SPARK]
     if not direct:
         return []
-    with _session(plan, clickhouse, client) as c, _paused(c, loaded, plan, direct, say):
-        if one_read:
-            rebuilt = run_steps(c, loaded.project, plan, direct, log=say, rules=rules)
-        else:
-            rebuilt = [run_step(c, loaded.project, plan, step, log=say, rules=rules) for step in direct]
-    return [
-        StepResult(
-            plan.target.fqn,
-            r.partition,
-            str(step.engine),
-            r.method,
-            0,
-            r.rows_written,
-            None,
-            "",
-            r.seconds,
-            0,
-            r.statements,
-            r.attempts,
-        )
-        for step, r in zip(direct, rebuilt, strict=True)
-    ]
+    with _session(plan, clickhouse, client) as c, _paused(c, loaded, plan, direct):
+        rebuilt = run_steps(c, loaded.project, plan, direct)
+    return [_direct_result(plan, step, r) for step, r in zip(direct, rebuilt, strict=True)]
+
+
+def _direct_result(plan: RebuildPlan, step: PartitionStep, r: RebuildResult) -> StepResult:
+    return StepResult(
+        plan.target.fqn,
+        r.partition,
+        str(step.engine),
+        r.method,
+        rows_staged=0,
+        rows_written=r.rows_written,
+        cutoff=None,
+        batch_id="",
+        seconds=r.seconds,
+        statements=r.statements,
+        attempts=r.attempts,
+    )
 
 
 @contextmanager
-def _paused(
-    client: Client, loaded: LoadedProject, plan: RebuildPlan, steps: Sequence[PartitionStep], say: Callable[[str], None]
-) -> Iterator[None]:
+def _paused(client: Client, loaded: LoadedProject, plan: RebuildPlan, steps: Sequence[PartitionStep]) -> Iterator[None]:
     """The stream consumers writing an open partition of ``steps`` paused for the block."""
     paused = tuple(dict.fromkeys(c for s in steps for c in s.pause))
     if not paused:
         yield
         return
-    with consumers.paused(client, loaded.project, paused, plan.run, log=say):
+    with consumers.paused(client, loaded.project, paused, plan.run):
         yield
 
 
@@ -342,8 +340,6 @@ def _run_spark(
     stager: Stager | None,
     clickhouse: ClientFactory | None,
     client: Client | None,
-    rules: RaceRules,
-    say: Callable[[str], None],
 ) -> list[StepResult]:
     """The steps that read the landing zone: cutoffs under the gates, Spark staging without them, then the swaps."""
     if stager is None:
@@ -352,11 +348,11 @@ def _run_spark(
             "but no Spark session is configured; give the run the pyspark resource"
         )
     assert plan.landing_root is not None
-    say(f"{plan.target.fqn}: {len(steps)} partition(s) from the landing zone (spark engine)")
+    _LOG.info(f"{plan.target.fqn}: {len(steps)} partition(s) from the landing zone (spark engine)")
     if cutoffs is None:
         with _session(plan, clickhouse, client) as c:
             cutoffs = _read_cutoffs(c, loaded, plan, steps)
-    return _run_spark_steps(plan, loaded, steps, cutoffs, stager, clickhouse, client, rules, say)
+    return _run_spark_steps(plan, loaded, steps, cutoffs, stager, clickhouse, client)
 
 
 @contextmanager
@@ -397,72 +393,72 @@ def _run_spark_steps(
     stager: Stager,
     clickhouse: ClientFactory | None,
     client: Client | None,
-    rules: RaceRules,
-    say: Callable[[str], None],
 ) -> list[StepResult]:
     """Stage each trigger's lake rows (Spark, no gate held), then swap each partition under the gates."""
-    target = plan.target
-    windows = [s.window for s in steps]
-    keys = [s.key for s in steps]
     marks = sorted((k.fqn, str(v)) for k, v in cutoffs.items())
-    batch_id = hashlib.sha1(f"{target.fqn}|{keys}|{marks}".encode()).hexdigest()[:16]
-    staged = {}
-    for relation in steps[0].relations:
-        staged[relation.source] = _stage_source(
-            loaded,
-            plan,
-            relation.source,
-            relation.staged_per_window,
-            windows,
-            cutoffs.get(relation.source),
-            batch_id,
-            stager,
-            say,
+    batch_id = hashlib.sha1(f"{plan.target.fqn}|{[s.key for s in steps]}|{marks}".encode()).hexdigest()[:16]
+    windows = [s.window for s in steps]
+    staged = {
+        r.source: _stage_source(
+            loaded, plan, r.source, r.staged_per_window, windows, cutoffs.get(r.source), batch_id, stager
         )
+        for r in steps[0].relations
+    }
     crash_point("backfill:staged")
-    results: list[StepResult] = []
     cutoff = min((v for v in cutoffs.values() if v is not None), default=None)
-    with _session(plan, clickhouse, client) as c, _paused(c, loaded, plan, steps, say):
-        for step in steps:
-            started = time.monotonic()
-            relations = {s: _relation(loaded, s, st, step.window) for s, st in staged.items()}
-            r = run_step(c, loaded.project, plan, step, trigger_relation=relations.get, log=say, rules=rules)
-            rows_staged = sum(staging.staged_rows(_window_folder(st, step.window)) for st in staged.values())
-            mark_id, mark_key = f"backfill:{target.fqn}", step.key or "all"
-            write_watermark(
-                c,
-                mark_id,
-                mark_key,
-                last_processed_ts=cutoff,
-                batch_id=batch_id,
-                status=COMMITTED,
-                rows=r.rows_written,
-                previous=read_watermark(c, mark_id, mark_key),
-            )
-            say(
-                f"{target.fqn} {step.key or '(whole table)'}: {r.method}, {rows_staged} landing rows staged, "
-                f"{r.rows_written} rows written, cutoff {cutoff}"
-            )
-            results.append(
-                StepResult(
-                    target.fqn,
-                    step.key,
-                    str(step.engine),
-                    r.method,
-                    rows_staged,
-                    r.rows_written,
-                    cutoff,
-                    batch_id,
-                    time.monotonic() - started,
-                    sum(s.rows_read for s in staged.values()),
-                    r.statements,
-                    r.attempts,
-                )
-            )
-            crash_point("backfill:swapped")
+    with _session(plan, clickhouse, client) as c, _paused(c, loaded, plan, steps):
+        results = [_swap_staged(c, loaded, plan, step, staged, cutoff, batch_id) for step in steps]
     for st in staged.values():
         staging.remove(st.folder)
     return results
+
+
+def _swap_staged(
+    client: Client,
+    loaded: LoadedProject,
+    plan: RebuildPlan,
+    step: PartitionStep,
+    staged: dict[ObjectRef, _Staged],
+    cutoff: datetime | None,
+    batch_id: str,
+) -> StepResult:
+    """One Spark step: the MVs' SELECT over its staged rows and the source's after the cutoff, swapped in; its
+    watermark (``backfill:<target>``) committed."""
+    started = time.monotonic()
+    target = plan.target
+    relations = {s: _relation(loaded, s, st, step.window) for s, st in staged.items()}
+    r = run_step(client, loaded.project, plan, step, trigger_relation=relations.get)
+    rows_staged = sum(staging.staged_rows(_window_folder(st, step.window)) for st in staged.values())
+    mark_id, mark_key = f"backfill:{target.fqn}", step.key or "all"
+    write_watermark(
+        client,
+        mark_id,
+        mark_key,
+        last_processed_ts=cutoff,
+        batch_id=batch_id,
+        status=COMMITTED,
+        rows=r.rows_written,
+        previous=read_watermark(client, mark_id, mark_key),
+    )
+    _LOG.info(
+        f"{target.fqn} {step.key or '(whole table)'}: {r.method}, {rows_staged} landing rows staged, "
+        f"{r.rows_written} rows written, cutoff {cutoff}"
+    )
+    crash_point("backfill:swapped")
+    return StepResult(
+        target.fqn,
+        step.key,
+        str(step.engine),
+        r.method,
+        rows_staged,
+        r.rows_written,
+        cutoff,
+        batch_id,
+        time.monotonic() - started,
+        sum(s.rows_read for s in staged.values()),
+        r.statements,
+        r.attempts,
+    )
 
 
 def _stage_source(
@@ -474,7 +470,6 @@ def _stage_source(
     cutoff: datetime | None,
     batch_id: str,
     stager: Stager,
-    say: Callable[[str], None],
 ) -> _Staged:
     table = loaded.project.table(source)
     if table is None:
@@ -491,7 +486,7 @@ def _stage_source(
     columns, rows_read = landing.check_files(files, table)
     keys = landing.dedup_keys(loaded, source, columns)
     folder = staging.staging_dir("backfill", [plan.target, source], batch_id)
-    say(
+    _LOG.info(
         f"{plan.target.fqn}: Spark stages {source.fqn} from {len(files)} landing files ({rows_read} rows), "
         f"event time in [{since}, {before}) and <= cutoff {cutoff}"
     )
@@ -540,7 +535,6 @@ def repair_interrupted_load(
     cutoff: datetime | None,
     root: Path,
     stager: Stager,
-    log: Callable[[str], None] | None = None,
 ) -> list[str]:
     """Rebuild what a load that died during its insert may have left inconsistent; the caller holds the gate.
 
@@ -549,7 +543,6 @@ def repair_interrupted_load(
     event-time range touches is rebuilt from the landing zone (``<= cutoff``) and the source (``> cutoff``);
     targets further down a chain are rebuilt from their upstream table (with one week of margin).
     """
-    say = log or (lambda _msg: None)
     if since is None or until is None:
         return []
     project = loaded.project
@@ -558,21 +551,22 @@ def repair_interrupted_load(
     direct = list(dict.fromkeys(v.writes_to for v in project.views_from(source) if v.trigger == source))
     for target in direct:
         windows = windows_covering(loaded, target, since, until)
-        plan = plan_rebuild(
-            loaded, target, windows, Observations(live=live_table(client, project, target)), engine="spark", root=root
-        )
+        observed = Observations(live=live_table(client, project, target), zone=session_zone(client))
+        plan = plan_rebuild(loaded, target, windows, observed, engine="spark", root=root)
         cutoffs = {
             t: cutoff
             if t == source
             else cutoff_of(current_watermark(client, t, landing.time_column(loaded, t)), tolerance)
             for t in plan.gates
         }
-        execute(plan, loaded, client=client, stager=stager, cutoffs=cutoffs, log=say)
+        execute(plan, loaded, client=client, stager=stager, cutoffs=cutoffs)
         done += [f"{target.fqn}/{s.key or 'all'}" for s in plan.steps]
     chained = {d for t in direct for d in downstream_targets(loaded, t)} - set(direct)
     for ref in sorted(chained, key=lambda r: (loaded.graph.depth.get(r.fqn, 0), r.fqn)):
         windows = windows_covering(loaded, ref, since, until, margin=timedelta(days=7))
-        plan = plan_from_source(project, ref, windows, live_table(client, project, ref))
-        execute(plan, loaded, client=client, log=say)
+        races = RaceRules.of(loaded.config.rebuild, loaded.config.pacing)
+        live, zone = live_table(client, project, ref), session_zone(client)
+        plan = plan_from_source(project, ref, windows, live, zone=zone, races=races)
+        execute(plan, loaded, client=client)
         done += [f"{ref.fqn}/{s.key or 'all'}" for s in plan.steps]
     return done

@@ -15,6 +15,7 @@ naming the holder (the Dagster run, host and pid), since when and until when it 
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -31,6 +32,8 @@ from chmv_assets.engine.clients import ClientFactory
 from chmv_assets.errors import LeaseHeld
 from chmv_assets.sql.meta import LEASES, meta_ddl
 from chmv_assets.sql.quoting import qualified
+
+_LOG = logging.getLogger(__name__)
 
 #: Settings of a claim: deduplicated by its token, never an asynchronous insert (those dedup differently). Written
 #: into the statement (``INSERT … SETTINGS … VALUES``): passed apart, clickhouse-connect's chdb backend would read,
@@ -188,7 +191,6 @@ def acquire(
     *,
     ttl: float,
     wait: float,
-    log: Callable[[str], None] | None = None,
 ) -> dict[str, int]:
     """Hold every lease of ``leases`` (claim its next generation), waiting up to ``wait`` seconds for other holders.
 
@@ -235,8 +237,8 @@ def acquire(
                 f"until {blocked.expires_at:%Y-%m-%d %H:%M:%S} UTC unless renewed); this run waited {wait:.0f}s and "
                 "changed nothing. Wait for that run to finish and retry (a killed run's lease ends at that time)."
             )
-        if blocked.lease not in said and log is not None:
-            log(f"waiting for {blocked.lease}: held by {blocked.holder.describe()}")
+        if blocked.lease not in said:
+            _LOG.info(f"waiting for {blocked.lease}: held by {blocked.holder.describe()}")
             said.add(blocked.lease)
         time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
     return held
@@ -273,7 +275,6 @@ def holding(
     ttl: float,
     wait: float,
     renewer: ClientFactory | None = None,
-    log: Callable[[str], None] | None = None,
     on_held: Callable[[Client], None] | None = None,
     on_release: Callable[[Client], None] | None = None,
 ) -> Iterator[dict[str, int]]:
@@ -294,7 +295,7 @@ def holding(
     thread = None
     try:
         with connect.get_client() as client:
-            held = acquire(client, leases, me, ttl=ttl, wait=wait, log=log)
+            held = acquire(client, leases, me, ttl=ttl, wait=wait)
             if on_held is not None:
                 on_held(client)
         if renewer is not None and held:

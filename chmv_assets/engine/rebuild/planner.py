@@ -1,16 +1,20 @@
 """The rebuild planner: what to do to rebuild partitions of a target, decided once, as frozen printable data.
 
-One planner serves every caller (the target assets, the sensors' runs, the CLI, the repair of an
-interrupted load). It takes a target, its partitions and options, plus the few facts it needs from
+One planner serves every caller (the target assets, the sensors' runs, the CLI, ``chmv apply``'s re-derivations, the
+repair of an interrupted load). It takes a target, its partitions and options, plus the few facts it needs from
 the server (:func:`observe`: the physical table and the coverage facts, one statement), and decides per
-partition, from where its truth lives (:mod:`chmv_assets.engine.rebuild.coverage`):
+partition, from where its truth lives (:mod:`chmv_assets.engine.rebuild.coverage`), everything the steps and the
+executor then only read:
 
-- the engine: ``clickhouse`` (the MVs' own SELECT over the source table), ``spark`` (over landing-zone
-  rows that Spark stages, united with the source rows after the ingestion cutoff), or ``refresh``
-  (a refreshable MV: the server recomputes it);
-- the relation that stands in for each trigger source in the MV's SELECT;
-- the shadow table, named for this run, and the swap (``REPLACE PARTITION`` — ``DROP PARTITION`` if the shadow is
-  empty —, ``tuple()`` for an unpartitioned target or an MV's inner table, ``SYSTEM REFRESH VIEW``);
+- the engine (:func:`choose_engine`, the one rule): ``clickhouse`` (the MVs' own SELECT over the source table),
+  ``spark`` (over landing-zone rows that Spark stages, united with the source rows after the ingestion cutoff), or
+  ``refresh`` (a refreshable MV: the server recomputes it);
+- the relation that stands in for each trigger source in the MV's SELECT, and the trigger rows its read covers
+  (those whose arrival during the read races it);
+- the shadow table, named for this run, and the statement creating it; the swap (``REPLACE PARTITION`` of the
+  partition — ``DROP PARTITION`` if the shadow has none of its rows —, ``tuple()`` for an unpartitioned target or an
+  MV's inner table, each partition of a partitioned table rebuilt whole, ``SYSTEM REFRESH VIEW``; never ``EXCHANGE``)
+  and the predicate of the partition's rows; the race rules;
 - the write gates to hold, and the targets further down a chain that read this one;
 - who writes the triggers (:mod:`chmv_assets.ddl.writers`): a partition still open to writers chmv does not control
   is deferred until it closes (unless forced), a stream consumer writing an open partition is paused for its swap;
@@ -23,6 +27,7 @@ partition, from where its truth lives (:mod:`chmv_assets.engine.rebuild.coverage
 
 from __future__ import annotations
 
+import random
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,25 +38,43 @@ from typing import Literal
 
 from clickhouse_connect.driver.client import Client
 
-from chmv_assets.ddl.grains import Grain
+from chmv_assets.ddl.config import PacingConfig, RebuildSettings
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.ddl.models import ObjectRef, Project
+from chmv_assets.ddl.models import ObjectRef, Project, Table
 from chmv_assets.ddl.partitioning import (
     PartitionScheme,
     PartitionWindow,
     keyed_window,
     partition_scheme,
+    target_reach,
+    window_reach,
     windows_between,
     with_values,
 )
 from chmv_assets.ddl.writers import SourceWriters
 from chmv_assets.engine.catalog import live_table
-from chmv_assets.engine.clock import wall_now
+from chmv_assets.engine.clock import session_zone, wall_now
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest.cutoff import source_min_time
-from chmv_assets.engine.rebuild.coverage import Coverage, Facts, Holding, WindowCoverage, assess, probe
+from chmv_assets.engine.rebuild.coverage import (
+    Coverage,
+    Facts,
+    Holding,
+    SourceCoverage,
+    Verdict,
+    WindowCoverage,
+    assess,
+    probe,
+)
 from chmv_assets.errors import ChmvError
-from chmv_assets.sql.rebuild_sql import shadow_ref, source_range_predicate
+from chmv_assets.sql.rebuild_sql import (
+    create_shadow_sql,
+    partition_filter,
+    partition_tuple,
+    range_column,
+    shadow_ref,
+    trigger_predicate,
+)
 
 EngineOption = Literal["auto", "clickhouse", "spark"]
 
@@ -72,16 +95,52 @@ class Engine(StrEnum):
 
 
 class Swap(StrEnum):
-    """How the shadow replaces the live data."""
+    """How the shadow replaces the live data (never ``EXCHANGE TABLES``: an MV without TO points at its inner table by
+    UUID, so the old one would be dropped from under it, and an exchange is not replicated)."""
 
     REPLACE_PARTITION = "replace_partition"
-    """``ALTER TABLE … REPLACE PARTITION … FROM shadow`` (``DROP PARTITION`` when the shadow is empty); ``tuple()``
-    for an unpartitioned target. Never ``EXCHANGE TABLES``: an MV without TO points at its inner table by UUID (the
-    old one would be dropped from under it), and an exchange is not replicated."""
+    """``ALTER TABLE … REPLACE PARTITION <the step's partition> FROM shadow`` (``DROP PARTITION`` when the shadow holds
+    none of its rows); ``tuple()`` for an unpartitioned target or an MV's inner table."""
+    REPLACE_EACH_PARTITION = "replace_each_partition"
+    """The whole of a partitioned table: every partition of the shadow replaces the live one and the live ones the
+    shadow lacks are dropped, in one ``ALTER`` (the partitions listed from the parts when it swaps)."""
     REFRESH = "refresh"
     """The server refreshes the MV itself; no shadow."""
     NONE = "none"
-    """A refused step: the live partition is left as it is."""
+    """A refused or deferred step: the live partition is left as it is."""
+
+
+#: The longest pause between two reads of a raced partition.
+MAX_BACKOFF_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class RaceRules:
+    """How often a partition that writes raced is read again, how long a read waits for inserts already running,
+    and how the fills respect the server (``pacing``: :mod:`chmv_assets.engine.pacing.pacer`); see
+    :mod:`chmv_assets.engine.rebuild.steps`."""
+
+    attempts: int = 4
+    backoff_seconds: float = 1.0
+    insert_wait_seconds: float = 60.0
+    pacing: PacingConfig = PacingConfig()
+
+    @classmethod
+    def of(cls, settings: RebuildSettings, pacing: PacingConfig | None = None) -> RaceRules:
+        rules = (settings.race_attempts, settings.race_backoff_seconds, settings.insert_wait_seconds)
+        return cls(*rules, pacing or PacingConfig())
+
+    def pause(self, attempt: int) -> float:
+        """Seconds to wait before read ``attempt`` (2, 3, …): doubling from ``backoff_seconds``, ±25 % jitter."""
+        base = min(MAX_BACKOFF_SECONDS, self.backoff_seconds * 2 ** max(0, attempt - 2))
+        return base * random.uniform(0.75, 1.25)
+
+    def describe(self) -> str:
+        return (
+            f"a read that writes raced is read again (not swapped, or swapped and read again): up to {self.attempts} "
+            f"reads, the pause between them doubling from {self.backoff_seconds:g} s; inserts already running into "
+            f"the sources are awaited up to {self.insert_wait_seconds:g} s"
+        )
 
 
 @dataclass(frozen=True)
@@ -92,7 +151,9 @@ class TriggerRelation:
         source: The trigger table.
         kind: ``source_window`` (the table, pruned to the window), ``source`` (the whole table),
             ``lake_then_source`` (staged landing rows <= the cutoff UNION ALL table rows > the cutoff).
-        predicate: The pruning range on the source's own column, when one is derivable.
+        predicate: The trigger rows the partition's read covers, on the source's own columns (the MVs' pruning
+            range, :func:`~chmv_assets.sql.rebuild_sql.trigger_predicate`), when one is derivable: the rows whose
+            arrival during the read races it (None: any row).
         staged_per_window: Spark writes one staging folder per partition window (else one for the range).
     """
 
@@ -115,9 +176,11 @@ class PartitionStep:
     """The rebuild of one partition (or of a whole unpartitioned target).
 
     Attributes:
+        shadow: The table the partition is rebuilt into; the steps of a plan that share one are read together
+            (one read of their trigger rows per MV: a plan made with ``one_read``).
         guard: Why the source table may not hold the partition entirely (set when coverage was observed and
-            does not say it does): the executor then refuses a swap that would leave fewer rows than the live
-            partition holds, unless the plan is forced. None: no such check.
+            does not say it does, and the plan is not forced): the executor then refuses a swap that would leave
+            fewer rows than the live partition holds. None: no such check.
     """
 
     window: PartitionWindow | None
@@ -132,6 +195,17 @@ class PartitionStep:
     into it, and ``[writers] close_after_minutes``); None for an unpartitioned target, which never closes."""
     pause: tuple[ObjectRef, ...] = ()
     """Stream consumer MVs paused around the step's read and swap (the partition is open and they write it)."""
+    # What the statements of the step read from the plan, derived from the target's DDL, the window and the shadow
+    # (so no part of a plan's identity: two steps alike in the fields above are alike in these).
+    partition: str | None = field(default=None, compare=False)
+    """The partition the swap replaces (:attr:`Swap.REPLACE_PARTITION`): ``tuple(<PARTITION BY on the partition>)``,
+    ``tuple()`` for an unpartitioned target or an MV's inner table."""
+    partition_filter: str | None = field(default=None, compare=False)
+    """The predicate on the target's columns that holds for exactly the partition's rows (in the shadow and the live
+    table: the counts and the shrink guard); None: the whole table."""
+    create_shadow: str | None = field(default=None, compare=False)
+    """The statement creating the shadow, on this server (a ``Replicated*`` target's shadow gets a Keeper path of its
+    own or the plain family: :func:`~chmv_assets.sql.rebuild_sql.create_shadow_sql`)."""
 
     @property
     def key(self) -> str | None:
@@ -156,6 +230,10 @@ class RebuildPlan:
         force: Refusals became rebuilds from the source and the executor's shrink guard is off.
         writers: Who writes each trigger (chmv, stream consumers, others).
         run: This run's token: it names the shadows (a run never reads another's), the leases and the statements.
+        races: How a read that writes raced is read again (``[rebuild]`` and ``[pacing]`` of chmv.toml).
+        zone: The session's time zone (:func:`chmv_assets.engine.clock.session_zone`): the windows are its wall clock
+            where the partition column declares no zone, and every statement of the plan writes them so
+            (:func:`chmv_assets.sql.time_sql.time_sql`). Empty: not known (writing a time value then raises).
     """
 
     target: ObjectRef
@@ -171,9 +249,22 @@ class RebuildPlan:
     force: bool = False
     writers: tuple[SourceWriters, ...] = ()
     run: str = ""
+    races: RaceRules = RaceRules()
+    zone: str = ""
 
     def steps_by(self, engine: Engine) -> tuple[PartitionStep, ...]:
         return tuple(s for s in self.steps if s.engine == engine)
+
+    @property
+    def consumers(self) -> tuple[ObjectRef, ...]:
+        """The stream consumer MVs writing the triggers (paused around the swap of an open partition)."""
+        return tuple(dict.fromkeys(c for w in self.writers for c in w.consumers))
+
+    @property
+    def watched(self) -> tuple[ObjectRef, ...]:
+        """The tables whose inserts reach the triggers (a read waits for those running; default the gates)."""
+        roots = {r for w in self.writers for r in (w.source, *w.roots)} or set(self.gates)
+        return tuple(sorted(roots, key=lambda r: r.fqn))
 
     @property
     def refused(self) -> tuple[PartitionStep, ...]:
@@ -205,21 +296,7 @@ class RebuildPlan:
     def describe(self) -> str:
         """A markdown rendering for run metadata, logs and ``chmv rebuild --dry-run``."""
         lines = [f"**Rebuild plan of `{self.target.fqn}`** (physical table `{self.live.fqn}`)", ""]
-        lines.append(f"- partitioning: {self.scheme.describe()}")
-        lines.append("- gates held: " + (", ".join(f"`{g.fqn}`" for g in self.gates) or "none"))
-        lines += [f"- writers: {w.describe()}" for w in self.writers]
-        if self.cutoff_rule:
-            lines.append(f"- cutoff: {self.cutoff_rule}")
-        if self.downstream:
-            lines.append("- downstream targets reading it: " + ", ".join(f"`{d.fqn}`" for d in self.downstream))
-        lines += [f"- note: {n}" for n in self.notes]
-        if self.force:
-            lines.append("- force: refusals rebuild from the source table; a shrinking swap is not stopped")
-        elif any(s.guard for s in self.steps):
-            lines.append(
-                "- shrink guard: a partition whose source may not hold it entirely is not swapped if "
-                "the rebuild would leave fewer rows than it holds (force overrides)"
-            )
+        lines += self._settings()
         lines += ["", "| partition | engine | reads | shadow | swap | why |", "|---|---|---|---|---|---|"]
         for step in self.steps:
             reads = "; ".join(r.describe() for r in step.relations).replace("|", "/") or "-"
@@ -239,6 +316,40 @@ class RebuildPlan:
             lines += ["", "**Deferred**", "", self.deferral()]
         return "\n".join(lines)
 
+    def _settings(self) -> list[str]:
+        """The plan's lines above its table of partitions."""
+        lines = [f"- partitioning: {self.scheme.describe()}"]
+        if self.zone and self.scheme.grain is not None:
+            lines.append(
+                f"- windows: wall clock of {self.zone} (the session's time zone) unless the column declares one"
+            )
+        lines.append("- gates held: " + (", ".join(f"`{g.fqn}`" for g in self.gates) or "none"))
+        lines += [f"- writers: {w.describe()}" for w in self.writers]
+        if self.cutoff_rule:
+            lines.append(f"- cutoff: {self.cutoff_rule}")
+        if self.downstream:
+            lines.append("- downstream targets reading it: " + ", ".join(f"`{d.fqn}`" for d in self.downstream))
+        lines += [f"- note: {n}" for n in self.notes]
+        if self.force:
+            lines.append("- force: refusals rebuild from the source table; a shrinking swap is not stopped")
+        elif any(s.guard for s in self.steps):
+            lines.append(
+                "- shrink guard: a partition whose source may not hold it entirely is not swapped if "
+                "the rebuild would leave fewer rows than it holds (force overrides)"
+            )
+        shared = len([s for s in self.steps if s.shadow]) - len({s.shadow for s in self.steps if s.shadow})
+        if shared:
+            lines.append(
+                "- one read: the partitions sharing a shadow are read together (one read of their span per MV, in "
+                "batches of what one hold of the gates may take), each partition swapped in from it"
+            )
+        shadowed = next((s for s in self.steps if s.create_shadow), None)
+        if shadowed is not None:
+            others = " (the other partitions' alike)" if len(self.steps) > 1 else ""
+            lines.append(f"- shadow: `` {shadowed.create_shadow} ``{others}")
+            lines.append(f"- races: {self.races.describe()}")
+        return lines
+
     def __str__(self) -> str:
         return self.describe()
 
@@ -251,7 +362,8 @@ class Observations:
         live: The physical table of the target.
         oldest: Per trigger with an event-time column, its oldest row (None: the table is empty).
         coverage: The facts coverage is decided from (:func:`chmv_assets.engine.rebuild.coverage.probe`); None: not
-            observed, and the planner decides as it did before coverage (a repair's plan, hand-made plans).
+            observed, and the planner decides on coverage estimated from ``oldest`` (:func:`_estimated`: a repair's
+            plan, the lifecycle's re-derivations, hand-made plans).
         pending: Why every partition is refused whatever the options: the live MVs run another SELECT or TO than
             the DDL directory (:func:`chmv_assets.engine.drift.pending_refusals`, read by ``executor.plan_for``).
     """
@@ -264,6 +376,9 @@ class Observations:
     writers. None: not observed (nothing is
     deferred)."""
     pending: tuple[str, ...] = ()
+    zone: str = ""
+    """The session's time zone (:func:`chmv_assets.engine.clock.session_zone`), which the plan writes its windows in;
+    empty: not observed (a plan of time windows then fails to render them)."""
 
     def oldest_of(self, source: ObjectRef) -> datetime | None:
         return dict(self.oldest).get(source)
@@ -300,21 +415,21 @@ def observe(
 
     Without ``windows`` only each trigger's oldest row is read, when ``auto`` may pick Spark (no coverage).
     """
-    live = live_table(client, loaded.project, target)
+    live, zone = live_table(client, loaded.project, target), session_zone(client)
     if streamed_triggers(loaded, target):  # never read: the plan refuses it
-        return Observations(live=live)
+        return Observations(live=live, zone=zone)
     if windows is not None and not any(v.refreshable for v in loaded.project.views_into(target)):
         facts = probe(client, loaded, target, live, windows, root)
         oldest = tuple((source, stats.oldest) for source, stats in facts.tables)
-        return Observations(live=live, oldest=oldest, coverage=facts, now=facts.now)
+        return Observations(live=live, oldest=oldest, coverage=facts, now=facts.now, zone=zone)
     now = wall_now(client)
     if engine != "auto" or not spark_capable(loaded, target, root):
-        return Observations(live=live, now=now)
+        return Observations(live=live, now=now, zone=zone)
     oldest = tuple(
         (source, source_min_time(client, source, landing.time_column(loaded, source)))
         for source in triggers_of(loaded.project, target)
     )
-    return Observations(live=live, oldest=oldest, now=now)
+    return Observations(live=live, oldest=oldest, now=now, zone=zone)
 
 
 def streamed_triggers(loaded: LoadedProject, target: ObjectRef) -> list[ObjectRef]:
@@ -333,13 +448,16 @@ def plan_rebuild(
     force: bool = False,
     defer_open: bool = True,
     run: str | None = None,
+    one_read: bool = False,
 ) -> RebuildPlan:
     """Decide the rebuild of ``windows`` of ``target``.
 
-    With coverage observed, per partition: the source table holds it entirely → ClickHouse; else the
-    landing zone holds it entirely → Spark; else, if the target partition holds rows the rebuild could
-    lose → refused (the step says why and what to do), unless ``force``; else ClickHouse with the shrink
-    guard. ``engine=clickhouse``/``spark`` pin the engine but are refused alike where they would lose rows.
+    Per partition, the engine (:func:`choose_engine`, from the coverage observed or, without it, estimated from the
+    triggers' oldest rows): the source table where it holds the partition → ClickHouse; else the landing zone
+    where it holds it → Spark; else, if the target partition holds rows the rebuild could lose → refused (the
+    step says why and what to do), unless ``force``; else ClickHouse with the shrink guard. ``engine=clickhouse``/
+    ``spark`` pin the engine but are refused alike where they would lose rows. Then the partitions still open to
+    writers chmv does not control (:func:`_open_step`), the race rules, and the Spark steps' cutoff.
 
     Args:
         loaded: The parsed project.
@@ -353,32 +471,26 @@ def plan_rebuild(
         defer_open: Defer the partitions still open to writers chmv does not control (with the server's time
             observed); False rebuilds them now, race-checked (a new version, not yet live, cannot wait for them).
         run: The run's token (names shadows and leases); default a new one.
+        one_read: Read the ClickHouse-engine partitions of time windows together, into one shadow (for a caller
+            that runs them in batches sized to what one hold of the gates may take: ``chmv apply``); else each
+            partition is read alone.
 
     Raises:
         ChmvError: The target is not written by an MV of the DDL, or ``spark`` was asked for a target
             whose triggers the landing zone does not cover.
     """
-    if engine == "spark" and not spark_capable(loaded, target, root):
-        triggers = ", ".join(t.fqn for t in triggers_of(loaded.project, target))
-        raise ChmvError(
-            f"{target.fqn}: the spark engine needs a landing zone and [ingestion.time_columns] for "
-            f"{triggers}; configure them or use engine=clickhouse"
-        )
-    coverage = None
-    if observations.coverage is not None:
-        coverage = assess(loaded, target, windows, observations.coverage, root)
+    _check_engine(loaded, target, engine, root)
+    coverage = assess(loaded, target, windows, observations.coverage, root) if observations.coverage else None
+    refusal = _target_refusal(loaded, target, observations)
+    lake_usable = spark_capable(loaded, target, root)
 
-    streams = streamed_triggers(loaded, target)
-
-    def choose(window: PartitionWindow | None) -> tuple[Engine, str, str | None]:
-        if observations.pending:  # history is never recomputed with a SELECT the live MV does not run
-            return Engine.REFUSED, "; ".join(observations.pending), None
-        if streams:
-            return Engine.REFUSED, _stream_refusal(loaded, streams), None
+    def choose(window: PartitionWindow | None) -> EngineChoice:
+        if refusal is not None:
+            return EngineChoice(Engine.REFUSED, refusal)
         covered = coverage.at(window) if coverage is not None else None
         if covered is None:
-            return (*_engine_for(loaded, target, window, observations, engine, root), None)
-        return _decide(loaded, target, covered, engine, root, force)
+            covered = _estimated(loaded, target, window, observations, root)
+        return choose_engine(engine, covered, lake_usable=lake_usable, force=force, root=root)
 
     plan = _assemble(
         loaded.project,
@@ -387,58 +499,152 @@ def plan_rebuild(
         observations.live,
         choose=choose,
         per_window=lambda source, ws: staged_per_window(loaded, target, source, ws),
+        zone=observations.zone,
         downstream=downstream_targets(loaded, target),
         root=root,
         run=run,
+        races=RaceRules.of(loaded.config.rebuild, loaded.config.pacing),
+        one_read=one_read,
     )
     writers = tuple(loaded.writers(source) for source in plan.gates)
     plan = replace(plan, coverage=coverage, force=force, writers=writers)
     if observations.now is not None:
         steps = tuple(_open_step(loaded, plan, s, observations.now, defer_open and not force) for s in plan.steps)
         plan = replace(plan, steps=steps)
-    if plan.steps_by(Engine.SPARK):
-        tolerance = loaded.config.ingestion.late_tolerance_minutes
-        rule = f"per trigger, its ingestion watermark - {tolerance} min, read under its gate when the Spark steps start"
-        plan = replace(plan, cutoff_rule=rule)
-    return plan
+    return replace(plan, cutoff_rule=_cutoff_rule(loaded, plan))
 
 
-def _decide(
+def _check_engine(loaded: LoadedProject, target: ObjectRef, engine: EngineOption, root: Path | None) -> None:
+    """A pinned Spark engine needs the landing zone to serve every trigger of the target."""
+    if engine == "spark" and not spark_capable(loaded, target, root):
+        triggers = ", ".join(t.fqn for t in triggers_of(loaded.project, target))
+        raise ChmvError(
+            f"{target.fqn}: the spark engine needs a landing zone and [ingestion.time_columns] for "
+            f"{triggers}; configure them or use engine=clickhouse"
+        )
+
+
+def _target_refusal(loaded: LoadedProject, target: ObjectRef, observations: Observations) -> str | None:
+    """Why every partition of ``target`` is refused whatever the options, if it is: the live MVs run another SELECT
+    (history is never recomputed with a SELECT the live MV does not run), or a trigger is a stream."""
+    if observations.pending:
+        return "; ".join(observations.pending)
+    streams = streamed_triggers(loaded, target)
+    return _stream_refusal(loaded, streams) if streams else None
+
+
+def _cutoff_rule(loaded: LoadedProject, plan: RebuildPlan) -> str:
+    """How the Spark steps of ``plan`` split the lake's rows from the source's ("" without Spark steps)."""
+    if not plan.steps_by(Engine.SPARK):
+        return ""
+    tolerance = loaded.config.ingestion.late_tolerance_minutes
+    return f"per trigger, its ingestion watermark - {tolerance} min, read under its gate when the Spark steps start"
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """Where the rows of one partition come from, why, and the shrink guard of its swap (see :func:`choose_engine`)."""
+
+    engine: Engine
+    reason: str
+    guard: str | None = None
+
+
+def choose_engine(
+    asked: EngineOption, covered: WindowCoverage, *, lake_usable: bool, force: bool, root: Path | None
+) -> EngineChoice:
+    """The engine of one partition: the one rule every plan's engines are chosen by.
+
+    In order: ``engine=spark`` reads the landing zone where it holds the partition, where the target partition has
+    nothing to lose or where forced, and is refused elsewhere; the source table where it holds the partition; with
+    ``auto``, the landing zone where it holds it; the source table where the target partition is empty, or forced;
+    refused where a trigger demonstrably lost rows the target holds; else the source table behind the shrink guard.
+
+    Refusals and guards stand on the target's rows observed (``covered.observed``, coverage probed): an estimate
+    from the triggers' oldest rows (:func:`_estimated`: a repair's or the lifecycle's plan) knows nothing at stake,
+    so it takes a pinned engine as asked and is never refused or guarded; neither is a forced plan guarded.
+
+    Args:
+        asked: ``auto``, ``clickhouse`` or ``spark``.
+        covered: Where the partition's truth lives.
+        lake_usable: The landing zone serves every trigger of the target (:func:`spark_capable`).
+        force: Rebuild what would be refused, without the shrink guard.
+        root: The landing zone (named in a refusal's what to do).
+    """
+    if asked != "auto" and not covered.observed:
+        return EngineChoice(Engine(asked), f"engine={asked} asked for")
+    source_ok = covered.source_holds_entirely
+    lake_ok = lake_usable and covered.lake_holds_entirely
+    at_stake = covered.target_rows is None or covered.target_rows > 0
+    table, lake = covered.table_reasons(), covered.lake_reasons()
+    guarded = covered.observed and not force
+    if asked == "spark":
+        if lake_ok or not at_stake or force:
+            guard = f"rebuilt from the landing zone: {lake}" if guarded else None
+            return EngineChoice(Engine.SPARK, f"engine=spark asked for; landing zone: {lake}", guard)
+        return EngineChoice(Engine.REFUSED, _refusal(covered, root, asked="engine=spark", lake_only=True))
+    if source_ok:
+        pinned = "engine=clickhouse asked for; " if asked == "clickhouse" else ""
+        return EngineChoice(Engine.CLICKHOUSE, pinned + table)
+    guard = table if guarded else None
+    if asked == "auto" and lake_ok:
+        return EngineChoice(Engine.SPARK, f"{table}; the landing zone holds it: {lake}", guard)
+    if not at_stake:
+        return EngineChoice(Engine.CLICKHOUSE, f"the target partition is empty, nothing to lose; {table}", guard)
+    if force:
+        return EngineChoice(Engine.CLICKHOUSE, f"forced: {table}")
+    if covered.observed and covered.loss_observed:
+        asked_for = "engine=clickhouse" if asked == "clickhouse" else ""
+        return EngineChoice(Engine.REFUSED, _refusal(covered, root, asked=asked_for))
+    return EngineChoice(Engine.CLICKHOUSE, f"coverage unknown: {table}; landing zone: {lake}", guard)
+
+
+def _estimated(
     loaded: LoadedProject,
     target: ObjectRef,
-    covered: WindowCoverage,
-    engine: EngineOption,
+    window: PartitionWindow | None,
+    observations: Observations,
     root: Path | None,
-    force: bool,
-) -> tuple[Engine, str, str | None]:
-    """Engine, reason and shrink guard of one partition from its coverage (see :func:`plan_rebuild`)."""
-    source_ok = covered.source_holds_entirely
-    lake_ok = spark_capable(loaded, target, root) and covered.lake_holds_entirely
-    rows = covered.target_rows
-    at_stake = rows is None or rows > 0
-    table, lake = covered.table_reasons(), covered.lake_reasons()
-    guard = None if source_ok else table
-    if engine == "spark":
-        if lake_ok or not at_stake or force:
-            return (
-                Engine.SPARK,
-                f"engine=spark asked for; landing zone: {lake}",
-                (f"rebuilt from the landing zone: {lake}" if not force else None),
-            )
-        return Engine.REFUSED, _refusal(covered, root, asked="engine=spark", lake_only=True), None
-    if source_ok:
-        asked = "engine=clickhouse asked for; " if engine == "clickhouse" else ""
-        return Engine.CLICKHOUSE, asked + table, None
-    if engine == "auto" and lake_ok:
-        return Engine.SPARK, f"{table}; the landing zone holds it: {lake}", guard if not force else None
-    if not at_stake:
-        return Engine.CLICKHOUSE, f"the target partition is empty, nothing to lose; {table}", guard
-    if force:
-        return Engine.CLICKHOUSE, f"forced: {table}", None
-    if covered.loss_observed:
-        asked = "engine=clickhouse" if engine == "clickhouse" else ""
-        return Engine.REFUSED, _refusal(covered, root, asked=asked), None
-    return Engine.CLICKHOUSE, f"coverage unknown: {table}; landing zone: {lake}", guard
+) -> WindowCoverage:
+    """The coverage of ``window`` as far as a plan without the coverage probe sees it (``observed=False``: nothing of
+    the target's rows is known).
+
+    Where the landing zone serves every trigger, each trigger's oldest row (:attr:`Observations.oldest`, none: empty)
+    says whether the table holds the window: it does unless it is empty, or its oldest row comes after the window's
+    start (for the whole table: the landing zone's first file) while the landing zone holds files that arrived
+    before it; and the landing zone, where every row of an ingested source arrived, holds it. Elsewhere nothing of
+    the triggers was read.
+    """
+    usable = spark_capable(loaded, target, root)
+    sources = []
+    for source in triggers_of(loaded.project, target):
+        if not usable:
+            table = Verdict(Holding.UNKNOWN, f"{source.fqn} was not observed")
+            lake = Verdict(Holding.UNKNOWN, "no landing zone for its triggers")
+        else:
+            assert root is not None
+            table = _oldest_verdict(root, source, window, observations.oldest_of(source))
+            lake = Verdict(Holding.ENTIRELY, f"{source.fqn} is loaded from the landing zone ({root / source.fqn})")
+        sources.append(SourceCoverage(source, table, lake, observations.oldest_of(source)))
+    return WindowCoverage(window, tuple(sources), observed=False)
+
+
+def _oldest_verdict(root: Path, source: ObjectRef, window: PartitionWindow | None, oldest: datetime | None) -> Verdict:
+    """Does ``source``, whose oldest row is ``oldest``, hold ``window`` (see :func:`_estimated`)."""
+    if oldest is None:
+        return Verdict(Holding.NONE, f"{source.fqn} is empty")
+    start = window.start if window is not None else _first_landing(root, source)
+    if start is None or oldest <= start:
+        return Verdict(Holding.ENTIRELY, f"{source.fqn} holds rows from {oldest}")
+    held_from = oldest.replace(minute=0, second=0, microsecond=0)
+    if landing.list_files(root, source, arrived_after=start, arrived_before=held_from):
+        return Verdict(Holding.PARTLY, f"{source.fqn} holds rows from {oldest} only; the landing zone has earlier ones")
+    return Verdict(Holding.ENTIRELY, f"{source.fqn} holds rows from {oldest}; the landing zone has none earlier")
+
+
+def _first_landing(root: Path, source: ObjectRef) -> datetime | None:
+    files = landing.list_files(root, source)
+    return min((f.first_arrival for f in files), default=None)
 
 
 def _refusal(covered: WindowCoverage, root: Path | None, *, asked: str = "", lake_only: bool = False) -> str:
@@ -485,17 +691,25 @@ def plan_from_source(
     windows: Sequence[PartitionWindow | None],
     live: ObjectRef,
     *,
+    zone: str,
     run: str | None = None,
+    races: RaceRules = RaceRules(),
+    one_read: bool = False,
 ) -> RebuildPlan:
-    """A plan that rebuilds every partition from the source table (the ClickHouse engine)."""
+    """A plan that rebuilds every partition from the source table (the ClickHouse engine), nothing observed; ``zone``
+    is the session's time zone (:func:`chmv_assets.engine.clock.session_zone`), ``one_read`` as in
+    :func:`plan_rebuild`."""
     return _assemble(
         project,
         target,
         windows,
         live,
-        choose=lambda _w: (Engine.CLICKHOUSE, "from the source table", None),
+        choose=lambda _w: EngineChoice(Engine.CLICKHOUSE, "from the source table"),
         per_window=lambda _s, _ws: False,
+        zone=zone,
         run=run,
+        races=races,
+        one_read=one_read,
     )
 
 
@@ -505,12 +719,17 @@ def _assemble(
     windows: Sequence[PartitionWindow | None],
     live: ObjectRef,
     *,
-    choose: Callable[[PartitionWindow | None], tuple[Engine, str, str | None]],
+    choose: Callable[[PartitionWindow | None], EngineChoice],
     per_window: Callable[[ObjectRef, Sequence[PartitionWindow | None]], bool],
+    zone: str,
     downstream: tuple[ObjectRef, ...] = (),
     root: Path | None = None,
     run: str | None = None,
+    races: RaceRules = RaceRules(),
+    one_read: bool = False,
 ) -> RebuildPlan:
+    """The plan of ``windows``: a step per partition with the engine ``choose`` gives it (one refresh step for a
+    refreshable MV)."""
     run = run or new_run_token()
     views = project.views_into(target)
     if not views:
@@ -522,25 +741,84 @@ def _assemble(
     scheme = partition_scheme(table, views) if table is not None else PartitionScheme(grain=None)
     if refreshable:
         step = PartitionStep(None, Engine.REFRESH, Swap.REFRESH, None, (), "refreshable MV: the server recomputes it")
-        return RebuildPlan(target, live, scheme, (step,), (), downstream, root, run=run)
+        return RebuildPlan(target, live, scheme, (step,), (), downstream, root, run=run, races=races, zone=zone)
+    assert table is not None
     if not scheme.partitioned:
         windows = [None]
     triggers = tuple(triggers_of(project, target))
+
+    def staged(source: ObjectRef) -> bool:
+        return per_window(source, windows)
+
     steps = []
     for window in windows:
-        chosen, reason, guard = choose(window)
-        if chosen == Engine.REFUSED:
-            steps.append(PartitionStep(window, chosen, Swap.NONE, None, (), reason))
+        choice = choose(window)
+        if choice.engine == Engine.REFUSED:
+            steps.append(PartitionStep(window, Engine.REFUSED, Swap.NONE, None, (), choice.reason))
             continue
-        if chosen == Engine.SPARK:
-            relations = tuple(
-                TriggerRelation(s, "lake_then_source", staged_per_window=per_window(s, windows)) for s in triggers
+        relations = tuple(
+            _relation(
+                project, target, source, scheme, window, lake=choice.engine == Engine.SPARK, staged=staged, zone=zone
             )
-        else:
-            relations = tuple(_source_relation(project, target, s, scheme, window) for s in triggers)
-        shadow = shadow_ref(live, window.key if window else None, run)
-        steps.append(PartitionStep(window, chosen, Swap.REPLACE_PARTITION, shadow, relations, reason, guard))
-    return RebuildPlan(target, live, scheme, tuple(steps), triggers, downstream, root, run=run)
+            for source in triggers
+        )
+        steps.append(_rebuild_step(table, live, scheme, window, choice, relations, run, one_read=one_read, zone=zone))
+    return RebuildPlan(target, live, scheme, tuple(steps), triggers, downstream, root, run=run, races=races, zone=zone)
+
+
+def _rebuild_step(
+    table: Table,
+    live: ObjectRef,
+    scheme: PartitionScheme,
+    window: PartitionWindow | None,
+    choice: EngineChoice,
+    relations: tuple[TriggerRelation, ...],
+    run: str,
+    *,
+    one_read: bool,
+    zone: str,
+) -> PartitionStep:
+    """The step rebuilding ``window`` into a shadow and swapping it in: one partition replaced (``tuple()`` for an
+    unpartitioned table, an MV's inner table too), or every partition of a partitioned table rebuilt whole.
+
+    The shadow is the partition's own, or with ``one_read`` the plan's ``range`` shadow for a ClickHouse-engine
+    partition of a time window (read with the others: one read per MV over their span); a refresh, the landing
+    zone's, a whole table or a partition of a key alone is read alone."""
+    whole = window is None and table.partition_by is not None
+    shared = one_read and choice.engine == Engine.CLICKHOUSE and window is not None and window.timed
+    shadow = shadow_ref(live, "range" if shared else (window.key if window else None), run)
+    partitioned = window is not None and table.partition_by is not None and scheme.partitioned
+    return PartitionStep(
+        window,
+        choice.engine,
+        Swap.REPLACE_EACH_PARTITION if whole else Swap.REPLACE_PARTITION,
+        shadow,
+        relations,
+        choice.reason,
+        choice.guard,
+        partition=None if whole else partition_tuple(table, scheme, window, zone=zone),
+        partition_filter=partition_filter(table, scheme, window, zone=zone) if partitioned else None,  # type: ignore[arg-type]
+        create_shadow=create_shadow_sql(shadow, live, table),
+    )
+
+
+def _relation(
+    project: Project,
+    target: ObjectRef,
+    source: ObjectRef,
+    scheme: PartitionScheme,
+    window: PartitionWindow | None,
+    *,
+    lake: bool,
+    staged: Callable[[ObjectRef], bool],
+    zone: str,
+) -> TriggerRelation:
+    """What stands in for ``source`` in the read of ``window``, and the rows of it the read covers."""
+    readers = [v for v in project.views_into(target) if v.trigger == source]
+    predicate = trigger_predicate(readers, project, scheme, window, zone=zone)
+    if lake:
+        return TriggerRelation(source, "lake_then_source", predicate, staged_per_window=staged(source))
+    return TriggerRelation(source, "source_window" if predicate else "source", predicate)
 
 
 def new_run_token() -> str:
@@ -549,18 +827,9 @@ def new_run_token() -> str:
 
 
 def reach(loaded: LoadedProject, target: ObjectRef, scheme: PartitionScheme) -> timedelta:
-    """How far past a window's end a trigger row may still map into the window: the grain by which an MV truncates
-    its time into the target's partition column, where that grain is coarser than the partition's (a week that
-    starts in one month and ends in the next)."""
-    if scheme.grain is None or scheme.column is None:
-        return timedelta(0)
-    seconds = 0
-    for view in loaded.project.views_into(target):
-        out = view.output(scheme.column)
-        grain = out.truncation[1] if out is not None and out.truncation is not None else None
-        if grain is not None and not Grain(grain).within(scheme.grain):
-            seconds = max(seconds, Grain(grain).seconds)
-    return timedelta(seconds=seconds)
+    """How far past a window's end a trigger row may still map into the window (a week that starts in one month and
+    ends in the next): :func:`chmv_assets.ddl.partitioning.target_reach`."""
+    return target_reach(loaded.project, target, scheme)
 
 
 def closes_at(
@@ -585,7 +854,6 @@ def _open_step(
     if closes is not None and now >= closes:
         return step
     others = [w.source.fqn for w in plan.writers if w.uncontrolled]
-    consumers = tuple(dict.fromkeys(c for w in plan.writers for c in w.consumers))
     until = f"until {closes:%Y-%m-%d %H:%M}" if closes is not None else "(without a time window it never closes)"
     if others and defer and closes is not None:
         reason = (
@@ -593,25 +861,16 @@ def _open_step(
             "rows a swap now could lose; rebuilt once it closes (recovery requests it then), or now with "
             "force (each read checked for racing writes)"
         )
-        return replace(
-            step,
-            engine=Engine.DEFERRED,
-            swap=Swap.NONE,
-            shadow=None,
-            relations=(),
-            reason=reason,
-            guard=None,
-            closes_at=closes,
-        )
+        return PartitionStep(step.window, Engine.DEFERRED, Swap.NONE, None, (), reason, closes_at=closes)
     notes = []
     if others:
         notes.append(
             f"open {until} to writers chmv does not control ({', '.join(others)}): a read that races a "
             "write is not swapped, and read again"
         )
-    if consumers:
-        notes.append(f"stream consumers {', '.join(c.fqn for c in consumers)} paused for the swap")
-    return replace(step, reason="; ".join([step.reason, *notes]), closes_at=closes, pause=consumers)
+    if plan.consumers:
+        notes.append(f"stream consumers {', '.join(c.fqn for c in plan.consumers)} paused for the swap")
+    return replace(step, reason="; ".join([step.reason, *notes]), closes_at=closes, pause=plan.consumers)
 
 
 def _stream_refusal(loaded: LoadedProject, streams: Sequence[ObjectRef]) -> str:
@@ -622,54 +881,6 @@ def _stream_refusal(loaded: LoadedProject, streams: Sequence[ObjectRef]) -> str:
         "never sees), and the target holds the only copy of those rows; the tables it writes are the sources the "
         "targets further down are rebuilt from"
     )
-
-
-def _engine_for(
-    loaded: LoadedProject,
-    target: ObjectRef,
-    window: PartitionWindow | None,
-    observations: Observations,
-    engine: EngineOption,
-    root: Path | None,
-) -> tuple[Engine, str]:
-    if engine == "spark":
-        return Engine.SPARK, "engine=spark asked for"
-    if engine == "clickhouse":
-        return Engine.CLICKHOUSE, "engine=clickhouse asked for"
-    if not spark_capable(loaded, target, root):
-        chained = [t.fqn for t in triggers_of(loaded.project, target) if t in set(loaded.project.targets)]
-        if chained:
-            return Engine.CLICKHOUSE, f"the upstream target {', '.join(chained)} of the chain"
-        return Engine.CLICKHOUSE, "the source table (no landing zone for its triggers)"
-    assert root is not None
-    for source in triggers_of(loaded.project, target):
-        oldest = observations.oldest_of(source)
-        if oldest is None:
-            return Engine.SPARK, f"{source.fqn} is empty; the landing zone holds its rows"
-        start = window.start if window is not None else _first_landing(root, source)
-        if start is None or oldest <= start:
-            continue
-        # The source starts inside (or after) the window: spark only if the lake holds earlier rows of it.
-        held_from = oldest.replace(minute=0, second=0, microsecond=0)
-        if landing.list_files(root, source, arrived_after=start, arrived_before=held_from):
-            return Engine.SPARK, f"{source.fqn} holds rows from {oldest} only; the landing zone has earlier ones"
-    return Engine.CLICKHOUSE, "the source table holds the window"
-
-
-def _first_landing(root: Path, source: ObjectRef) -> datetime | None:
-    files = landing.list_files(root, source)
-    return min((f.first_arrival for f in files), default=None)
-
-
-def _source_relation(
-    project: Project, target: ObjectRef, source: ObjectRef, scheme: PartitionScheme, window: PartitionWindow | None
-) -> TriggerRelation:
-    predicate = None
-    if window is not None:
-        for view in project.views_into(target):
-            if view.trigger == source:
-                predicate = source_range_predicate(view, project, scheme, window) or predicate
-    return TriggerRelation(source, "source_window" if predicate else "source", predicate)
 
 
 def staged_per_window(
@@ -697,10 +908,9 @@ def staged_per_window(
         out = view.output(scheme.column)
         if out is None or out.truncation is None or out.truncation[0] != tcol:
             return False
-        grain = out.truncation[1]
-        if grain is not None and not grain.within(scheme.grain):
+        if window_reach(view, scheme):  # a window's rows lie past its end: they are not in its folder alone
             return False
-        if source_range_predicate(view, project, scheme, windows[0]) is None:  # type: ignore[arg-type]
+        if range_column(view, project, scheme) is None:
             return False
     return True
 

@@ -1,7 +1,7 @@
 """The last line of defence: no swap that would shrink a live partition whose source may not hold it entirely.
 
 Before a step's swap, when the planner set the step's ``guard`` (coverage does not say the source table
-holds the partition entirely) and the plan is not forced, the shadow's rows are compared with the live
+holds the partition entirely, and the plan is not forced), the shadow's rows are compared with the live
 partition's, both as readers see them (``FINAL`` for engines that collapse rows at merge time). Fewer rows
 in the shadow — 0 where the live partition holds 620,000, say — stops the step before the swap with the
 numbers; the shadow is dropped by the caller and the live partition is untouched.
@@ -18,7 +18,6 @@ from chmv_assets.ddl.models import ObjectRef, Table
 from chmv_assets.engine.rebuild.planner import PartitionStep, RebuildPlan
 from chmv_assets.errors import ShrinkRefused
 from chmv_assets.sql.quoting import qualified
-from chmv_assets.sql.rebuild_sql import partition_filter
 
 #: Engines whose rows collapse at merge time: a count of unmerged parts overstates what readers see.
 COLLAPSING = (
@@ -42,23 +41,20 @@ def readers_rows(client: Client, ref: ObjectRef, table: Table, where: str | None
 def check_shrink(
     client: Client, table: Table, plan: RebuildPlan, step: PartitionStep, *, shadow: ObjectRef | None = None
 ) -> tuple[int, int]:
-    """``(rows in the shadow, rows in the live partition)``; raise if the swap would shrink an unprotected one.
+    """``(rows in the shadow, rows in the live partition)``; raise if the swap would shrink a guarded one.
 
     Args:
         shadow: The shadow holding the step's partition, if not the step's own (one shadow of several partitions:
-            only the step's partition of it is counted).
+            only the step's partition of it is counted, through the step's ``partition_filter``).
 
     Raises:
-        ShrinkRefused: The shadow holds fewer rows, the step is guarded and the plan is not forced.
+        ShrinkRefused: The shadow holds fewer rows and the step is guarded.
     """
     shadow = shadow or step.shadow
     assert shadow is not None
-    where = None
-    if step.window is not None and table.partition_by is not None and plan.scheme.partitioned:
-        where = partition_filter(table, plan.scheme, step.window)
-    new = readers_rows(client, shadow, table, where)
-    old = readers_rows(client, plan.live, table, where)
-    if new < old and step.guard and not plan.force:
+    new = readers_rows(client, shadow, table, step.partition_filter)
+    old = readers_rows(client, plan.live, table, step.partition_filter)
+    if new < old and step.guard:
         where_text = f"partition {step.key}" if step.key else "whole table"
         raise ShrinkRefused(
             f"{plan.target.fqn} {where_text}: the rebuild would leave {new:,} rows where the live partition holds "

@@ -1,71 +1,51 @@
 """Run steps of a rebuild plan, each atomically and exactly under racing writes: shadow, the MVs' own SELECTs, swap.
 
+A batch of steps (one partition is a batch of one) is read once into a shadow and each partition is swapped in.
 Every read is watched for writes that race it (:mod:`chmv_assets.engine.races`): a partition whose sources received
 rows of its window during the read is not swapped, and one that received them between the read and the end of its
 swap is swapped and read again; up to ``[rebuild] race_attempts`` reads, with a growing pause between them. What still
 races after the last attempt is reported (:class:`~chmv_assets.errors.RacedWrites`), never swapped silently.
+
+What a step does was decided by the planner (:mod:`chmv_assets.engine.rebuild.planner`): the shadow and its engine,
+the swap and its partition, the trigger rows each read covers, the shrink guard, the race rules; this module reads
+the plan and runs it.
 """
 
 from __future__ import annotations
 
-import random
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from clickhouse_connect.driver.client import Client
 
-from chmv_assets.ddl.config import PacingConfig, RebuildSettings
-from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table
+from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
 from chmv_assets.engine import races
 from chmv_assets.engine.catalog import live_table
+from chmv_assets.engine.clock import session_zone
 from chmv_assets.engine.pacing.pacer import chunks, pacer_for
-from chmv_assets.engine.rebuild.planner import Engine, PartitionStep, RebuildPlan, Swap, plan_from_source
+from chmv_assets.engine.parts import read_partitions
+from chmv_assets.engine.rebuild.planner import PartitionStep, RebuildPlan, Swap, plan_from_source
 from chmv_assets.engine.rebuild.shrink_guard import check_shrink
 from chmv_assets.engine.statements import statement_id
 from chmv_assets.errors import RacedWrites, ShrinkRefused
 from chmv_assets.sql.quoting import qualified, string_literal
 from chmv_assets.sql.rebuild_sql import (
-    create_shadow_sql,
     drop_shadow_sql,
     insert_sql,
-    partition_filter,
-    partition_tuple,
     range_select,
-    shadow_ref,
-    source_range_predicate,
     span_holds_all_sql,
     span_of,
     swaps_sql,
-    view_select,
+    trigger_predicate,
 )
+
+_LOG = logging.getLogger(__name__)
 
 #: Settings for inserts into a shadow table: one rebuild may write many partitions of an unpartitioned asset.
 SHADOW_INSERT_SETTINGS = {"max_partitions_per_insert_block": 0, "insert_deduplicate": 0}
-#: The longest pause between two reads of a raced partition.
-MAX_BACKOFF_SECONDS = 30.0
-
-
-@dataclass(frozen=True)
-class RaceRules:
-    """How often a raced partition is read again, how long a read waits for inserts already running, and how the
-    fills respect the server (``pacing``: :mod:`chmv_assets.engine.pacing.pacer`)."""
-
-    attempts: int = 4
-    backoff_seconds: float = 1.0
-    insert_wait_seconds: float = 60.0
-    pacing: PacingConfig = PacingConfig()
-
-    @classmethod
-    def of(cls, settings: RebuildSettings, pacing: PacingConfig | None = None) -> RaceRules:
-        rules = (settings.race_attempts, settings.race_backoff_seconds, settings.insert_wait_seconds)
-        return cls(*rules, pacing or PacingConfig())
-
-    def pause(self, attempt: int) -> float:
-        """Seconds to wait before read ``attempt`` (2, 3, …): doubling from ``backoff_seconds``, ±25 % jitter."""
-        base = min(MAX_BACKOFF_SECONDS, self.backoff_seconds * 2 ** max(0, attempt - 2))
-        return base * random.uniform(0.75, 1.25)
 
 
 @dataclass
@@ -86,15 +66,13 @@ def rebuild(
     project: Project,
     target: ObjectRef,
     window: PartitionWindow | None,
-    *,
-    log: Callable[[str], None] | None = None,
 ) -> RebuildResult:
     """Rebuild one partition of ``target`` (or all of it) from its source tables, and swap it in.
 
-    The planner's ClickHouse-engine plan of one partition, run on ``client``; see :func:`run_step`.
+    The planner's ClickHouse-engine plan of one partition, run on ``client``; see :func:`run_steps`.
     """
-    plan = plan_from_source(project, target, [window], live_table(client, project, target))
-    return run_step(client, project, plan, plan.steps[0], log=log)
+    plan = plan_from_source(project, target, [window], live_table(client, project, target), zone=session_zone(client))
+    return run_step(client, project, plan, plan.steps[0])
 
 
 def run_step(
@@ -104,42 +82,9 @@ def run_step(
     step: PartitionStep,
     *,
     trigger_relation: Callable[[ObjectRef], str | None] | None = None,
-    log: Callable[[str], None] | None = None,
-    rules: RaceRules = RaceRules(),
 ) -> RebuildResult:
-    """Rebuild the partition of ``step`` from the MVs that write the target, then swap it in.
-
-    Every MV writing into the target (a fan-in has several) runs its own SELECT over the trigger rows of the window
-    into the step's shadow table (the target's structure); the shadow then replaces the target partition in one
-    ``ALTER TABLE … REPLACE PARTITION`` (``tuple()`` for an unpartitioned target). Readers see the old partition or
-    the new one, never a mix. Refreshable MVs are refreshed by the server instead. The read is watched for racing
-    writes (see the module).
-
-    Args:
-        client: An open client (the caller holds the plan's gates and lease).
-        project: The parsed DDL.
-        plan: The plan the step belongs to.
-        step: The partition to rebuild.
-        trigger_relation: Per trigger table, a relation to read instead (staged lake rows and the cutoff union).
-        log: Progress sink.
-        rules: Reads of a raced partition.
-
-    Raises:
-        ShrinkRefused: The step is guarded, the plan not forced, and the shadow holds fewer rows than the
-            live partition (the shadow is dropped; nothing is swapped).
-        RacedWrites: Writes kept racing every read.
-    """
-    say = log or (lambda _msg: None)
-    if step.swap == Swap.REFRESH:
-        started, statements = time.monotonic(), []
-        for view in project.views_into(plan.target):
-            for sql in (f"SYSTEM REFRESH VIEW {qualified(view.ref)}", f"SYSTEM WAIT VIEW {qualified(view.ref)}"):
-                statements.append(sql)
-                client.command(sql)
-        rows = int(client.command(f"SELECT count() FROM {qualified(plan.target)}"))
-        return RebuildResult(plan.target.fqn, None, "refresh", rows, time.monotonic() - started, statements)
-    read = _Read(client, project, plan, say, one_read=False, trigger_relation=trigger_relation, pacing=rules.pacing)
-    return _Races(read, rules).run([step])[0]
+    """Rebuild the partition of ``step``: :func:`run_steps` of a batch of one."""
+    return run_steps(client, project, plan, [step], trigger_relation=trigger_relation)[0]
 
 
 def run_steps(
@@ -148,94 +93,97 @@ def run_steps(
     plan: RebuildPlan,
     steps: Sequence[PartitionStep],
     *,
-    log: Callable[[str], None] | None = None,
-    rules: RaceRules = RaceRules(),
+    trigger_relation: Callable[[ObjectRef], str | None] | None = None,
 ) -> list[RebuildResult]:
-    """Rebuild the partitions of ``steps`` with one read of their trigger rows, then swap each in; results in order.
+    """Rebuild the partitions of ``steps`` in batches: one read of a batch's trigger rows, then each partition
+    swapped in; results in order.
 
-    Every MV writing the target runs its own SELECT once over the trigger rows of all the windows
-    (:func:`~chmv_assets.sql.rebuild_sql.range_select`: each partition gets the rows :func:`run_step` would
-    give it) into one shadow; each partition then passes its shrink guard, and those that passed replace the live
-    ones in one ``ALTER`` (:func:`~chmv_assets.sql.rebuild_sql.swaps_sql`: ``REPLACE PARTITION`` each, metadata
-    only; ``DROP PARTITION`` if it is empty), in order. The shadow may also
-    hold partitions the read's edges reach (past the last window, by a truncation's grain): they are not
-    swapped, and go with the shadow. Where the trigger's part metadata says every row of it is inside the read's
-    span, the read has no time predicate. Readers see each partition old or new, never a mix. A partition a write
-    raced is read again (alone with the others raced in the same read). Steps that are not ClickHouse-engine
-    partition swaps go through :func:`run_step`.
+    Every MV writing into the target (a fan-in has several) runs its own SELECT once over the trigger rows of the
+    batch's windows (:func:`~chmv_assets.sql.rebuild_sql.range_select`: each partition gets the rows it would get
+    alone) into the batch's shadow (the target's structure); each partition then passes its shrink guard, and
+    those that passed replace the live ones in one ``ALTER`` (:func:`~chmv_assets.sql.rebuild_sql.swaps_sql`:
+    ``REPLACE PARTITION`` each, metadata only; ``DROP PARTITION`` if it is empty; ``tuple()`` for an unpartitioned
+    target), in order. Readers see each partition old or new, never a mix. The shadow of several windows may also
+    hold partitions the read's edges reach (past the last window, by a truncation's grain): they are not swapped,
+    and go with the shadow; where the trigger's part metadata says every row of it is inside the read's span, the
+    read has no time predicate. A partition a write raced is read again (with the others raced in the same read).
+    The steps that share a shadow form a batch (the planner's choice: a plan made with ``one_read``); every other
+    step is a batch of one; a refreshable MV is refreshed by the server. Batches run in the order of their first
+    step.
 
     Args:
         client: An open client (the caller holds the plan's gates and leases for the whole call).
         project: The parsed DDL.
         plan: The plan the steps belong to.
         steps: Partitions of ``plan``.
-        log: Progress sink.
-        rules: Reads of raced partitions.
+        trigger_relation: Per trigger table, a relation to read instead (staged lake rows and the cutoff union).
 
     Raises:
-        ShrinkRefused: A guarded partition of an unforced plan would shrink: it and the later ones are not
-            swapped (the earlier ones are), the shadow is dropped.
+        ShrinkRefused: A guarded partition would shrink: it and the later ones of its batch are not swapped (the
+            earlier ones are), the shadow is dropped.
         RacedWrites: Writes kept racing partitions through every read (the others are swapped).
     """
-    say = log or (lambda _msg: None)
-    grouped = [s for s in steps if s.engine == Engine.CLICKHOUSE and s.swap == Swap.REPLACE_PARTITION and _timed(s)]
-    alone = {
-        i: run_step(client, project, plan, s, log=say, rules=rules) for i, s in enumerate(steps) if s not in grouped
-    }
-    if not grouped:
-        return list(alone.values())
-    read = _Read(client, project, plan, say, one_read=True, pacing=rules.pacing)
-    results = iter(_Races(read, rules).run(grouped))
-    return [alone[i] if i in alone else next(results) for i in range(len(steps))]
+    batches: dict[object, list[int]] = {}
+    for i, step in enumerate(steps):
+        batches.setdefault(step.shadow if step.shadow is not None else i, []).append(i)
+    done: dict[int, RebuildResult] = {}
+    for batch in batches.values():
+        group = [steps[i] for i in batch]
+        if group[0].swap == Swap.REFRESH:
+            results = [_refresh(client, project, plan)]
+        else:
+            results = _Races(_Read(client, project, plan, trigger_relation)).run(group)
+        done.update(zip(batch, results, strict=True))
+    return [done[i] for i in range(len(steps))]
 
 
-def swapped_partition(table: Table, plan: RebuildPlan, step: PartitionStep) -> str:
-    """The partition ``step``'s swap replaces: the partition's PARTITION BY value (its window's and its key's,
-    :func:`~chmv_assets.sql.rebuild_sql.partition_tuple`), ``tuple()`` for an unpartitioned target (an MV's inner table
-    too: never an exchange, see :class:`~chmv_assets.engine.rebuild.planner.Swap`). A whole-table step of a partitioned target
-    swaps each partition instead (:func:`whole_table_swaps`)."""
-    return partition_tuple(table, plan.scheme, step.window)
-
-
-def _timed(step: PartitionStep) -> bool:
-    """A step of a time window (several of them are read together); a partition of a key alone is read alone."""
-    return step.window is not None and step.window.timed
+def _refresh(client: Client, project: Project, plan: RebuildPlan) -> RebuildResult:
+    """``SYSTEM REFRESH VIEW`` and ``SYSTEM WAIT VIEW`` of every refreshable MV writing the target."""
+    started, statements = time.monotonic(), []
+    for view in project.views_into(plan.target):
+        for sql in (f"SYSTEM REFRESH VIEW {qualified(view.ref)}", f"SYSTEM WAIT VIEW {qualified(view.ref)}"):
+            statements.append(sql)
+            client.command(sql)
+    rows = int(client.command(f"SELECT count() FROM {qualified(plan.target)}"))
+    return RebuildResult(plan.target.fqn, None, "refresh", rows, time.monotonic() - started, statements)
 
 
 def whole_table_swaps(client: Client, live: ObjectRef, shadow: ObjectRef) -> list[tuple[str, bool]]:
     """Every partition of a whole-table rebuild of a partitioned table, as ``(PARTITION ID '…', empty)`` swaps: those
     of the shadow replace the live ones, the live ones the shadow does not have are dropped."""
-    rows = client.query(
-        "SELECT partition_id, countIf(table = {shadow:String}) > 0 FROM system.parts WHERE active "
-        "AND database = {db:String} AND table IN ({live:String}, {shadow:String}) GROUP BY partition_id ORDER BY 1",
-        parameters={"db": live.database, "live": live.name, "shadow": shadow.name},
-    ).result_rows
-    return [(f"ID {string_literal(str(pid))}", not in_shadow) for pid, in_shadow in rows]
+    held = read_partitions(client, [live, shadow])
+    in_shadow = {p.partition_id for p in held[shadow]}
+    every = sorted(in_shadow | {p.partition_id for p in held[live]})
+    return [(f"ID {string_literal(pid)}", pid not in in_shadow) for pid in every]
 
 
 def race_ranges(
-    project: Project, target: ObjectRef, scheme: PartitionScheme, windows: Sequence[PartitionWindow | None]
+    project: Project,
+    target: ObjectRef,
+    scheme: PartitionScheme,
+    windows: Sequence[PartitionWindow | None],
+    *,
+    zone: str,
 ) -> dict[ObjectRef, list[str | None]]:
-    """Per trigger, per window, the source rows whose arrival races a read of the window: those mapping into it (the
-    pruning range of each MV reading the trigger, OR-ed), any row (None) for a whole table or where a range cannot be
-    derived (:func:`chmv_assets.engine.races.raced_windows` counts them in the parts written since the read)."""
+    """Per trigger, per window, the source rows whose arrival races a read of the window: those mapping into it
+    (:func:`~chmv_assets.sql.rebuild_sql.trigger_predicate`, as the planner puts in each step's relations), any row
+    (None) for a whole table or where a range cannot be derived (:func:`chmv_assets.engine.races.raced_windows`
+    counts them in the parts written since the read)."""
     views = project.views_into(target)
     ranges: dict[ObjectRef, list[str | None]] = {}
     for trigger in dict.fromkeys(v.trigger for v in views if v.trigger is not None):
         readers = [v for v in views if v.trigger == trigger]
-        ranges[trigger] = [_race_range(project, scheme, readers, window) for window in windows]
+        ranges[trigger] = [trigger_predicate(readers, project, scheme, window, zone=zone) for window in windows]
     return ranges
 
 
-def _race_range(
-    project: Project, scheme: PartitionScheme, views: Sequence[MaterializedView], window: PartitionWindow | None
-) -> str | None:
-    if window is None or not scheme.partitioned:
-        return None
-    predicates = [source_range_predicate(v, project, scheme, window) for v in views]
-    if any(p is None for p in predicates):
-        return None
-    return " OR ".join(f"({p})" for p in dict.fromkeys(predicates))
+def _planned_ranges(steps: Sequence[PartitionStep]) -> dict[ObjectRef, list[str | None]]:
+    """:func:`race_ranges` of ``steps`` as their plan says (each relation's predicate)."""
+    ranges: dict[ObjectRef, list[str | None]] = {}
+    for index, step in enumerate(steps):
+        for relation in step.relations:
+            ranges.setdefault(relation.source, [None] * len(steps))[index] = relation.predicate
+    return ranges
 
 
 @dataclass
@@ -249,25 +197,20 @@ class _Shadow:
 
 
 class _Read:
-    """How a group of steps is read into one shadow: one step alone (:func:`view_select`, its own shadow) or several
-    with one read (:func:`range_select`, a shadow for the range, one insert per MV and per run of at most the pacer's
-    partitions per insert). Every fill is paced (:mod:`chmv_assets.engine.pacing.pacer`)."""
+    """How a batch of steps is read into its shadow: one insert per MV (:func:`range_select`) and,
+    for several windows, per run of at most the pacer's partitions per insert. Every fill is paced
+    (:mod:`chmv_assets.engine.pacing.pacer`)."""
 
     def __init__(
         self,
         client: Client,
         project: Project,
         plan: RebuildPlan,
-        say: Callable[[str], None],
-        *,
-        one_read: bool,
         trigger_relation: Callable[[ObjectRef], str | None] | None = None,
-        pacing: PacingConfig | None = None,
     ):
-        self.client, self.project, self.plan, self.say = client, project, plan, say
-        self.one_read = one_read
+        self.client, self.project, self.plan = client, project, plan
         self.trigger_relation = trigger_relation
-        self.pacer = pacer_for(client, pacing, say)
+        self.pacer = pacer_for(client, plan.races.pacing)
         table = project.table(plan.target)
         assert table is not None
         self.table = table
@@ -291,61 +234,98 @@ class _Read:
     def fill(self, steps: Sequence[PartitionStep]) -> _Shadow:
         """The shadow of ``steps``, filled by every MV's own SELECT (the caller drops it)."""
         started = time.monotonic()
-        plan, table, statements = self.plan, self.table, []
-        shadow = shadow_ref(plan.live, "range", plan.run) if self.one_read else steps[0].shadow
-        assert shadow is not None
+        plan, statements = self.plan, []
+        shadow, create = steps[0].shadow, steps[0].create_shadow
+        assert shadow is not None and create is not None
         # room on the server before the shadow exists: a run that gives up waiting leaves nothing behind
-        self.pacer.wait_for_room(f"{plan.target.fqn} {steps[0].key or '(whole table)'}: fill", [plan.live])
+        self.pacer.wait_for_room(f"{plan.target.fqn} {_label(steps[0].window)}: fill", [plan.live])
         self.statement(drop_shadow_sql(shadow), statements, "drop")
-        self.statement(create_shadow_sql(shadow, plan.live, table), statements, "create")
-        if not self.one_read:
-            step = steps[0]
-            for view in self.views:
-                relation = self.trigger_relation(view.trigger) if self.trigger_relation and view.trigger else None
-                select = view_select(view, self.project, table, plan.scheme, step.window, trigger_relation=relation)
-                self.say(f"{view.ref.fqn}: running the MV's own SELECT into {shadow.fqn}")
-                what = f"{plan.target.fqn} {step.key or '(whole table)'}: {view.ref.fqn}'s fill"
-                self.statement(insert_sql(shadow, view, select), statements, "fill", SHADOW_INSERT_SETTINGS, paced=what)
-            rows = [int(self.client.command(f"SELECT count() FROM {qualified(shadow)}"))]
-            return _Shadow(shadow, rows, statements, time.monotonic() - started)
-        windows = [s.window for s in steps if s.window is not None]
-        assert table.partition_by is not None and len(windows) == len(steps)
-        # at most the pacer's partitions per insert; runs of them keep only their own partitions (the edge partitions
-        # one run's read reaches are another run's: both in one shadow would count their rows twice)
-        runs = chunks(windows, self.pacer.partitions_per_insert()) if self.pacer.rules.enabled else [windows]
+        self.statement(create, statements, "create")
+        windows = [s.window for s in steps]
+        runs = self._runs(windows)
+        # one window's output is kept to its partition; so is each run's of several (the edge partitions one run's
+        # read reaches are another run's: both in one shadow would count their rows twice)
+        kept = len(windows) == 1 or len(runs) > 1
         for view in self.views:
-            split = f" ({len(runs)} inserts of at most {len(runs[0])} partitions)" if len(runs) > 1 else ""
-            self.say(
-                f"{view.ref.fqn}: running the MV's own SELECT over {len(windows)} partitions into {shadow.fqn}{split}"
-            )
+            _LOG.info(self._reading(view, shadow, windows, runs))
             for number, run in enumerate(runs, start=1):
-                holds_all = span_holds_all_sql(view, self.project, plan.scheme, span_of(run))
-                whole = holds_all is not None and bool(self.client.query(holds_all).result_rows[0][0])
-                alone = len(runs) > 1  # keep its own partitions only
-                select = range_select(view, self.project, table, plan.scheme, run, only_windows=alone, prune=not whole)
-                what = f"{plan.target.fqn} {run[0].key}..{run[-1].key}: {view.ref.fqn}'s fill {number}/{len(runs)}"
-                self.statement(insert_sql(shadow, view, select), statements, "fill", SHADOW_INSERT_SETTINGS, paced=what)
-        filters = [partition_filter(table, plan.scheme, w) for w in windows]
-        counts = self.client.query(  # every partition's rows in one scan of the shadow
+                self._insert(view, shadow, run, f" {number}/{len(runs)}" if len(windows) > 1 else "", kept, statements)
+        rows = self._rows(shadow, steps, kept)
+        return _Shadow(shadow, rows, statements, time.monotonic() - started)
+
+    def _runs(self, windows: list[PartitionWindow | None]) -> list[list[PartitionWindow | None]]:
+        """The windows cut into runs of at most the pacer's partitions per insert (one window: itself)."""
+        if len(windows) == 1 or not self.pacer.rules.enabled:
+            return [windows]
+        return chunks(windows, self.pacer.partitions_per_insert())
+
+    def _reading(
+        self, view: MaterializedView, shadow: ObjectRef, windows: list[PartitionWindow | None], runs: list
+    ) -> str:
+        if len(windows) == 1:
+            return f"{view.ref.fqn}: running the MV's own SELECT into {shadow.fqn}"
+        split = f" ({len(runs)} inserts of at most {len(runs[0])} partitions)" if len(runs) > 1 else ""
+        return f"{view.ref.fqn}: running the MV's own SELECT over {len(windows)} partitions into {shadow.fqn}{split}"
+
+    def _insert(
+        self,
+        view: MaterializedView,
+        shadow: ObjectRef,
+        run: list[PartitionWindow | None],
+        number: str,
+        kept: bool,
+        statements: list[str],
+    ) -> None:
+        """One paced ``INSERT INTO shadow SELECT`` of the MV over the windows of ``run``."""
+        relation = self.trigger_relation(view.trigger) if self.trigger_relation and view.trigger else None
+        prune = relation is not None or len(run) == 1 or not self._holds_all(view, run)
+        select = range_select(
+            view,
+            self.project,
+            self.table,
+            self.plan.scheme,
+            run,
+            zone=self.plan.zone,
+            trigger_relation=relation,
+            only_windows=kept,
+            prune=prune,
+        )
+        keys = _label(run[0]) if len(run) == 1 else f"{_label(run[0])}..{_label(run[-1])}"
+        what = f"{self.plan.target.fqn} {keys}: {view.ref.fqn}'s fill{number}"
+        self.statement(insert_sql(shadow, view, select), statements, "fill", SHADOW_INSERT_SETTINGS, paced=what)
+
+    def _holds_all(self, view: MaterializedView, run: list[PartitionWindow | None]) -> bool:
+        """The trigger's part metadata says every row of it is inside the span of the windows of ``run``."""
+        span = span_of(run)  # type: ignore[arg-type]
+        sql = span_holds_all_sql(view, self.project, self.plan.scheme, span, zone=self.plan.zone)
+        return sql is not None and bool(self.client.query(sql).result_rows[0][0])
+
+    def _rows(self, shadow: ObjectRef, steps: Sequence[PartitionStep], kept: bool) -> list[int]:
+        """Each step's rows in the shadow: the shadow's, where it holds one step's only; else by partition, in one
+        scan."""
+        if len(steps) == 1 and (kept or steps[0].partition_filter is None):
+            return [int(self.client.command(f"SELECT count() FROM {qualified(shadow)}"))]
+        filters = [s.partition_filter for s in steps]
+        assert all(filters)
+        counts = self.client.query(
             "SELECT " + ", ".join(f"countIf({f})" for f in filters) + f" FROM {qualified(shadow)}"
         ).result_rows[0]
-        return _Shadow(shadow, [int(c) for c in counts], statements, time.monotonic() - started)
+        return [int(c) for c in counts]
 
-    def watched_names(self) -> list[str]:
-        """The tables whose inserts reach the triggers: the names running inserts are matched against."""
-        roots = {r for w in self.plan.writers for r in (w.source, *w.roots)} or set(self.plan.gates)
-        return sorted({r.name for r in roots})
+
+def _label(window: PartitionWindow | None) -> str:
+    return window.key if window is not None else "(whole table)"
 
 
 class _Races:
     """Reads, swaps and, for a partition a write raced, reads again (see the module)."""
 
-    def __init__(self, read: _Read, rules: RaceRules):
-        self.read, self.rules = read, rules
-        self.plan = read.plan
+    def __init__(self, read: _Read):
+        self.read, self.plan = read, read.plan
+        self.rules = read.plan.races
 
     def run(self, steps: Sequence[PartitionStep]) -> list[RebuildResult]:
-        read, plan, say = self.read, self.plan, self.read.say
+        read, plan = self.read, self.plan
         done: dict[int, RebuildResult] = {}
         pending = list(range(len(steps)))
         why = ""
@@ -353,14 +333,15 @@ class _Races:
         for attempt in range(1, self.rules.attempts + 1):
             if attempt > 1:
                 pause = self.rules.pause(attempt)
-                say(
+                _LOG.info(
                     f"{plan.target.fqn}: {why}; reading {self._keys(steps, pending)} again in {pause:.1f}s "
                     f"(attempt {attempt} of {self.rules.attempts})"
                 )
                 time.sleep(pause)
             group = [steps[i] for i in pending]
             seen = races.watch(read.client, plan.gates)
-            running = races.wait_for_inserts(read.client, read.watched_names(), self.rules.insert_wait_seconds)
+            watched = sorted({r.name for r in plan.watched})
+            running = races.wait_for_inserts(read.client, watched, self.rules.insert_wait_seconds)
             if running:
                 why = f"inserts into its sources were still running ({'; '.join(r.describe() for r in running[:3])})"
                 swapped_raced = False
@@ -400,64 +381,79 @@ class _Races:
 
     def _attempt(self, group: list[PartitionStep], seen: races.Watch, attempt: int) -> _Outcome:
         """One read of ``group``, swapped where no write raced it; which steps to read again."""
-        read, plan, say = self.read, self.plan, self.read.say
-        table = read.table
-        ranges = race_ranges(read.project, plan.target, plan.scheme, [s.window for s in group])
+        read = self.read
+        ranges = _planned_ranges(group)
         shadow = read.fill(group)
         outcome = _Outcome(results=[None] * len(group))
         try:
             before = set(races.raced_windows(read.client, seen, ranges))
-            passed: list[tuple[int, str, int]] = []  # (index in group, partition, rows) of the guards passed
-            for i, (step, rows) in enumerate(zip(group, shadow.rows, strict=True)):
-                if i in before:
-                    continue
-                if step.guard and not plan.force:
-                    try:
-                        new, old = check_shrink(read.client, table, plan, step, shadow=shadow.ref)
-                    except ShrinkRefused as error:
-                        outcome.refused = error  # the partitions before it are swapped, it and the later ones not
-                        break
-                    say(
-                        f"{plan.target.fqn} {step.key or '(whole table)'}: shrink guard passed ({new:,} rows rebuilt, "
-                        f"{old:,} live)"
-                    )
-                passed.append((i, swapped_partition(table, plan, step), rows))
+            passed = self._guarded(group, shadow, before, outcome)
             after: set[int] = set()
             if passed:
                 begun = time.monotonic()
-                swaps = [(partition, rows == 0) for _, partition, rows in passed]
-                if group[0].window is None and table.partition_by is not None:  # the whole of a partitioned table
-                    swaps = whole_table_swaps(read.client, plan.live, shadow.ref)
-                if swaps:  # a whole table that is empty on both sides has nothing to swap
-                    read.statement(swaps_sql(plan.live, shadow.ref, swaps), shadow.statements, "swap")
-                swapped = {i for i, _, _ in passed}
-                after = set(races.raced_windows(read.client, seen, ranges)) & swapped
+                self._swap(group, shadow, passed)
+                after = set(races.raced_windows(read.client, seen, ranges)) & {i for i, _ in passed}
                 seconds = time.monotonic() - begun + shadow.seconds
-                first = True
-                for i, _, rows in passed:
-                    if i in after:
-                        continue
-                    method = "drop" if rows == 0 else "replace"
-                    say(
-                        f"{plan.target.fqn} {group[i].key or '(whole table)'}: {method}, {rows} rows"
-                        + (f" (attempt {attempt})" if attempt > 1 else "")
-                    )
-                    # The shared read and the one swap statement are counted once, with the first partition.
-                    outcome.results[i] = RebuildResult(
-                        plan.target.fqn,
-                        group[i].key,
-                        method,
-                        rows,
-                        seconds if first else 0.0,
-                        shadow.statements if first else [],
-                        attempt,
-                    )
-                    first = False
+                kept = [(i, rows) for i, rows in passed if i not in after]
+                self._results(group, shadow, kept, seconds, attempt, outcome)
             outcome.raced = sorted(before | after)
             outcome.swapped_raced = bool(after)
         finally:  # the results' statements end with it
             read.statement(drop_shadow_sql(shadow.ref), shadow.statements, "drop")
         return outcome
+
+    def _guarded(
+        self, group: list[PartitionStep], shadow: _Shadow, raced: set[int], outcome: _Outcome
+    ) -> list[tuple[int, int]]:
+        """``(index in group, rows)`` of the steps no write raced whose shrink guard (where the plan set one) passed,
+        in order up to the first it stopped (``outcome.refused``: it and the later ones are not swapped)."""
+        read, plan = self.read, self.plan
+        passed: list[tuple[int, int]] = []
+        for i, (step, rows) in enumerate(zip(group, shadow.rows, strict=True)):
+            if i in raced:
+                continue
+            if step.guard:
+                try:
+                    new, old = check_shrink(read.client, read.table, plan, step, shadow=shadow.ref)
+                except ShrinkRefused as error:
+                    outcome.refused = error
+                    break
+                _LOG.info(
+                    f"{plan.target.fqn} {_label(step.window)}: shrink guard passed ({new:,} rows rebuilt, {old:,} live)"
+                )
+            passed.append((i, rows))
+        return passed
+
+    def _swap(self, group: list[PartitionStep], shadow: _Shadow, passed: list[tuple[int, int]]) -> None:
+        """Swap the partitions of ``passed`` in, in one ``ALTER``, as their steps say."""
+        read, plan = self.read, self.plan
+        if group[0].swap == Swap.REPLACE_EACH_PARTITION:
+            swaps = whole_table_swaps(read.client, plan.live, shadow.ref)
+        else:
+            swaps = [(group[i].partition, rows == 0) for i, rows in passed]  # type: ignore[misc]
+        if swaps:  # a whole table that is empty on both sides has nothing to swap
+            read.statement(swaps_sql(plan.live, shadow.ref, swaps), shadow.statements, "swap")
+
+    def _results(
+        self,
+        group: list[PartitionStep],
+        shadow: _Shadow,
+        swapped: list[tuple[int, int]],
+        seconds: float,
+        attempt: int,
+        outcome: _Outcome,
+    ) -> None:
+        """The results of the partitions swapped that no write raced since: the shared read and the one swap
+        statement are counted once, with the first of them."""
+        target = self.plan.target.fqn
+        for n, (i, rows) in enumerate(swapped):
+            method = "drop" if rows == 0 else "replace"
+            again = f" (attempt {attempt})" if attempt > 1 else ""
+            _LOG.info(f"{target} {_label(group[i].window)}: {method}, {rows} rows{again}")
+            statements = shadow.statements if n == 0 else []
+            outcome.results[i] = RebuildResult(
+                target, group[i].key, method, rows, seconds if n == 0 else 0.0, statements, attempt
+            )
 
 
 @dataclass

@@ -10,8 +10,8 @@ from dagster import AssetCheckKey, DagsterInstance
 from lifecycle_testing import CHANGED_FILTER, TOP_OF_CHAIN_SELECT, copy_ddl, edit
 
 from asset_checks.definitions import DRIFT
-from asset_checks.drift import drift_report, normalize_type
 from chmv_assets.ddl.loader import load
+from chmv_assets.engine.drift import drift_report
 
 
 def test_live_changes_fail_drift_with_a_readable_diff(tmp_path: Path, example) -> None:
@@ -39,11 +39,6 @@ def test_live_changes_fail_drift_with_a_readable_diff(tmp_path: Path, example) -
     errors = by_asset["error_events"].metadata["chmv/diff"].value
     assert "select_changed" in errors and "-WHERE level = 'fatal'" in errors and "+WHERE level = 'error'" in errors
     assert "| analytics.metrics_mv | missing_object |" in by_asset["metric_events"].metadata["chmv/diff"].value
-
-
-def test_type_normalization() -> None:
-    assert normalize_type("AggregateFunction(quantile(0.99),  UInt32)") == "AggregateFunction(quantile(0.99), UInt32)"
-    assert normalize_type("INT") == "Int32" and normalize_type("LowCardinality( String )") == "LowCardinality(String)"
 
 
 def test_a_target_whose_select_changed_in_the_repo_links_to_the_part_of_the_plan_that_fixes_it(

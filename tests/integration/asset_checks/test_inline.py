@@ -24,7 +24,7 @@ from dagster import (
     materialize,
 )
 
-from asset_checks.common import DRIFT, HEALTH, LINT, PARITY, PARTS
+from asset_checks.names import DRIFT, HEALTH, LINT, PARITY, PARTS
 from chmv_assets.ddl.loader import load
 from chmv_assets.orchestration.assets import build_chmv_assets, target_groups
 from chmv_assets.orchestration.translator import ChmvTranslator

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from asset_checks.parity import parity_for_partitions
 from chmv_assets.cli import main
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.partitioning import window_at
+from chmv_assets.engine.health.parity import parity_for_partitions
 from chmv_assets.engine.health.staleness import measure_staleness
 from chmv_assets.engine.lifecycle.planner import plan_lifecycle
 from chmv_assets.engine.rebuild.executor import rebuild_partitions

@@ -7,6 +7,7 @@ recompute over the source.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 from datetime import datetime
@@ -86,18 +87,19 @@ def corrupt(client, month: int) -> None:
     client.command(f"INSERT INTO w.daily SELECT * FROM w.daily WHERE toYYYYMM(day) = {month}")
 
 
-def test_a_row_written_during_the_read_is_not_lost(engine, loaded):
+def test_a_row_written_during_the_read_is_not_lost(engine, loaded, caplog):
     """The row lands after the shadow's read began and before the swap: its MV output went into the live partition,
     which the swap replaces. The read is found raced and repeated; without that the row's output is lost (main lost
     30 rows so). The insert competes with the read for the two cores: where it ends after the swap the race did not
     happen, and the scenario is played again (at most three times, at least once it must happen)."""
     raced = 0
     for round_ in range(3):
-        messages: list[str] = []
+        caplog.clear()
         with engine.get_client() as client:
             corrupt(client, 202601)
-        with DuringFill(path_of(engine), LATE_INTO_JANUARY) as writer:
-            plan, results = rebuild_partitions(engine, loaded, DAILY, [JAN], log=messages.append)
+        with DuringFill(path_of(engine), LATE_INTO_JANUARY) as writer, caplog.at_level(logging.INFO, "chmv_assets"):
+            plan, results = rebuild_partitions(engine, loaded, DAILY, [JAN])
+        messages = caplog.messages
         assert writer.inserted_during_fill, "the late row must land while the read runs (else this proves nothing)"
         with engine.get_client() as client:
             assert int(client.command("SELECT count() FROM w.events WHERE v = 1000007")) == 10 * (round_ + 1)
@@ -175,29 +177,29 @@ def test_a_whole_table_under_a_steady_stream_is_not_swapped_in_raced(engine, bas
         assert client.query(BY_KEY[0]).result_rows == client.query(BY_KEY[1]).result_rows
 
 
-def test_two_runs_of_one_partition_count_its_rows_once(engine, loaded):
+def test_two_runs_of_one_partition_count_its_rows_once(engine, loaded, caplog):
     """Two runs start together (two hosts, say): the lease on the server serializes them, each reads into a shadow
     of its own; the partition holds its rows once (main: 3,640,576 rows where 2,592,000 belong)."""
     with engine.get_client() as client:
         corrupt(client, 202602)
     start = threading.Barrier(2)
-    logs: list[list[str]] = [[], []]
     errors: list[BaseException] = []
 
     def run(i: int) -> None:
         try:
             start.wait()
-            rebuild_partitions(engine, loaded, DAILY, [FEB], log=logs[i].append, owner=f"run {i}")
+            rebuild_partitions(engine, loaded, DAILY, [FEB], owner=f"run {i}")
         except BaseException as err:  # noqa: BLE001
             errors.append(err)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with caplog.at_level(logging.INFO, "chmv_assets"):
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     assert not errors, errors
-    assert any(m.startswith("waiting for rebuild:w.daily:2026-02-01: held by run") for log in logs for m in log)
+    assert any(m.startswith("waiting for rebuild:w.daily:2026-02-01: held by run") for m in caplog.messages)
     with engine.get_client() as client:
         assert month_matches(client, "daily", 202602)
         assert int(client.command("SELECT count() FROM system.tables WHERE name LIKE '\\\\_chmv\\\\_shadow%'")) == 0
@@ -334,7 +336,9 @@ def test_a_new_version_under_writers_is_exact_or_stops_with_the_old_version_live
     now_rows = "INSERT INTO w.events SELECT now() - number, number % 200, 1 FROM numbers(5)"
     path = path_of(engine)
     with ThreadWriter(path, late, 3.0), ThreadWriter(path, now_rows, 0.5), Racer(path) as racer:
-        apply_plan(engine, loaded, plan, batch_seconds=0.0)
+        # unverified (parity=False), as this test always ran it: the new version's open month, written into by the
+        # stream during the apply, mismatches inside its grace period and the verification would stop the apply
+        apply_plan(engine, loaded, plan, parity=False, batch_seconds=0.0)
     assert racer.raced >= 2
     now = this_month()
     with engine.get_client() as client:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -11,12 +10,12 @@ from chmv_check_helpers import TRANSLATOR, engine_held_by_another_process, ref, 
 from conftest import make_engine
 from dagster import AssetCheckKey, AssetKey, AssetSelection, DagsterInstance, materialize
 
-from asset_checks.common import PARITY
+from asset_checks.names import PARITY
 from chmv_assets import demo_data
 from chmv_assets.ddl.loader import load
 from chmv_assets.orchestration import live_state
 from chmv_assets.orchestration.assets import build_chmv_assets
-from chmv_assets.orchestration.live_state import evaluate_live_state, partition_start, tracked_assets
+from chmv_assets.orchestration.live_state import evaluate_live_state, tracked_assets
 from spark.assets import pyspark_resource
 
 FAN_IN = """
@@ -58,15 +57,6 @@ def demo(tmp_path: Path, example, monkeypatch):
     with engine.get_client() as client:
         demo_data.load_into_clickhouse(client, demo_data.generate_all(3000, days=5))
     return engine
-
-
-def test_partition_values_map_to_their_start() -> None:
-    assert partition_start("202609") == datetime(2026, 9, 1)
-    assert partition_start("20260915") == datetime(2026, 9, 15)
-    assert partition_start("2026-09-15") == datetime(2026, 9, 15)
-    assert partition_start("2026-09-15 10:00:00") == datetime(2026, 9, 15, 10)
-    assert partition_start("(1, 'x')", min_time=1789466400) == datetime(2026, 9, 15, 10)  # the min/max index
-    assert partition_start("7") is None
 
 
 def test_the_demo_is_materialized_without_a_run(demo, example, tmp_path: Path) -> None:

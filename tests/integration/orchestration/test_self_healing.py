@@ -137,7 +137,7 @@ NEW_ROWS = (
 
 PARITY = """
 import json
-from asset_checks.parity import parity_for_partitions
+from chmv_assets.engine.health.parity import parity_for_partitions
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.orchestration.partitions import window_for_key

@@ -11,8 +11,8 @@ from conftest import EXAMPLE_DDL, make_engine
 from dagster import DagsterInstance
 
 from asset_checks.definitions import PARITY
-from asset_checks.parity import parity_for_partition
 from chmv_assets.ddl.loader import load
+from chmv_assets.engine.health.parity import parity_for_partition
 from chmv_assets.engine.health.recovery import plan
 from chmv_assets.orchestration.partitions import window_for_key
 

@@ -12,8 +12,8 @@ from chmv_check_helpers import TRANSLATOR, engine_held_by_another_process, execu
 from conftest import EXAMPLE_DDL, make_engine
 from dagster import DagsterInstance, RunRequest
 
-from asset_checks.parity import parity_for_partition
 from chmv_assets.ddl.loader import LoadedProject, load
+from chmv_assets.engine.health.parity import parity_for_partition
 from chmv_assets.engine.health.sweep import SweepState, read_parts, seen_partitions, tracked_tables
 from chmv_assets.orchestration.definitions import build_definitions
 from chmv_assets.orchestration.partitions import window_for_key

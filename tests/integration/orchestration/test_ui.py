@@ -29,7 +29,7 @@ from ui_support import (
     wait_for,
 )
 
-from asset_checks.common import PARITY
+from asset_checks.names import PARITY
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
 

@@ -42,10 +42,13 @@ def test_ingestion_asset_then_spark_backfill_of_a_partition_range(spark, tmp_pat
         apply(client, loaded.project)
     resources = {"clickhouse": engine, "pyspark": pyspark_resource()}
 
-    result = materialize([ingest_asset], partition_key="2026-08-01", resources=resources)
+    instance = DagsterInstance.ephemeral()
+    result = materialize([ingest_asset], partition_key="2026-08-01", resources=resources, instance=instance)
     assert result.success
     meta = result.asset_materializations_for_node(ingest_asset.node_def.name)[0].metadata
     assert meta["chmv/rows_inserted"].value > 0 and meta["chmv/watermark_before"].value == "None"
+    logs = [entry.user_message for entry in instance.all_logs(result.run_id)]
+    assert any(m.startswith("analytics.api_requests: batch ") and " inserted " in m for m in logs)  # the load's log
     assert meta["chmv/watermark_after"].value.startswith("2026-08-0")
     assert len(meta["chmv/batch_id"].value) == 16
     result = materialize(

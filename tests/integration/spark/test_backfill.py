@@ -12,9 +12,11 @@ from spark_testing import backfill, copy_engine, deliver, digest, recompute, ref
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine.lifecycle.deploy import apply
+from chmv_assets.engine.loads.load import ingest
 from chmv_assets.engine.rebuild.planner import observe, plan_rebuild
+from chmv_assets.engine_logs import engine_messages
 from resources.clickhouse import ClickHouseResource
-from spark.ingest import ingest
+from spark.staging import SparkStager
 
 pytestmark = pytest.mark.worker_seconds(65)
 
@@ -41,7 +43,7 @@ def ingested_all(spark, tmp_path_factory, example, lake) -> tuple[LoadedProject,
         apply(client, loaded.project)
     deliver(lake, landing)
     for source in ("api_requests", "all_events", "raw_webhooks"):
-        ingest(spark, engine, loaded, ref(source))
+        ingest(SparkStager(spark), engine, loaded, ref(source))
     return loaded, root / "chdb"
 
 
@@ -129,7 +131,7 @@ def test_backfill_while_ingestion_keeps_loading_the_same_partition_ends_exact(sp
     with engine.get_client() as client:
         apply(client, loaded.project)
     deliver(lake, landing, until="2026-08-03/hour=02", only="analytics.api_requests")
-    ingest(spark, engine, loaded, api)
+    ingest(SparkStager(spark), engine, loaded, api)
     stop = threading.Event()
     errors: list[BaseException] = []
     loads: list[int] = []
@@ -138,7 +140,7 @@ def test_backfill_while_ingestion_keeps_loading_the_same_partition_ends_exact(sp
         try:
             for hour in range(3, 24, 2):
                 deliver(lake, landing, until=f"2026-08-03/hour={hour:02d}", only="analytics.api_requests")
-                loads.append(ingest(spark, engine, loaded, api).rows_inserted)
+                loads.append(ingest(SparkStager(spark), engine, loaded, api).rows_inserted)
         except BaseException as err:  # surfaced in the main thread
             errors.append(err)
         finally:
@@ -153,7 +155,7 @@ def test_backfill_while_ingestion_keeps_loading_the_same_partition_ends_exact(sp
     assert not errors, errors
     # The rest arrives after the last backfill and flows through the live MV only: no repair at the end.
     deliver(lake, landing, only="analytics.api_requests")
-    ingest(spark, engine, loaded, api)
+    ingest(SparkStager(spark), engine, loaded, api)
     assert sum(1 for n in loads if n > 0) >= 5 and len(backfills) >= 2
     assert len({r.cutoff for r in backfills}) >= 2  # the cutoff moved while the partition was rebuilt
     with engine.get_client() as client:
@@ -187,7 +189,8 @@ def test_a_writer_waits_for_the_swap_of_a_backfill(spark, loaded_all):
             threads[0].start()
             assert not done.wait(1.0), "the writer got into the source while the partition was being swapped"
 
-    backfill(spark, engine, loaded, t, [DAY2], engine="spark", log=log)
+    with engine_messages(log):  # the writer starts at the step's first message
+        backfill(spark, engine, loaded, t, [DAY2], engine="spark")
     threads[0].join(10)
     assert done.is_set()
     with engine.get_client() as client:

@@ -28,14 +28,15 @@ from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.ddl.loader import load
 from resources.clickhouse import ClickHouseResource
 from spark_testing import backfill
-from spark.ingest import ingest
+from chmv_assets.engine.loads.load import ingest
+from spark.staging import SparkStager
 from spark.session import get_spark_session
 master, dsn, landing = sys.argv[1:4]
 loaded = with_landing(load({ddl!r}), Path(landing))
 engine = ClickHouseResource(dsn=dsn)
 spark = get_spark_session(master, {{"spark.executor.memory": "512m", "spark.cores.max": "1", **{jvm!r}}})
 assert spark.sparkContext.master == master
-print("ingested", ingest(spark, engine, loaded, ref("api_requests")).rows_inserted)
+print("ingested", ingest(SparkStager(spark), engine, loaded, ref("api_requests")).rows_inserted)
 window = PartitionWindow("2026-08-02", datetime(2026, 8, 2), datetime(2026, 8, 3))
 print("backfilled", backfill(spark, engine, loaded, ref("hourly_endpoint_stats"), [window], engine="spark")[0].rows_written)
 spark.stop()

@@ -14,16 +14,17 @@ from dagster import AssetKey, materialize
 from retention_testing import count, ddl_with_ttl, ttl_back_to
 from spark_testing import backfill, deliver, digest, recompute, ref, with_landing, write_lake
 
-from asset_checks.common import PARITY
+from asset_checks.names import PARITY
 from chmv_assets import demo_data
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine.lifecycle.deploy import apply
+from chmv_assets.engine.loads.load import ingest
 from chmv_assets.engine.rebuild.executor import plan_for
 from chmv_assets.orchestration.assets import build_chmv_assets
 from resources.clickhouse import ClickHouseResource
 from spark.assets import pyspark_resource
-from spark.ingest import ingest
+from spark.staging import SparkStager
 
 pytestmark = pytest.mark.worker_seconds(25)
 
@@ -45,7 +46,7 @@ def ingested(spark, tmp_path, loaded, lake):
     with engine.get_client() as client:
         apply(client, loaded.project)
     deliver(lake, loaded.config.ingestion.landing_dir)
-    ingest(spark, engine, loaded, ref("api_requests"))
+    ingest(SparkStager(spark), engine, loaded, ref("api_requests"))
     with engine.get_client() as client:
         return engine, digest(client, loaded, STATS, WHERE)
 
@@ -105,7 +106,7 @@ def test_a_dropped_partition_is_rebuilt_from_the_lake_and_the_rest_from_the_sour
     with engine.get_client() as client:
         apply(client, loaded.project)
     deliver(summer_lake, tmp_path / "landing")
-    ingest(spark, engine, loaded, ref("api_requests"))
+    ingest(SparkStager(spark), engine, loaded, ref("api_requests"))
     with engine.get_client() as client:
         expected = digest(client, loaded, STATS, where)
         assert recompute(client, loaded, STATS, where) == expected and expected
@@ -139,7 +140,9 @@ def test_a_lake_backed_month_passes_parity_and_its_chain_rebuilds(spark, tmp_pat
     with engine.get_client() as client:
         apply(client, loaded.project)
     deliver(lake_root, loaded.config.ingestion.landing_dir)
-    ingest(spark, engine, loaded, ref("raw_events"))  # the live MVs see every row, then the TTL deletes the oldest
+    ingest(
+        SparkStager(spark), engine, loaded, ref("raw_events")
+    )  # the live MVs see every row, then the TTL deletes the oldest
     agg, daily = ref("events_agg"), ref("events_daily")
     with engine.get_client() as client:
         expected = (

@@ -22,12 +22,14 @@ from spark_testing import (
     write_lake,
 )
 
+from chmv_assets import settings
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.engine.ingest.cutoff import CRASH_ENV, ingestion_source_id
+from chmv_assets.engine.ingest.cutoff import ingestion_source_id
 from chmv_assets.engine.lifecycle.deploy import apply
+from chmv_assets.engine.loads.load import ingest
 from chmv_assets.engine.watermarks import read_watermark
 from resources.clickhouse import ClickHouseResource
-from spark.ingest import ingest
+from spark.staging import SparkStager
 
 pytestmark = pytest.mark.worker_seconds(95)
 CHILD = """
@@ -45,8 +47,9 @@ loaded = with_landing(load({ddl!r}), Path(landing))
 engine = ClickHouseResource(dsn=dsn)
 spark = get_spark_session("local[1]", {jvm!r})
 if mode == "ingest":
-    from spark.ingest import ingest
-    ingest(spark, engine, loaded, ref("api_requests"))
+    from chmv_assets.engine.loads.load import ingest
+    from spark.staging import SparkStager
+    ingest(SparkStager(spark), engine, loaded, ref("api_requests"))
 else:
     from spark_testing import backfill
     windows = [PartitionWindow(d, datetime.fromisoformat(d), datetime.fromisoformat(e))
@@ -68,14 +71,14 @@ def half_ingested(spark, tmp_path_factory, example) -> tuple[LoadedProject, Path
     with engine.get_client() as client:
         apply(client, loaded.project)
     deliver(lake, landing, until="2026-08-02/hour=18")
-    ingest(spark, engine, loaded, ref("api_requests"))
+    ingest(SparkStager(spark), engine, loaded, ref("api_requests"))
     deliver(lake, landing)
     return loaded, root / "chdb"
 
 
 def _child(mode: str, dsn: str, landing, point: str) -> subprocess.CompletedProcess:
     code = CHILD.format(tests=str(ROOT_DIR / "tests"), ddl=str(ROOT_DIR / "examples" / "ddl"), jvm=QUICK_JVM_CONF)
-    env = {**os.environ, CRASH_ENV: point}
+    env = {**os.environ, settings.CRASH_AT.name: point}
     return subprocess.run(
         [sys.executable, "-c", code, mode, dsn, str(landing)],
         env=env,
@@ -96,7 +99,7 @@ def test_sigkill_then_rerun_ends_exact(spark, tmp_path, half_ingested, mode, poi
     engine = copy_engine(engine_dir, tmp_path / "chdb")
     api, target = ref("api_requests"), ref("hourly_endpoint_stats")
     if mode == "backfill":
-        ingest(spark, engine, loaded, api)
+        ingest(SparkStager(spark), engine, loaded, api)
         with engine.get_client() as client:
             client.command("TRUNCATE TABLE analytics.hourly_endpoint_stats")
 
@@ -105,7 +108,7 @@ def test_sigkill_then_rerun_ends_exact(spark, tmp_path, half_ingested, mode, poi
     assert "finished" not in killed.stdout
 
     if mode == "ingest":
-        again = ingest(spark, engine, loaded, api)
+        again = ingest(SparkStager(spark), engine, loaded, api)
         if point == "ingest:inserted":
             assert again.repaired  # the interrupted load was detected and its partitions rebuilt
     else:

@@ -22,12 +22,12 @@ from cluster_testing import golden_statements, load_cluster
 from ddl_testing import ref
 
 from chmv_assets.ddl.partitioning import partition_scheme, window_at
+from chmv_assets.engine.clock import session_zone
 from chmv_assets.engine.drift import format_queries
 from chmv_assets.engine.lifecycle.plan import Action
 from chmv_assets.engine.lifecycle.planner import plan_lifecycle
 from chmv_assets.engine.lifecycle.preflight import preflight
 from chmv_assets.engine.rebuild.planner import plan_from_source
-from chmv_assets.engine.rebuild.steps import swapped_partition
 from chmv_assets.sql.quoting import qualified
 from chmv_assets.sql.rebuild_sql import (
     create_shadow_sql,
@@ -115,8 +115,10 @@ def test_the_plain_family_shadow_of_a_target_without_keeper_path_swaps_in(standi
         for sql in (
             drop_shadow_sql(shadow),
             create,
-            insert_sql(shadow, view, view_select(view, project, table, scheme, august)),
-            swap_sql(target, shadow, f"tuple({partition_expression(table, scheme, august)})"),
+            insert_sql(shadow, view, view_select(view, project, table, scheme, august, zone=session_zone(client))),
+            swap_sql(
+                target, shadow, f"tuple({partition_expression(table, scheme, august, zone=session_zone(client))})"
+            ),
             drop_shadow_sql(shadow),
         ):
             client.command(sql)
@@ -141,15 +143,15 @@ def test_an_unpartitioned_replicated_target_is_swapped_by_its_partition_not_exch
     table, view = project.table(target), project.views[ref("shop.customer_totals_mv")]
     shadow = shadow_ref(target, None)
     scheme = partition_scheme(table, (view,))
-    plan = plan_from_source(project, target, [None], target)
-    partition = swapped_partition(table, plan, plan.steps[0])  # the planner's choice for this target
-    replace = swap_sql(target, shadow, partition)
-    assert replace.endswith("REPLACE PARTITION tuple() FROM `shop`.`_chmv_shadow_customer_totals_all`")
     with resource.get_client() as client:
+        plan = plan_from_source(project, target, [None], target, zone=session_zone(client))
+        partition = plan.steps[0].partition  # the planner's choice for this target
+        replace = swap_sql(target, shadow, partition)
+        assert replace.endswith("REPLACE PARTITION tuple() FROM `shop`.`_chmv_shadow_customer_totals_all`")
         client.command(f"TRUNCATE TABLE {qualified(target)}")
         for sql in (
             local_copy_sql(shadow, target, table),
-            insert_sql(shadow, view, view_select(view, project, table, scheme, None)),
+            insert_sql(shadow, view, view_select(view, project, table, scheme, None, zone=session_zone(client))),
             replace,
             drop_shadow_sql(shadow),
         ):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from chmv_assets import settings
 from chmv_assets.ddl import loader
 from chmv_assets.ddl.models import ObjectRef
 
@@ -52,7 +53,7 @@ def test_a_corrupt_cache_file_is_ignored(ddl: Path) -> None:
 
 
 def test_the_cache_can_be_turned_off(ddl: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(loader.CACHE_ENV, "0")
+    monkeypatch.setenv(settings.PARSE_CACHE.name, "0")
     loader.load(ddl)
     assert _cache_files(ddl) == []
 

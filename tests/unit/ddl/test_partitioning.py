@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 from ddl_testing import load_ddl, ref
@@ -18,10 +18,13 @@ from chmv_assets.ddl.partitioning import (
     next_start,
     partition_of,
     partition_scheme,
+    partition_start,
     partition_values,
+    target_reach,
     time_of,
     window_at,
     window_for_partition_key,
+    window_reach,
     windows_between,
     with_values,
 )
@@ -425,3 +428,41 @@ def test_each_time_window_once_per_key_value():
         "2026-09-01|eu",
         "2026-09-01|us",
     ]
+
+
+def test_partition_start_from_the_partition_value_or_the_oldest_row():
+    assert partition_start("202609") == D(2026, 9, 1)
+    assert partition_start("20260915") == D(2026, 9, 15)
+    assert partition_start("2026-09-15") == D(2026, 9, 15)
+    assert partition_start("'2026-09-15 10:00:00'") == D(2026, 9, 15, 10)
+    assert partition_start("(1, 'x')", D(2026, 9, 15, 10)) == D(2026, 9, 15, 10)  # the parts' min/max index
+    assert partition_start("7") is None
+
+
+REACH_DDL = """
+CREATE DATABASE app;
+CREATE TABLE app.events (ts DateTime, day Date, n UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE TABLE app.late (ts DateTime, n UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE TABLE app.monthly (week Date, n UInt64) ENGINE = SummingMergeTree PARTITION BY toYYYYMM(week) ORDER BY week;
+CREATE MATERIALIZED VIEW app.by_day TO app.monthly AS SELECT toDate(ts) AS week, n FROM app.events;
+CREATE MATERIALIZED VIEW app.by_week TO app.monthly AS SELECT toMonday(ts) AS week, n FROM app.late;
+CREATE TABLE app.hourly (hour DateTime, n UInt64) ENGINE = SummingMergeTree PARTITION BY toDate(hour) ORDER BY hour;
+CREATE MATERIALIZED VIEW app.by_hour TO app.hourly AS SELECT toStartOfHour(ts) AS hour, n FROM app.events;
+CREATE TABLE app.by_n (n UInt64) ENGINE = MergeTree PARTITION BY n % 10 ORDER BY n;
+CREATE MATERIALIZED VIEW app.n_mv TO app.by_n AS SELECT n FROM app.events;
+"""
+
+
+def test_window_reach_is_the_truncation_grain_only_where_it_straddles_the_partition_grain(tmp_path):
+    project = load_ddl(tmp_path, REACH_DDL).project
+    views = project.views
+    monthly = partition_scheme(project.tables[ref("app.monthly")], project.views_into(ref("app.monthly")))
+    hourly = partition_scheme(project.tables[ref("app.hourly")], project.views_into(ref("app.hourly")))
+    by_n = partition_scheme(project.tables[ref("app.by_n")], project.views_into(ref("app.by_n")))
+    assert window_reach(views[ref("app.by_day")], monthly) == timedelta(0)  # a day lies within its month
+    assert window_reach(views[ref("app.by_week")], monthly) == timedelta(days=7)  # a week straddles two months
+    assert window_reach(views[ref("app.by_hour")], hourly) == timedelta(0)
+    assert window_reach(views[ref("app.n_mv")], by_n) == timedelta(0)  # no time window at all
+    assert target_reach(project, ref("app.monthly"), monthly) == timedelta(days=7)  # the longest of its MVs
+    assert target_reach(project, ref("app.monthly"), monthly, ref("app.events")) == timedelta(0)
+    assert target_reach(project, ref("app.monthly"), monthly, ref("app.late")) == timedelta(days=7)

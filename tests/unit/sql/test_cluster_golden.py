@@ -31,12 +31,10 @@ from chmv_assets.ddl.partitioning import window_at
 from chmv_assets.engine.lifecycle.plan import Action
 from chmv_assets.engine.lifecycle.planner import next_version_ref, old_version_ref, plan_from_state
 from chmv_assets.engine.rebuild.planner import Swap, plan_from_source
-from chmv_assets.engine.rebuild.steps import swapped_partition
 from chmv_assets.sql.cluster import attach_view_sql, next_version_path, version_keeper_path
 from chmv_assets.sql.lifecycle_sql import cut_over_sql, discard_beside_sql, finish_swap_sql, keep_old_sql
 from chmv_assets.sql.meta import meta_ddl_for
 from chmv_assets.sql.rebuild_sql import (
-    create_shadow_sql,
     drop_shadow_sql,
     insert_sql,
     swap_sql,
@@ -56,14 +54,15 @@ LIVE_PATHS = (
 def rebuild_statements(loaded, target, window, *, live=None, empty: bool = False) -> list[str]:
     """The statements :func:`chmv_assets.engine.rebuild.steps.run_step` sends for one step, in its order."""
     project = loaded.project
-    plan = plan_from_source(project, target, [window], live or target, run="5eed")
+    plan = plan_from_source(project, target, [window], live or target, run="5eed", zone="UTC")
     (step,) = plan.steps
     table = project.table(target)
-    statements = [drop_shadow_sql(step.shadow), create_shadow_sql(step.shadow, plan.live, table)]
+    statements = [drop_shadow_sql(step.shadow), step.create_shadow]
     for view in project.views_into(target):
-        statements.append(insert_sql(step.shadow, view, view_select(view, project, table, plan.scheme, window)))
-    partition = swapped_partition(table, plan, step)
-    statements += [swap_sql(plan.live, step.shadow, partition, empty=empty), drop_shadow_sql(step.shadow)]
+        statements.append(
+            insert_sql(step.shadow, view, view_select(view, project, table, plan.scheme, window, zone="UTC"))
+        )
+    statements += [swap_sql(plan.live, step.shadow, step.partition, empty=empty), drop_shadow_sql(step.shadow)]
     return statements
 
 
@@ -116,7 +115,9 @@ def test_rebuild_of_a_partition_keeps_the_swap_on_this_server_and_gives_shadows_
         == "ALTER TABLE `shop`.`customer_totals` REPLACE PARTITION tuple() FROM `shop`.`_chmv_shadow_customer_totals_all_r5eed`"
     )
     assert (
-        plan_from_source(loaded.project, ref("shop.customer_totals"), [None], ref("shop.customer_totals")).steps[0].swap
+        plan_from_source(loaded.project, ref("shop.customer_totals"), [None], ref("shop.customer_totals"), zone="UTC")
+        .steps[0]
+        .swap
         == Swap.REPLACE_PARTITION
     )
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 import pytest
 from sqlglot.tokens import TokenType
 
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.sql_text import tokenize
-from chmv_assets.sql.quoting import interval, qualified, quote, time_literal
+from chmv_assets.sql.quoting import interval, qualified, quote
 
 QUOTE_CASES = [
     ("plain", "events", "`events`"),
@@ -52,38 +50,6 @@ def test_a_quoted_name_is_one_identifier_token_of_the_exact_name(name):
 )
 def test_qualified(database, name, expected):
     assert qualified(ObjectRef(database=database, name=name)) == expected
-
-
-MOMENT = datetime(2026, 9, 1, 13, 5, 7, 123456)
-
-
-@pytest.mark.parametrize(
-    ("type_sql", "expected"),
-    [
-        ("Date", "CAST('2026-09-01' AS Date)"),
-        ("Date32", "CAST('2026-09-01' AS Date32)"),
-        ("Nullable(Date)", "CAST('2026-09-01' AS Date)"),
-        ("DateTime", "toDateTime('2026-09-01 13:05:07')"),
-        ("DateTime('UTC')", "toDateTime('2026-09-01 13:05:07')"),
-        ("DateTime64(3)", "toDateTime('2026-09-01 13:05:07')"),
-        ("LowCardinality(Nullable(DateTime))", "toDateTime('2026-09-01 13:05:07')"),
-        ("", "toDateTime('2026-09-01 13:05:07')"),
-        ("String", "'2026-09-01 13:05:07'"),
-    ],
-    ids=[
-        "Date",
-        "Date32",
-        "Nullable-Date",
-        "DateTime",
-        "DateTime-with-timezone",
-        "DateTime64",
-        "wrapped-DateTime",
-        "unknown-type-is-DateTime",
-        "other-type-plain-string",
-    ],
-)
-def test_time_literal(type_sql, expected):
-    assert time_literal(MOMENT, type_sql) == expected
 
 
 @pytest.mark.parametrize(

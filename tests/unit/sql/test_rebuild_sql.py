@@ -85,12 +85,12 @@ def parts(loaded, target: str, start: datetime):
 @pytest.mark.parametrize(
     ("target", "start", "expected"),
     [
-        ("analytics.hourly_endpoint_stats", D(2026, 9, 1), "toDate((toDateTime('2026-09-01 00:00:00')))"),
-        ("analytics.error_events", D(2026, 9, 30), "toYYYYMMDD((toDateTime('2026-09-30 00:00:00')))"),
-        ("analytics.metric_events", D(2026, 2, 1), "toStartOfMonth((toDateTime('2026-02-01 00:00:00')))"),
+        ("analytics.hourly_endpoint_stats", D(2026, 9, 1), "toDate((toDateTime('2026-09-01 00:00:00', 'UTC')))"),
+        ("analytics.error_events", D(2026, 9, 30), "toYYYYMMDD((toDateTime('2026-09-30 00:00:00', 'UTC')))"),
+        ("analytics.metric_events", D(2026, 2, 1), "toStartOfMonth((toDateTime('2026-02-01 00:00:00', 'UTC')))"),
         ("analytics.events_agg", D(2026, 9, 1), "toYYYYMM((CAST('2026-09-01' AS Date)))"),
         ("analytics.events_daily", D(2028, 2, 29), "toYYYYMMDD((CAST('2028-02-29' AS Date)))"),
-        ("analytics.counter_daily", D(2026, 12, 1), "toYYYYMM((toDateTime('2026-12-01 00:00:00')))"),
+        ("analytics.counter_daily", D(2026, 12, 1), "toYYYYMM((toDateTime('2026-12-01 00:00:00', 'UTC')))"),
     ],
     ids=[
         "toDate-of-DateTime",
@@ -103,7 +103,7 @@ def parts(loaded, target: str, start: datetime):
 )
 def test_partition_expression(example, target, start, expected):
     _project, table, _view, scheme, window = parts(example, target, start)
-    assert partition_expression(table, scheme, window) == expected
+    assert partition_expression(table, scheme, window, zone="UTC") == expected
 
 
 @pytest.mark.parametrize(
@@ -112,18 +112,18 @@ def test_partition_expression(example, target, start, expected):
         (
             "analytics.error_events",
             D(2026, 9, 1),
-            "`timestamp` >= toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-09-02 00:00:00')",
+            "`timestamp` >= toDateTime('2026-09-01 00:00:00', 'UTC') AND `timestamp` < toDateTime('2026-09-02 00:00:00', 'UTC')",
         ),
         (
             "analytics.hourly_endpoint_stats",
             D(2026, 9, 1),
-            "`timestamp` >= toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-09-02 00:00:00') "
+            "`timestamp` >= toDateTime('2026-09-01 00:00:00', 'UTC') AND `timestamp` < toDateTime('2026-09-02 00:00:00', 'UTC') "
             "+ INTERVAL 1 HOUR",
         ),
         (
             "analytics.counter_daily",
             D(2026, 9, 1),
-            "`when` >= toDateTime('2026-09-01 00:00:00') AND `when` < toDateTime('2026-10-01 00:00:00') + INTERVAL 1 DAY",
+            "`when` >= toDateTime('2026-09-01 00:00:00', 'UTC') AND `when` < toDateTime('2026-10-01 00:00:00', 'UTC') + INTERVAL 1 DAY",
         ),
         (
             "analytics.events_daily",
@@ -146,7 +146,7 @@ def test_partition_expression(example, target, start, expected):
 )
 def test_source_range_predicate(example, target, start, expected):
     project, _table, view, scheme, window = parts(example, target, start)
-    assert source_range_predicate(view, project, scheme, window) == expected
+    assert source_range_predicate(view, project, scheme, window, zone="UTC") == expected
 
 
 UNDERIVABLE = """
@@ -163,33 +163,39 @@ def test_source_range_predicate_none_when_underivable(tmp_path, target):
     loaded = load_ddl(tmp_path, UNDERIVABLE, toml=D_TOML)
     project, _table, view, scheme, window = parts(loaded, target, D(2026, 9, 1))
     assert scheme.grain is not None
-    assert source_range_predicate(view, project, scheme, window) is None
+    assert source_range_predicate(view, project, scheme, window, zone="UTC") is None
 
 
 def test_source_range_predicate_none_without_a_partition_column(example):
     view = example.project.views[ref("analytics.entity_latest_mv")]
     window = window_at(D(2026, 9, 1), "day")
-    assert source_range_predicate(view, example.project, PartitionScheme(grain=None), window) is None
+    assert source_range_predicate(view, example.project, PartitionScheme(grain=None), window, zone="UTC") is None
 
 
 def test_view_select_filters_the_trigger_to_the_window_and_the_output_to_the_partition(example):
     project, table, view, scheme, window = parts(example, "analytics.error_events", D(2026, 9, 1))
-    assert view_select(view, project, table, scheme, window) == (
+    assert view_select(view, project, table, scheme, window, zone="UTC") == (
         "SELECT `timestamp`, `level`, `payload` FROM (SELECT timestamp, level, payload FROM "
-        "(SELECT * FROM `analytics`.`all_events` WHERE (`timestamp` >= toDateTime('2026-09-01 00:00:00') AND "
-        "`timestamp` < toDateTime('2026-09-02 00:00:00'))) AS `all_events` WHERE level = 'error') "
-        "WHERE (toYYYYMMDD(timestamp)) = (toYYYYMMDD((toDateTime('2026-09-01 00:00:00'))))"
+        "(SELECT * FROM `analytics`.`all_events` WHERE (`timestamp` >= toDateTime('2026-09-01 00:00:00', 'UTC') AND "
+        "`timestamp` < toDateTime('2026-09-02 00:00:00', 'UTC'))) AS `all_events` WHERE level = 'error') "
+        "WHERE (toYYYYMMDD(timestamp)) = (toYYYYMMDD((toDateTime('2026-09-01 00:00:00', 'UTC'))))"
     )
 
 
 def test_view_select_with_trigger_where_and_window(example):
     project, table, view, scheme, window = parts(example, "analytics.error_events", D(2026, 9, 1))
     sql = view_select(
-        view, project, table, scheme, window, trigger_where="`timestamp` > toDateTime('2026-09-01 12:00:00')"
+        view,
+        project,
+        table,
+        scheme,
+        window,
+        trigger_where="`timestamp` > toDateTime('2026-09-01 12:00:00', 'UTC')",
+        zone="UTC",
     )
     assert (
-        "FROM (SELECT * FROM `analytics`.`all_events` WHERE (`timestamp` > toDateTime('2026-09-01 12:00:00')) AND "
-        "(`timestamp` >= toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-09-02 00:00:00'))) "
+        "FROM (SELECT * FROM `analytics`.`all_events` WHERE (`timestamp` > toDateTime('2026-09-01 12:00:00', 'UTC')) AND "
+        "(`timestamp` >= toDateTime('2026-09-01 00:00:00', 'UTC') AND `timestamp` < toDateTime('2026-09-02 00:00:00', 'UTC'))) "
         "AS `all_events` WHERE level = 'error'"
     ) in sql
 
@@ -198,17 +204,19 @@ def test_view_select_of_a_whole_unpartitioned_target_is_the_select_itself(exampl
     project, table = example.project, example.project.table(ref("analytics.entity_latest"))
     view = project.views[ref("analytics.entity_latest_mv")]
     scheme = PartitionScheme(grain=None)
-    assert view_select(view, project, table, scheme, None) == (
+    assert view_select(view, project, table, scheme, None, zone="UTC") == (
         f"SELECT `entity_id`, `payload`, `updated_at` FROM ({view.select_sql})"
     )
 
 
 def test_view_select_reads_the_trigger_relation_instead_of_the_table(example):
     project, table, view, scheme, window = parts(example, "analytics.events_agg", D(2026, 9, 1))
-    sql = view_select(view, project, table, scheme, window, trigger_relation="file('/staging/p=1/*.parquet', Parquet)")
+    sql = view_select(
+        view, project, table, scheme, window, trigger_relation="file('/staging/p=1/*.parquet', Parquet)", zone="UTC"
+    )
     assert (
         "FROM (SELECT * FROM file('/staging/p=1/*.parquet', Parquet) WHERE (`timestamp` >= "
-        "toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-10-01 00:00:00') + INTERVAL 1 DAY)) "
+        "toDateTime('2026-09-01 00:00:00', 'UTC') AND `timestamp` < toDateTime('2026-10-01 00:00:00', 'UTC') + INTERVAL 1 DAY)) "
         "AS `raw_events`\nGROUP BY"
     ) in sql
     assert "analytics.raw_events" not in sql and "`analytics`.`raw_events`" not in sql
@@ -225,6 +233,7 @@ def test_view_select_trigger_relation_without_window_or_filter(example):
         PartitionScheme(grain=None),
         None,
         trigger_relation="(SELECT * FROM staged)",
+        zone="UTC",
     )
     assert sql == (
         "SELECT `entity_id`, `payload`, `updated_at` FROM (SELECT entity_id, payload, updated_at\n"
@@ -234,28 +243,30 @@ def test_view_select_trigger_relation_without_window_or_filter(example):
 
 def test_range_select_of_one_window_is_view_select(example):
     project, table, view, scheme, window = parts(example, "analytics.events_agg", D(2026, 9, 1))
-    assert range_select(view, project, table, scheme, [window]) == view_select(view, project, table, scheme, window)
+    assert range_select(view, project, table, scheme, [window], zone="UTC") == view_select(
+        view, project, table, scheme, window, zone="UTC"
+    )
 
 
 def test_range_select_reads_the_span_once_and_keeps_each_windows_partition(example):
     project, table, view, scheme, first = parts(example, "analytics.error_events", D(2026, 9, 1))
     last = window_at(D(2026, 9, 3), scheme.grain)  # not adjacent: 09-02 is read but not kept
-    assert range_select(view, project, table, scheme, [first, last]) == (
+    assert range_select(view, project, table, scheme, [first, last], zone="UTC") == (
         "SELECT `timestamp`, `level`, `payload` FROM (SELECT timestamp, level, payload FROM "
-        "(SELECT * FROM `analytics`.`all_events` WHERE (`timestamp` >= toDateTime('2026-09-01 00:00:00') AND "
-        "`timestamp` < toDateTime('2026-09-04 00:00:00'))) AS `all_events` WHERE level = 'error') "
-        "WHERE (toYYYYMMDD(timestamp)) = (toYYYYMMDD((toDateTime('2026-09-01 00:00:00')))) "
-        "OR (toYYYYMMDD(timestamp)) = (toYYYYMMDD((toDateTime('2026-09-03 00:00:00'))))"
+        "(SELECT * FROM `analytics`.`all_events` WHERE (`timestamp` >= toDateTime('2026-09-01 00:00:00', 'UTC') AND "
+        "`timestamp` < toDateTime('2026-09-04 00:00:00', 'UTC'))) AS `all_events` WHERE level = 'error') "
+        "WHERE (toYYYYMMDD(timestamp)) = (toYYYYMMDD((toDateTime('2026-09-01 00:00:00', 'UTC')))) "
+        "OR (toYYYYMMDD(timestamp)) = (toYYYYMMDD((toDateTime('2026-09-03 00:00:00', 'UTC'))))"
     )
 
 
 def test_range_select_without_the_output_filter(example):
     project, table, view, scheme, first = parts(example, "analytics.error_events", D(2026, 9, 1))
     sql = range_select(
-        view, project, table, scheme, [first, window_at(D(2026, 9, 2), scheme.grain)], only_windows=False
+        view, project, table, scheme, [first, window_at(D(2026, 9, 2), scheme.grain)], only_windows=False, zone="UTC"
     )
     assert sql.endswith("AS `all_events` WHERE level = 'error')") and "toYYYYMMDD" not in sql
-    assert "`timestamp` < toDateTime('2026-09-03 00:00:00')" in sql
+    assert "`timestamp` < toDateTime('2026-09-03 00:00:00', 'UTC')" in sql
 
 
 def test_range_select_reads_the_trigger_relation(example):
@@ -267,16 +278,17 @@ def test_range_select_reads_the_trigger_relation(example):
         scheme,
         [first, window_at(D(2026, 9, 1), scheme.grain)],
         trigger_relation="`analytics`.`raw_events` FINAL",
+        zone="UTC",
     )
     assert (
-        "FROM (SELECT * FROM `analytics`.`raw_events` FINAL WHERE (`timestamp` >= toDateTime('2026-08-01 00:00:00') "
-        "AND `timestamp` < toDateTime('2026-10-01 00:00:00') + INTERVAL 1 DAY)) AS `raw_events`"
+        "FROM (SELECT * FROM `analytics`.`raw_events` FINAL WHERE (`timestamp` >= toDateTime('2026-08-01 00:00:00', 'UTC') "
+        "AND `timestamp` < toDateTime('2026-10-01 00:00:00', 'UTC') + INTERVAL 1 DAY)) AS `raw_events`"
     ) in sql
 
 
 def test_range_select_unpruned_reads_every_trigger_row(example):
     project, table, view, scheme, first = parts(example, "analytics.error_events", D(2026, 9, 1))
-    sql = range_select(view, project, table, scheme, [first], only_windows=False, prune=False)
+    sql = range_select(view, project, table, scheme, [first], only_windows=False, prune=False, zone="UTC")
     assert sql == f"SELECT `timestamp`, `level`, `payload` FROM ({view.select_sql})"  # the MV's SELECT, verbatim
 
 
@@ -285,9 +297,9 @@ def test_span_holds_all_sql_reads_the_triggers_partition_column_bounds(example):
     span = span_of([first, window_at(D(2026, 9, 3), scheme.grain)])
     assert (span.start, span.end) == (D(2026, 9, 1), D(2026, 9, 4))
     # all_events is PARTITION BY toYYYYMM(timestamp): the server answers min/max from each part's metadata
-    assert span_holds_all_sql(view, project, scheme, span) == (
-        "SELECT count() > 0 AND min(`timestamp`) >= toDateTime('2026-09-01 00:00:00') AND max(`timestamp`) < "
-        "toDateTime('2026-09-04 00:00:00') FROM `analytics`.`all_events`"
+    assert span_holds_all_sql(view, project, scheme, span, zone="UTC") == (
+        "SELECT count() > 0 AND min(`timestamp`) >= toDateTime('2026-09-01 00:00:00', 'UTC') AND max(`timestamp`) < "
+        "toDateTime('2026-09-04 00:00:00', 'UTC') FROM `analytics`.`all_events`"
     )
 
 
@@ -306,14 +318,18 @@ CREATE MATERIALIZED VIEW d.daily_mv TO d.daily AS SELECT toDate(ts) AS day, coun
     table = project.table(view.writes_to)
     scheme = partition_scheme(table, [view])
     span = window_at(D(2026, 9, 1), scheme.grain)
-    assert span_holds_all_sql(view, project, scheme, span) is None  # the trigger's PARTITION BY is not its time
+    assert (
+        span_holds_all_sql(view, project, scheme, span, zone="UTC") is None
+    )  # the trigger's PARTITION BY is not its time
 
 
 def test_range_select_needs_windows_of_a_partitioned_target(example):
     project = example.project
     view = project.views[ref("analytics.entity_latest_mv")]
     with pytest.raises(ValueError, match="time windows of a target partitioned by time"):
-        range_select(view, project, project.table(ref("analytics.entity_latest")), PartitionScheme(grain=None), [])
+        range_select(
+            view, project, project.table(ref("analytics.entity_latest")), PartitionScheme(grain=None), [], zone="UTC"
+        )
 
 
 def test_source_relation(example):
@@ -462,15 +478,15 @@ def test_odd_names_view_select(odd):
     assert scheme == PartitionScheme(grain="day", column="hour slot")
     window = window_at(D(2026, 9, 1), "day")
     predicate = (
-        "`event time` >= toDateTime('2026-09-01 00:00:00') AND "
-        "`event time` < toDateTime('2026-09-02 00:00:00') + INTERVAL 1 HOUR"
+        "`event time` >= toDateTime('2026-09-01 00:00:00', 'UTC') AND "
+        "`event time` < toDateTime('2026-09-02 00:00:00', 'UTC') + INTERVAL 1 HOUR"
     )
-    assert source_range_predicate(view, project, scheme, window) == predicate
-    assert view_select(view, project, table, scheme, window) == (
+    assert source_range_predicate(view, project, scheme, window, zone="UTC") == predicate
+    assert view_select(view, project, table, scheme, window, zone="UTC") == (
         r"SELECT `hour slot`, `user\`id`, `n` FROM (SELECT toStartOfHour(`event time`) AS `hour slot`, `user``id`, "
         f"count() AS n\nFROM (SELECT *, `day`, `note` FROM `my-db`.`raw events` WHERE ({predicate})) AS `raw events` "
         "GROUP BY `hour slot`, `user``id`) "
-        "WHERE (toStartOfDay(`hour slot`)) = (toStartOfDay((toDateTime('2026-09-01 00:00:00'))))"
+        "WHERE (toStartOfDay(`hour slot`)) = (toStartOfDay((toDateTime('2026-09-01 00:00:00', 'UTC'))))"
     )
 
 
@@ -556,15 +572,17 @@ def keyed_parts(loaded, target: str, key: str):
 
 def test_a_window_and_a_key_swap_filter_and_read_by_both(keyed):
     project, table, view, scheme, window = keyed_parts(keyed, "d.by_region", "2026-09-01|it's")
-    assert partition_tuple(table, scheme, window) == "tuple(toYYYYMM((CAST('2026-09-01' AS Date))), 'it\\'s')"
-    assert partition_filter(table, scheme, window) == (
+    assert (
+        partition_tuple(table, scheme, window, zone="UTC") == "tuple(toYYYYMM((CAST('2026-09-01' AS Date))), 'it\\'s')"
+    )
+    assert partition_filter(table, scheme, window, zone="UTC") == (
         "(toYYYYMM(day)) = (toYYYYMM((CAST('2026-09-01' AS Date)))) AND (region) = ('it\\'s')"
     )
-    assert source_range_predicate(view, project, scheme, window) == (
-        "`ts` >= toDateTime('2026-09-01 00:00:00') AND `ts` < toDateTime('2026-10-01 00:00:00') + INTERVAL 1 DAY "
+    assert source_range_predicate(view, project, scheme, window, zone="UTC") == (
+        "`ts` >= toDateTime('2026-09-01 00:00:00', 'UTC') AND `ts` < toDateTime('2026-10-01 00:00:00', 'UTC') + INTERVAL 1 DAY "
         "AND `region` = 'it\\'s'"
     )
-    assert view_select(view, project, table, scheme, window).endswith(
+    assert view_select(view, project, table, scheme, window, zone="UTC").endswith(
         " AS `src` GROUP BY day, region) WHERE (toYYYYMM(day)) = (toYYYYMM((CAST('2026-09-01' AS Date)))) "
         "AND (region) = ('it\\'s')"
     )
@@ -572,24 +590,24 @@ def test_a_window_and_a_key_swap_filter_and_read_by_both(keyed):
 
 def test_a_key_alone_swaps_its_value_and_reads_only_its_rows(keyed):
     project, table, view, scheme, window = keyed_parts(keyed, "d.by_tenant", "acme")
-    assert partition_tuple(table, scheme, window) == "tuple('acme')"
-    assert partition_filter(table, scheme, window) == "(tenant) = ('acme')"
-    assert source_range_predicate(view, project, scheme, window) == "`tenant` = 'acme'"
+    assert partition_tuple(table, scheme, window, zone="UTC") == "tuple('acme')"
+    assert partition_filter(table, scheme, window, zone="UTC") == "(tenant) = ('acme')"
+    assert source_range_predicate(view, project, scheme, window, zone="UTC") == "`tenant` = 'acme'"
     assert shadow_ref(table.ref, window.key, "ab12").name == "_chmv_shadow_by_tenant_acme_rab12"
 
 
 def test_a_key_the_mv_computes_is_filtered_on_the_output_only(keyed):
     """``bucket`` is a hash of the device: the trigger is read for the week, the output kept for the bucket."""
     project, table, view, scheme, window = keyed_parts(keyed, "d.buckets", "2026-08-03|2")
-    assert partition_tuple(table, scheme, window) == "tuple('2', toMonday((CAST('2026-08-03' AS Date))))"
-    assert source_range_predicate(view, project, scheme, window) == (
-        "`ts` >= toDateTime('2026-08-03 00:00:00') AND `ts` < toDateTime('2026-08-10 00:00:00') + INTERVAL 1 WEEK"
+    assert partition_tuple(table, scheme, window, zone="UTC") == "tuple('2', toMonday((CAST('2026-08-03' AS Date))))"
+    assert source_range_predicate(view, project, scheme, window, zone="UTC") == (
+        "`ts` >= toDateTime('2026-08-03 00:00:00', 'UTC') AND `ts` < toDateTime('2026-08-10 00:00:00', 'UTC') + INTERVAL 1 WEEK"
     )
-    assert partition_filter(table, scheme, window) == (
+    assert partition_filter(table, scheme, window, zone="UTC") == (
         "(bucket) = ('2') AND (toMonday(week)) = (toMonday((CAST('2026-08-03' AS Date))))"
     )
     two = [window, window_for_partition_key(scheme, "2026-08-10|0")]
-    assert range_select(view, project, table, scheme, two).endswith(
+    assert range_select(view, project, table, scheme, two, zone="UTC").endswith(
         "WHERE ((bucket) = ('2') AND (toMonday(week)) = (toMonday((CAST('2026-08-03' AS Date))))) "
         "OR ((bucket) = ('0') AND (toMonday(week)) = (toMonday((CAST('2026-08-10' AS Date)))))"
     )

@@ -4,6 +4,7 @@ partitions of collapsing targets are merged."""
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from pathlib import Path
@@ -106,7 +107,7 @@ def test_detached_and_missing_mvs_are_found(tmp_path: Path, base: Path, example)
 
 
 def test_late_partitions_of_collapsing_targets_are_merged_and_read_the_same(
-    tmp_path: Path, base: Path, example
+    tmp_path: Path, base: Path, example, caplog
 ) -> None:
     engine = copy_engine(base, tmp_path / "chdb")
     rules = MaintenanceConfig(enabled=True, closed_after_hours=24)
@@ -123,8 +124,8 @@ def test_late_partitions_of_collapsing_targets_are_merged_and_read_the_same(
         before = digest(client, example, COUNTER)
         (late,) = late_partitions(client, project, rules)
         assert (late.table, late.partition_id, late.parts) == (COUNTER, "202608", 4)
-        log: list[str] = []
-        (merged,) = merge_late_partitions(client, project, rules, pacing=PacingConfig(), log=log.append)
+        with caplog.at_level(logging.INFO, "chmv_assets"):
+            (merged,) = merge_late_partitions(client, project, rules, pacing=PacingConfig())
         assert merged.parts_after == 1 and late_partitions(client, project, rules) == []
         assert digest(client, example, COUNTER) == before  # the same rows as readers see them, FINAL or not
         plain = client.query("SELECT count() FROM analytics.counter_daily WHERE toYYYYMM(day) = 202608").result_rows
@@ -132,4 +133,5 @@ def test_late_partitions_of_collapsing_targets_are_merged_and_read_the_same(
             "SELECT count() FROM analytics.counter_daily FINAL WHERE toYYYYMM(day) = 202608"
         ).result_rows
         assert plain == final  # collapsed: no FINAL needed any more
+    log = [r.getMessage() for r in caplog.records if r.name.startswith("chmv_assets.")]
     assert "analytics.counter_daily partition 202608 (4 parts" in log[0]

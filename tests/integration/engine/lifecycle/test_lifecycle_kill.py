@@ -20,9 +20,10 @@ from lifecycle_testing import (
     small_engine,
 )
 
+from chmv_assets import settings
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.engine.ingest.cutoff import CRASH_ENV, source_gate
+from chmv_assets.engine.ingest.cutoff import source_gate
 
 pytestmark = [pytest.mark.slow, pytest.mark.worker_seconds(85)]
 ROOT = Path(__file__).resolve().parents[4]
@@ -33,7 +34,7 @@ def ref(name: str) -> ObjectRef:
 
 
 def chmv_apply(ddl: Path, dsn: str, crash_at: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, CRASH_ENV: crash_at or ""}
+    env = {**os.environ, settings.CRASH_AT.name: crash_at or ""}
     return subprocess.run(
         [sys.executable, "-m", "chmv_assets.cli", "apply", "--ddl-dir", str(ddl), "--dsn", dsn],
         cwd=ROOT,
@@ -63,6 +64,7 @@ def test_killed_during_a_re_derivation_the_next_apply_resumes_it(tmp_path: Path,
     resumed = chmv_apply(ddl, dsn)
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming the re-derivation of analytics.error_events" in resumed.stdout
+    assert "Rebuild plan of" not in resumed.stdout  # the batches' own messages stay out: the apply reports them
     loaded = load(ddl)
     with engine.get_client() as client:
         assert assert_exact(client, loaded, ref("error_events")) > 100

@@ -26,6 +26,7 @@ from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.partitioning import window_at
 from chmv_assets.engine.pacing.pacer import Pacer, pacer_for
 from chmv_assets.engine.rebuild.executor import execute, plan_for
+from chmv_assets.engine_logs import engine_messages
 from chmv_assets.errors import ServerBusy
 
 pytestmark = pytest.mark.worker_seconds(40)
@@ -61,10 +62,12 @@ class _Held:
         yield self.client
 
 
-def _backfill(client, loaded: LoadedProject, log) -> list:
-    """What a backfill of 2026-08-02..04 of error_events runs: the planner, then the executor, on ``client``."""
+def _backfill(client, loaded: LoadedProject, say) -> list:
+    """What a backfill of 2026-08-02..04 of error_events runs: the planner, then the executor, on ``client``; its
+    log messages to ``say``."""
     plan = plan_for(_Held(client), loaded, ERRORS, _windows())
-    return execute(plan, loaded, client=client, log=log)
+    with engine_messages(say):
+        return execute(plan, loaded, client=client)
 
 
 def _press(client) -> None:
@@ -179,9 +182,10 @@ def test_too_many_parts_is_retried_and_other_errors_are_not(tmp_path: Path) -> N
             operator.command("SYSTEM START MERGES d.t")
             operator.command("OPTIMIZE TABLE d.t FINAL")
 
-    pacer = Pacer(client, PacingConfig(**QUICK), say)
+    pacer = Pacer(client, PacingConfig(**QUICK))
     insert = "INSERT INTO d.t VALUES ('2026-01-01', 9)"
-    pacer.run("d.t: insert", lambda: client.command(insert, settings={"async_insert": 0}), watch=[])
+    with engine_messages(say):
+        pacer.run("d.t: insert", lambda: client.command(insert, settings={"async_insert": 0}), watch=[])
     assert "the server refused it (TOO_MANY_PARTS: Code: 252." in log[0] and "trying again in" in log[0]
     assert pacer.stats.retries == 1
     assert client.command("SELECT count() FROM d.t") == 4
@@ -207,15 +211,15 @@ def test_refusals_past_the_attempts_give_up_with_what_to_do(tmp_path: Path) -> N
 def test_a_rederivation_of_many_partitions_is_cut_into_inserts_and_stays_exact(
     tmp_path: Path, base: Path, example
 ) -> None:
-    """The one read of ``chmv apply``'s batches (``one_read``) under ``max_partitions_per_insert = 4``: 30 daily
+    """The one read of ``chmv apply``'s batches (a ``one_read`` plan) under ``max_partitions_per_insert = 4``: 30 daily
     partitions are read by 8 inserts of their own partitions each, and equal the recompute."""
     engine = copy_engine(base, tmp_path / "chdb")
     loaded = _with_pacing(example, max_partitions_per_insert=4)
     windows = [window_at(datetime(2026, 8, d), Grain.DAY) for d in range(1, 31)]
-    plan = plan_for(engine, loaded, ERRORS, windows)
+    plan = plan_for(engine, loaded, ERRORS, windows, one_read=True)
     log: list[str] = []
-    with engine.get_client() as client:
-        results = execute(plan, loaded, client=client, one_read=True, log=log.append)
+    with engine.get_client() as client, engine_messages(log.append):
+        results = execute(plan, loaded, client=client)
         assert len(results) == 30
         assert any("(8 inserts of at most 4 partitions)" in line for line in log)
         where = "toDate(timestamp) BETWEEN '2026-08-01' AND '2026-08-30'"

@@ -19,6 +19,7 @@ from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine.catalog import live_table
+from chmv_assets.engine.clock import session_zone
 from chmv_assets.engine.rebuild.planner import plan_from_source
 from chmv_assets.engine.rebuild.steps import rebuild, run_steps
 from chmv_assets.errors import ChmvError, ShrinkRefused
@@ -232,7 +233,14 @@ def test_partitions_rebuilt_in_one_read_equal_their_recomputes(engine, example, 
             client.command(
                 f"ALTER TABLE analytics.{target_name} DROP PARTITION ID {{p:String}}", parameters={"p": partition_id}
             )
-        plan = plan_from_source(example.project, target, windows, live_table(client, example.project, target))
+        plan = plan_from_source(
+            example.project,
+            target,
+            windows,
+            live_table(client, example.project, target),
+            zone=session_zone(client),
+            one_read=True,
+        )
         results = run_steps(client, example.project, plan, plan.steps)
         for w in windows:
             assert rows(client, finalized, lo=w.start, hi=w.end) == expected[w.key], w.key
@@ -267,7 +275,7 @@ def test_a_span_holding_every_source_row_is_read_without_the_time_predicate(engi
         expected = {w.key: rows(client, recompute, lo=w.start, hi=w.end) for w in windows}
         live = live_table(client, example.project, target)
         for chosen, pruned in ((windows, False), (windows[1:], True)):
-            plan = plan_from_source(example.project, target, chosen, live)
+            plan = plan_from_source(example.project, target, chosen, live, zone=session_zone(client), one_read=True)
             results = run_steps(client, example.project, plan, plan.steps)
             (insert,) = [s for s in results[0].statements if s.startswith("INSERT INTO")]
             assert ("`timestamp` >= toDateTime(" in insert) is pruned, insert
@@ -294,7 +302,10 @@ def test_a_guarded_partition_of_one_read_that_would_shrink_stops_there(engine, e
             ">= {lo:DateTime} AND timestamp < {hi:DateTime}",
             parameters={"lo": second.start, "hi": second.end},
         )
-        plan = plan_from_source(example.project, target, [first, second], live_table(client, example.project, target))
+        live = live_table(client, example.project, target)
+        plan = plan_from_source(
+            example.project, target, [first, second], live, zone=session_zone(client), one_read=True
+        )
         guarded = replace(plan, steps=tuple(replace(s, guard="the test says so") for s in plan.steps))
         with pytest.raises(
             ShrinkRefused, match=f"partition {second.key}: the rebuild would leave {good[second.key]:,}"

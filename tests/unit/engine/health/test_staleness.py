@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from ddl_testing import load_ddl, ref
 
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.engine.health.staleness import Probe, probes, trigger_time_column
+from chmv_assets.engine.health.staleness import Probe, freshness_window, probes, refresh_period, trigger_time_column
 
 
 @pytest.mark.parametrize(
@@ -105,3 +107,37 @@ def test_probes_of_a_fan_in_skip_what_cannot_be_measured(tmp_path):
         ("a_mv", "d.a", "ts", "minute", 300),
         ("b_mv", "d.b", "at", "minute", 900),
     ]
+
+
+@pytest.mark.parametrize(
+    ("schedule", "period"),
+    [
+        ("EVERY 2 HOUR OFFSET 5 MINUTE", timedelta(hours=2)),
+        ("AFTER 30 MINUTE", timedelta(minutes=30)),
+        ("EVERY 1 HOUR 30 MINUTE", timedelta(minutes=90)),
+        ("EVERY 5 MINUTES RANDOMIZE FOR 1 MINUTE", timedelta(minutes=5)),
+        ("every 1 week depends on d.other", timedelta(weeks=1)),
+        ("EVERY 1 MONTH", timedelta(days=31)),
+        ("EVERY 1 FORTNIGHT", None),
+        ("", None),
+    ],
+)
+def test_refresh_period(schedule, period):
+    assert refresh_period(schedule) == period
+
+
+FRESHNESS_DDL = """
+CREATE TABLE d.src (ts DateTime, k String) ENGINE = MergeTree ORDER BY ts;
+CREATE TABLE d.copy (ts DateTime, k String) ENGINE = MergeTree PARTITION BY toDate(ts) ORDER BY ts;
+CREATE MATERIALIZED VIEW d.copy_mv TO d.copy AS SELECT ts, k FROM d.src;
+CREATE TABLE d.snap (k String, n UInt64) ENGINE = MergeTree ORDER BY k;
+CREATE MATERIALIZED VIEW d.snap_mv REFRESH EVERY 1 DAY TO d.snap AS SELECT k, count() AS n FROM d.src GROUP BY k;
+"""
+
+
+@pytest.mark.parametrize(("sla", "window"), [(5, timedelta(minutes=5)), (0, timedelta(minutes=1))])
+def test_freshness_window_is_the_sla_at_least_a_minute_plus_a_refresh_period(tmp_path, sla, window):
+    loaded = load_ddl(tmp_path, FRESHNESS_DDL, toml=f'default_database = "d"\nsla_minutes = {sla}')
+    assert freshness_window(loaded, ref("d.copy")) == window
+    assert freshness_window(loaded, ref("d.snap")) == window + timedelta(days=1)
+    assert freshness_window(loaded, ref("d.src")) is None  # a source: nothing writes it that chmv watches

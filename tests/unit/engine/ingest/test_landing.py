@@ -12,9 +12,9 @@ import pytest
 from ddl_testing import ref
 from spark_testing import with_landing
 
+from chmv_assets import settings
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.engine.ingest.landing import (
-    LANDING_ENV,
     LandingFile,
     check_files,
     dedup_keys,
@@ -348,13 +348,13 @@ def test_is_ingested_needs_an_ingestible_source_and_a_landing_zone(example, tmp_
 @pytest.fixture
 def no_landing_env(monkeypatch, tmp_path):
     """No $CHMV_LANDING_DIR, and a state directory of this test's own."""
-    monkeypatch.delenv(LANDING_ENV, raising=False)
+    monkeypatch.delenv(settings.LANDING_DIR.name, raising=False)
     monkeypatch.setenv("CHMV_STATE_DIR", str(tmp_path / "state"))
     return tmp_path / "state"
 
 
 def test_landing_dir_from_the_configuration(example, tmp_path, monkeypatch, no_landing_env):
-    monkeypatch.setenv(LANDING_ENV, str(tmp_path / "from-env"))
+    monkeypatch.setenv(settings.LANDING_DIR.name, str(tmp_path / "from-env"))
     assert landing_dir(with_ingestion(example, landing_dir=str(tmp_path / "lake"))) == (tmp_path / "lake").resolve()
 
 
@@ -364,7 +364,7 @@ def test_landing_dir_relative_to_the_ddl_directory(example, no_landing_env):
 
 
 def test_landing_dir_from_the_environment(example, tmp_path, monkeypatch, no_landing_env):
-    monkeypatch.setenv(LANDING_ENV, str(tmp_path / "from-env"))
+    monkeypatch.setenv(settings.LANDING_DIR.name, str(tmp_path / "from-env"))
     assert landing_dir(example) == (tmp_path / "from-env").resolve()
 
 

@@ -10,9 +10,9 @@ from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 from chmv_assets.ddl.config import PacingConfig
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine.loads.load import hourly
 from chmv_assets.engine.pacing.pacer import Pacer, chunks, retry_reason, written_by_insert
 from chmv_assets.engine.pacing.pressure import Load, ServerLimits, settings_of
-from spark.ingest import hourly
 
 
 def _ref(fqn: str) -> ObjectRef:

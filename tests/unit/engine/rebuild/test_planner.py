@@ -15,10 +15,12 @@ from spark_testing import with_landing
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionScheme, partition_scheme, window_at
+from chmv_assets.engine.rebuild.coverage import Facts, Stats
 from chmv_assets.engine.rebuild.planner import (
     Engine,
     Observations,
     PartitionStep,
+    RaceRules,
     RebuildPlan,
     Swap,
     TriggerRelation,
@@ -53,11 +55,13 @@ def lake(tmp_path, example) -> tuple[LoadedProject, Path]:
 
 
 def observed(live: ObjectRef = STATS, oldest: datetime | None = None, source: ObjectRef = REQUESTS) -> Observations:
-    return Observations(live=live, oldest=((source, oldest),))
+    return Observations(live=live, oldest=((source, oldest),), zone="UTC")
 
 
 def test_clickhouse_engine_reads_each_window_of_the_source(example):
-    plan = plan_rebuild(example, STATS, DAYS[:2], Observations(live=STATS), engine="clickhouse", run="0a1b2c3d")
+    plan = plan_rebuild(
+        example, STATS, DAYS[:2], Observations(live=STATS, zone="UTC"), engine="clickhouse", run="0a1b2c3d"
+    )
     view = example.project.views_into(STATS)[0]
     scheme = PartitionScheme(grain="day", column="hour")
     assert plan == RebuildPlan(
@@ -70,7 +74,11 @@ def test_clickhouse_engine_reads_each_window_of_the_source(example):
                 Engine.CLICKHOUSE,
                 Swap.REPLACE_PARTITION,
                 shadow_ref(STATS, w.key, "0a1b2c3d"),
-                (TriggerRelation(REQUESTS, "source_window", source_range_predicate(view, example.project, scheme, w)),),
+                (
+                    TriggerRelation(
+                        REQUESTS, "source_window", source_range_predicate(view, example.project, scheme, w, zone="UTC")
+                    ),
+                ),
                 "engine=clickhouse asked for",
             )
             for w in DAYS[:2]
@@ -81,18 +89,23 @@ def test_clickhouse_engine_reads_each_window_of_the_source(example):
         cutoff_rule="",
         writers=(example.writers(REQUESTS),),
         run="0a1b2c3d",
+        zone="UTC",
     )
     assert plan.steps[0].shadow.name == "_chmv_shadow_hourly_endpoint_stats_20260901_r0a1b2c3d"
     assert plan.steps[0].relations[0].predicate == (
-        "`timestamp` >= toDateTime('2026-09-01 00:00:00') AND `timestamp` < toDateTime('2026-09-02 00:00:00') "
+        "`timestamp` >= toDateTime('2026-09-01 00:00:00', 'UTC') AND `timestamp` < toDateTime('2026-09-02 00:00:00', 'UTC') "
         "+ INTERVAL 1 HOUR"
     )
 
 
 def test_auto_without_landing_zone_is_clickhouse(example):
-    plan = plan_rebuild(example, STATS, DAYS, Observations(live=STATS), engine="auto", root=None)
-    assert [(s.engine, s.reason) for s in plan.steps] == [
-        (Engine.CLICKHOUSE, "the source table (no landing zone for its triggers)")
+    plan = plan_rebuild(example, STATS, DAYS, Observations(live=STATS, zone="UTC"), engine="auto", root=None)
+    assert [(s.engine, s.reason, s.guard) for s in plan.steps] == [
+        (
+            Engine.CLICKHOUSE,
+            "coverage unknown: analytics.api_requests was not observed; landing zone: no landing zone for its triggers",
+            None,
+        )
     ] * 3
     assert plan.cutoff_rule == ""
 
@@ -126,10 +139,14 @@ def test_auto_stays_on_clickhouse_when_the_lake_has_nothing_earlier(lake):
     loaded, root = lake
     plan = plan_rebuild(loaded, STATS, DAYS, observed(oldest=D(2026, 9, 3, 4)), engine="auto", root=root)
     assert [s.engine for s in plan.steps] == [Engine.SPARK, Engine.SPARK, Engine.CLICKHOUSE]
-    assert plan.steps[2].reason == "the source table holds the window"
-    assert plan.steps[0].reason == (
-        "analytics.api_requests holds rows from 2026-09-03 04:00:00 only; the landing zone has earlier ones"
+    assert plan.steps[2].reason == (
+        "analytics.api_requests holds rows from 2026-09-03 04:00:00; the landing zone has none earlier"
     )
+    assert plan.steps[0].reason == (
+        "analytics.api_requests holds rows from 2026-09-03 04:00:00 only; the landing zone has earlier ones; "
+        f"the landing zone holds it: analytics.api_requests is loaded from the landing zone ({root / REQUESTS.fqn})"
+    )
+    assert plan.coverage is None and not any(s.guard for s in plan.steps)  # estimated: nothing at stake is known
 
 
 def test_spark_steps_read_lake_then_source_staged_per_window(lake):
@@ -138,9 +155,18 @@ def test_spark_steps_read_lake_then_source_staged_per_window(lake):
     assert [(s.engine, s.swap, s.reason) for s in plan.steps] == [
         (Engine.SPARK, Swap.REPLACE_PARTITION, "engine=spark asked for")
     ] * 3
-    assert {s.relations for s in plan.steps} == {
-        (TriggerRelation(REQUESTS, "lake_then_source", None, staged_per_window=True),)
-    }
+    view, scheme = loaded.project.views_into(STATS)[0], plan.scheme
+    assert [s.relations for s in plan.steps] == [
+        (
+            TriggerRelation(
+                REQUESTS,
+                "lake_then_source",
+                source_range_predicate(view, loaded.project, scheme, w, zone="UTC"),  # the rows its read covers
+                staged_per_window=True,
+            ),
+        )
+        for w in DAYS
+    ]
     assert plan.steps_by(Engine.SPARK) == plan.steps and plan.steps_by(Engine.CLICKHOUSE) == ()
     assert plan.cutoff_rule == (
         "per trigger, its ingestion watermark - 60 min, read under its gate when the Spark steps start"
@@ -155,7 +181,7 @@ def test_spark_without_landing_zone_is_a_clear_error(example, tmp_path):
         r"and \[ingestion\.time_columns\] for analytics\.api_requests; .*"
         r"engine=clickhouse",
     ):
-        plan_rebuild(example, STATS, DAYS, Observations(live=STATS), engine="spark", root=None)
+        plan_rebuild(example, STATS, DAYS, Observations(live=STATS, zone="UTC"), engine="spark", root=None)
 
 
 def test_spark_for_a_chain_target_whose_trigger_the_lake_does_not_cover(lake):
@@ -164,12 +190,12 @@ def test_spark_for_a_chain_target_whose_trigger_the_lake_does_not_cover(lake):
     with pytest.raises(
         ChmvError, match=r"analytics\.events_daily: the spark engine needs .* for analytics\.events_agg"
     ):
-        plan_rebuild(loaded, daily, DAYS, Observations(live=daily), engine="spark", root=root)
+        plan_rebuild(loaded, daily, DAYS, Observations(live=daily, zone="UTC"), engine="spark", root=root)
 
 
 def test_unpartitioned_target_is_one_partition_swap_of_the_whole_table(example):
     target, source = ref("analytics.entity_latest"), ref("analytics.raw_webhooks")
-    plan = plan_rebuild(example, target, DAYS, Observations(live=target), engine="clickhouse", run="feed")
+    plan = plan_rebuild(example, target, DAYS, Observations(live=target, zone="UTC"), engine="clickhouse", run="feed")
     assert plan.scheme == PartitionScheme(grain=None)
     assert plan.steps == (
         PartitionStep(
@@ -195,7 +221,7 @@ def test_unpartitioned_target_from_the_lake_when_its_source_is_empty(example, tm
 
 def test_shadows_are_named_after_the_physical_table(example):
     inner = ObjectRef(database="analytics", name=".inner_id.0a1b")
-    plan = plan_rebuild(example, STATS, DAYS, Observations(live=inner), engine="clickhouse")
+    plan = plan_rebuild(example, STATS, DAYS, Observations(live=inner, zone="UTC"), engine="clickhouse")
     assert plan.live == inner and plan.target == STATS
     assert [s.shadow for s in plan.steps] == [shadow_ref(inner, w.key, plan.run) for w in DAYS]
     assert len({s.shadow for s in plan.steps}) == 3
@@ -204,7 +230,8 @@ def test_shadows_are_named_after_the_physical_table(example):
 def test_each_run_names_its_own_shadows(example):
     """Two runs of one partition never write into one shadow (both would swap its rows in: the partition doubled)."""
     first, second = (
-        plan_rebuild(example, STATS, DAYS[:1], Observations(live=STATS), engine="clickhouse") for _ in range(2)
+        plan_rebuild(example, STATS, DAYS[:1], Observations(live=STATS, zone="UTC"), engine="clickhouse")
+        for _ in range(2)
     )
     assert first.run != second.run and first.steps[0].shadow != second.steps[0].shadow
 
@@ -220,7 +247,7 @@ SELECT toDate(ts) AS day, k, count() AS c FROM d.src GROUP BY day, k;
 def test_refreshable_view_is_one_refresh_step(tmp_path):
     loaded = load_ddl(tmp_path, REFRESHABLE, toml='default_database = "d"')
     target = ref("d.counts")
-    plan = plan_rebuild(loaded, target, DAYS, Observations(live=target), engine="clickhouse")
+    plan = plan_rebuild(loaded, target, DAYS, Observations(live=target, zone="UTC"), engine="clickhouse")
     assert plan.steps == (
         PartitionStep(None, Engine.REFRESH, Swap.REFRESH, None, (), "refreshable MV: the server recomputes it"),
     )
@@ -246,7 +273,7 @@ def test_downstream_targets(example, target, expected):
 def test_a_chain_target_plan_names_its_downstream(example):
     target = ref("analytics.events_agg")
     months = [window_at(D(2026, 9, 1), "month")]
-    plan = plan_rebuild(example, target, months, Observations(live=target), engine="clickhouse")
+    plan = plan_rebuild(example, target, months, Observations(live=target, zone="UTC"), engine="clickhouse")
     assert plan.downstream == (ref("analytics.events_daily"), ref("analytics.events_weekly"))
     assert plan.gates == (ref("analytics.raw_events"),)
 
@@ -311,12 +338,12 @@ def test_describe_lists_every_partition_engine_and_shadow(lake):
         assert cells[3:5] == [f"`{step.shadow.fqn}`", "replace_partition"]
         assert cells[5] == step.reason
     assert "landing rows <= cutoff (staged by Spark, per partition)" in rows[0]
-    assert "analytics.api_requests WHERE `timestamp` >= toDateTime('2026-09-03 00:00:00')" in rows[2]
+    assert "analytics.api_requests WHERE `timestamp` >= toDateTime('2026-09-03 00:00:00', 'UTC')" in rows[2]
 
 
 def test_describe_of_an_unpartitioned_plan(example):
     target = ref("analytics.entity_latest")
-    plan = plan_rebuild(example, target, [None], Observations(live=target), engine="clickhouse")
+    plan = plan_rebuild(example, target, [None], Observations(live=target, zone="UTC"), engine="clickhouse")
     text = plan.describe()
     assert "- partitioning: unpartitioned" in text
     assert "downstream" not in text and "cutoff" not in text
@@ -329,7 +356,7 @@ def test_describe_of_an_unpartitioned_plan(example):
 
 def test_describe_names_the_downstream_targets(example):
     target = ref("analytics.events_daily")
-    text = str(plan_rebuild(example, target, DAYS[:1], Observations(live=target), engine="clickhouse"))
+    text = str(plan_rebuild(example, target, DAYS[:1], Observations(live=target, zone="UTC"), engine="clickhouse"))
     assert "- downstream targets reading it: `analytics.events_weekly`" in text
 
 
@@ -343,7 +370,7 @@ def test_plans_are_frozen_hashable_and_equal_when_decided_alike(lake):
         (first, "steps"),
         (first.steps[0], "engine"),
         (first.steps[0].relations[0], "kind"),
-        (Observations(live=STATS), "live"),
+        (Observations(live=STATS, zone="UTC"), "live"),
     ]:
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(obj, attribute, None)
@@ -351,15 +378,15 @@ def test_plans_are_frozen_hashable_and_equal_when_decided_alike(lake):
 
 
 def test_plan_from_source_is_all_clickhouse(example):
-    plan = plan_from_source(example.project, STATS, DAYS, STATS)
-    asked = plan_rebuild(example, STATS, DAYS, Observations(live=STATS), engine="clickhouse", run=plan.run)
+    plan = plan_from_source(example.project, STATS, DAYS, STATS, zone="UTC")
+    asked = plan_rebuild(example, STATS, DAYS, Observations(live=STATS, zone="UTC"), engine="clickhouse", run=plan.run)
     assert plan.steps == tuple(dataclasses.replace(s, reason="from the source table") for s in asked.steps)
     assert [s.engine for s in plan.steps] == [Engine.CLICKHOUSE] * 3
 
 
 def test_a_table_no_view_writes_is_an_error(example):
     with pytest.raises(ChmvError, match=r"analytics\.api_requests is not written by any materialized view"):
-        plan_rebuild(example, REQUESTS, DAYS, Observations(live=REQUESTS), engine="clickhouse")
+        plan_rebuild(example, REQUESTS, DAYS, Observations(live=REQUESTS, zone="UTC"), engine="clickhouse")
 
 
 @pytest.mark.parametrize(
@@ -380,6 +407,88 @@ def test_windows_covering(example, target, since, until, expected):
 def test_scheme_in_the_plan_is_the_targets(example):
     target = ref("analytics.counter_daily")
     plan = plan_rebuild(
-        example, target, [window_at(D(2026, 9, 1), "month")], Observations(live=target), engine="clickhouse"
+        example, target, [window_at(D(2026, 9, 1), "month")], Observations(live=target, zone="UTC"), engine="clickhouse"
     )
     assert plan.scheme == partition_scheme(example.project.table(target), example.project.views_into(target))
+
+
+def test_each_step_carries_its_swap_partition_rows_and_shadow_statement(example):
+    """What the executor runs is read from the plan: the partition its swap replaces, the predicate of its rows, the
+    statement creating its shadow; the race rules of ``[rebuild]``; all printed."""
+    plan = plan_rebuild(
+        example, STATS, DAYS[:1], Observations(live=STATS, zone="UTC"), engine="clickhouse", run="0a1b2c3d"
+    )
+    (step,) = plan.steps
+    assert step.partition == "tuple(toDate((toDateTime('2026-09-01 00:00:00', 'UTC'))))"
+    assert step.partition_filter == "(toDate(hour)) = (toDate((toDateTime('2026-09-01 00:00:00', 'UTC'))))"
+    assert step.create_shadow == (
+        "CREATE TABLE `analytics`.`_chmv_shadow_hourly_endpoint_stats_20260901_r0a1b2c3d` "
+        "AS `analytics`.`hourly_endpoint_stats`"
+    )
+    assert plan.races == RaceRules(4, 1.0, 60.0, example.config.pacing)
+    text = plan.describe()
+    assert f"- shadow: `` {step.create_shadow} ``" in text
+    assert "- races: a read that writes raced is read again (not swapped, or swapped and read again): up to 4 " in text
+
+
+BY_TENANT = """
+CREATE TABLE d.src (ts DateTime, tenant String) ENGINE = MergeTree ORDER BY ts;
+CREATE TABLE d.by_tenant (tenant String, n UInt64) ENGINE = SummingMergeTree PARTITION BY tenant ORDER BY tenant;
+CREATE MATERIALIZED VIEW d.by_tenant_mv TO d.by_tenant AS SELECT tenant, count() AS n FROM d.src GROUP BY tenant;
+"""
+
+
+def test_a_whole_partitioned_table_swaps_each_partition_and_an_unpartitioned_one_tuple(example, tmp_path):
+    by_tenant = ref("d.by_tenant")
+    loaded = load_ddl(tmp_path, BY_TENANT, toml='default_database = "d"')
+    (step,) = plan_rebuild(
+        loaded, by_tenant, [None], Observations(live=by_tenant, zone="UTC"), engine="clickhouse"
+    ).steps
+    assert (step.swap, step.partition, step.partition_filter) == (Swap.REPLACE_EACH_PARTITION, None, None)
+    one_read = plan_rebuild(
+        loaded, by_tenant, [None], Observations(live=by_tenant, zone="UTC"), one_read=True, run="ab"
+    )
+    assert one_read.steps[0].shadow == shadow_ref(by_tenant, None, "ab")  # a whole table is read alone
+    latest = ref("analytics.entity_latest")
+    (step,) = plan_rebuild(example, latest, [None], Observations(live=latest, zone="UTC"), engine="clickhouse").steps
+    assert (step.swap, step.partition, step.partition_filter) == (Swap.REPLACE_PARTITION, "tuple()", None)
+
+
+def test_a_forced_plan_guards_nothing_even_where_the_target_partition_is_empty(tmp_path):
+    """The source lost the window and the target partition is empty: rebuilt from the source behind the shrink
+    guard, unless forced (the planner's guard is final: the executor reads it as it is)."""
+    hourly, first = ref("d.hourly"), window_at(D(2026, 9, 1), "day")
+    loaded = load_ddl(tmp_path, HOURLY_DDL, toml='default_database = "d"')
+    lost = Facts(
+        now=D(2026, 11, 22),
+        tables=((ref("d.src"), Stats(10, D(2026, 9, 3), D(2026, 9, 3, 5))),),
+        target_windows=((first.start, Stats()),),
+        mapped=(ref("d.src"),),
+    )
+    observed = Observations(live=hourly, coverage=lost, zone="UTC")
+    (step,) = plan_rebuild(loaded, hourly, [first], observed).steps
+    assert step.engine == Engine.CLICKHOUSE and step.reason.startswith("the target partition is empty") and step.guard
+    (forced,) = plan_rebuild(loaded, hourly, [first], observed, force=True).steps
+    assert forced.engine == Engine.CLICKHOUSE and forced.guard is None
+
+
+HOURLY_DDL = """
+CREATE TABLE d.src (ts DateTime, k String) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY (k, ts);
+CREATE TABLE d.hourly (hour DateTime, k String, c UInt64) ENGINE = SummingMergeTree
+PARTITION BY toDate(hour) ORDER BY (k, hour);
+CREATE MATERIALIZED VIEW d.hourly_mv TO d.hourly AS
+SELECT toStartOfHour(ts) AS hour, k, count() AS c FROM d.src GROUP BY hour, k;
+"""
+
+
+def test_one_read_plans_share_a_shadow_and_say_so(example):
+    """``chmv apply``'s plans read the partitions of time windows together: the steps share the run's ``range``
+    shadow (the executor reads the steps sharing a shadow at once); other plans give each partition its own."""
+    shared = plan_rebuild(
+        example, STATS, DAYS, Observations(live=STATS, zone="UTC"), engine="clickhouse", one_read=True, run="ab"
+    )
+    assert {s.shadow for s in shared.steps} == {shadow_ref(STATS, "range", "ab")}
+    assert "- one read: the partitions sharing a shadow are read together" in shared.describe()
+    alone = plan_rebuild(example, STATS, DAYS, Observations(live=STATS, zone="UTC"), engine="clickhouse", run="ab")
+    assert [s.shadow for s in alone.steps] == [shadow_ref(STATS, w.key, "ab") for w in DAYS]
+    assert "- one read" not in alone.describe()

@@ -21,7 +21,7 @@ TARGET = {w.start: Stats(24, w.start, w.start) for w in DAYS}
 
 
 def observed(f) -> Observations:
-    return Observations(live=HOURLY, coverage=f)
+    return Observations(live=HOURLY, coverage=f, zone="UTC")
 
 
 @pytest.fixture
@@ -116,7 +116,10 @@ def test_an_empty_target_partition_has_nothing_to_lose(tmp_path):
 
 def test_unknown_coverage_rebuilds_from_the_source_behind_the_guard(tmp_path):
     plan = plan_rebuild(
-        project(tmp_path), LATEST, [None], Observations(live=LATEST, coverage=facts(whole(), target={None: Stats(50)}))
+        project(tmp_path),
+        LATEST,
+        [None],
+        Observations(live=LATEST, coverage=facts(whole(), target={None: Stats(50)}), zone="UTC"),
     )
     (step,) = plan.steps
     assert (step.engine, step.swap) == (Engine.CLICKHOUSE, Swap.REPLACE_PARTITION)
@@ -147,5 +150,5 @@ def test_a_pinned_engine_is_refused_where_it_would_lose_rows(lake, engine, expec
 
 def test_without_coverage_the_planner_decides_as_before(tmp_path):
     """A repair's plan (Observations without coverage facts) is unchanged: no coverage, no refusal, no guard."""
-    plan = plan_rebuild(project(tmp_path), HOURLY, DAYS, Observations(live=HOURLY, oldest=((SRC, SEP3),)))
+    plan = plan_rebuild(project(tmp_path), HOURLY, DAYS, Observations(live=HOURLY, oldest=((SRC, SEP3),), zone="UTC"))
     assert plan.coverage is None and steps(plan) == [(w.key, Engine.CLICKHOUSE, False) for w in DAYS]

@@ -38,7 +38,7 @@ def loaded(tmp_path):
 def plan(loaded, target: str, windows, now=NOW, **options):
     target_ref = ref(target)
     return plan_rebuild(
-        loaded, target_ref, windows, Observations(live=target_ref, now=now), engine="clickhouse", **options
+        loaded, target_ref, windows, Observations(live=target_ref, now=now, zone="UTC"), engine="clickhouse", **options
     )
 
 

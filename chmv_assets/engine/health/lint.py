@@ -1,10 +1,8 @@
 """Lint of the MV design (seed 001's rules), from the parsed model only: WARN checks with the reason and the fix."""
 
-from dataclasses import dataclass
-
-from asset_checks.common import SELF_DEDUP_ENGINES
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import MaterializedView, ObjectRef
+from chmv_assets.engine.health.verdicts import SELF_DEDUP_ENGINES, LintFinding
 
 #: Aggregates that count a duplicated source row twice.
 ADDITIVE_AGGREGATES = {
@@ -20,20 +18,6 @@ ADDITIVE_AGGREGATES = {
     "quantileTiming",
     "topK",
 }
-
-
-@dataclass(frozen=True)
-class LintFinding:
-    """One rule broken by one MV or target."""
-
-    rule: str
-    subject: str
-    location: str
-    reason: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"{self.location}: [{self.rule}] {self.subject}: {self.reason} Fix: {self.fix}"
 
 
 def lint_view(loaded: LoadedProject, view: MaterializedView) -> list[LintFinding]:

@@ -11,10 +11,11 @@ from spark_testing import deliver, digest, recompute, ref, with_landing, write_l
 
 from chmv_assets.engine.ingest.cutoff import ingestion_source_id
 from chmv_assets.engine.lifecycle.deploy import apply
+from chmv_assets.engine.loads.load import ingest
 from chmv_assets.engine.watermarks import read_watermark
 from chmv_assets.errors import LandingZoneError
 from resources.clickhouse import ClickHouseResource
-from spark.ingest import ingest
+from spark.staging import SparkStager
 
 pytestmark = pytest.mark.worker_seconds(40)
 
@@ -47,9 +48,9 @@ def test_ingestion_loads_late_rows_once_and_drops_duplicates(spark, setup, lake)
     assert distinct < generated.num_rows  # the data does hold duplicates
 
     deliver(lake_root, landing, until="2026-08-02/hour=12")
-    first = ingest(spark, engine, loaded, API)
+    first = ingest(SparkStager(spark), engine, loaded, API)
     deliver(lake_root, landing)
-    second = ingest(spark, engine, loaded, API)
+    second = ingest(SparkStager(spark), engine, loaded, API)
 
     # The second batch re-read the tolerance window below the first watermark, and late rows came in.
     assert second.lower_bound == first.watermark_after - timedelta(minutes=60)
@@ -74,10 +75,10 @@ def test_ingestion_loads_late_rows_once_and_drops_duplicates(spark, setup, lake)
 def test_replayed_batch_inserts_nothing(spark, setup, lake):
     loaded, engine, landing = setup
     deliver(lake[0], landing)
-    first = ingest(spark, engine, loaded, API)
+    first = ingest(SparkStager(spark), engine, loaded, API)
     with engine.get_client() as client:
         before = digest(client, loaded, ref("hourly_endpoint_stats"))
-    again = ingest(spark, engine, loaded, API)
+    again = ingest(SparkStager(spark), engine, loaded, API)
     with engine.get_client() as client:
         after = digest(client, loaded, ref("hourly_endpoint_stats"))
         count = int(client.command("SELECT count() FROM analytics.api_requests"))
@@ -90,7 +91,7 @@ def test_replayed_batch_inserts_nothing(spark, setup, lake):
 def test_bad_file_fails_the_load_naming_it_and_changes_nothing(spark, setup, lake, damage):
     loaded, engine, landing = setup
     deliver(lake[0], landing, until="2026-08-02/hour=00")
-    good = ingest(spark, engine, loaded, API)
+    good = ingest(SparkStager(spark), engine, loaded, API)
     deliver(lake[0], landing)
     bad = sorted((landing / "analytics.api_requests" / "date=2026-08-03").glob("*.parquet"))[3]
     if damage == "corrupt":
@@ -105,7 +106,7 @@ def test_bad_file_fails_the_load_naming_it_and_changes_nothing(spark, setup, lak
         pq.write_table(table, bad)
         message = rf"{bad}: column 'user_id' \(UInt64\) of analytics.api_requests is missing"
     with pytest.raises(LandingZoneError, match=message):
-        ingest(spark, engine, loaded, API)
+        ingest(SparkStager(spark), engine, loaded, API)
     with engine.get_client() as client:
         mark = read_watermark(client, ingestion_source_id(API), API.fqn)
         count = int(client.command("SELECT count() FROM analytics.api_requests"))
@@ -124,7 +125,7 @@ def test_corrupt_data_pages_are_reported_by_spark_with_the_file(spark, setup, la
         data[i] = 0xFF
     path.write_bytes(bytes(data))
     with pytest.raises(LandingZoneError, match=rf"{path.name}.*Spark could not read it"):
-        ingest(spark, engine, loaded, API)
+        ingest(SparkStager(spark), engine, loaded, API)
     with engine.get_client() as client:
         assert int(client.command("SELECT count() FROM analytics.api_requests")) == 0
         assert read_watermark(client, ingestion_source_id(API), API.fqn) is None

@@ -3,13 +3,14 @@
 One load of one source:
 
 1. under the source's gate, read the watermark ``W`` (``L = W - late tolerance``);
-2. Spark reads the landing files that can hold rows with event time ``> L``, keeps those rows, drops
-   duplicates by the source's dedup key and writes them to a staging folder (executors never open
-   ClickHouse);
+2. the stager (Spark: :class:`spark.staging.SparkStager`) reads the landing files that can hold rows with event
+   time ``> L``, keeps those rows, drops duplicates by the source's dedup key and writes them to a staging folder
+   (executors never open ClickHouse);
 3. under the gate again: write the ``loading`` intent, then ``INSERT … SELECT FROM file(staging)`` of the
    staged rows with event time ``> L`` (``L`` re-read now) that the source does not hold yet (anti-join on the
-   dedup key over the same window): one insert, or one per run of at most the pacer's partitions per insert (days,
-   hours where a table the insert writes is partitioned by hour), in time order, each paced
+   dedup key over the same window, :func:`chmv_assets.sql.ingest_sql.anti_join_insert_sql`): one insert, or one
+   per run of at most the pacer's partitions per insert (days, hours where a table the insert writes is
+   partitioned by hour), in time order, each paced
    (:mod:`chmv_assets.engine.pacing.pacer`: it waits while the source or a target its MVs write is near its part limits,
    and retries a "Too many parts" refusal that wrote nothing). The live MVs fire on these inserts. Then the watermark
    advances to the newest staged event time (``committed``), only after the last insert returned; a load that gives
@@ -29,13 +30,14 @@ insert and then rebuilds the target partitions the batch touched (``repair``).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from chmv_assets import settings
 from chmv_assets.ddl.grains import PARTITION_FUNCTIONS, Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef, Project, Table
@@ -50,12 +52,22 @@ from chmv_assets.engine.ingest.cutoff import (
     source_gate,
 )
 from chmv_assets.engine.pacing.pacer import Pacer, chunks, pacer_for, written_by_insert
-from chmv_assets.engine.rebuild.executor import repair_interrupted_load
+from chmv_assets.engine.rebuild.executor import Stager, repair_interrupted_load
 from chmv_assets.engine.statements import chunk_id, statement_id, wait_for_orphans
 from chmv_assets.engine.watermarks import begin_load, commit_load
 from chmv_assets.errors import LandingZoneError, ServerBusy
-from chmv_assets.sql.quoting import qualified, quote
-from spark.staging import SparkStager, stage
+from chmv_assets.sql.ingest_sql import (
+    anti_join_insert_sql,
+    count_sql,
+    in_run,
+    newest_sql,
+    past_lower_bound,
+    staged_stats_sql,
+    staged_units_sql,
+    time_unit,
+)
+
+_LOG = logging.getLogger(__name__)
 
 #: Settings of the load's INSERT: a batch may span several source partitions.
 INSERT_SETTINGS = {"max_partitions_per_insert_block": 0, "insert_deduplicate": 0}
@@ -88,34 +100,32 @@ def batch_id_of(source: ObjectRef, lower: datetime | None, files: list[landing.L
 
 
 def ingest(
-    spark,
+    stager: Stager,
     clickhouse: ClientFactory,
     loaded: LoadedProject,
     source: ObjectRef,
     *,
     root: Path | None = None,
     days: set[str] | None = None,
-    log: Callable[[str], None] | None = None,
 ) -> IngestResult:
     """Load the landing-zone rows of ``source`` newer than its watermark (minus the late tolerance).
 
     Args:
-        spark: A SparkSession.
+        stager: The provider of staged rows (Spark: ``spark.staging.SparkStager``): stages the landing files, and
+            the partitions a repair rebuilds from the landing zone.
         clickhouse: The resource (clients are opened per step, after the gate).
         root: Landing zone root; default from the configuration.
         days: Only landing files of these arrival days (``YYYY-MM-DD``), for a partitioned asset.
-        log: Progress sink.
 
     Raises:
         LandingZoneError: A file is corrupt or has the wrong schema (the watermark does not move and
             nothing is inserted).
     """
-    say = log or (lambda _msg: None)
     started = time.monotonic()
     root = root or landing.landing_dir(loaded)
     if root is None:
         raise LandingZoneError(
-            f"no landing zone configured: set [ingestion] landing_dir in chmv.toml or ${landing.LANDING_ENV}"
+            f"no landing zone configured: set [ingestion] landing_dir in chmv.toml or ${settings.LANDING_DIR.name}"
         )
     table = loaded.project.table(source)
     if table is None:
@@ -130,14 +140,14 @@ def ingest(
     columns, rows_read = landing.check_files(files, table)
     keys = landing.dedup_keys(loaded, source, columns)
     batch_id = batch_id_of(source, lower, files)
-    say(
+    _LOG.info(
         f"{source.fqn}: batch {batch_id}, {len(files)} files, {rows_read} rows, watermark "
         f"{mark.last_processed_ts if mark else None}, loading event time > {lower}"
     )
     folder = staging.staging_dir("ingest", [source], batch_id)
     if files:
         crash_point("ingest:before_stage")
-        stage(spark, [f.path for f in files], columns, tcol, keys, folder, after=lower)
+        stager([f.path for f in files], columns, tcol, keys, folder, after=lower)
     rows_staged = staging.staged_rows(folder)
     crash_point("ingest:staged")
 
@@ -152,13 +162,15 @@ def ingest(
             client, [insert_id(source, b) for b in earlier], timeout=loaded.config.rebuild.insert_wait_seconds
         )
         if waited:
-            say(f"{source.fqn}: waited for the insert of an interrupted load still running on the server: {waited}")
+            _LOG.info(
+                f"{source.fqn}: waited for the insert of an interrupted load still running on the server: {waited}"
+            )
         sid = ingestion_source_id(source)
         intent = begin_load(client, sid, source.fqn, batch_id, mark)
         crash_point("ingest:intent")
         inserted, newest, oldest = 0, None, None
         if rows_staged:
-            load = _Load(pacer_for(client, loaded.config.pacing, say), loaded, table, folder, columns, tcol, keys)
+            load = _Load(pacer_for(client, loaded.config.pacing), loaded, table, folder, columns, tcol, keys)
             try:
                 inserted, newest, oldest = load.insert(client, lower, insert_id(source, batch_id))
             except ServerBusy as busy:
@@ -174,7 +186,7 @@ def ingest(
                 ) from busy
         crash_point("ingest:inserted")
         if interrupted:
-            say(f"{source.fqn}: the previous load died during its insert; rebuilding the partitions it touched")
+            _LOG.info(f"{source.fqn}: the previous load died during its insert; rebuilding the partitions it touched")
             repaired = repair_interrupted_load(
                 client,
                 loaded,
@@ -183,8 +195,7 @@ def ingest(
                 until=newest or before,
                 cutoff=lower,
                 root=root,
-                stager=SparkStager(spark),
-                log=say,
+                stager=stager,
             )
         committed = commit_load(client, sid, source.fqn, batch_id, newest=newest, rows=inserted, previous=intent)
         crash_point("ingest:committed")
@@ -202,7 +213,7 @@ def ingest(
         repaired,
         time.monotonic() - started,
     )
-    say(
+    _LOG.info(
         f"{source.fqn}: batch {batch_id} inserted {inserted} of {rows_staged} staged rows; watermark "
         f"{before} -> {committed.last_processed_ts}"
     )
@@ -237,57 +248,42 @@ class _Load:
     def insert(self, client, lower: datetime | None, query_id: str) -> tuple[int, datetime | None, datetime | None]:
         """Insert the staged rows past ``lower`` the source does not hold; (rows inserted, newest and oldest staged
         event time)."""
-        ref, tcol = self.table.ref, quote(self.tcol)
-        cols = ", ".join(quote(c) for c in self.columns)
-        key_sql = "(" + ", ".join(quote(k) for k in self.keys) + ")"
-        window = f"{tcol} > {{lower:DateTime64(6)}}" if lower is not None else "1"
+        ref, tcol = self.table.ref, self.tcol
+        window = past_lower_bound(tcol, lower)
         params: dict = {
             "path": staging.staged_glob(self.folder),
             "structure": staging.structure(self.table, self.columns),
         }
-        if lower is not None:
-            params["lower"] = lower
-        relation = "file({path:String}, Parquet, {structure:String})"
-        stats = client.query(
-            f"SELECT count(), max({tcol}), min({tcol}) FROM {relation}", parameters=params
-        ).result_rows[0]
+        stats = client.query(staged_stats_sql(tcol), parameters=params).result_rows[0]
         # the staged rows' days (hours where a table it writes is partitioned by hour), cut into runs of at most the
         # partitions one insert may write
-        unit = f"toUnixTimestamp(toStartOf{self.unit}({tcol}))"
+        unit = time_unit(tcol, self.unit)
         limit = self.pacer.partitions_per_insert() if self.pacer.rules.enabled else 0
-        units = [
-            int(u)
-            for (u,) in client.query(
-                f"SELECT DISTINCT {unit} AS u FROM {relation} WHERE {window} ORDER BY u", parameters=params
-            ).result_rows
-        ]
+        units = [int(u) for (u,) in client.query(staged_units_sql(unit, window), parameters=params).result_rows]
         runs = chunks(units, limit)
         if len(runs) > 1:
-            self.pacer.say(
+            _LOG.info(
                 f"{ref.fqn}: {len(units)} {self.unit.lower()}s of rows, in {len(runs)} inserts of at most {limit}"
             )
         inserted = 0
         for number, run in enumerate(runs, start=1):
-            where = window if len(runs) == 1 else f"{window} AND {unit} BETWEEN {run[0]} AND {run[-1]}"
-            count_sql = f"SELECT count() FROM {qualified(ref)} WHERE {where}"
-            before = int(client.query(count_sql, parameters=params).result_rows[0][0])
-            sql = (
-                f"INSERT INTO {qualified(ref)} ({cols}) SELECT {cols} FROM {relation} WHERE {where} AND {key_sql} "
-                f"NOT IN (SELECT {', '.join(quote(k) for k in self.keys)} FROM {qualified(ref)} WHERE {window})"
-            )
+            where = window if len(runs) == 1 else in_run(window, unit, run[0], run[-1])
+            counted = count_sql(ref, where)
+            before = int(client.query(counted, parameters=params).result_rows[0][0])
+            sql = anti_join_insert_sql(ref, self.columns, self.keys, where, window)
             settings = {**INSERT_SETTINGS, "query_id": chunk_id(query_id, number)}
 
             def statement(sql: str = sql, settings: dict = settings) -> None:
                 client.command(sql, parameters=params, settings=settings)
 
-            def unchanged(before: int = before, count_sql: str = count_sql) -> bool:
-                return int(client.query(count_sql, parameters=params).result_rows[0][0]) == before
+            def unchanged(before: int = before, counted: str = counted) -> bool:
+                return int(client.query(counted, parameters=params).result_rows[0][0]) == before
 
             what = f"{ref.fqn}: insert {number}/{len(runs)} of the batch"
             self.pacer.run(what, statement, watch=self.watch, unchanged=unchanged)
-            inserted += int(client.query(count_sql, parameters=params).result_rows[0][0]) - before
+            inserted += int(client.query(counted, parameters=params).result_rows[0][0]) - before
             if number < len(runs):  # where a later insert that gives up leaves the load
-                end = client.query(f"SELECT max({tcol}) FROM {relation} WHERE {where}", parameters=params)
+                end = client.query(newest_sql(tcol, where), parameters=params)
                 self.done = (inserted, end.result_rows[0][0])
         return inserted, (stats[1] if stats[0] else None), (stats[2] if stats[0] else None)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ddl_testing import ref
 
-from asset_checks.drift import DriftPlan, drift_fix_markdown
+from chmv_assets.engine.lifecycle.drift_fix import DriftPlan, drift_fix_markdown
 from chmv_assets.engine.lifecycle.plan import Action, Change, LifecyclePlan
 
 ERRORS, ERRORS_MV = ref("analytics.error_events"), ref("analytics.errors_mv")

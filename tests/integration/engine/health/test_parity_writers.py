@@ -7,10 +7,10 @@ from datetime import datetime
 import pytest
 from writers_testing import ThreadWriter, load_rows, write_project
 
-from asset_checks.parity import RACE_CHECKS, parity_for_partition, parity_for_partitions
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import window_at
+from chmv_assets.engine.health.parity import RACE_CHECKS, parity_for_partition, parity_for_partitions
 from chmv_assets.engine.lifecycle.deploy import apply
 from resources.clickhouse import ClickHouseResource
 

@@ -1,5 +1,5 @@
-"""The drift check's verdict: the engine's diff of the server against the DDL directory, as a readable report,
-and the part of the lifecycle plan (``chmv plan``) that fixes a drifting target, with how to run it."""
+"""The part of the lifecycle plan (``chmv plan``) that fixes a drifting target, with how to run it: what the drift
+check (:mod:`chmv_assets.engine.health.schema_drift`) links a failing target to."""
 
 from __future__ import annotations
 
@@ -13,32 +13,10 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.engine.drift import DriftItem, drift_report, involved_objects_of, normalize_type
+from chmv_assets.engine.drift import involved_objects_of
 from chmv_assets.engine.lifecycle.plan import LifecyclePlan
 from chmv_assets.engine.lifecycle.planner import plan_lifecycle
 from chmv_assets.errors import ChmvError
-
-__all__ = [
-    "DriftItem",
-    "DriftPlan",
-    "drift_fix_markdown",
-    "drift_markdown",
-    "drift_report",
-    "normalize_type",
-    "plan_for_drift",
-]
-
-
-def drift_markdown(items: list[DriftItem]) -> str:
-    """A table of the differences, and a unified diff per changed SELECT."""
-    if not items:
-        return "no drift: the server matches the DDL directory"
-    lines = ["| object | drift | repo | live |", "|---|---|---|---|"]
-    lines += [f"| {i.object} | {i.kind} | {i.repo.replace('|', '/')} | {i.live.replace('|', '/')} |" for i in items]
-    for item in items:
-        if item.diff:
-            lines += ["", f"**{item.object}** SELECT (live → repo):", "```diff", item.diff, "```"]
-    return "\n".join(lines)
 
 
 @dataclass(frozen=True)

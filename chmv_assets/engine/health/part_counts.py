@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.models import ObjectRef, Table
+from chmv_assets.engine.health.verdicts import PartVerdict
+from chmv_assets.engine.parts import read_partitions
 
 SETTINGS = ("parts_to_delay_insert", "parts_to_throw_insert", "max_parts_in_total")
 #: Consecutive rising evaluations (current included) that count as "climbing".
@@ -33,12 +35,6 @@ class PartCount:
     max_in_partition: int
     partition: str | None
     by_partition: tuple[tuple[str, int], ...] = ()
-
-
-@dataclass(frozen=True)
-class PartVerdict:
-    severity: str  # ok | warning | error
-    message: str
 
 
 def server_thresholds(client: Client) -> dict[str, int]:
@@ -61,22 +57,17 @@ def table_thresholds(server: dict[str, int], table: Table | None) -> dict[str, i
 
 
 def part_counts(client: Client, tables: Iterable[ObjectRef]) -> dict[ObjectRef, PartCount]:
-    """Active parts per table and in its busiest partition, for all tables in one query."""
+    """Active parts per table and in its busiest partition, for all tables in one query
+    (:func:`chmv_assets.engine.parts.read_partitions`)."""
     tables = list(tables)
     if not tables:
         return {}
-    rows = client.query(
-        "SELECT database, table, sum(c), max(c), argMax(partition_id, c), arraySort(groupArray((partition_id, c))) FROM ("
-        " SELECT database, table, partition_id, count() AS c FROM system.parts"
-        " WHERE active AND database IN {dbs:Array(String)} AND table IN {names:Array(String)}"
-        " GROUP BY database, table, partition_id) GROUP BY database, table",
-        parameters={"dbs": sorted({t.database for t in tables}), "names": sorted({t.name for t in tables})},
-    ).result_rows
-    found = {
-        ObjectRef(database=d, name=t): PartCount(f"{d}.{t}", int(s), int(m), p, tuple((str(k), int(c)) for k, c in per))
-        for d, t, s, m, p, per in rows
-    }
-    return {t: found.get(t, PartCount(t.fqn, 0, 0, None)) for t in tables}
+    out = {}
+    for table, partitions in read_partitions(client, tables).items():
+        per = tuple(sorted((p.partition_id, p.parts) for p in partitions))
+        busiest = max(per, key=lambda item: item[1], default=(None, 0))
+        out[table] = PartCount(table.fqn, sum(c for _, c in per), busiest[1], busiest[0], per)
+    return out
 
 
 def assess(count: PartCount, thresholds: dict[str, int], history: Sequence[int]) -> PartVerdict:

@@ -20,21 +20,21 @@ because the source was truncated.
 """
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from asset_checks.common import SELF_DEDUP_ENGINES, involved_objects, missing_message
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.ddl.models import MaterializedView, ObjectRef, Table
+from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme, time_of
 from chmv_assets.engine import races
 from chmv_assets.engine.catalog import existing_objects, live_table
-from chmv_assets.engine.clock import wall_now
-from chmv_assets.engine.drift import DriftItem, apply_pending, describe_pending
+from chmv_assets.engine.clock import session_zone, wall_now
+from chmv_assets.engine.drift import DriftItem, apply_pending, describe_pending, involved_objects_of
+from chmv_assets.engine.health.verdicts import SELF_DEDUP_ENGINES, Measure, ParityResult
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest.lake_read import lake_relation
 from chmv_assets.engine.rebuild.coverage import mappings, observe_coverage
@@ -42,100 +42,10 @@ from chmv_assets.engine.rebuild.planner import spark_capable, streamed_triggers,
 from chmv_assets.engine.rebuild.steps import race_ranges
 from chmv_assets.errors import ChmvError
 from chmv_assets.sql.quoting import qualified, quote
-from chmv_assets.sql.rebuild_sql import partition_expression, partition_filter, range_select, view_select
+from chmv_assets.sql.rebuild_sql import partition_expression, partition_filter, range_select
 
 #: Aggregate functions whose -Merge over a whole partition equals the -Merge of the recompute exactly.
 ADDITIVE = {"sum", "count", "sumWithOverflow", "sumKahan"}
-
-
-@dataclass(frozen=True)
-class Measure:
-    """One figure compared between the target and the recompute."""
-
-    name: str
-    expected: float
-    actual: float
-
-    @property
-    def delta(self) -> float:
-        return self.actual - self.expected
-
-
-@dataclass(frozen=True)
-class ParityResult:
-    """The parity of one target partition.
-
-    Attributes:
-        target: ``db.table``.
-        partition: The partition key, None for the whole table.
-        measures: Figures compared; the first is the headline (expected/actual/delta metadata).
-        tolerance: Allowed relative difference.
-        in_grace: The partition is the newest one and still inside the processing-latency grace.
-        missing: Objects that do not exist on the server (the check fails with that message).
-        error: A query error (an MV whose SELECT throws on the source rows, say).
-        sql: The query that was run.
-        truth: What the recompute read: ``source`` (the trigger tables) or ``landing zone`` (the lake up
-            to the ingestion cutoff, the tables after it), as a rebuild would.
-        unverifiable: Why the partition cannot be checked (its rows live neither in the source nor in the
-            landing zone); such a partition is reported, not failed.
-    """
-
-    target: str
-    partition: str | None
-    measures: tuple[Measure, ...] = ()
-    tolerance: float = 0.0
-    in_grace: bool = False
-    missing: tuple[str, ...] = ()
-    error: str | None = None
-    sql: str = ""
-    notes: tuple[str, ...] = field(default=())
-    truth: str = "source"
-    unverifiable: str | None = None
-
-    @property
-    def within_tolerance(self) -> bool:
-        if self.missing or self.error or self.unverifiable:
-            return False
-        return all(abs(m.delta) <= self.tolerance * max(abs(m.expected), 1.0) for m in self.measures)
-
-    @property
-    def holds_more(self) -> bool:
-        """The target holds more than the recompute yields, beyond the tolerance, in some measure: the one mismatch
-        a source that lost rows (retention) can explain, so coverage is worth observing."""
-        return any(m.delta > self.tolerance * max(abs(m.expected), 1.0) for m in self.measures)
-
-    @property
-    def passed(self) -> bool:
-        if self.missing or self.error:
-            return False
-        return self.within_tolerance or self.in_grace or self.unverifiable is not None
-
-    @property
-    def expected(self) -> float:
-        return self.measures[0].expected if self.measures else 0.0
-
-    @property
-    def actual(self) -> float:
-        return self.measures[0].actual if self.measures else 0.0
-
-    @property
-    def delta(self) -> float:
-        return self.actual - self.expected
-
-    def describe(self) -> str:
-        where = f"{self.target} partition {self.partition}" if self.partition else self.target
-        if self.missing:
-            return f"{where}: {missing_message(ObjectRef(database=m.split('.')[0], name=m.split('.', 1)[1]) for m in self.missing)}"
-        if self.error:
-            return f"{where}: the parity query failed: {self.error}"
-        if self.unverifiable:
-            return f"{where}: not verifiable: {self.unverifiable}"
-        figures = "; ".join(f"{m.name}: expected {m.expected:g}, actual {m.actual:g}" for m in self.measures)
-        verdict = (
-            "ok" if self.within_tolerance else ("mismatch inside the grace period" if self.in_grace else "MISMATCH")
-        )
-        against = "" if self.truth == "source" else f", against the {self.truth}"
-        return f"{where}: {verdict} ({figures}{against})"
 
 
 def measures_for(table: Table, views: Sequence[MaterializedView] = ()) -> list[tuple[str, str, str]]:
@@ -223,11 +133,13 @@ def parity_sql(
     window: PartitionWindow | None,
     live: ObjectRef | None = None,
     *,
+    zone: str,
     trigger_relations: Mapping[ObjectRef, str] | None = None,
 ) -> str:
     """One query returning two rows, ``('actual', m0, m1, …)`` and ``('expected', m0, m1, …)``.
 
     Args:
+        zone: The session's time zone (:func:`chmv_assets.engine.clock.session_zone`): the window's wall clock.
         trigger_relations: Per trigger, a relation to recompute from instead of the table (the landing zone's).
     """
     project = loaded.project
@@ -238,31 +150,24 @@ def parity_sql(
     scheme = partition_scheme(table, views)
     if not scheme.partitioned:
         window = None
-    measures = measures_for(table, views)
+    actual_cols, expected_cols = _measure_columns(table, views)
     target_where = ""
     if window is not None and table.partition_by is not None:
-        target_where = f" WHERE {partition_filter(table, scheme, window)}"
-    final = " FINAL" if table.engine is not None and table.engine.family in SELF_DEDUP_ENGINES else ""
-    actual_cols = ", ".join(f"toFloat64({a}) AS m{i}" for i, (_, a, _e) in enumerate(measures))
-    expected_cols = ", ".join(f"toFloat64({e}) AS m{i}" for i, (_, _a, e) in enumerate(measures))
-    recomputes = []
-    for view in views:
-        relation = None
-        source = project.table(view.trigger) if view.trigger else None
-        if source is not None and source.engine is not None and source.engine.family in SELF_DEDUP_ENGINES:
-            relation = f"{qualified(view.trigger)} FINAL"
-        if trigger_relations and view.trigger in trigger_relations:
-            relation = trigger_relations[view.trigger]
-        recomputes.append(view_select(view, project, table, scheme, window, trigger_relation=relation))
-    union = " UNION ALL ".join(f"({sql})" for sql in recomputes)
+        target_where = f" WHERE {partition_filter(table, scheme, window, zone=zone)}"
+    union = _recomputes(project, views, table, scheme, [window], trigger_relations, zone=zone)
     return (
-        f"SELECT 'actual' AS side, {actual_cols} FROM {qualified(live or target)}{final}{target_where} "
+        f"SELECT 'actual' AS side, {actual_cols} FROM {_read(table, live or target)}{target_where} "
         f"UNION ALL SELECT 'expected' AS side, {expected_cols} FROM ({union})"
     )
 
 
 def partitions_parity_sql(
-    loaded: LoadedProject, target: ObjectRef, windows: Sequence[PartitionWindow], live: ObjectRef | None = None
+    loaded: LoadedProject,
+    target: ObjectRef,
+    windows: Sequence[PartitionWindow],
+    live: ObjectRef | None = None,
+    *,
+    zone: str,
 ) -> str:
     """:func:`parity_sql` of several partitions in one query: rows ``(side, partition, m0, m1, …)`` per partition.
 
@@ -279,26 +184,57 @@ def partitions_parity_sql(
         raise ChmvError(f"{target.fqn} is not a partitioned table defined in the DDL directory")
     views = project.views_into(target)
     scheme = partition_scheme(table, views)
-    measures = measures_for(table, views)
-    final = " FINAL" if table.engine is not None and table.engine.family in SELF_DEDUP_ENGINES else ""
+    actual_cols, expected_cols = _measure_columns(table, views)
     key = f"({table.partition_by.sql})"
-    keep = " OR ".join(f"{key} = ({partition_expression(table, scheme, w)})" for w in windows)
-    actual_cols = ", ".join(f"toFloat64({a}) AS m{i}" for i, (_, a, _e) in enumerate(measures))
-    expected_cols = ", ".join(f"toFloat64({e}) AS m{i}" for i, (_, _a, e) in enumerate(measures))
-    recomputes = []
-    for view in views:
-        source = project.table(view.trigger) if view.trigger else None
-        dedup = source is not None and source.engine is not None and source.engine.family in SELF_DEDUP_ENGINES
-        relation = f"{qualified(view.trigger)} FINAL" if dedup and view.trigger else None
-        recomputes.append(
-            range_select(view, project, table, scheme, windows, trigger_relation=relation, only_windows=False)
-        )
-    union = " UNION ALL ".join(f"({sql})" for sql in recomputes)
+    keep = " OR ".join(f"{key} = ({partition_expression(table, scheme, w, zone=zone)})" for w in windows)
+    union = _recomputes(project, views, table, scheme, windows, None, zone=zone, only_windows=False)
     return (
-        f"SELECT 'actual' AS side, {key} AS _chmv_partition, {actual_cols} FROM {qualified(live or target)}{final} "
+        f"SELECT 'actual' AS side, {key} AS _chmv_partition, {actual_cols} FROM {_read(table, live or target)} "
         f"WHERE {keep} GROUP BY _chmv_partition UNION ALL SELECT 'expected' AS side, {key} AS _chmv_partition, "
         f"{expected_cols} FROM ({union}) GROUP BY _chmv_partition"
     )
+
+
+def _measure_columns(table: Table, views: Sequence[MaterializedView]) -> tuple[str, str]:
+    """The measures (:func:`measures_for`) as the target's side and the recompute's side select them."""
+    measures = measures_for(table, views)
+    actual = ", ".join(f"toFloat64({a}) AS m{i}" for i, (_, a, _e) in enumerate(measures))
+    expected = ", ".join(f"toFloat64({e}) AS m{i}" for i, (_, _a, e) in enumerate(measures))
+    return actual, expected
+
+
+def _read(table: Table, ref: ObjectRef) -> str:
+    """The target's side as readers see it (``FINAL`` where its engine deduplicates)."""
+    final = " FINAL" if table.engine is not None and table.engine.family in SELF_DEDUP_ENGINES else ""
+    return f"{qualified(ref)}{final}"
+
+
+def _recomputes(
+    project: Project,
+    views: Sequence[MaterializedView],
+    table: Table,
+    scheme: PartitionScheme,
+    windows: Sequence[PartitionWindow | None],
+    trigger_relations: Mapping[ObjectRef, str] | None,
+    *,
+    zone: str,
+    only_windows: bool = True,
+) -> str:
+    """Every MV's own SELECT over ``windows`` (:func:`~chmv_assets.sql.rebuild_sql.range_select`), ``UNION ALL``: each
+    trigger read ``FINAL`` where it deduplicates itself, or from ``trigger_relations``."""
+    recomputes = []
+    for view in views:
+        relation = None
+        source = project.table(view.trigger) if view.trigger else None
+        if source is not None and source.engine is not None and source.engine.family in SELF_DEDUP_ENGINES:
+            relation = f"{qualified(view.trigger)} FINAL"
+        if trigger_relations and view.trigger in trigger_relations:
+            relation = trigger_relations[view.trigger]
+        select = range_select(
+            view, project, table, scheme, windows, zone=zone, trigger_relation=relation, only_windows=only_windows
+        )
+        recomputes.append(f"({select})")
+    return " UNION ALL ".join(recomputes)
 
 
 def parity_for_partitions(
@@ -396,7 +332,7 @@ def _parity_for_partitions(
         )
     assert table is not None
     config = loaded.config.parity
-    involved = involved_objects(loaded, target_ref)
+    involved = involved_objects_of(loaded.project, target_ref)
     missing = set(involved) - existing_objects(client, involved) - set(project.dictionaries)
     if missing:
         names = tuple(sorted(m.fqn for m in missing))
@@ -428,9 +364,10 @@ def _parity_for_partitions(
     sql, rows = "", {}  # (side, partition key) -> figures
     try:
         if by_source:
-            sql = partitions_parity_sql(loaded, target_ref, by_source, live)
+            zone = session_zone(client)
+            sql = partitions_parity_sql(loaded, target_ref, by_source, live, zone=zone)
             values = client.query(
-                "SELECT " + ", ".join(partition_expression(table, scheme, w) for w in by_source)
+                "SELECT " + ", ".join(partition_expression(table, scheme, w, zone=zone) for w in by_source)
             ).result_rows[0]
             keys = dict(zip(values, (w.key for w in by_source), strict=True))
             kinds = {type(v) for v in values}
@@ -479,7 +416,8 @@ def parity_for_partition(
     root: Path | None = None,
     live: ObjectRef | None = None,
 ) -> ParityResult:
-    """Compare one target partition with what its MVs' own SELECT yields over the same source window.
+    """Compare one target partition with what its MVs' own SELECT yields over the same source window: the
+    :func:`parity_for_partitions` of a batch of one.
 
     Where the source no longer holds the partition, the recompute reads the landing zone as a rebuild
     would, or the partition is reported not verifiable (see the module docstring).
@@ -496,13 +434,7 @@ def parity_for_partition(
     Returns:
         The figures; a missing object or a failing query is reported in the result, never raised.
     """
-    return _against_writes(
-        client,
-        loaded,
-        target_ref,
-        [window],
-        lambda ws: _parity_each(client, loaded, target_ref, ws, now=now, root=root, live=live),
-    )[0]
+    return parity_for_partitions(client, loaded, target_ref, [window], now=now, root=root, live=live)[0]
 
 
 #: Comparisons of a partition whose sources keep receiving rows of its window during them, before it is reported
@@ -554,7 +486,10 @@ def _against_writes(
         races.wait_for_inserts(client, names, INSERT_WAIT_SECONDS)
         checked = [windows[i] for i in pending]
         got = evaluate(checked)
-        ranges = race_ranges(project, target, scheme, checked) | {target: _target_ranges(table, scheme, checked)}
+        zone = session_zone(client)
+        ranges = race_ranges(project, target, scheme, checked, zone=zone) | {
+            target: _target_ranges(table, scheme, checked, zone)
+        }
         raced = set(races.raced_windows(client, seen, ranges))
         last = dict(zip(pending, got, strict=True))
         results |= {i: r for n, (i, r) in enumerate(last.items()) if n not in raced or r.passed}
@@ -573,14 +508,14 @@ def _against_writes(
 
 
 def _target_ranges(
-    table: Table, scheme: PartitionScheme, windows: Sequence[PartitionWindow | None]
+    table: Table, scheme: PartitionScheme, windows: Sequence[PartitionWindow | None], zone: str
 ) -> list[str | None]:
     """Per window, the target's own rows in it (None: any row). A block committed to a source before the watch can
     still be on its way to the target (its MV output lands after it, and an asynchronous insert's flush shows in no
     process list): its output arriving during the comparison races it as a source row would."""
     if table.partition_by is None or not scheme.partitioned:
         return [None for _ in windows]
-    return [None if w is None else partition_filter(table, scheme, w) for w in windows]
+    return [None if w is None else partition_filter(table, scheme, w, zone=zone) for w in windows]
 
 
 def _parity_each(
@@ -616,7 +551,7 @@ def _parity_each(
             ParityResult(target_ref.fqn, w.key if w else None, tolerance=config.tolerance, unverifiable=waiting)
             for w in windows
         ]
-    involved = involved_objects(loaded, target_ref)
+    involved = involved_objects_of(loaded.project, target_ref)
     missing = set(involved) - existing_objects(client, involved)
     missing -= set(loaded.project.dictionaries)  # dictionaries are checked by drift, parity does not read them
     if missing:
@@ -703,7 +638,7 @@ def _parity(
                 target_ref.fqn, partition, tolerance=config.tolerance, in_grace=in_grace, unverifiable=truth
             )
         relations, label, notes = truth
-        sql = parity_sql(loaded, target_ref, window, live, trigger_relations=relations)
+        sql = parity_sql(loaded, target_ref, window, live, zone=session_zone(client), trigger_relations=relations)
         rows = {row[0]: row[1:] for row in client.query(sql).result_rows}
     except (ClickHouseError, ChmvError) as err:  # a failing recompute is a parity failure with its reason
         return ParityResult(target_ref.fqn, partition, tolerance=config.tolerance, error=_first_line(err), sql=sql)

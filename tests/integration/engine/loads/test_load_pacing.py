@@ -26,9 +26,11 @@ from chmv_assets import demo_data
 from chmv_assets.ddl.config import PacingConfig
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.engine.ingest.cutoff import ingestion_source_id
+from chmv_assets.engine.loads.load import ingest
 from chmv_assets.engine.watermarks import read_watermark
+from chmv_assets.engine_logs import engine_messages
 from chmv_assets.errors import ServerBusy
-from spark.ingest import ingest
+from spark.staging import SparkStager
 
 pytestmark = pytest.mark.worker_seconds(60)
 
@@ -124,14 +126,15 @@ def test_a_range_run_over_many_days_of_a_new_source_is_cut_into_inserts_and_exac
     engine = copy_engine(base, tmp_path / "chdb")
     loaded = _loaded(example, root, max_partitions_per_insert=40)
     log: list[str] = []
-    result = ingest(spark, engine, loaded, SOURCE, days=_range(), log=log.append)
+    with engine_messages(log.append):
+        result = ingest(SparkStager(spark), engine, loaded, SOURCE, days=_range())
     assert result.files == DAYS and result.rows_inserted == distinct
     assert "analytics.raw_events: 150 days of rows, in 4 inserts of at most 40" in log
     assert not [line for line in log if "waiting" in line or "refused" in line]  # an idle server: no wait
     with engine.get_client() as client:
         _assert_exact(client, loaded, distinct)
         assert read_watermark(client, ingestion_source_id(SOURCE), SOURCE.fqn).status == "committed"
-    again = ingest(spark, engine, loaded, SOURCE, days=_range())
+    again = ingest(SparkStager(spark), engine, loaded, SOURCE, days=_range())
     assert again.rows_inserted == 0  # a replay inserts nothing
 
 
@@ -143,14 +146,14 @@ def test_under_merge_pressure_an_unpaced_load_fails_and_a_paced_one_waits_and_co
     with unpaced.get_client() as client:
         _press(client)
         with pytest.raises(DatabaseError, match="TOO_MANY_PARTS"):
-            ingest(spark, _Held(client), _loaded(example, root, enabled=False), SOURCE, days=_range())
+            ingest(SparkStager(spark), _Held(client), _loaded(example, root, enabled=False), SOURCE, days=_range())
 
     engine = copy_engine(base, tmp_path / "chdb")
     loaded = _loaded(example, root, max_partitions_per_insert=30)
     log: list[str] = []
-    with engine.get_client() as client:
+    with engine.get_client() as client, engine_messages(_relieve(tmp_path / "chdb", log)):
         _press(client)
-        result = ingest(spark, _Held(client), loaded, SOURCE, days=_range(), log=_relieve(tmp_path / "chdb", log))
+        result = ingest(SparkStager(spark), _Held(client), loaded, SOURCE, days=_range())
         assert result.rows_inserted == distinct
         _assert_exact(client, loaded, distinct, where="event_type != 'seed'")
     waits = [line for line in log if ": waiting " in line]
@@ -168,7 +171,7 @@ def test_a_load_that_gives_up_keeps_what_it_inserted_and_the_next_load_takes_the
         client.command("ALTER TABLE analytics.events_agg MODIFY SETTING parts_to_delay_insert = 3")
         client.command("SYSTEM STOP MERGES analytics.events_agg")
         with pytest.raises(ServerBusy) as raised:  # each insert of ten days adds a part to August: the fourth waits
-            ingest(spark, _Held(client), loaded, SOURCE, days=_range())
+            ingest(SparkStager(spark), _Held(client), loaded, SOURCE, days=_range())
         mark = read_watermark(client, ingestion_source_id(SOURCE), SOURCE.fqn)
         loaded_rows = int(client.command("SELECT count() FROM analytics.raw_events"))
     message = str(raised.value)
@@ -181,7 +184,7 @@ def test_a_load_that_gives_up_keeps_what_it_inserted_and_the_next_load_takes_the
     # the operator puts the limit back (and merges run again in a fresh session): the next load takes the rest
     with engine.get_client() as client:
         client.command("ALTER TABLE analytics.events_agg RESET SETTING parts_to_delay_insert")
-    result = ingest(spark, engine, loaded, SOURCE, days=_range())
+    result = ingest(SparkStager(spark), engine, loaded, SOURCE, days=_range())
     assert result.rows_inserted == distinct - loaded_rows
     with engine.get_client() as client:
         _assert_exact(client, loaded, distinct)
