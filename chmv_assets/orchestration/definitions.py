@@ -48,7 +48,11 @@ def build_definitions(
     if clickhouse.is_embedded:  # what the embedded engine runs: the local twin of the DDL (docs/any-schema.md)
         loaded = twin_of(loaded)
     with gc_paused():
-        return _assemble(loaded, clickhouse, translator)
+        defs = _assemble(loaded, clickhouse, translator)
+        # Resolved here, while the collector is paused (Dagster memoizes it): resolving builds as many objects
+        # again, and collection passes over them cost ~0.13 s of a warm load at 1,000 MVs.
+        defs.get_repository_def()
+    return defs
 
 
 def _assemble(loaded: LoadedProject, clickhouse: ClickHouseResource, translator: ChmvTranslator) -> Definitions:
