@@ -10,6 +10,7 @@ import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
+import clickhouse_connect
 import pytest
 from chmv_check_helpers import TRANSLATOR, evaluations, execute, ref, requested, run_checks, run_parity, tick
 from conftest import EXAMPLE_DDL, make_engine
@@ -79,10 +80,13 @@ def test_health_checks_carry_their_numbers_and_send_failures_with_what_to_do(tmp
     try:
         loaded = load(EXAMPLE_DDL, alert_webhook=f"http://127.0.0.1:{server.server_port}/alerts")
         engine = copy_engine(base, tmp_path / "chdb")
-        with engine.get_client() as client:
-            _fail_a_mutation(client)
-            _fail_a_mutation(client, "all_events")  # a source: reported by the three targets its MVs write
-            client.command("DETACH TABLE analytics.audit_mv PERMANENTLY")
+        # The engine stays up through the checks, as a server would: a mutation's fail reason lives in the server's
+        # memory only, so each reopening of the embedded engine (a server's restart) shows a failed mutation as
+        # merely pending until the server has tried it again (docs/pacing-and-health.md).
+        running = clickhouse_connect.get_client(dsn=engine.resolved_dsn)
+        _fail_a_mutation(running)
+        _fail_a_mutation(running, "all_events")  # a source: reported by the three targets its MVs write
+        running.command("DETACH TABLE analytics.audit_mv PERMANENTLY")
         instance = DagsterInstance.local_temp(str(tmp_path))
         result = run_checks(loaded, engine, health_check_keys(loaded, TRANSLATOR), instance)
         by_table = {tuple(e.asset_key.path): e for e in evaluations(result, HEALTH)}
@@ -119,6 +123,7 @@ def test_health_checks_carry_their_numbers_and_send_failures_with_what_to_do(tmp
         assert source["kind"] == "check_failed" and source["details"]["finding"] == "mutation_failed"
         targets = ["analytics.audit_log", "analytics.error_events", "analytics.metric_events"]
         assert sorted(source["details"]["targets"]) == targets
+        running.close()
     finally:
         server.shutdown()
 
