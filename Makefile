@@ -26,15 +26,16 @@ demo: install
 	$(BIN)/chmv load-demo --ddl-dir examples/ddl --landing-dir $(CHMV_STATE_DIR)/landing
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
-# Two workers, one test file each at a time (a module's `dagster dev` or Spark session stays in its worker):
-# the suite waits on daemons, Spark and dagster dev as much as it computes, so two workers overlap the waits.
+# Three workers on two cores, one test file each at a time (a module's `dagster dev` or Spark session stays in its
+# worker): the suite waits on daemons (the backfill daemon ticks every 30 s), Spark and dagster dev as much as it
+# computes, so a third worker computes while two wait.
 # Modules go out longest first (their `worker_seconds` mark, tests/conftest.py), not xdist's most-tests-first,
 # which left the longest modules (a `dagster dev` each) to run alone at the end.
 test: install chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
-	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder
 
 # The browser tests drive the system Chromium (Playwright cannot download browsers here): install it when
 # missing and running as root; otherwise tests/test_ui.py skips its browser test and says why.

@@ -24,7 +24,7 @@ os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest modules first: ``make test``'s two workers take whole modules in collection order
+    """Longest modules first: ``make test``'s three workers take whole modules in collection order
     (``--dist loadfile --no-loadscope-reorder``), so a module marked ``worker_seconds(N)`` starts early instead of
     running alone at the end. Unmarked modules keep their order, after the marked ones."""
 
