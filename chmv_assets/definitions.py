@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from chmv_assets import settings
 from chmv_assets.ddl.loader import load
-from chmv_assets.orchestration.definitions import build_definitions, default_clickhouse
+from chmv_assets.orchestration.definitions import build_definitions, default_clickhouse, resolved
 
 _clickhouse = default_clickhouse()
 # On the embedded engine, the local twin of the DDL (from the parse cache): what `chmv apply` deploys there.
-defs = build_definitions(load(settings.ddl_dir(), twin=_clickhouse.is_embedded), clickhouse=_clickhouse)
+defs = resolved(build_definitions(load(settings.ddl_dir(), twin=_clickhouse.is_embedded), clickhouse=_clickhouse))
