@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,14 @@ def spark():
     session = get_spark_session("local[2]", QUICK_JVM_CONF)
     yield session
     session.stop()
+
+
+class HeldClient:
+    """A client factory over one open client: whatever the test set on it (merges stopped, settings) stays."""
+
+    def __init__(self, client):
+        self.client = client
+
+    @contextmanager
+    def get_client(self, **_ignored) -> Iterator:
+        yield self.client

@@ -9,8 +9,6 @@ holds one client for the pressure and the load.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -19,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError
-from conftest import make_engine
+from conftest import HeldClient, make_engine
 from spark_testing import copy_engine, digest, recompute, ref, with_landing
 
 from chmv_assets import demo_data
@@ -60,17 +58,6 @@ def base(tmp_path_factory, example) -> Path:
     path = tmp_path_factory.mktemp("engine") / "chdb"
     make_engine(path, example)
     return path
-
-
-class _Held:
-    """A client factory over one open client (the merges it stopped stay stopped)."""
-
-    def __init__(self, client):
-        self.client = client
-
-    @contextmanager
-    def get_client(self, **_ignored) -> Iterator:
-        yield self.client
 
 
 def _loaded(example: LoadedProject, root: Path, **pacing) -> LoadedProject:
@@ -146,14 +133,14 @@ def test_under_merge_pressure_an_unpaced_load_fails_and_a_paced_one_waits_and_co
     with unpaced.get_client() as client:
         _press(client)
         with pytest.raises(DatabaseError, match="TOO_MANY_PARTS"):
-            ingest(SparkStager(spark), _Held(client), _loaded(example, root, enabled=False), SOURCE, days=_range())
+            ingest(SparkStager(spark), HeldClient(client), _loaded(example, root, enabled=False), SOURCE, days=_range())
 
     engine = copy_engine(base, tmp_path / "chdb")
     loaded = _loaded(example, root, max_partitions_per_insert=30)
     log: list[str] = []
     with engine.get_client() as client, engine_messages(_relieve(tmp_path / "chdb", log)):
         _press(client)
-        result = ingest(SparkStager(spark), _Held(client), loaded, SOURCE, days=_range())
+        result = ingest(SparkStager(spark), HeldClient(client), loaded, SOURCE, days=_range())
         assert result.rows_inserted == distinct
         _assert_exact(client, loaded, distinct, where="event_type != 'seed'")
     waits = [line for line in log if ": waiting " in line]
@@ -171,7 +158,7 @@ def test_a_load_that_gives_up_keeps_what_it_inserted_and_the_next_load_takes_the
         client.command("ALTER TABLE analytics.events_agg MODIFY SETTING parts_to_delay_insert = 3")
         client.command("SYSTEM STOP MERGES analytics.events_agg")
         with pytest.raises(ServerBusy) as raised:  # each insert of ten days adds a part to August: the fourth waits
-            ingest(SparkStager(spark), _Held(client), loaded, SOURCE, days=_range())
+            ingest(SparkStager(spark), HeldClient(client), loaded, SOURCE, days=_range())
         mark = read_watermark(client, ingestion_source_id(SOURCE), SOURCE.fqn)
         loaded_rows = int(client.command("SELECT count() FROM analytics.raw_events"))
     message = str(raised.value)

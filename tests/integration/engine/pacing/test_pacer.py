@@ -10,14 +10,12 @@ closed, so each test holds one client for the pressure and the backfill (as ``ch
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
 import clickhouse_connect
 import pytest
-from conftest import make_engine
+from conftest import HeldClient, make_engine
 from spark_testing import copy_engine, digest, recompute, ref
 
 from chmv_assets.ddl.config import PacingConfig
@@ -51,21 +49,10 @@ def _with_pacing(example: LoadedProject, **pacing) -> LoadedProject:
     return LoadedProject(config=config, project=example.project)
 
 
-class _Held:
-    """A client factory over one open client (the merges it stopped stay stopped)."""
-
-    def __init__(self, client):
-        self.client = client
-
-    @contextmanager
-    def get_client(self, **_ignored) -> Iterator:
-        yield self.client
-
-
 def _backfill(client, loaded: LoadedProject, say) -> list:
     """What a backfill of 2026-08-02..04 of error_events runs: the planner, then the executor, on ``client``; its
     log messages to ``say``."""
-    plan = plan_for(_Held(client), loaded, ERRORS, _windows())
+    plan = plan_for(HeldClient(client), loaded, ERRORS, _windows())
     with engine_messages(say):
         return execute(plan, loaded, client=client)
 
