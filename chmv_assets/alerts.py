@@ -2,7 +2,8 @@
 
 Webhook delivery runs on a background daemon thread with short timeouts, a few retries (urllib3's ``Retry``:
 connection errors and 5xx answers, exponential backoff, ``Retry-After`` ignored) and a bounded total time per
-alert, so a dead endpoint never blocks a check, a sensor tick or a run.
+alert, so a dead endpoint never blocks a check, a sensor tick or a run. What urllib3 logs meanwhile (its retry
+warnings, its debug lines) names the URL it requested: a filter on its loggers redacts every sink's webhook there.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import urllib3
-from urllib3.exceptions import HTTPError
-from urllib3.util import Retry
+from urllib3.exceptions import HTTPError, LocationParseError
+from urllib3.util import Retry, parse_url
 
 _LOG = logging.getLogger("chmv.alerts")
 
@@ -91,6 +92,8 @@ class AlertSink:
             timeout=urllib3.Timeout(total=self.timeout_seconds),
             maxsize=1,
         )
+        if webhook:
+            _redact_in_urllib3_logs(webhook)
         self._queue: queue.Queue[Alert] = queue.Queue(maxsize=1000)
         self._worker: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -180,14 +183,56 @@ def redact_url(url: str) -> str:
 
 
 def scrub(text: str, url: str | None) -> str:
-    """``text`` (an exception's message) without the secret parts of ``url``: its path, query and credentials."""
+    """``text`` (an exception's message) without the secret parts of ``url``: its path, query and credentials (as
+    written, and as urllib3 requests them)."""
     if not url:
         return text
     parts = urlsplit(url)
     secrets = [parts.path, parts.query, parts.username, parts.password, url]
-    for secret in sorted((s for s in secrets if s and s != "/"), key=len, reverse=True):
+    try:
+        sent = parse_url(url)
+        secrets += [sent.request_uri, sent.path, sent.query, sent.url]
+    except LocationParseError:
+        pass
+    for secret in sorted({s for s in secrets if s and s != "/"}, key=len, reverse=True):
         text = text.replace(secret, "…")
     return text
+
+
+#: urllib3's loggers whose records can name a requested URL (a filter on a logger sees only its own records).
+_URLLIB3_LOGGERS = ("urllib3.connectionpool", "urllib3.poolmanager", "urllib3.util.retry", "urllib3.connection")
+
+
+class _RedactWebhooks(logging.Filter):
+    """Rewrites a urllib3 record whose text holds a secret part of a webhook URL (formatted, then scrubbed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        urls = list(self.urls)
+        if not urls:
+            return True
+        text = clean = record.getMessage()
+        for url in urls:
+            clean = scrub(clean, url)
+        if clean != text:
+            record.msg, record.args = clean, None
+        return True
+
+
+_redactor = _RedactWebhooks()
+
+
+def _redact_in_urllib3_logs(webhook: str) -> None:
+    """Redact ``webhook``'s secret parts in what urllib3 logs (the filter is installed once per process)."""
+    with _sinks_lock:
+        _redactor.urls.add(webhook)
+        for name in _URLLIB3_LOGGERS:
+            logger = logging.getLogger(name)
+            if _redactor not in logger.filters:
+                logger.addFilter(_redactor)
 
 
 _sinks: dict[str | None, AlertSink] = {}

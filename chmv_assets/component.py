@@ -45,7 +45,8 @@ from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.errors import ChmvError
 from chmv_assets.orchestration.definitions import build_definitions, default_clickhouse
 from chmv_assets.orchestration.translator import ChmvTranslator
-from resources.clickhouse import ClickHouseResource, redact_dsn
+from chmv_assets.settings import redact_dsn
+from resources.clickhouse import ClickHouseResource
 
 _CHDB = "chdb://"
 
@@ -220,6 +221,12 @@ class ChmvComponent(Component, Resolvable):
                 f"the dsn of the chmv component of {self.ddl_dir} carries credentials ({redact_dsn(self.dsn)} with a "
                 "user@): the Dagster UI would show them; set `username` and `password_env_var` (the environment "
                 "variable holding the password) instead"
+            )
+        if redact_dsn(self.dsn) != self.dsn:  # a token in its query
+            raise ChmvError(
+                f"the dsn of the chmv component of {self.ddl_dir} carries a secret in its query "
+                f"({redact_dsn(self.dsn)}): the Dagster UI would show it; leave `dsn` unset and put the whole DSN in "
+                "$CHMV_CLICKHOUSE_DSN (the UI shows the variable's name)"
             )
         # the password's variable unset: no password (rather than a run failing at resource start)
         password = EnvVar(self.password_env_var) if os.environ.get(self.password_env_var) else None

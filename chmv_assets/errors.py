@@ -71,8 +71,17 @@ class LeaseHeld(ChmvError):
 
 
 class RacedWrites(ChmvError):
-    """Writes kept arriving in a partition while it was rebuilt, through every attempt; the message says whether the
-    last attempt swapped (a row's MV output may then be missing until the partition is rebuilt again) or not."""
+    """Writes kept arriving in partitions while they were rebuilt, through every attempt; the message names those an
+    attempt swapped in while a write raced it (a row's MV output may be missing until the partition is rebuilt again:
+    ``damaged``, whatever later attempts did) and those no attempt swapped (as they were).
+
+    Attributes:
+        damaged: The partition keys (None: the whole table) that may have lost rows and need a rebuild.
+    """
+
+    def __init__(self, message: str, *, damaged: tuple[str | None, ...] = ()):
+        super().__init__(message)
+        self.damaged = damaged
 
 
 class RebuildDeferred(ChmvError):

@@ -12,6 +12,7 @@ the two together).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,6 +118,31 @@ def ddl_dir() -> Path:
 def clickhouse_dsn() -> str | None:
     """``$CHMV_CLICKHOUSE_DSN``; None: the embedded engine under :func:`state_dir`."""
     return CLICKHOUSE_DSN.get()
+
+
+#: Query parameters of a DSN whose value is a secret: a token (``access_token``), a password, a key, a signature.
+_SECRET_PARAMETER = re.compile(r"token|passw|secret|key|jwt|auth|cred|sig", re.IGNORECASE)
+
+
+def redact_dsn(dsn: str) -> str:
+    """``dsn`` as it may be shown (logs, messages, metadata, a command to copy): no ``user:password@``, and the value
+    of every secret query parameter hidden; the rest as written.
+
+    ``https://u:pw@host:8443/db?access_token=x&connect_timeout=3``
+    → ``https://host:8443/db?access_token=…&connect_timeout=3``.
+    """
+    head, has_query, query = dsn.partition("?")
+    scheme, slashes, rest = head.partition("://")
+    if slashes:
+        authority, slash, path = rest.partition("/")
+        head = f"{scheme}://{authority.rsplit('@', 1)[-1]}{slash}{path}"
+    if not has_query:
+        return head
+    shown = []
+    for parameter in query.split("&"):
+        name, has_value, value = parameter.partition("=")
+        shown.append(f"{name}=…" if has_value and value and _SECRET_PARAMETER.search(name) else parameter)
+    return f"{head}?{'&'.join(shown)}"
 
 
 def landing_dir() -> Path | None:

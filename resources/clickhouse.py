@@ -37,6 +37,7 @@ from pydantic import Field
 
 from chmv_assets import settings
 from chmv_assets.errors import ChmvError, EngineBusyError
+from chmv_assets.settings import redact_dsn
 from resources.locking import engine_lock
 
 _open_lock = threading.Lock()
@@ -112,7 +113,7 @@ class ClickHouseResource(ConfigurableResource):
         """Filesystem path of the embedded engine, or None for a server."""
         if not self.is_embedded:
             return None
-        rest = self.resolved_dsn.removeprefix("chdb://")
+        rest = self.resolved_dsn.removeprefix("chdb://").partition("?")[0]  # the query is the driver's, not the path
         return rest if rest.startswith("/") else str(Path(rest).resolve())
 
     @property
@@ -127,7 +128,8 @@ class ClickHouseResource(ConfigurableResource):
 
     @property
     def shown_dsn(self) -> str:
-        """The DSN without credentials: for logs, messages and metadata."""
+        """The DSN without credentials or secret query values: for logs, messages and metadata
+        (:func:`chmv_assets.settings.redact_dsn`)."""
         return redact_dsn(self.resolved_dsn)
 
     def client_settings(self, *, statement_timeout_seconds: float | None = None) -> dict[str, Any]:
@@ -172,7 +174,9 @@ class ClickHouseResource(ConfigurableResource):
             os.makedirs(path, exist_ok=True)
             try:
                 with _open_lock:
-                    client = clickhouse_connect.get_client(dsn=f"chdb://{path}", settings=settings, tz_source="server")
+                    query = self.resolved_dsn.partition("?")[2]
+                    dsn = f"chdb://{path}" + (f"?{query}" if query else "")
+                    client = clickhouse_connect.get_client(dsn=dsn, settings=settings, tz_source="server")
             except ProgrammingError as err:
                 raise EngineBusyError(
                     f"the embedded engine at {path} is open in a process that does not use chmv's lock "
@@ -226,14 +230,6 @@ def _value(value: Any) -> Any:
 def _database_exists(client: Client, database: str) -> bool:
     rows = client.query("SELECT 1 FROM system.databases WHERE name = {d:String}", parameters={"d": database})
     return bool(rows.result_rows)
-
-
-def redact_dsn(dsn: str) -> str:
-    """``dsn`` without a user or password (``https://user:secret@host:8443/db`` → ``https://host:8443/db``)."""
-    parts = urlsplit(dsn)
-    if "@" not in parts.netloc:
-        return dsn
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 def clickhouse_from_env(dsn: str | None = None) -> ClickHouseResource:

@@ -7,8 +7,11 @@ process open the engine (one process per engine path), so the threads here write
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import clickhouse_connect
@@ -221,3 +224,83 @@ class Racer:
         self._thread.join(timeout=60)
         if self.error is not None:
             raise self.error
+
+
+class AtStatements:
+    """A client factory (``get_client()``) over ``engine`` whose clients let a writer thread insert at chosen statements
+    of chmv, and wait for it: a writer chmv does not control that lands exactly where a test needs it, never by a sleep.
+
+    The writer is a thread with a clickhouse-connect client of its own (no gate, no lease); the statements run on the
+    engine as they are. ``script`` maps ``(when, kind, n)`` to an insert: ``when`` is ``before`` or ``after`` the
+    ``n``-th (1-based) statement of ``kind``, ``fill`` (an insert into a shadow) or ``swap`` (the ``REPLACE
+    PARTITION``); each insert runs once (``done`` lists them).
+    """
+
+    KINDS = {
+        "fill": lambda sql: sql.startswith("INSERT INTO `w`.`_chmv_shadow_"),
+        "swap": lambda sql: sql.startswith("ALTER TABLE") and "REPLACE PARTITION" in sql,
+    }
+
+    def __init__(self, engine, script: dict[tuple[str, str, int], str]):
+        self.engine, self.script = engine, dict(script)
+        self.seen = {kind: 0 for kind in self.KINDS}
+        self.done: list[tuple[str, str, int]] = []
+        self._asks: queue.Queue = queue.Queue()
+        self._answers: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._write, daemon=True, name="at-statements")
+
+    def _write(self) -> None:
+        client = clickhouse_connect.get_client(dsn=f"chdb://{self.engine.embedded_path}")
+        while (sql := self._asks.get()) is not None:
+            try:
+                client.command(sql, settings={"async_insert": 0})
+                self._answers.put(None)
+            except BaseException as err:  # noqa: BLE001 - raised in the caller's thread
+                self._answers.put(err)
+
+    def _insert(self, when: str, kind: str) -> None:
+        step = (when, kind, self.seen[kind])
+        sql = self.script.pop(step, None)
+        if sql is None:
+            return
+        self._asks.put(sql)
+        error = self._answers.get(timeout=60)
+        if error is not None:
+            raise error
+        self.done.append(step)
+
+    def command(self, client, sql, *args, **kwargs):
+        kinds = [k for k, matches in self.KINDS.items() if isinstance(sql, str) and matches(sql)]
+        for kind in kinds:
+            self.seen[kind] += 1
+            self._insert("before", kind)
+        result = client.command(sql, *args, **kwargs)
+        for kind in kinds:
+            self._insert("after", kind)
+        return result
+
+    @contextmanager
+    def get_client(self, **kwargs) -> Iterator:
+        with self.engine.get_client(**kwargs) as client:
+            yield _Hooked(client, self)
+
+    def __enter__(self) -> AtStatements:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._asks.put(None)
+        self._thread.join(timeout=60)
+
+
+class _Hooked:
+    """A client whose ``command`` passes through :class:`AtStatements`; everything else is the client's."""
+
+    def __init__(self, client, hooks: AtStatements):
+        self._client, self._hooks = client, hooks
+
+    def command(self, sql, *args, **kwargs):
+        return self._hooks.command(self._client, sql, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)

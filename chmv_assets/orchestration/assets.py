@@ -1,10 +1,11 @@
 """Build Dagster assets from a parsed project: targets are partitioned, sources and dictionaries upstream."""
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Literal
 
 from dagster import (
     AssetExecutionContext,
+    AssetMaterialization,
     AssetsDefinition,
     AssetSpec,
     BackfillPolicy,
@@ -153,9 +154,7 @@ def _group_asset(
                         results = execute(
                             plan, loaded, clickhouse, stager=stager, owner=f"dagster run {context.run_id}"
                         )
-                    if plan.deferred:
-                        context.log.warning(plan.deferral())
-                    yield MaterializeResult(asset_key=key, metadata=rebuild_metadata(plan, results))
+                    yield from _materialized(context, key, plan, results)
                 except Exception as err:  # noqa: BLE001 - reported per target, re-raised together below
                     context.log.error(f"{ref.fqn}: rebuild failed: {err}")
                     failures.append(f"{ref.fqn}: {err}")
@@ -195,6 +194,20 @@ def _group_asset(
         yield from run(context, config, clickhouse)
 
     return _rebuild_in_clickhouse
+
+
+def _materialized(context: AssetExecutionContext, key, plan: RebuildPlan, results: list[StepResult]) -> Iterator:
+    """What the run materialized of ``key``: every partition of the run, or, where the plan deferred some (open to
+    writers chmv does not control), only the partitions swapped in, one event each. The op's output would claim every
+    partition of the run's range; it is left out then (the op's outputs are optional), so a deferred partition is never
+    recorded as materialized."""
+    metadata = rebuild_metadata(plan, results)
+    if not plan.deferred:
+        yield MaterializeResult(asset_key=key, metadata=metadata)
+        return
+    context.log.warning(f"{plan.deferral()}\nNot materialized by this run: recovery requests each once it closes.")
+    for r in results:
+        yield AssetMaterialization(asset_key=key, partition=r.partition, metadata=metadata)
 
 
 def _upstream_in_op(loaded: LoadedProject, by_key: dict, ref: ObjectRef) -> list:

@@ -379,7 +379,7 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator, app
                         resolved |= {
                             k for k, e in ledger.items() if e.get("reason") == "stale" and k.startswith(fqn + "|")
                         }
-                for key in due_deferrals(client, loaded):  # partitions a rebuild left until they closed
+                for key in due_deferrals(client, loaded):  # left until they closed, or damaged by a raced swap
                     failing.setdefault(key, "deferred")
                 budget.check("reading the drift of the failing targets")
                 open_keys = (set(ledger) - (resolved - set(failing))) | set(failing)
@@ -536,7 +536,11 @@ def due_deferrals(client, loaded: LoadedProject) -> list[str]:
         found = deferrals.pending(client, due_by=wall_now(client))  # a window's close, on the server's wall clock
     except ClickHouseError:
         return []
-    return [entry_key(d.target, d.partition) for d in found if d.target in targets]
+    return [
+        entry_key(d.target, None if d.partition == deferrals.WHOLE else d.partition)
+        for d in found
+        if d.target in targets
+    ]
 
 
 def _targets_with_views_off(client, loaded: LoadedProject, state: _RecoveryState) -> set[ObjectRef]:

@@ -60,6 +60,24 @@ def test_default_database_override(tmp_path):
     assert (view["name"], view["target"], view["sources"]) == ("shop.v", "shop.t", ["shop.s"])
 
 
+def test_a_dsns_secrets_are_never_printed(tmp_path):
+    """A token in the DSN's query (clickhouse-connect's access_token) and a password: what chmv prints shows neither;
+    on the embedded engine the query is the driver's, never part of the engine's path (nor of its lock's)."""
+    (tmp_path / "a.sql").write_text(
+        "CREATE TABLE s (x UInt64) ENGINE = MergeTree ORDER BY x;\n"
+        "CREATE TABLE t (x UInt64) ENGINE = MergeTree ORDER BY x;\n"
+        "CREATE MATERIALIZED VIEW v TO t AS SELECT x FROM s\n"
+    )
+    server = chmv("plan", "--ddl-dir", str(tmp_path), "--dsn", "https://u:pw@127.0.0.1:1/sales?access_token=t0k3n")
+    assert server.returncode == 1, server.stderr
+    assert "session database is 'sales' (https://127.0.0.1:1/sales?access_token=…)" in server.stderr
+    embedded = chmv("plan", "--ddl-dir", str(tmp_path), "--dsn", f"chdb://{tmp_path / 'chdb'}?access_token=t0k3n")
+    assert embedded.returncode == 3, embedded.stderr
+    for result in (server, embedded):
+        assert "t0k3n" not in result.stdout + result.stderr and "pw@" not in result.stderr
+    assert not [p.name for p in tmp_path.iterdir() if "t0k3n" in p.name]
+
+
 def test_bad_ddl_exits_2_printing_every_problem_and_deploys_nothing(tmp_path):
     ddl = tmp_path / "ddl"
     ddl.mkdir()

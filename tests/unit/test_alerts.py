@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -104,3 +105,42 @@ def test_a_failed_delivery_logs_no_part_of_the_webhooks_secret(caplog) -> None:
     for secret in ("XyZsecret", "T0001", "t0k3n", "services", "pw@", "bot"):
         assert secret not in caplog.text
     assert "XyZsecret" not in repr(sink)
+
+
+SECRET_PATH = "/services/T0001/B0002/XyZsecret"
+
+
+def _urllib3_records(caplog) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name.startswith("urllib3")]
+
+
+def test_urllib3s_retry_logs_never_show_the_webhooks_secret_path(receiver, caplog) -> None:
+    """A webhook answering 503: urllib3 retries and logs each retry with the URL it requested (the path and query are
+    the secret of a chat webhook); every record, at every level, shows them redacted."""
+    handler, url = receiver
+    handler.fail_first = 10
+    secret_url = url.replace("/hook", SECRET_PATH) + "?token=t0k3n"
+    sink = AlertSink(secret_url, attempts=3, backoff_seconds=0.01, budget_seconds=2.0)
+    with caplog.at_level(logging.DEBUG):
+        sink.send(Alert("stale", "warning", "analytics.t", "lags"))
+        assert sink.flush(10)
+    assert sink.failed == 1 and handler.fail_first == 7  # three attempts, each answered 503
+    retries = [r for r in _urllib3_records(caplog) if "Retry" in r.getMessage()]
+    assert retries, "urllib3 logged no retry: this test proves nothing"
+    for record in caplog.records:
+        for secret in ("XyZsecret", "T0001", "t0k3n"):
+            assert secret not in record.getMessage(), (record.name, record.getMessage())
+
+
+def test_urllib3s_retry_warnings_of_a_refused_connection_show_no_secret(caplog) -> None:
+    """A port nobody listens on: urllib3 warns "Retrying … after connection broken by …: <url>" at each retry."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sink = AlertSink(f"http://127.0.0.1:{port}{SECRET_PATH}?token=t0k3n", attempts=2, backoff_seconds=0.01)
+    with caplog.at_level(logging.WARNING):
+        sink.send(Alert("stale", "warning", "analytics.t", "lags"))
+        assert sink.flush(10)
+    assert any("Retrying" in r.getMessage() for r in _urllib3_records(caplog)), "no retry warning: proves nothing"
+    for secret in ("XyZsecret", "T0001", "t0k3n"):
+        assert secret not in caplog.text

@@ -115,3 +115,26 @@ def test_no_other_module_names_a_chmv_variable() -> None:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("CHMV_")
     ]
     assert not offenders, "\n".join(offenders)
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        ("https://ch.example.com:8443/sales", "https://ch.example.com:8443/sales"),
+        ("https://u:p%40ss@ch.example.com:8443/sales", "https://ch.example.com:8443/sales"),
+        (
+            "https://ch.example.com:8443/?access_token=eyJhbGci.x.y&connect_timeout=3",
+            "https://ch.example.com:8443/?access_token=…&connect_timeout=3",
+        ),
+        (
+            "http://bot:pw@ch:8123?password=p&api_key=k&X-Amz-Signature=s&compress=1",
+            "http://ch:8123?password=…&api_key=…&X-Amz-Signature=…&compress=1",
+        ),
+        ("chdb:///var/chmv/chdb?access_token=t0k", "chdb:///var/chmv/chdb?access_token=…"),
+        ("chdb://relative/chdb", "chdb://relative/chdb"),
+        ("https://ch:8443/?access_token=", "https://ch:8443/?access_token="),  # nothing to hide
+    ],
+    ids=["plain", "password", "access-token", "query-secrets", "chdb-query", "chdb-relative", "empty-token"],
+)
+def test_a_dsn_is_shown_without_credentials_or_secret_query_values(dsn: str, shown: str) -> None:
+    assert settings.redact_dsn(dsn) == shown

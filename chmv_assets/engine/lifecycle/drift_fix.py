@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
@@ -17,6 +16,7 @@ from chmv_assets.engine.drift import involved_objects_of
 from chmv_assets.engine.lifecycle.plan import LifecyclePlan
 from chmv_assets.engine.lifecycle.planner import plan_lifecycle
 from chmv_assets.errors import ChmvError
+from chmv_assets.settings import redact_dsn
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,10 @@ def drift_fix_markdown(found: DriftPlan, loaded: LoadedProject, target: ObjectRe
         found: The plan of the check run (:func:`plan_for_drift`).
         loaded: The parsed DDL directory.
         target: The drifting target.
-        dsn: The server the check read (credentials removed before it is shown), None for the default.
+        dsn: The server the check read (shown without credentials or secret query values), None for the default.
     """
     ddl_dir = loaded.project.ddl_dir
-    where = f" --ddl-dir {ddl_dir}" + (f" --dsn {_shown_dsn(dsn)}" if dsn else "")
+    where = f" --ddl-dir {ddl_dir}" + (f" --dsn {redact_dsn(dsn)}" if dsn else "")
     how = [
         "**How to fix**: apply the DDL directory. In the UI, launch the `chmv_apply` job (its `plan_ddl` step "
         "shows the whole plan, `apply_ddl` checks it in a scratch database, then applies it with zero gap); "
@@ -109,11 +109,3 @@ def _changes_markdown(plan: LifecyclePlan) -> list[str]:
         lines.append("")
     lines += [f"- note: {note}" for note in plan.notes]
     return lines
-
-
-def _shown_dsn(dsn: str) -> str:
-    """The DSN without a user or password in it (``https://user:secret@host:8443`` → ``https://host:8443``)."""
-    parts = urlsplit(dsn)
-    if "@" not in parts.netloc:
-        return dsn
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))

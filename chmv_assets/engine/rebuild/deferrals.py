@@ -4,7 +4,9 @@ A partition still open to writers chmv does not control is not swapped (:mod:`ch
 planner defers it, with the time it closes. The executor records the deferral in ``chmv_meta.watermarks``
 (``source_id`` ``deferred:<target>``, ``target_table`` the partition key, ``last_processed_ts`` when it closes,
 ``status`` ``pending``); the recovery sensor requests the rebuild of every pending deferral whose time has come
-(:func:`due`), and the first successful rebuild of the partition, whoever runs it, marks it ``done``.
+(:func:`pending`), and the first successful rebuild of the partition, whoever runs it, marks it ``done``. A
+partition a rebuild swapped in while a write raced it (it may have lost rows, :class:`~chmv_assets.errors.RacedWrites`)
+is recorded the same way, due at once.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from chmv_assets.sql.quoting import qualified
 
 PREFIX = "deferred:"
 PENDING = "pending"
+#: The key of a whole table (an unpartitioned target).
+WHOLE = "all"
 DONE = "done"
 
 
@@ -51,8 +55,9 @@ def record(client: Client, deferrals: Iterable[Deferral]) -> None:
 
 
 def settle(client: Client, target: ObjectRef, partitions: Iterable[str | None]) -> list[str]:
-    """Mark the pending deferrals of ``partitions`` of ``target`` done (they were just rebuilt); the keys settled."""
-    keys = [p for p in partitions if p]
+    """Mark the pending deferrals of ``partitions`` of ``target`` done (they were just rebuilt; None: the whole table,
+    ``all``); the keys settled."""
+    keys = [p or WHOLE for p in partitions]
     if not keys:
         return []
     source_id = f"{PREFIX}{target.fqn}"

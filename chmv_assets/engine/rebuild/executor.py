@@ -35,7 +35,7 @@ from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine.catalog import live_table
 from chmv_assets.engine.clients import ClientFactory
-from chmv_assets.engine.clock import session_zone
+from chmv_assets.engine.clock import session_zone, wall_now
 from chmv_assets.engine.drift import pending_refusals
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest import staging_area as staging
@@ -60,7 +60,7 @@ from chmv_assets.engine.rebuild.planner import (
 from chmv_assets.engine.rebuild.steps import RebuildResult, run_step, run_steps
 from chmv_assets.engine.statements import kill_filling
 from chmv_assets.engine.watermarks import COMMITTED, read_watermark, write_watermark
-from chmv_assets.errors import ChmvError, LandingZoneError, RebuildDeferred, RebuildRefused
+from chmv_assets.errors import ChmvError, LandingZoneError, RacedWrites, RebuildDeferred, RebuildRefused
 from chmv_assets.sql.rebuild_sql import drop_shadow_sql, run_of_shadow, shadows_pattern, staged_relation
 
 _LOG = logging.getLogger(__name__)
@@ -199,7 +199,9 @@ def execute(
         RebuildDeferred: Every partition of the plan is deferred (recorded; nothing else is run).
         LeaseHeld: Another run holds a partition (nothing is run).
         ShrinkRefused: A step's swap would shrink its partition (see :mod:`chmv_assets.engine.rebuild.shrink_guard`).
-        RacedWrites: Writes kept racing a partition through every read (see :mod:`chmv_assets.engine.rebuild.steps`).
+        RacedWrites: Writes kept racing a partition through every read (see :mod:`chmv_assets.engine.rebuild.steps`);
+            the partitions an attempt swapped in while a write raced it are recorded for recovery (as deferrals due
+            now: :mod:`chmv_assets.engine.rebuild.deferrals`).
     """
     if client is None and clickhouse is None:
         raise ValueError("execute needs a client factory or an open client")
@@ -211,20 +213,25 @@ def execute(
     runnable = _record_deferrals(plan, connect)
     settings = loaded.config.rebuild
     results: list[StepResult] = []
-    with leases.holding(
-        connect,
-        [rebuild_lease(plan.live.fqn, s.key) for s in runnable],
-        Holder(owner, plan.run),
-        ttl=settings.lease_ttl_seconds,
-        wait=settings.lease_wait_seconds,
-        renewer=clickhouse,
-        on_held=lambda c: _tidy(c, loaded, plan),
-        on_release=lambda c: _settled(c, plan, results),
-    ):
-        results += _run_direct(plan, loaded, runnable, clickhouse, client)
-        spark_steps = [s for s in runnable if s.engine == Engine.SPARK]
-        if spark_steps:
-            results += _run_spark(plan, loaded, spark_steps, cutoffs, stager, clickhouse, client)
+    try:
+        with leases.holding(
+            connect,
+            [rebuild_lease(plan.live.fqn, s.key) for s in runnable],
+            Holder(owner, plan.run),
+            ttl=settings.lease_ttl_seconds,
+            wait=settings.lease_wait_seconds,
+            renewer=clickhouse,
+            on_held=lambda c: _tidy(c, loaded, plan),
+            on_release=lambda c: _settled(c, plan, results),
+        ):
+            results += _run_direct(plan, loaded, runnable, clickhouse, client)
+            spark_steps = [s for s in runnable if s.engine == Engine.SPARK]
+            if spark_steps:
+                results += _run_spark(plan, loaded, spark_steps, cutoffs, stager, clickhouse, client)
+    except RacedWrites as raced:
+        if not raced.damaged:
+            raise
+        raise _record_damage(plan, connect, raced) from None
     order = {s.key: i for i, s in enumerate(plan.steps)}
     return sorted(results, key=lambda r: order.get(r.partition, 0))
 
@@ -248,6 +255,22 @@ def _record_deferrals(plan: RebuildPlan, connect: ClientFactory) -> list[Partiti
             "closes (or rebuild it now with force)."
         )
     return runnable
+
+
+def _record_damage(plan: RebuildPlan, connect: ClientFactory, raced: RacedWrites) -> RacedWrites:
+    """Record the partitions a raced swap may have damaged as deferrals due now, so recovery rebuilds them (and the
+    next successful rebuild of each settles it, :func:`_settled`); the error, saying so."""
+    keys = [key or "all" for key in raced.damaged]
+    with connect.get_client() as c:
+        now = wall_now(c)
+        reason = f"raced writes: a swap may have lost rows (run {plan.run})"
+        deferrals.record(c, [Deferral(plan.target, key, now, reason) for key in keys])
+    _LOG.warning(f"{plan.target.fqn}: recorded for recovery, may have lost rows: {', '.join(keys)}")
+    return RacedWrites(
+        f"{raced} Recorded for recovery: the recovery sensor rebuilds {', '.join(keys)}; a rebuild by hand settles "
+        "the record too.",
+        damaged=raced.damaged,
+    )
 
 
 class _Open:

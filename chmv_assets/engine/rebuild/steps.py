@@ -329,7 +329,7 @@ class _Races:
         done: dict[int, RebuildResult] = {}
         pending = list(range(len(steps)))
         why = ""
-        swapped_raced = False
+        damaged: set[int] = set()  # swapped while a write raced them, in any attempt, and not swapped clean since
         for attempt in range(1, self.rules.attempts + 1):
             if attempt > 1:
                 pause = self.rules.pause(attempt)
@@ -344,34 +344,46 @@ class _Races:
             running = races.wait_for_inserts(read.client, watched, self.rules.insert_wait_seconds)
             if running:
                 why = f"inserts into its sources were still running ({'; '.join(r.describe() for r in running[:3])})"
-                swapped_raced = False
                 continue
             outcome = self._attempt(group, seen, attempt)
             for index, result in zip(pending, outcome.results, strict=True):
                 if result is not None:
                     done[index] = result
+                    damaged.discard(index)  # a clean read swapped in: what an earlier swap lost is back
+            damaged |= {pending[i] for i in outcome.swapped_raced}
             pending = [pending[i] for i in outcome.raced]
             if outcome.refused is not None:
                 raise outcome.refused
             if not pending:
                 return [done[i] for i in range(len(steps))]
-            swapped_raced = outcome.swapped_raced
             why = f"writes raced the read of {self._keys(steps, pending)}" + (
                 " after its swap (a row's MV output may have gone with the old partition)"
-                if swapped_raced
+                if outcome.swapped_raced
                 else " (not swapped)"
             )
-        state = (
-            "the last read was swapped: rows written during it may miss their MV output until the partition is "
-            "rebuilt again (the parity sweep and recovery will see it)"
-            if swapped_raced
-            else "the last read was not swapped: the live partition is as it was"
-        )
-        raise RacedWrites(
-            f"{plan.target.fqn} {self._keys(steps, pending)}: {why}, through {self.rules.attempts} attempts; {state}. "
-            "Writers chmv does not control keep inserting rows of this window: rebuild it when they pause, or list "
-            "the source under [writers] chmv if only chmv writes it. Partitions already swapped: "
-            f"{', '.join(done[i].partition or '(all)' for i in sorted(done)) or 'none'}."
+        raise self._raced(steps, pending, sorted(damaged), done, why)
+
+    def _raced(
+        self, steps: Sequence[PartitionStep], pending: list[int], damaged: list[int], done: dict, why: str
+    ) -> RacedWrites:
+        """The error of partitions writes raced through every attempt: which of them an earlier attempt swapped in
+        while a write raced it (they may have lost rows and need a rebuild) and which were never swapped."""
+        plan = self.plan
+        untouched = [i for i in pending if i not in damaged]
+        state = []
+        if damaged:
+            state.append(
+                f"it may have lost rows in {self._keys(steps, damaged)}: a read was swapped in while writes raced it, "
+                "so rows written then may miss their MV output; they need a rebuild"
+            )
+        if untouched:
+            state.append(f"no read of {self._keys(steps, untouched)} was swapped in: as it was")
+        return RacedWrites(
+            f"{plan.target.fqn} {self._keys(steps, pending)}: {why}, through {self.rules.attempts} attempts; "
+            f"{'; '.join(state)}. Writers chmv does not control keep inserting rows of this window: rebuild it when "
+            "they pause, or list the source under [writers] chmv if only chmv writes it. Partitions already swapped: "
+            f"{', '.join(done[i].partition or '(all)' for i in sorted(done)) or 'none'}.",
+            damaged=tuple(steps[i].key for i in damaged),
         )
 
     @staticmethod
@@ -397,7 +409,7 @@ class _Races:
                 kept = [(i, rows) for i, rows in passed if i not in after]
                 self._results(group, shadow, kept, seconds, attempt, outcome)
             outcome.raced = sorted(before | after)
-            outcome.swapped_raced = bool(after)
+            outcome.swapped_raced = sorted(after)
         finally:  # the results' statements end with it
             read.statement(drop_shadow_sql(shadow.ref), shadow.statements, "drop")
         return outcome
@@ -460,5 +472,5 @@ class _Races:
 class _Outcome:
     results: list[RebuildResult | None]
     raced: list[int] = field(default_factory=list)
-    swapped_raced: bool = False
+    swapped_raced: list[int] = field(default_factory=list)  # swapped, then found raced
     refused: ShrinkRefused | None = None

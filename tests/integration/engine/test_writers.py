@@ -18,6 +18,7 @@ from spark_testing import copy_engine
 from writers_testing import (
     BY_KEY,
     RECOMPUTE,
+    AtStatements,
     DuringFill,
     Racer,
     ThreadWriter,
@@ -175,6 +176,34 @@ def test_a_whole_table_under_a_steady_stream_is_not_swapped_in_raced(engine, bas
     with engine.get_client() as client:
         client.command(STREAM_INTO_NOW)  # inserts still fire the MV: its inner table is the one it points at
         assert client.query(BY_KEY[0]).result_rows == client.query(BY_KEY[1]).result_rows
+        assert deferrals.pending(client) == []  # a raced swap's record for recovery (if any) is settled
+
+
+def test_a_swap_a_write_raced_is_reported_as_damage_even_when_a_later_read_is_not_swapped(engine, base):
+    """Attempt 1 swaps and then sees a row written between its race check and its swap (that row's MV output went
+    with the old partition); attempt 2 sees a row before its swap and swaps nothing. Main said "the live partition is
+    as it was" (the damage flag was overwritten by the last attempt) while the target missed a row: now the error
+    names the partition as damaged, recovery has it to rebuild, and the next rebuild makes it exact."""
+    loaded = load(base / "ddl", rebuild={"race_attempts": 2, "race_backoff_seconds": 0.0})
+    lost = "INSERT INTO w.events SELECT toDateTime('2026-02-10 12:00:00'), 7, 4242"
+    late = "INSERT INTO w.events SELECT toDateTime('2026-02-11 12:00:00'), 8, 4343"
+    script = {("before", "swap", 1): lost, ("after", "fill", 2): late}
+    with AtStatements(engine, script) as hooks, pytest.raises(RacedWrites) as raised:
+        rebuild_partitions(hooks, loaded, DAILY, [FEB])
+    assert hooks.done == [("before", "swap", 1), ("after", "fill", 2)]
+    message = str(raised.value)
+    assert "as it was" not in message
+    assert "may have lost rows in 2026-02-01" in message and "Recorded for recovery" in message, message
+    assert raised.value.damaged == ("2026-02-01",)
+    with engine.get_client() as client:  # the message is the truth: the target misses the first row's output
+        rows = "SELECT sum(n) FROM w.daily WHERE toYYYYMM(day) = 202602"
+        source = "SELECT count() FROM w.events WHERE toYYYYMM(ts) = 202602"
+        assert int(client.command(rows)) == int(client.command(source)) - 1
+        assert [(d.target, d.partition) for d in deferrals.pending(client)] == [(DAILY, FEB.key)]
+    rebuild_partitions(engine, loaded, DAILY, [FEB])  # what recovery requests
+    with engine.get_client() as client:
+        assert month_matches(client, "daily", 202602)
+        assert deferrals.pending(client) == []
 
 
 def test_two_runs_of_one_partition_count_its_rows_once(engine, loaded, caplog):

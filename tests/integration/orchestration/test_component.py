@@ -193,3 +193,11 @@ def test_translator_class_must_be_a_chmv_translator():
         component.get_translator()
     with pytest.raises(ChmvError, match="cannot be imported"):
         ChmvComponent(ddl_dir=EXAMPLE_DDL, translator_class="nowhere.Translator").get_translator()
+
+
+def test_a_dsn_with_a_secret_is_refused_saying_how_to_pass_it():
+    """The UI shows a component's resource configuration as written: a token in the DSN's query would be shown."""
+    with pytest.raises(ChmvError, match=r"carries a secret in its query \(https://ch:8443/\?access_token=…\)"):
+        ChmvComponent(ddl_dir=EXAMPLE_DDL, dsn="https://ch:8443/?access_token=t0k3n").get_clickhouse()
+    with pytest.raises(ChmvError, match=r"carries credentials \(https://ch:8443 with a user@\)"):
+        ChmvComponent(ddl_dir=EXAMPLE_DDL, dsn="https://u:pw@ch:8443").get_clickhouse()

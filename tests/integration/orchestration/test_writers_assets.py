@@ -3,10 +3,10 @@ month deferred with the reason, MVs without TO that keep their source writable."
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
-from dagster import AssetKey, AssetSelection, DagsterEventType, materialize
+from dagster import AssetKey, AssetSelection, DagsterEventType, DagsterInstance, materialize
 from spark_testing import copy_engine
 from writers_testing import BY_KEY, Racer, ThreadWriter, load_rows, month_matches, write_project
 
@@ -90,6 +90,42 @@ def test_the_open_month_fails_its_run_saying_when_it_will_be_rebuilt(base, engin
     assert "written by others" in message and "recovery requests each partition once it closes" in message
     with engine.get_client() as client:
         assert [(d.target.fqn, d.partition) for d in deferrals.pending(client)] == [("w.daily", month)]
+
+
+def test_a_range_run_whose_last_partition_is_deferred_does_not_record_it_as_materialized(base, engine):
+    """A single-run backfill of the last closed month and the open one (written by others): the closed month is
+    rebuilt and materialized, the open one deferred; main recorded both as materialized (the op's one output covers
+    the run's range)."""
+    _, loaded = base
+    daily = AssetKey(["w", "daily"])
+    asset = assets_of(loaded)[daily]
+    now = floor_to_grain(datetime.utcnow(), "month")
+    last = floor_to_grain(now - timedelta(days=1), "month")
+    closed, open_ = f"{last:%Y-%m-%d}", f"{now:%Y-%m-%d}"
+    with engine.get_client() as client:  # rows of the closed month, doubled in the target
+        client.command(
+            "INSERT INTO w.events SELECT toDateTime({t:String}) + number * 3600, number % 7, 1 FROM numbers(48)",
+            parameters={"t": f"{last:%Y-%m-%d} 00:00:00"},
+        )
+        client.command(
+            "INSERT INTO w.daily SELECT * FROM w.daily WHERE toStartOfMonth(day) = {m:Date}", parameters={"m": closed}
+        )
+    instance = DagsterInstance.ephemeral()
+    result = materialize(
+        [asset],
+        selection=AssetSelection.assets(daily),
+        resources={"clickhouse": engine},
+        instance=instance,
+        tags={"dagster/asset_partition_range_start": closed, "dagster/asset_partition_range_end": open_},
+    )
+    assert result.success
+    assert instance.get_materialized_partitions(daily) == {closed}
+    materializations = result.asset_materializations_for_node(asset.node_def.name)
+    assert [m.partition for m in materializations] == [closed]
+    assert f"- {open_}: open until" in materializations[0].metadata["chmv/deferred"].value
+    with engine.get_client() as client:
+        assert month_matches(client, "daily", int(f"{last:%Y%m}"))
+        assert [(d.target.fqn, d.partition) for d in deferrals.pending(client)] == [("w.daily", open_)]
 
 
 def test_mvs_without_to_materialize_and_their_source_stays_writable(base, engine):

@@ -31,12 +31,14 @@ def test_only_the_changes_touching_the_target_are_shown_in_full_with_the_command
             ),
         ),
     )
-    text = drift_fix_markdown(DriftPlan(plan, None, 0.5), example, ERRORS, dsn="https://chmv:s3cret@ch.example:8443")
+    dsn = "https://chmv:s3cret@ch.example:8443/?access_token=t0k3n"
+    text = drift_fix_markdown(DriftPlan(plan, None, 0.5), example, ERRORS, dsn=dsn)
     assert "- **~ analytics.errors_mv: MODIFY QUERY**" in text and "1 of the plan's 2" in text
     assert "```sql\nALTER TABLE `analytics`.`errors_mv` MODIFY QUERY SELECT 1;\n```" in text
     assert "audit_log" not in text
     ddl = example.project.ddl_dir
-    assert f"chmv apply --ddl-dir {ddl} --dsn https://ch.example:8443\n" in text and "s3cret" not in text
+    assert f"chmv apply --ddl-dir {ddl} --dsn https://ch.example:8443/?access_token=…\n" in text
+    assert "s3cret" not in text and "t0k3n" not in text
     assert "`chmv_apply` job" in text
 
 
