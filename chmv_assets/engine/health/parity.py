@@ -477,7 +477,7 @@ def _against_writes(
     if table is None or not triggers:
         return evaluate(list(windows))
     scheme = partition_scheme(table, project.views_into(target))
-    names = sorted({r.name for t in triggers for r in (t, *loaded.writers(t).roots)})
+    names = sorted({r for t in triggers for r in (t, *loaded.writers(t).roots)}, key=lambda r: r.fqn)
     results: dict[int, ParityResult] = {}
     pending = list(range(len(windows)))
     last: dict[int, ParityResult] = {}

@@ -194,6 +194,8 @@ class _Shadow:
     rows: list[int]
     statements: list[str]
     seconds: float
+    partitions: list[list[str]] = field(default_factory=list)
+    """Per step, the shadow's partition ids holding its rows (what its swap replaces in the live table)."""
 
 
 class _Read:
@@ -250,8 +252,8 @@ class _Read:
             _LOG.info(self._reading(view, shadow, windows, runs))
             for number, run in enumerate(runs, start=1):
                 self._insert(view, shadow, run, f" {number}/{len(runs)}" if len(windows) > 1 else "", kept, statements)
-        rows = self._rows(shadow, steps, kept)
-        return _Shadow(shadow, rows, statements, time.monotonic() - started)
+        rows, partitions = self._rows(shadow, steps, kept)
+        return _Shadow(shadow, rows, statements, time.monotonic() - started, partitions)
 
     def _runs(self, windows: list[PartitionWindow | None]) -> list[list[PartitionWindow | None]]:
         """The windows cut into runs of at most the pacer's partitions per insert (one window: itself)."""
@@ -300,17 +302,22 @@ class _Read:
         sql = span_holds_all_sql(view, self.project, self.plan.scheme, span, zone=self.plan.zone)
         return sql is not None and bool(self.client.query(sql).result_rows[0][0])
 
-    def _rows(self, shadow: ObjectRef, steps: Sequence[PartitionStep], kept: bool) -> list[int]:
-        """Each step's rows in the shadow: the shadow's, where it holds one step's only; else by partition, in one
-        scan."""
+    def _rows(self, shadow: ObjectRef, steps: Sequence[PartitionStep], kept: bool) -> tuple[list[int], list[list[str]]]:
+        """Each step's rows in the shadow and the shadow's partition ids holding them: the shadow's, where it holds
+        one step's only; else by partition, in one scan."""
         if len(steps) == 1 and (kept or steps[0].partition_filter is None):
-            return [int(self.client.command(f"SELECT count() FROM {qualified(shadow)}"))]
+            found = read_partitions(self.client, [shadow]).get(shadow, [])
+            rows = int(self.client.command(f"SELECT count() FROM {qualified(shadow)}"))
+            return [rows], [[p.partition_id for p in found if p.rows]]
         filters = [s.partition_filter for s in steps]
         assert all(filters)
-        counts = self.client.query(
-            "SELECT " + ", ".join(f"countIf({f})" for f in filters) + f" FROM {qualified(shadow)}"
-        ).result_rows[0]
-        return [int(c) for c in counts]
+        per_partition = self.client.query(
+            "SELECT _partition_id, "
+            + ", ".join(f"countIf({f})" for f in filters)
+            + f" FROM {qualified(shadow)} GROUP BY _partition_id"
+        ).result_rows
+        rows = [sum(int(r[i + 1]) for r in per_partition) for i in range(len(steps))]
+        return rows, [[str(r[0]) for r in per_partition if r[i + 1]] for i in range(len(steps))]
 
 
 def _label(window: PartitionWindow | None) -> str:
@@ -325,7 +332,7 @@ class _Races:
         self.rules = read.plan.races
 
     def run(self, steps: Sequence[PartitionStep]) -> list[RebuildResult]:
-        read, plan = self.read, self.plan
+        plan = self.plan
         done: dict[int, RebuildResult] = {}
         pending = list(range(len(steps)))
         why = ""
@@ -339,11 +346,9 @@ class _Races:
                 )
                 time.sleep(pause)
             group = [steps[i] for i in pending]
-            seen = races.watch(read.client, plan.gates)
-            watched = sorted({r.name for r in plan.watched})
-            running = races.wait_for_inserts(read.client, watched, self.rules.insert_wait_seconds)
-            if running:
-                why = f"inserts into its sources were still running ({'; '.join(r.describe() for r in running[:3])})"
+            seen, unsettled = self._settled_watch()
+            if unsettled:
+                why = unsettled
                 continue
             outcome = self._attempt(group, seen, attempt)
             for index, result in zip(pending, outcome.results, strict=True):
@@ -357,7 +362,8 @@ class _Races:
             if not pending:
                 return [done[i] for i in range(len(steps))]
             why = f"writes raced the read of {self._keys(steps, pending)}" + (
-                " after its swap (a row's MV output may have gone with the old partition)"
+                " after its swap (a row's MV output may have gone with the old partition, or landed after it and "
+                "count twice)"
                 if outcome.swapped_raced
                 else " (not swapped)"
             )
@@ -374,7 +380,7 @@ class _Races:
         if damaged:
             state.append(
                 f"it may have lost rows in {self._keys(steps, damaged)}: a read was swapped in while writes raced it, "
-                "so rows written then may miss their MV output; they need a rebuild"
+                "so rows written then may miss their MV output, or count twice; they need a rebuild"
             )
         if untouched:
             state.append(f"no read of {self._keys(steps, untouched)} was swapped in: as it was")
@@ -385,6 +391,29 @@ class _Races:
             f"{', '.join(done[i].partition or '(all)' for i in sorted(done)) or 'none'}.",
             damaged=tuple(steps[i].key for i in damaged),
         )
+
+    def _settled_watch(self) -> tuple[races.Watch, str]:
+        """The triggers' watch, once every block committed before it has reached the MVs; else why not.
+
+        What is queued on its way into the watched tables is flushed first (not a race then); after the watch, the
+        flush again waits for one a background thread was running (a Buffer's, an asynchronous insert's: their blocks
+        commit before their MV output, in no process list), and the inserts running into them are awaited.
+        """
+        client, watched = self.read.client, self.plan.watched
+        races.flush_pending(client, watched)
+        seen = races.watch(client, self.plan.gates)
+        failed = races.flush_pending(client, watched)
+        if failed:
+            return seen, (
+                f"what is on its way into its sources could not be flushed: {'; '.join(failed)} (grant chmv OPTIMIZE "
+                "on those Buffer tables and SYSTEM FLUSH ASYNC INSERT QUEUE)"
+            )
+        running = races.wait_for_inserts(client, watched, self.rules.insert_wait_seconds)
+        if running:
+            return seen, (
+                f"inserts into its sources were still running ({'; '.join(r.describe() for r in running[:3])})"
+            )
+        return seen, ""
 
     @staticmethod
     def _keys(steps: Sequence[PartitionStep], indices: Sequence[int]) -> str:
@@ -403,8 +432,15 @@ class _Races:
             after: set[int] = set()
             if passed:
                 begun = time.monotonic()
+                swapping = races.shadow_parts(
+                    read.client, shadow.ref, [p for i, _ in passed for p in shadow.partitions[i]]
+                )
                 self._swap(group, shadow, passed)
-                after = set(races.raced_windows(read.client, seen, ranges)) & {i for i, _ in passed}
+                since = races.after_swap(read.client, self.plan.live, swapping)
+                after = set(races.raced_windows(read.client, seen, ranges))
+                landed = set(races.landed(read.client, since))  # MV output of a block read: it would count twice
+                after |= {i for i in range(len(group)) if landed & set(shadow.partitions[i])}
+                after &= {i for i, _ in passed}
                 seconds = time.monotonic() - begun + shadow.seconds
                 kept = [(i, rows) for i, rows in passed if i not in after]
                 self._results(group, shadow, kept, seconds, attempt, outcome)

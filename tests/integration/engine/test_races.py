@@ -49,19 +49,71 @@ def test_merges_mutations_and_deletes_race_nothing_an_attached_partition_does(cl
     assert races.raced_windows(client, seen, {S: [JANUARY, FEBRUARY]}) == [0]
 
 
-def test_inserts_running_into_a_source_are_waited_for_and_others_not(client, tmp_path):
-    def slow_insert() -> None:
-        other = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path / 'chdb'}")
-        other.command("INSERT INTO r.s SELECT now(), sleepEachRow(0.1) FROM numbers(6) SETTINGS max_block_size = 1")
+OTHER = ObjectRef(database="r", name="other")
 
-    thread = threading.Thread(target=slow_insert)
-    thread.start()
+
+def test_inserts_running_into_a_source_are_waited_for_and_others_not(client, tmp_path):
+    """Only an INSERT whose target (parsed from the statement) is the source is its writer: a SELECT reading it, or an
+    insert into another table whose text names it, is not waited for (main took any query mentioning the name)."""
+    client.command("CREATE TABLE r.other (ts DateTime, v UInt64) ENGINE = MergeTree ORDER BY ts")
+    slow = "sleepEachRow(0.1) FROM numbers(6) SETTINGS max_block_size = 1"
+    statements = {
+        "read": "SELECT count() FROM (SELECT ts FROM r.s LIMIT 6) WHERE sleepEachRow(0.1) = 0 "
+        "SETTINGS max_block_size = 1",
+        "other": f"INSERT INTO r.other SELECT now(), {slow} -- copied from r.s",
+        "source": f"INSERT INTO `r`.`s` SELECT now(), {slow}",
+    }
+    errors: list[BaseException] = []
+
+    def run(sql: str) -> None:
+        try:
+            other = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path / 'chdb'}")
+            other.query(sql) if sql.startswith("SELECT") else other.command(sql)
+        except BaseException as error:  # noqa: BLE001 - surfaced below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(sql,)) for sql in statements.values()]
+    for thread in threads:
+        thread.start()
     deadline = time.monotonic() + 10
-    while not races.running_inserts(client, ["s"]) and time.monotonic() < deadline:
+    sleeping = (
+        "SELECT count() FROM system.processes WHERE query_id != queryID() AND position(query, 'sleepEachRow') > 0"
+    )
+    while int(client.command(sleeping)) < 3:
+        assert time.monotonic() < deadline and not errors, errors or "the three queries never ran together"
         time.sleep(0.01)
-    (running,) = races.running_inserts(client, ["s"])
-    assert "INSERT INTO r.s" in running.query
-    assert races.running_inserts(client, ["other_table"]) == []
-    assert [r.query_id for r in races.wait_for_inserts(client, ["s"], timeout=0.05)] == [running.query_id]  # still on
-    assert races.wait_for_inserts(client, ["s"], timeout=30) == []
-    thread.join()
+    (running,) = races.running_inserts(client, [S])
+    assert running.query.startswith("INSERT INTO `r`.`s`")
+    assert [r.query for r in races.running_inserts(client, [OTHER])] == [statements["other"]]
+    assert [r.query_id for r in races.wait_for_inserts(client, [S], timeout=0.05)] == [running.query_id]  # still on
+    assert races.wait_for_inserts(client, [S], timeout=30) == []
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+
+
+@pytest.mark.parametrize(
+    ("query", "target"),
+    [
+        ("INSERT INTO r.s VALUES", S),
+        ("  /* app */ insert into TABLE `r`.`s` (ts) FORMAT Values", S),
+        ('-- load\nINSERT INTO "r"."s" SELECT 1', S),
+        ("INSERT INTO s SELECT * FROM r.other", S),
+        ("INSERT INTO r.other SELECT * FROM r.s", OTHER),
+        ("INSERT INTO `r`.`we``ird` VALUES", ObjectRef(database="r", name="we`ird")),
+        ("INSERT INTO FUNCTION remote('h', r.s) VALUES", None),
+        ("SELECT * FROM r.s", None),
+    ],
+    ids=[
+        "qualified",
+        "comment-keyword-backticks",
+        "double-quotes",
+        "current-database",
+        "other-table",
+        "escaped",
+        "function",
+        "select",
+    ],
+)
+def test_an_inserts_target_is_parsed_from_the_statement(query, target):
+    assert races.insert_target(query, "r") == target
