@@ -133,7 +133,7 @@ _COLLAPSING = ("ReplacingMergeTree", "CollapsingMergeTree", "VersionedCollapsing
 
 def _merge_call(type_sql: str, column: str) -> str:
     """``quantileMerge(0.99)(col)`` for an ``AggregateFunction(quantile(0.99), UInt32)`` column."""
-    inner = type_sql[type_sql.index("(") + 1 :]
+    inner = type_sql[type_sql.index("(") + 1 : type_sql.rindex(")")]
     depth, end = 0, len(inner)
     for i, ch in enumerate(inner):
         if ch == "(":
@@ -161,7 +161,13 @@ def comparable_sql(loaded: LoadedProject, target: ObjectRef, relation: ObjectRef
     columns = [c for c in table.columns if c.default_kind not in ("ALIAS", "EPHEMERAL")]
     aggregated = family in _AGGREGATING or any(v.group_by or v.aggregates for v in views)
     if aggregated:
-        keys = [c for c in columns if c.name in table.order_by_columns]
+        # the sorting key, and the columns of PARTITION BY (constant in a partition; an engine never sums them)
+        partition_sql = table.partition_by.sql if table.partition_by is not None else ""
+        keys = [
+            c
+            for c in columns
+            if c.name in table.order_by_columns or re.search(rf"(?<![\w`]){re.escape(c.name)}(?![\w`])", partition_sql)
+        ]
         measures = []
         for c in columns:
             if c in keys:

@@ -102,6 +102,8 @@ def scratch_ddl(ddl_dir: Path, into: Path, *, dst: bool) -> Path:
     data.setdefault("parity", {})["grace_minutes"] = 0
     rebuild = data.setdefault("rebuild", {})
     rebuild.update({"race_backoff_seconds": 0.05, "lease_wait_seconds": 10, "insert_wait_seconds": 5})
+    pacing = data.setdefault("pacing", {})
+    pacing.update({"max_wait_seconds": 5.0, "pool_wait_seconds": 5.0})
     ingestion = data.get("ingestion", {})
     ingestion.pop("landing_dir", None)
     if dst:
@@ -698,7 +700,7 @@ def _drive_held(run: Run, started: float) -> CertifyResult:
 
         pool.start("writer-foreign", pick_foreign)
 
-    deadline = started + run.seconds * 0.62
+    deadline = started + run.seconds * 0.5
     actions = [("materialize", 5), ("range", 1), ("sensors", 1)]
     for fault, weight in (
         ("partial_delete", 1),
@@ -745,7 +747,7 @@ def _drive_held(run: Run, started: float) -> CertifyResult:
         for t in run.stopped_merges:
             client.command(f"SYSTEM START MERGES {qualified(t)}")
     rounds = 0
-    heal_deadline = started + run.seconds * 0.85
+    heal_deadline = started + run.seconds * 0.75
     while rounds < 4 and time.monotonic() < heal_deadline:
         rounds += 1
         if run.sensors_round("recovery") == 0 and rounds > 1:
@@ -779,8 +781,12 @@ def check(run: Run, pool: WriterPool) -> list[checker.Anomaly]:
                 run.notes.append(f"{target.fqn}: not verified (fed by a stream table; its levels below read it)")
                 continue
             live = physical(client, target)
-            actual = fingerprints(client, loaded, target, live)
-            want = fingerprints(client, loaded, target, expected[target])
+            try:
+                actual = fingerprints(client, loaded, target, live)
+                want = fingerprints(client, loaded, target, expected[target])
+            except Exception as err:  # noqa: BLE001 - a form certify cannot compare: said, never passed silently
+                run.notes.append(f"{target.fqn}: NOT compared ({first_line(err)})")
+                continue
             partitions += len(set(actual) | set(want))
             for pid, a, e in checker.compare_partitions(actual, want):
                 why = checker.suspect(run.history, target.fqn, pid, a, e)
