@@ -82,6 +82,18 @@ def _parser() -> argparse.ArgumentParser:
         "from what the source holds, and swap even where that shrinks them",
     )
 
+    certify = sub.add_parser(
+        "certify",
+        help="a seeded, randomized history of writers, chmv's runs and faults on a scratch twin, checked against "
+        "the MVs' own SELECT (exit 0: no anomaly, 1: anomalies, 2: bad input)",
+    )
+    ddl_args(certify)
+    certify.add_argument("--seconds", type=float, default=25.0, help="wall time of the run, checking included")
+    certify.add_argument("--seed", type=int, default=0, help="the seed: the same seed replays the same choices")
+    certify.add_argument("--faults", help="all, none, or a comma list (default: each drawn by the seed)")
+    certify.add_argument("--dsn", help="only the embedded scratch engine is supported (a server: not yet)")
+    certify.add_argument("--report", help="also write the report as JSON here")
+
     demo = sub.add_parser("load-demo", help="deploy the example DDL and load generated data")
     ddl_args(demo)
     demo.add_argument("--dsn", help="http(s)://… or chdb:///path (default: the embedded engine)")
@@ -130,6 +142,8 @@ def _run(args: argparse.Namespace) -> int:
     from chmv_assets.ddl.loader import load
     from resources.clickhouse import clickhouse_from_env, for_project
 
+    if args.command == "certify":
+        return _certify(args)
     resource = None if args.command == "lineage" else clickhouse_from_env(args.dsn)
     # On the embedded engine chmv deploys and reads the local twin of the DDL (docs/any-schema.md, "A local twin").
     twin = resource is not None and resource.is_embedded
@@ -188,6 +202,29 @@ def _run(args: argparse.Namespace) -> int:
                 files = demo_data.write_landing_zone(args.landing_dir, tables)
                 print(f"load-demo: {len(files)} Parquet files in {args.landing_dir}")
     return 0
+
+
+def _certify(args: argparse.Namespace) -> int:
+    """``chmv certify``: 0 when every property held, 1 with anomalies (the report says which), 2 for bad input."""
+    from pathlib import Path
+
+    from chmv_assets.certify.report import render, write_json
+    from chmv_assets.certify.runner import certify, not_supported_server
+
+    try:
+        not_supported_server(args.dsn)
+        result = certify(args.ddl_dir, seconds=args.seconds, seed=args.seed, faults=args.faults)
+    except DDLError:
+        raise
+    except ChmvError as err:
+        if "--faults" in str(err) or "not supported" in str(err):
+            print(f"chmv: {err}", file=sys.stderr)
+            return 2
+        raise
+    print(render(result, args.ddl_dir, args.seconds))
+    if args.report:
+        write_json(result, Path(args.report), args.ddl_dir, args.seconds)
+    return 1 if result.anomalies else 0
 
 
 def _plan(args: argparse.Namespace, loaded, resource) -> int:

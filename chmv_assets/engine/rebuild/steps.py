@@ -25,6 +25,7 @@ from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
 from chmv_assets.engine import races
 from chmv_assets.engine.catalog import live_table
 from chmv_assets.engine.clock import session_zone
+from chmv_assets.engine.ingest.cutoff import crash_point
 from chmv_assets.engine.pacing.pacer import chunks, pacer_for
 from chmv_assets.engine.parts import read_partitions
 from chmv_assets.engine.rebuild.planner import PartitionStep, RebuildPlan, Swap, plan_from_source
@@ -243,6 +244,7 @@ class _Read:
         self.pacer.wait_for_room(f"{plan.target.fqn} {_label(steps[0].window)}: fill", [plan.live])
         self.statement(drop_shadow_sql(shadow), statements, "drop")
         self.statement(create, statements, "create")
+        crash_point("rebuild:shadow_created")
         windows = [s.window for s in steps]
         runs = self._runs(windows)
         # one window's output is kept to its partition; so is each run's of several (the edge partitions one run's
@@ -252,6 +254,7 @@ class _Read:
             _LOG.info(self._reading(view, shadow, windows, runs))
             for number, run in enumerate(runs, start=1):
                 self._insert(view, shadow, run, f" {number}/{len(runs)}" if len(windows) > 1 else "", kept, statements)
+                crash_point("rebuild:mid_fill")
         rows, partitions = self._rows(shadow, steps, kept)
         return _Shadow(shadow, rows, statements, time.monotonic() - started, partitions)
 
@@ -425,6 +428,7 @@ class _Races:
         read = self.read
         ranges = _planned_ranges(group)
         shadow = read.fill(group)
+        crash_point("rebuild:filled")
         outcome = _Outcome(results=[None] * len(group))
         try:
             before = set(races.raced_windows(read.client, seen, ranges))
@@ -436,6 +440,7 @@ class _Races:
                     read.client, shadow.ref, [p for i, _ in passed for p in shadow.partitions[i]]
                 )
                 self._swap(group, shadow, passed)
+                crash_point("rebuild:swapped")
                 since = races.after_swap(read.client, self.plan.live, swapping)
                 after = set(races.raced_windows(read.client, seen, ranges))
                 landed = set(races.landed(read.client, since))  # MV output of a block read: it would count twice
