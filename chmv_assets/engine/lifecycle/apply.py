@@ -246,7 +246,7 @@ class _Apply:
             self._release()
             stack = ExitStack()
             try:
-                stack.enter_context(source_gate(gates))
+                stack.enter_context(source_gate(gates, holder=f"chmv apply {self.id}"))
                 client = stack.enter_context(self.clickhouse.get_client())
             except BaseException:
                 stack.close()
