@@ -101,3 +101,13 @@ class ServerBusy(ChmvError):
     def __init__(self, message: str, *, written: bool = False):
         super().__init__(message)
         self.written = written
+
+
+class NoRoomUnderGate(ServerBusy):
+    """An insert found no room on the server while its caller held a source's write gate (a rebuild's read and swap):
+    nothing of it was written; the caller releases the gate, waits for room without it, and reads again. ``done``:
+    the results of what was completed before (the partitions already swapped)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.done: list = []

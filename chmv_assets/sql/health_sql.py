@@ -55,17 +55,26 @@ def table_settings_sql() -> str:
     return f"SELECT database, name, engine_full FROM system.tables WHERE {_of('name')}"
 
 
-def load_sql(*, running: bool) -> str:
+#: The partitions an insert writes (see :func:`load_sql`).
+_WRITTEN = (
+    "WHERE concat(database, '.', table) IN {whole:Array(String)} "
+    "OR concat(database, '.', table, '/', partition_id) IN {keys:Array(String)} "
+)
+
+
+def load_sql(*, running: bool, partitions: bool = False) -> str:
     """What an insert waits for, in one statement: rows ``(kind, database, table, partition, value)``.
 
-    ``parts``: each table's busiest partition and its active parts; ``metric``: the merge pool's busy tasks and size
+    ``parts``: each table's busiest partition and its active parts (with ``partitions``, among the partitions the
+    insert writes: a table of ``{whole:Array(String)}`` (``db.table``) counts every partition, any other only those
+    of ``{keys:Array(String)}`` (``db.table/partition_id``)); ``metric``: the merge pool's busy tasks and size
     (:data:`POOL_METRICS`); with ``running``, one ``running`` row: chmv's inserts and merges the server runs now (every
     host's, found by their ``query_id``; the embedded engine serves one process and drops ``query_id``s).
     """
     metrics = ", ".join(string_literal(m) for m in POOL_METRICS)
     branches = [
         "SELECT 'parts' AS kind, database, table, argMax(partition_id, c) AS partition, toFloat64(max(c)) AS value "
-        f"FROM ({part_counts_sql()}) GROUP BY database, table",
+        f"FROM ({part_counts_sql()}) {_WRITTEN if partitions else ''}GROUP BY database, table",
         f"SELECT 'metric', '', metric, '', toFloat64(value) FROM system.metrics WHERE metric IN ({metrics})",
     ]
     if running:

@@ -55,6 +55,12 @@ def count_sql(source: ObjectRef, where: str) -> str:
     return f"SELECT count() FROM {qualified(source)} WHERE {where}"
 
 
+def span_sql(time_column: str, where: str) -> str:
+    """The oldest and the newest event time of the staged rows matching ``where``."""
+    column = quote(time_column)
+    return f"SELECT min({column}), max({column}) FROM {STAGED_ROWS} WHERE {where}"
+
+
 def newest_sql(time_column: str, where: str) -> str:
     """The newest event time of the staged rows matching ``where``."""
     return f"SELECT max({quote(time_column)}) FROM {STAGED_ROWS} WHERE {where}"

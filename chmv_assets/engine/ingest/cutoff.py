@@ -4,7 +4,9 @@ Two pieces:
 
 * the **gate** of a source table: an exclusive lock that every chmv writer into that source holds
   around its insert (ingestion) and around the read-source-then-swap step of a backfill, so no
-  insert lands between the snapshot a backfill reads and the partition swap it does;
+  insert lands between the snapshot a backfill reads and the partition swap it does (a rebuild waits for the
+  server's room before it takes the gate, never while holding it). Its holder writes who it is and what it does
+  beside it (``<gate>.holder``): one waiting for the gate, or giving up, names the holder;
 * the **cutoff** of a source: ``watermark - late tolerance``. Ingestion only ever inserts rows with
   event time ``> watermark - tolerance`` (re-checked under the gate at insert time), and the watermark
   never goes back, so once a backfill has read the cutoff no row at or before it can reach the source
@@ -13,11 +15,16 @@ Two pieces:
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import signal
+import threading
+import time
 from collections.abc import Iterable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
 from filelock import FileLock, Timeout
@@ -29,6 +36,8 @@ from chmv_assets.engine.clock import server_zone, wall
 from chmv_assets.engine.watermarks import COMMITTED, Watermark, read_watermark, write_watermark
 from chmv_assets.errors import EngineBusyError
 from chmv_assets.sql.quoting import qualified, quote
+
+_LOG = logging.getLogger(__name__)
 
 
 def ingestion_source_id(source: ObjectRef) -> str:
@@ -50,37 +59,73 @@ def _gate_path(source: ObjectRef) -> str:
 
 
 @contextmanager
-def source_gate(sources: Iterable[ObjectRef], timeout: float = 600.0) -> Iterator[None]:
+def source_gate(sources: Iterable[ObjectRef], timeout: float = 600.0, *, holder: str = "") -> Iterator[None]:
     """Hold the write gate of each source (in name order, so two holders never deadlock).
 
     Re-entrant within a thread; exclusive across threads and processes (``filelock``: one ``flock`` per holding
     thread). Take it before opening a ClickHouse client, never while holding one, to keep the lock order fixed.
 
+    Args:
+        holder: What the holder does (``chmv rebuild: analytics.t 2026-08-03: read and swap``), written beside the gate
+            with its process and thread for those who wait for it.
+
     Raises:
-        EngineBusyError: Another writer held a gate for longer than ``timeout`` seconds.
+        EngineBusyError: Another writer held a gate for longer than ``timeout`` seconds (named as it said it was).
     """
     with ExitStack() as stack:
         for source in sorted(set(sources), key=lambda r: r.fqn):
-            stack.enter_context(_one_gate(source, timeout))
+            stack.enter_context(_one_gate(source, timeout, holder))
         yield
 
 
+def gate_holder(source: ObjectRef) -> str:
+    """Who holds the write gate of ``source`` as the holder wrote it (``pid 123, thread MainThread: chmv rebuild …,
+    for 12s``), or that it did not say."""
+    try:
+        said = json.loads(Path(_gate_path(source) + ".holder").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "a writer that did not say who it is (not through chmv's gate, or a chmv older than the holder notes)"
+    what = said.get("holder") or "a chmv writer"
+    return f"pid {said.get('pid')}, thread {said.get('thread')}: {what}, for {time.time() - float(said.get('since', 0)):.0f}s"
+
+
+def _say_holder(path: str, holder: str) -> None:
+    note = {"pid": os.getpid(), "thread": threading.current_thread().name, "holder": holder, "since": time.time()}
+    temporary = f"{path}.holder.{os.getpid()}.{threading.get_ident()}"
+    with open(temporary, "w", encoding="utf-8") as out:
+        json.dump(note, out)
+    os.replace(temporary, f"{path}.holder")
+
+
 @contextmanager
-def _one_gate(source: ObjectRef, timeout: float) -> Iterator[None]:
+def _one_gate(source: ObjectRef, timeout: float, holder: str) -> Iterator[None]:
     path = _gate_path(source)
     # One instance per path (is_singleton) with a per-thread hold count (thread_local): re-entrant in the holding
     # thread, while another thread's attempt opens its own descriptor and waits on the flock like another process.
     gate = FileLock(path, is_singleton=True, poll_interval=0.02)
     try:
-        gate.acquire(timeout=timeout)
+        gate.acquire(timeout=0)
     except Timeout:
-        raise EngineBusyError(
-            f"the write gate of {source.fqn} ({path}) stayed held for {timeout:.0f}s by another "
-            "ingestion or backfill; wait for it to finish and retry"
-        ) from None
+        if timeout > 0:
+            _LOG.info(
+                f"waiting for the write gate of {source.fqn} (at most {timeout:.0f}s): held by {gate_holder(source)}"
+            )
+        try:
+            gate.acquire(timeout=timeout)
+        except Timeout:
+            raise EngineBusyError(
+                f"the write gate of {source.fqn} ({path}) stayed held for {timeout:.0f}s by {gate_holder(source)}; "
+                "wait for it to finish and retry"
+            ) from None
+    outer = gate.lock_counter == 1  # the first hold of this thread: it says who holds the gate
+    if outer:
+        _say_holder(path, holder)
     try:
         yield
     finally:
+        if outer:
+            with suppress(OSError):
+                os.remove(f"{path}.holder")
         gate.release()
 
 

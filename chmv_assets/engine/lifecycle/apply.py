@@ -190,6 +190,8 @@ class _Apply:
         self.id = plan_id(plan)
         self.report = ApplyReport()
         self.rederived: set[ObjectRef] = set()
+        #: Per target re-derived in place, the version of its pending journal record (its partitions done go under it)
+        self.progress: dict[ObjectRef, int] = {}
         self.batch_seconds = batch_seconds
         self.check_in_place = check_in_place
         self.pause_hook = pause
@@ -244,7 +246,7 @@ class _Apply:
             self._release()
             stack = ExitStack()
             try:
-                stack.enter_context(source_gate(gates))
+                stack.enter_context(source_gate(gates, holder=f"chmv apply {self.id}"))
                 client = stack.enter_context(self.clickhouse.get_client())
             except BaseException:
                 stack.close()
@@ -288,6 +290,9 @@ class _Apply:
             return
         if action == Action.MANUAL:
             raise LifecycleError(f"{change.ref.fqn}: {change.blocked}")
+        if change.unfinished:  # an earlier apply's re-derivation: its cut-in is done, what is left is re-derived
+            self._finish_rederive(change.ref)
+            return
         if action == Action.DROP and not self.plan.allow_drop:
             raise LifecycleError(f"{change.ref.fqn}: a drop in a plan made without --allow-drop")
         view = self.project.views.get(change.ref) if change.kind == "view" else None
@@ -307,7 +312,7 @@ class _Apply:
             history = action in REDERIVING and self._has_rows(client, target)
             if history:
                 for ref in (target, *downstream_targets(self.loaded, target)):
-                    journal.record(client, "rederive", ref, journal.PENDING, self.id)
+                    self.progress[ref] = journal.record(client, "rederive", ref, journal.PENDING, self.id)
             for sql in change.statements:
                 self._run(client, sql)
         if action == Action.CREATE:
@@ -330,10 +335,18 @@ class _Apply:
         held = read_partitions(client, sorted(sources, key=lambda s: s.fqn))
         return any(p.rows for partitions in held.values() for p in partitions)
 
-    def _rederive(self, target: ObjectRef, *, writes: ObjectRef | None = None, only: set[str] | None = None) -> None:
-        """Re-derive ``target``'s history (the partitions ``only`` names, if given) in batches of partitions, each
-        batch under one hold of the gates and read from the source once, each partition checked; planned in the first
-        hold."""
+    def _rederive(
+        self,
+        target: ObjectRef,
+        *,
+        writes: ObjectRef | None = None,
+        only: set[str] | None = None,
+        skip: set[str] | frozenset[str] = frozenset(),
+    ) -> None:
+        """Re-derive ``target``'s history (the partitions ``only`` names, if given; not those of ``skip``) in batches
+        of partitions, each batch under one hold of the gates and read from the source once, each partition checked;
+        planned in the first hold. In place, each batch is journaled once swapped (what an interrupted apply leaves
+        is then known: ``chmv plan`` names it, the next apply re-derives only that)."""
         if target in self.rederived and writes is None:
             return
         batches = _Batches(self.batch_seconds)
@@ -347,12 +360,16 @@ class _Apply:
                 allow_drop=self.plan.allow_drop,
                 root=self.root,
             )
-            if rederive is not None and only is not None:
-                steps = tuple(s for s in rederive.plan.steps if (s.key or "all") in only)
+            if rederive is not None and (only is not None or skip):
+
+                def wanted(key: str | None) -> bool:
+                    return (only is None or (key or "all") in only) and (key or "all") not in skip
+
+                steps = tuple(s for s in rederive.plan.steps if wanted(s.key))
                 rederive = replace(
                     rederive,
                     plan=replace(rederive.plan, steps=steps),
-                    partitions=tuple(p for p in rederive.partitions if (p.partition or "all") in only),
+                    partitions=tuple(p for p in rederive.partitions if wanted(p.partition)),
                 )
             if rederive is not None:
                 if rederive.lost_rows and not self.plan.allow_drop:
@@ -389,7 +406,23 @@ class _Apply:
         """The last partition is in (in place: the re-derivation is done; a new version is done at its cut-over)."""
         if writes is None:
             self.rederived.add(target)
+            self.progress.pop(target, None)
             journal.record(client, "rederive", target, journal.DONE, self.id)
+
+    def _finish_rederive(self, target: ObjectRef) -> None:
+        """The re-derivation of ``target`` an earlier apply journaled and did not finish: the partitions it did not
+        record as done (all of them if nothing was recorded), then done."""
+        with self._gated(target) as client:
+            entry = next((e for e in journal.unfinished(client) if e.kind == "rederive" and e.target == target), None)
+            if entry is None:  # finished meanwhile
+                return
+            self.progress[target] = entry.version
+            done = journal.rederived(client, target, entry.version)
+        _LOG.info(
+            f"resuming the re-derivation of {target.fqn} (an earlier apply stopped"
+            + (f"; {len(done)} partitions were done)" if done else ")")
+        )
+        self._rederive(target, skip=done)
 
     def _batch(self, client: Client, target: ObjectRef, plan: RebuildPlan, batches: _Batches) -> None:
         """The partitions that fit in this hold of the gates (the caller holds them: nothing can insert meanwhile),
@@ -408,6 +441,10 @@ class _Apply:
                     owner=f"chmv apply {self.id}",
                 )
             self._verify(client, target, plan, steps)
+            if plan.live == target and target in self.progress:
+                journal.record_rederived(
+                    client, target, self.progress[target], [s.key or "all" for s in steps], self.id
+                )
             batches.ran(steps, time.monotonic() - started)
             for _ in steps:
                 crash_point("lifecycle:partition")
@@ -439,7 +476,7 @@ class _Apply:
                 self._run(client, sql)
             if self._has_rows(client, target):  # the chain below re-derives from the new version once swapped
                 for ref in downstream_targets(self.loaded, target):
-                    journal.record(client, "rederive", ref, journal.PENDING, self.id)
+                    self.progress[ref] = journal.record(client, "rederive", ref, journal.PENDING, self.id)
         crash_point("lifecycle:cut_in")
         self.pause(f"cut-in {beside.fqn}")
         self._rederive(target, writes=beside)
@@ -461,7 +498,9 @@ class _Apply:
                 self._run(client, sql)
             raced = self._raced_partitions(client, target, seen)
             journal.record(client, "new_version", target, journal.SWAPPED, self.id)
-            journal.record(client, "rederive", target, journal.PENDING if raced else journal.DONE, self.id)
+            version = journal.record(client, "rederive", target, journal.PENDING if raced else journal.DONE, self.id)
+            if raced:
+                self.progress[target] = version
             self._keep_old(beside, target, client)
         self._changed(target)
         if raced:  # writers chmv does not hold: their rows went through the old SELECT into the new version
@@ -519,8 +558,7 @@ class _Apply:
         planned = self._planned_rederivations()
         depth = self.loaded.graph.depth
         for target in sorted(todo - planned, key=lambda r: (depth.get(r.fqn, 0), r.fqn)):  # upstream first
-            _LOG.info(f"resuming the re-derivation of {target.fqn} (an earlier apply stopped)")
-            self._rederive(target)
+            self._finish_rederive(target)
             self.report.resumed.append(f"the re-derivation of {target.fqn}")
 
     def _planned_rederivations(self) -> set[ObjectRef]:
@@ -541,7 +579,7 @@ class _Apply:
             for sql in finish_swap_sql(self.project, target, [(v.ref, next_version_ref(v.ref)) for v in views], live):
                 self._run(client, sql)
             for ref in (target, *downstream_targets(self.loaded, target)):  # rows of the old SELECT since the kill
-                journal.record(client, "rederive", ref, journal.PENDING, self.id)
+                self.progress[ref] = journal.record(client, "rederive", ref, journal.PENDING, self.id)
             self._keep_old(next_version_ref(target), target, client)
         self._changed(target)
 

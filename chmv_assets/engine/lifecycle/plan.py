@@ -152,6 +152,8 @@ class Change:
         blocked: Why chmv will not do this change (needs ``--allow-drop``, a manual migration); None if it will.
         diff: A unified diff of a changed SELECT (live → repo).
         clauses: For ``alter`` and a column ``drop``: the ALTER clauses (the preflight runs them on a copy).
+        unfinished: The change finishes what an earlier apply started and did not finish (its journal, see
+            :mod:`chmv_assets.engine.lifecycle.journal`): ``rederive`` holds the partitions still to re-derive.
     """
 
     action: Action
@@ -167,6 +169,7 @@ class Change:
     blocked: str | None = None
     diff: str = ""
     clauses: tuple[str, ...] = ()
+    unfinished: bool = False
 
     def headline(self) -> str:
         what = {
@@ -176,7 +179,9 @@ class Change:
             Action.MODIFY_QUERY: "MODIFY QUERY",
             Action.RECREATE_VIEW: "recreate the view (under the write gate)",
             Action.NEW_VERSION: f"new version built beside as {self.next_ref}, swapped in with EXCHANGE TABLES",
-            Action.REDERIVE: "re-derive (an upstream target changed)",
+            Action.REDERIVE: "finish the re-derivation an earlier apply left unfinished"
+            if self.unfinished
+            else "re-derive (an upstream target changed)",
             Action.DROP: f"drop {self.kind}",
             Action.MANUAL: "needs a manual migration",
         }[self.action]
@@ -202,6 +207,7 @@ class Change:
             "views": [{"view": v.fqn, "beside": b.fqn} for v, b in self.views],
             "rederive": self.rederive.to_dict() if self.rederive else None,
             "blocked": self.blocked,
+            "unfinished": self.unfinished,
         }
 
 

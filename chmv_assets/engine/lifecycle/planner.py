@@ -35,6 +35,7 @@ from chmv_assets.ddl.partitioning import (
 from chmv_assets.engine.catalog import KeptState, existing_objects, read_kept
 from chmv_assets.engine.clock import calendar_mismatch, session_zone
 from chmv_assets.engine.drift import LiveObject, format_queries, read_live, select_changed, select_diff
+from chmv_assets.engine.lifecycle import journal
 from chmv_assets.engine.lifecycle.plan import (
     ACCESS_LAYER,
     CHMV_PREFIX,
@@ -56,7 +57,7 @@ from chmv_assets.sql.cluster import (
     on_cluster,
     version_keeper_path,
 )
-from chmv_assets.sql.meta import META_DATABASE
+from chmv_assets.sql.meta import META_DATABASE, WATERMARKS
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rewrite import renamed_statement
 from chmv_assets.sql.server_form import server_select
@@ -241,6 +242,7 @@ class _Planner:
             self._kept_statement(obj)
         self._finish_new_versions()
         self._downstream()
+        self._unfinished()
         self._extras()
         self._refuse_unrunnable_views()
         changes = sorted(self.changes, key=self._position())
@@ -543,6 +545,56 @@ class _Planner:
                 change = self._with_rederive(change, down, why=f"upstream {ref.fqn} changed")
                 if change.rederive is not None:
                     self.changes.append(change)
+
+    def _unfinished(self) -> None:
+        """The re-derivations an earlier apply started and did not finish (its journal): a target whose new SELECT
+        is live while some of its partitions still hold rows of the old one is a pending change, with the partitions
+        left, until an apply finishes it (unless this plan re-derives the target anyway)."""
+        if self._client is None or not existing_objects(self._client, [WATERMARKS]):
+            return
+        for entry in journal.unfinished(self._client):
+            target = entry.target
+            if entry.kind != "rederive" or target in self.rederived or target in self.new_versions:
+                continue
+            done = journal.rederived(self._client, target, entry.version)
+            try:
+                rederive = self._rederive(target, None, new_version=False)
+            except ChmvError as err:
+                rederive, blocked = None, f"the history of {target.fqn} cannot be planned: {err}"
+            else:
+                blocked = None
+            left = ""
+            if rederive is not None:
+                steps = tuple(s for s in rederive.plan.steps if (s.key or "all") not in done)
+                rederive = replace(
+                    rederive,
+                    plan=replace(rederive.plan, steps=steps),
+                    partitions=tuple(p for p in rederive.partitions if (p.partition or "all") not in done),
+                )
+                keys = [s.key or "(whole table)" for s in steps]
+                left = f"{len(keys)} partition{'s' if len(keys) != 1 else ''} left" + (
+                    f" ({', '.join(keys[:8])}{f' and {len(keys) - 8} more' if len(keys) > 8 else ''})" if keys else ""
+                )
+            reason = (
+                f"an earlier apply (plan {entry.plan_id}) put a new SELECT live and stopped before re-deriving all of "
+                f"{target.fqn}'s history: {len(done)} partition{'s' if len(done) != 1 else ''} re-derived, "
+                f"{left or 'nothing left to read (the apply records it finished)'}; until then those partitions mix "
+                "rows of the old SELECT and the new"
+            )
+            self.rederived.add(target)
+            self.changes.append(
+                Change(
+                    Action.REDERIVE,
+                    target,
+                    "table",
+                    self._layer(target),
+                    reasons=(reason,),
+                    location=str(self.project.tables[target].location) if target in self.project.tables else None,
+                    rederive=rederive,
+                    blocked=blocked,
+                    unfinished=True,
+                )
+            )
 
     # -- re-derivation --------------------------------------------------------------------------------
 

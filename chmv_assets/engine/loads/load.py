@@ -11,8 +11,9 @@ One load of one source:
    dedup key over the same window, :func:`chmv_assets.sql.ingest_sql.anti_join_insert_sql`): one insert, or one
    per run of at most the pacer's partitions per insert (days, hours where a table the insert writes is
    partitioned by hour), in time order, each paced
-   (:mod:`chmv_assets.engine.pacing.pacer`: it waits while the source or a target its MVs write is near its part limits,
-   and retries a "Too many parts" refusal that wrote nothing). The live MVs fire on these inserts. Then the watermark
+   (:mod:`chmv_assets.engine.pacing.pacer`: it waits while a partition the insert writes — of the source or a target
+   its MVs write, found from the insert's event-time span — is near its part limits, and retries a "Too many parts"
+   refusal that wrote nothing). The live MVs fire on these inserts. Then the watermark
    advances to the newest staged event time (``committed``), only after the last insert returned; a load that gives
    up waiting commits what its finished inserts loaded (every staged row up to the last one's end) and says so.
 
@@ -34,14 +35,16 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from chmv_assets import settings
 from chmv_assets.ddl.grains import PARTITION_FUNCTIONS, Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef, Project, Table
+from chmv_assets.ddl.partitioning import partition_scheme, target_reach
 from chmv_assets.engine.clients import ClientFactory
+from chmv_assets.engine.clock import server_zone, session_zone, wall
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest import staging_area as staging
 from chmv_assets.engine.ingest.cutoff import (
@@ -53,6 +56,7 @@ from chmv_assets.engine.ingest.cutoff import (
 )
 from chmv_assets.engine.pacing.pacer import Pacer, chunks, pacer_for, written_by_insert
 from chmv_assets.engine.rebuild.executor import Stager, repair_interrupted_load
+from chmv_assets.engine.rebuild.planner import windows_covering
 from chmv_assets.engine.statements import chunk_id, statement_id, wait_for_orphans
 from chmv_assets.engine.watermarks import begin_load, commit_load
 from chmv_assets.errors import LandingZoneError, ServerBusy
@@ -62,10 +66,12 @@ from chmv_assets.sql.ingest_sql import (
     in_run,
     newest_sql,
     past_lower_bound,
+    span_sql,
     staged_stats_sql,
     staged_units_sql,
     time_unit,
 )
+from chmv_assets.sql.rebuild_sql import partition_tuple
 
 _LOG = logging.getLogger(__name__)
 
@@ -133,7 +139,10 @@ def ingest(
     tcol = landing.time_column(loaded, source)
     tolerance = loaded.config.ingestion.late_tolerance_minutes
 
-    with source_gate([source]), clickhouse.get_client() as client:
+    with (
+        source_gate([source], holder=f"ingestion of {source.fqn}: reading its watermark"),
+        clickhouse.get_client() as client,
+    ):
         mark = current_watermark(client, source, tcol)
     lower = cutoff_of(mark, tolerance)
     files = landing.list_files(root, source, arrived_after=lower, days=days)
@@ -152,7 +161,8 @@ def ingest(
     crash_point("ingest:staged")
 
     repaired: list[str] = []
-    with source_gate([source]), clickhouse.get_client() as client:
+    holder = f"ingestion of {source.fqn}, batch {batch_id}: inserting {rows_staged} staged rows"
+    with source_gate([source], holder=holder), clickhouse.get_client() as client:
         mark = current_watermark(client, source, tcol)
         lower = cutoff_of(mark, tolerance)
         before = mark.last_processed_ts if mark else None
@@ -238,7 +248,7 @@ class _Load:
         tcol: str,
         keys: list[str],
     ):
-        self.pacer, self.table, self.folder = pacer, table, folder
+        self.pacer, self.loaded, self.table, self.folder = pacer, loaded, table, folder
         self.columns, self.tcol, self.keys = columns, tcol, keys
         self.watch = written_by_insert(loaded.project, table.ref)
         self.unit = "Hour" if hourly(loaded.project, self.watch) else "Day"
@@ -280,12 +290,55 @@ class _Load:
                 return int(client.query(counted, parameters=params).result_rows[0][0]) == before
 
             what = f"{ref.fqn}: insert {number}/{len(runs)} of the batch"
-            self.pacer.run(what, statement, watch=self.watch, unchanged=unchanged)
+            if self.pacer.rules.enabled:
+                oldest, newest = client.query(span_sql(tcol, where), parameters=params).result_rows[0]
+                partitions = self.written(client, oldest, newest)
+            else:
+                partitions = None
+            self.pacer.run(what, statement, watch=self.watch, partitions=partitions, unchanged=unchanged)
             inserted += int(client.query(counted, parameters=params).result_rows[0][0]) - before
             if number < len(runs):  # where a later insert that gives up leaves the load
                 end = client.query(newest_sql(tcol, where), parameters=params)
                 self.done = (inserted, end.result_rows[0][0])
         return inserted, (stats[1] if stats[0] else None), (stats[2] if stats[0] else None)
+
+    def written(self, client, oldest: datetime | None, newest: datetime | None) -> dict[ObjectRef, list[str]] | None:
+        """The partitions (``partition_id``) of each table the insert writes that rows of event time
+        ``[oldest, newest]`` go to: the source's, each target's by its partition windows (as far as its MVs move a row
+        past a window, :func:`~chmv_assets.ddl.partitioning.target_reach`; a week more further down a chain). A table
+        whose partitions do not follow a time window (a key part, none) is left out: all of its partitions count."""
+        zone = server_zone(client)
+        since, until = wall(oldest, zone), wall(newest, zone)
+        if since is None or until is None:
+            return None
+        project, source = self.loaded.project, self.table.ref
+        first = datetime.strptime(self.loaded.config.partition_start, "%Y-%m-%d")
+        values: list[tuple[ObjectRef, str]] = []
+        for ref in self.watch:
+            table = project.table(ref)
+            if table is None:
+                continue
+            scheme = partition_scheme(table, project.views_into(ref))
+            if ref == source:
+                margin = timedelta(0)
+            elif any(v.trigger == source for v in project.views_into(ref)):
+                margin = target_reach(project, ref, scheme, source)
+            else:
+                margin = timedelta(days=7) + target_reach(project, ref, scheme)
+            windows = windows_covering(self.loaded, ref, since - margin, until)
+            if since - margin < first or not windows or any(w is None for w in windows):  # windows chmv cannot name
+                continue
+            for window in windows:
+                value = partition_tuple(table, scheme, window, zone=session_zone(client))
+                if value != "tuple()":
+                    values.append((ref, f"partitionId{value.removeprefix('tuple')}"))
+        if not values:
+            return None
+        ids = client.query("SELECT [" + ", ".join(v for _, v in values) + "]").result_rows[0][0]
+        written: dict[ObjectRef, list[str]] = {}
+        for (ref, _), pid in zip(values, ids, strict=True):
+            written.setdefault(ref, []).append(str(pid))
+        return written
 
 
 def hourly(project: Project, tables: list[ObjectRef]) -> bool:

@@ -3,7 +3,8 @@
 An insert (an ingestion chunk, a rebuild's shadow fill, the apply's re-derivation, a maintenance merge) goes through
 :meth:`Pacer.run`, which
 
-1. **waits for room** before it starts: while the busiest partition of a table the insert writes holds
+1. **waits for room** before it starts: while the busiest partition the insert writes (of each table it writes; the
+   partitions it writes where the caller names them: an insert is not held by a partition it does not touch) holds
    ``[pacing] parts_share`` of its ``parts_to_delay_insert`` (the server's limits, or the table's own SETTINGS:
    chmv backs off before the server delays or refuses inserts), while the merge pool is busy (for at most
    ``pool_wait_seconds``) and while ``max_concurrency`` chmv inserts already run on the server (``system.processes``,
@@ -19,7 +20,9 @@ An insert (an ingestion chunk, a rebuild's shadow fill, the apply's re-derivatio
 
 A look at the server is one small statement (:func:`chmv_assets.engine.pacing.pressure.read_load`); a look that found every
 table far from its limits is reused for a few seconds (:data:`FRESH_SECONDS`), so an idle server costs a statement
-every few seconds of work, not one per insert (``benchmarks/bench_pacing.py``). Inserts are cut by
+every few seconds of work, not one per insert (``benchmarks/bench_pacing.py``). A caller that holds a source's write gate
+(a rebuild's read and swap) waits for room before taking it and runs its inserts under :meth:`Pacer.unhurried`: a wait
+then raises :class:`~chmv_assets.errors.NoRoomUnderGate` at once, the caller releases the gate and waits without it. Inserts are cut by
 :func:`chunks` into at most :meth:`Pacer.partitions_per_insert` partitions each (the server's
 ``max_partitions_per_insert_block`` unless ``[pacing] max_partitions_per_insert`` says otherwise).
 """
@@ -33,7 +36,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -44,7 +47,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 from chmv_assets.ddl.config import PacingConfig
 from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.engine.pacing.pressure import Load, ServerLimits, read_limits, read_load, server_limits, table_limits
-from chmv_assets.errors import ServerBusy
+from chmv_assets.errors import NoRoomUnderGate, ServerBusy
 
 _LOG = logging.getLogger(__name__)
 
@@ -82,12 +85,31 @@ def chunks(items: Sequence[T], limit: int) -> list[list[T]]:
     return [list(items[i : i + limit]) for i in range(0, len(items), limit)]
 
 
+#: What a look covered: per table, the partitions that counted (None: every partition).
+Scope = dict[ObjectRef, frozenset[str] | None]
+
+
+def _scope(watch: Sequence[ObjectRef], partitions: Mapping[ObjectRef, Collection[str]] | None) -> Scope:
+    return {t: frozenset(partitions[t]) if partitions is not None and t in partitions else None for t in watch}
+
+
+def _covers(wider: Scope, scope: Scope) -> bool:
+    """Whether a look over ``wider`` saw every partition ``scope`` counts."""
+    for table, ids in scope.items():
+        if table not in wider:
+            return False
+        seen = wider[table]
+        if seen is not None and (ids is None or not ids <= seen):
+            return False
+    return True
+
+
 @dataclass
 class _Look:
     """A look at the server, and what it allows: reused while fresh and far from the limits."""
 
     load: Load
-    tables: frozenset[ObjectRef]
+    scope: Scope
     headroom: float  # parts the busiest watched partition may still take before chmv would wait
     reasons: list[str]
     inserts_since: int = 0
@@ -103,6 +125,8 @@ class PacingStats:
     waited_seconds: float = 0.0
     retries: int = 0
     log: list[str] = field(default_factory=list)
+    #: Why each look that made an insert wait did (its reasons, joined): what pacing waited for.
+    waited_for: list[str] = field(default_factory=list)
 
 
 class Pacer:
@@ -127,6 +151,18 @@ class Pacer:
         self._server: ServerLimits | None = None
         self._tables: dict[ObjectRef, dict[str, int] | None] = {}
         self._last: _Look | None = None
+        self._hurry: str | None = None  # set by unhurried(): what the caller holds while it may not wait
+
+    @contextmanager
+    def unhurried(self, holding: str) -> Iterator[None]:
+        """Inserts that may not wait (the caller holds ``holding``, e.g. a source's write gate, that others wait
+        for): where pacing would wait, :class:`~chmv_assets.errors.NoRoomUnderGate` is raised at once instead (nothing
+        of the insert is written); the caller releases what it holds and waits for room without it."""
+        before, self._hurry = self._hurry, holding
+        try:
+            yield
+        finally:
+            self._hurry = before
 
     # --- what the server allows -------------------------------------------------------------------------------
 
@@ -177,6 +213,7 @@ class Pacer:
         statement: Callable[[], T],
         *,
         watch: Sequence[ObjectRef] = (),
+        partitions: Mapping[ObjectRef, Collection[str]] | None = None,
         unchanged: Callable[[], bool] | None = None,
     ) -> T:
         """Run ``statement`` (an insert) once the server has room, retrying it where the server refused it unwritten.
@@ -186,6 +223,8 @@ class Pacer:
             statement: Runs the insert.
             watch: The tables it writes whose part counts hold it (a target, a source and the targets its MVs
                 write); a fresh shadow is not one (chmv fills it, nothing else).
+            partitions: Per table of ``watch``, the partitions (``partition_id``) it writes: only those hold it (a
+                table not in it: every partition).
             unchanged: After a refusal: True when the insert wrote nothing (the retry then cannot write twice).
 
         Raises:
@@ -196,7 +235,7 @@ class Pacer:
             return statement()
         attempts = self.rules.retry_attempts
         for attempt in range(1, attempts + 1):
-            self.wait_for_room(what, watch)
+            self.wait_for_room(what, watch, partitions)
             with self._slot(what):
                 try:
                     result = statement()
@@ -229,11 +268,18 @@ class Pacer:
             return result
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def wait_for_room(self, what: str, watch: Sequence[ObjectRef] = ()) -> float:
-        """Wait until the server has room for an insert writing ``watch``; the seconds waited.
+    def wait_for_room(
+        self,
+        what: str,
+        watch: Sequence[ObjectRef] = (),
+        partitions: Mapping[ObjectRef, Collection[str]] | None = None,
+    ) -> float:
+        """Wait until the server has room for an insert writing ``watch`` (``partitions`` of them, as in :meth:`run`);
+        the seconds waited.
 
         Raises:
             ServerBusy: Still no room after ``max_wait_seconds``.
+            NoRoomUnderGate: No room now, inside :meth:`unhurried` (nothing waited).
         """
         if not self.rules.enabled:
             return 0.0
@@ -241,7 +287,7 @@ class Pacer:
         attempt = 0
         while True:
             waited = time.monotonic() - started
-            look = self._look(watch, waited)
+            look = self._look(watch, partitions, waited)
             if not look.reasons:
                 if attempt:
                     self._note(f"{what}: the server has room again; going on after waiting {waited:.1f}s")
@@ -252,23 +298,32 @@ class Pacer:
                     f"{self.rules.max_wait_seconds:g}): {'; '.join(look.reasons)}. Nothing of this insert was written. "
                     f"{self._advice('parts')}"
                 )
+            if self._hurry is not None:
+                self._last = None
+                raise NoRoomUnderGate(
+                    f"{what}: no room on the server ({'; '.join(look.reasons)}) while holding {self._hurry}: "
+                    "released to wait without it"
+                )
             attempt += 1
             pause = min(self._pause(attempt), max(0.0, self.rules.max_wait_seconds - waited))
             self.stats.waits += 1
+            self.stats.waited_for.append("; ".join(look.reasons))
             self._note(
                 f"{what}: waiting {pause:.1f}s for the server: {'; '.join(look.reasons)} "
                 f"(waited {waited:.0f}s of at most {self.rules.max_wait_seconds:g}s)"
             )
             self._pause_for(pause)
 
-    def _look(self, watch: Sequence[ObjectRef], waited: float) -> _Look:
+    def _look(
+        self, watch: Sequence[ObjectRef], partitions: Mapping[ObjectRef, Collection[str]] | None, waited: float
+    ) -> _Look:
         """A look at the server for ``watch``: the last one while it is fresh and far from every limit."""
-        tables = frozenset(watch)
+        scope = _scope(watch, partitions)
         last = self._last
         if (
             last is not None
             and not last.reasons
-            and tables <= last.tables
+            and _covers(last.scope, scope)
             and time.monotonic() - last.load.at < FRESH_SECONDS
             and 2 * last.inserts_since < last.headroom
         ):
@@ -276,11 +331,11 @@ class Pacer:
         self._limits(list(watch))  # every table's limits in one statement, once per session
         thresholds = {t: self.wait_at(t) for t in watch}
         started = time.monotonic()
-        load = read_load(self.client, list(watch))
+        load = read_load(self.client, list(watch), partitions=partitions)
         self.stats.look_seconds += time.monotonic() - started
         self.stats.looks += 1
         reasons, headroom = self._reasons(load, thresholds, waited)
-        self._last = _Look(load, tables, headroom, reasons)
+        self._last = _Look(load, scope, headroom, reasons)
         return self._last
 
     def _reasons(self, load: Load, thresholds: dict[ObjectRef, int | None], waited: float) -> tuple[list[str], float]:

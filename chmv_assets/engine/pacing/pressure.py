@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from clickhouse_connect.driver.client import Client
@@ -125,16 +125,28 @@ def table_limits(client: Client, tables: Iterable[ObjectRef], server: ServerLimi
     return limits
 
 
-def read_load(client: Client, tables: Iterable[ObjectRef], *, running: bool | None = None) -> Load:
+def read_load(
+    client: Client,
+    tables: Iterable[ObjectRef],
+    *,
+    running: bool | None = None,
+    partitions: Mapping[ObjectRef, Collection[str]] | None = None,
+) -> Load:
     """The busiest partition of each of ``tables``, the merge pool, and (on a server) chmv's running writes.
 
     Args:
         running: Count chmv's running inserts (``system.processes``); default: on a server only.
+        partitions: Per table, the only partitions (``partition_id``) that count: those an insert writes; a table
+            not in it counts every partition.
     """
     tables = list(tables)
     count_running = not embedded(client) if running is None else running
-    params = bind(tables) if tables else {"dbs": [""], "names": [""]}  # no table: the pool and the writes alone
-    rows = client.query(load_sql(running=count_running), parameters=params).result_rows
+    params: dict = bind(tables) if tables else {"dbs": [""], "names": [""]}  # no table: the pool and the writes alone
+    if partitions is not None:
+        params["whole"] = [t.fqn for t in tables if t not in partitions]
+        params["keys"] = [f"{t.fqn}/{p}" for t, ids in partitions.items() for p in ids]
+    sql = load_sql(running=count_running, partitions=partitions is not None)
+    rows = client.query(sql, parameters=params).result_rows
     wanted = set(tables)
     busiest: dict[ObjectRef, tuple[str, int]] = {}
     metrics: dict[str, int] = {}

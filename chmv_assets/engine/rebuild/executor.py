@@ -14,6 +14,11 @@ Spark steps, per target and range of partitions:
 3. under the gates again, per partition: ClickHouse runs the MV's OWN SELECT over
    ``file(staging) UNION ALL (source rows with event time > C)`` into the shadow and swaps it in.
    The source table is not re-inserted, so sibling MVs on it do not fire.
+
+The gates are held for the read and the swap only: a read that finds no room on the server under them (pacing:
+merges behind, parts near their limits) releases them (:class:`~chmv_assets.errors.NoRoomUnderGate`, nothing of that
+read is left), waits for room without them and reads again, so ingestion into the sources is never held by a
+rebuild waiting for merges.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -40,6 +45,7 @@ from chmv_assets.engine.drift import pending_refusals
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest import staging_area as staging
 from chmv_assets.engine.ingest.cutoff import crash_point, current_watermark, cutoff_of, source_gate
+from chmv_assets.engine.pacing.pacer import pacer_for
 from chmv_assets.engine.rebuild import consumers, deferrals, leases
 from chmv_assets.engine.rebuild.deferrals import Deferral
 from chmv_assets.engine.rebuild.leases import Holder, rebuild_lease
@@ -57,10 +63,18 @@ from chmv_assets.engine.rebuild.planner import (
     triggers_of,
     windows_covering,
 )
-from chmv_assets.engine.rebuild.steps import RebuildResult, run_step, run_steps
+from chmv_assets.engine.rebuild.steps import RebuildResult, run_step, run_steps, written_partitions
 from chmv_assets.engine.statements import kill_filling
 from chmv_assets.engine.watermarks import COMMITTED, read_watermark, write_watermark
-from chmv_assets.errors import ChmvError, LandingZoneError, RacedWrites, RebuildDeferred, RebuildRefused
+from chmv_assets.errors import (
+    ChmvError,
+    LandingZoneError,
+    NoRoomUnderGate,
+    RacedWrites,
+    RebuildDeferred,
+    RebuildRefused,
+    ServerBusy,
+)
 from chmv_assets.sql.rebuild_sql import drop_shadow_sql, run_of_shadow, shadows_pattern, staged_relation
 
 _LOG = logging.getLogger(__name__)
@@ -160,7 +174,8 @@ def plan_for(
     A plan may refuse partitions (``plan.refused``); :func:`execute` then raises before changing anything.
     ``one_read`` as in :func:`~chmv_assets.engine.rebuild.planner.plan_rebuild`.
     """
-    with source_gate(triggers_of(loaded.project, target)), clickhouse.get_client() as client:
+    gates = triggers_of(loaded.project, target)
+    with source_gate(gates, holder=f"planning the rebuild of {target.fqn}"), clickhouse.get_client() as client:
         observations = observe(client, loaded, target, engine=engine, root=root, windows=windows)
         observations = replace(observations, pending=pending_refusals(client, loaded.project, target))
     return plan_rebuild(loaded, target, windows, observations, engine=engine, root=root, force=force, one_read=one_read)
@@ -224,10 +239,10 @@ def execute(
             on_held=lambda c: _tidy(c, loaded, plan),
             on_release=lambda c: _settled(c, plan, results),
         ):
-            results += _run_direct(plan, loaded, runnable, clickhouse, client)
+            results += _run_direct(plan, loaded, runnable, clickhouse, client, owner)
             spark_steps = [s for s in runnable if s.engine == Engine.SPARK]
             if spark_steps:
-                results += _run_spark(plan, loaded, spark_steps, cutoffs, stager, clickhouse, client)
+                results += _run_spark(plan, loaded, spark_steps, cutoffs, stager, clickhouse, client, owner)
     except RacedWrites as raced:
         if not raced.damaged:
             raise
@@ -317,15 +332,76 @@ def _run_direct(
     steps: Sequence[PartitionStep],
     clickhouse: ClientFactory | None,
     client: Client | None,
+    owner: str = "chmv",
 ) -> list[StepResult]:
     """The steps that read the source table (or refresh), under the gates, stream consumers paused where open; those
     that share a shadow read together (:func:`~chmv_assets.engine.rebuild.steps.run_steps`)."""
     direct = [s for s in steps if s.engine != Engine.SPARK]
     if not direct:
         return []
-    with _session(plan, clickhouse, client) as c, _paused(c, loaded, plan, direct):
-        rebuilt = run_steps(c, loaded.project, plan, direct)
-    return [_direct_result(plan, step, r) for step, r in zip(direct, rebuilt, strict=True)]
+
+    def run(c: Client, todo: list[PartitionStep]) -> list[StepResult]:
+        of = {s.key: s for s in todo}
+        with _paused(c, loaded, plan, todo):
+            try:
+                rebuilt = run_steps(c, loaded.project, plan, todo)
+            except NoRoomUnderGate as busy:
+                busy.done = [_direct_result(plan, of[r.partition], r) for r in busy.done]
+                raise
+        return [_direct_result(plan, step, r) for step, r in zip(todo, rebuilt, strict=True)]
+
+    return _gated(plan, clickhouse, client, direct, run, f"{owner}: rebuild of {plan.target.fqn}")
+
+
+def _gated(
+    plan: RebuildPlan,
+    clickhouse: ClientFactory | None,
+    client: Client | None,
+    steps: Sequence[PartitionStep],
+    run: Callable[[Client, list[PartitionStep]], list[StepResult]],
+    owner: str,
+) -> list[StepResult]:
+    """``run`` the steps under the plan's gates, held for the reads and swaps only: a read that finds no room on the
+    server under them (pacing would wait) releases them, waits for room without them, and the steps left run again
+    under them (read from scratch: nothing read under the earlier hold is used).
+
+    With ``client`` the caller holds the gates (``chmv apply``, a load's repair): the steps run on it, paced as
+    every insert."""
+    if client is not None:
+        return run(client, list(steps))
+    assert clickhouse is not None
+    results: list[StepResult] = []
+    left = list(steps)
+    started = time.monotonic()
+    names = ", ".join(g.fqn for g in plan.gates) or "(none)"
+    while True:
+        holder = f"{owner} {_keys(left)} (run {plan.run}): reading the sources and swapping"
+        with source_gate(plan.gates, holder=holder), clickhouse.get_client() as c:
+            try:
+                with pacer_for(c, plan.races.pacing).unhurried(f"the write gates of {names}"):
+                    return results + run(c, left)
+            except NoRoomUnderGate as busy:
+                results += busy.done
+                done = {r.partition for r in busy.done}
+                left = [s for s in left if s.key not in done]
+                _LOG.info(f"{busy}; {_keys(left)} left")
+        if time.monotonic() - started > plan.races.pacing.max_wait_seconds:
+            raise ServerBusy(
+                f"{plan.target.fqn} {_keys(left)}: the server had no room for the read under the write gates of "
+                f"{names} for [pacing] max_wait_seconds={plan.races.pacing.max_wait_seconds:g}; nothing of these "
+                "partitions was written. Run it again once merges have caught up."
+            )
+        with clickhouse.get_client() as c:  # no gate held: ingestion into the sources goes on meanwhile
+            pacer_for(c, plan.races.pacing).wait_for_room(
+                f"{plan.target.fqn} {_keys(left)}: waiting without the write gates of {names}",
+                [plan.live],
+                written_partitions(c, plan.live, left),
+            )
+
+
+def _keys(steps: Sequence[PartitionStep]) -> str:
+    keys = [s.key or "(whole table)" for s in steps]
+    return ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
 
 
 def _direct_result(plan: RebuildPlan, step: PartitionStep, r: RebuildResult) -> StepResult:
@@ -363,6 +439,7 @@ def _run_spark(
     stager: Stager | None,
     clickhouse: ClientFactory | None,
     client: Client | None,
+    owner: str = "chmv",
 ) -> list[StepResult]:
     """The steps that read the landing zone: cutoffs under the gates, Spark staging without them, then the swaps."""
     if stager is None:
@@ -373,19 +450,21 @@ def _run_spark(
     assert plan.landing_root is not None
     _LOG.info(f"{plan.target.fqn}: {len(steps)} partition(s) from the landing zone (spark engine)")
     if cutoffs is None:
-        with _session(plan, clickhouse, client) as c:
+        with _session(plan, clickhouse, client, f"{owner}: reading the cutoffs of {plan.target.fqn}") as c:
             cutoffs = _read_cutoffs(c, loaded, plan, steps)
-    return _run_spark_steps(plan, loaded, steps, cutoffs, stager, clickhouse, client)
+    return _run_spark_steps(plan, loaded, steps, cutoffs, stager, clickhouse, client, owner)
 
 
 @contextmanager
-def _session(plan: RebuildPlan, clickhouse: ClientFactory | None, client: Client | None) -> Iterator[Client]:
+def _session(
+    plan: RebuildPlan, clickhouse: ClientFactory | None, client: Client | None, holder: str = ""
+) -> Iterator[Client]:
     """The plan's gates and a client: the caller's (gates already held) or a new one opened after the gates."""
     if client is not None:
         yield client
         return
     assert clickhouse is not None
-    with source_gate(plan.gates), clickhouse.get_client() as opened:
+    with source_gate(plan.gates, holder=holder), clickhouse.get_client() as opened:
         yield opened
 
 
@@ -416,8 +495,10 @@ def _run_spark_steps(
     stager: Stager,
     clickhouse: ClientFactory | None,
     client: Client | None,
+    owner: str = "chmv",
 ) -> list[StepResult]:
-    """Stage each trigger's lake rows (Spark, no gate held), then swap each partition under the gates."""
+    """Stage each trigger's lake rows (Spark, no gate held), then swap each partition under the gates (the cutoffs
+    stay true while they are released: a watermark never goes back)."""
     marks = sorted((k.fqn, str(v)) for k, v in cutoffs.items())
     batch_id = hashlib.sha1(f"{plan.target.fqn}|{[s.key for s in steps]}|{marks}".encode()).hexdigest()[:16]
     windows = [s.window for s in steps]
@@ -429,8 +510,19 @@ def _run_spark_steps(
     }
     crash_point("backfill:staged")
     cutoff = min((v for v in cutoffs.values() if v is not None), default=None)
-    with _session(plan, clickhouse, client) as c, _paused(c, loaded, plan, steps):
-        results = [_swap_staged(c, loaded, plan, step, staged, cutoff, batch_id) for step in steps]
+
+    def run(c: Client, todo: list[PartitionStep]) -> list[StepResult]:
+        swapped: list[StepResult] = []
+        with _paused(c, loaded, plan, todo):
+            for step in todo:
+                try:
+                    swapped.append(_swap_staged(c, loaded, plan, step, staged, cutoff, batch_id))
+                except NoRoomUnderGate as busy:
+                    busy.done = swapped
+                    raise
+        return swapped
+
+    results = _gated(plan, clickhouse, client, steps, run, f"{owner}: rebuild of {plan.target.fqn} from the lake")
     for st in staged.values():
         staging.remove(st.folder)
     return results

@@ -31,7 +31,7 @@ from chmv_assets.engine.parts import read_partitions
 from chmv_assets.engine.rebuild.planner import PartitionStep, RebuildPlan, Swap, plan_from_source
 from chmv_assets.engine.rebuild.shrink_guard import check_shrink
 from chmv_assets.engine.statements import statement_id
-from chmv_assets.errors import RacedWrites, ShrinkRefused
+from chmv_assets.errors import NoRoomUnderGate, RacedWrites, ShrinkRefused
 from chmv_assets.sql.quoting import qualified, string_literal
 from chmv_assets.sql.rebuild_sql import (
     drop_shadow_sql,
@@ -130,10 +130,14 @@ def run_steps(
     done: dict[int, RebuildResult] = {}
     for batch in batches.values():
         group = [steps[i] for i in batch]
-        if group[0].swap == Swap.REFRESH:
-            results = [_refresh(client, project, plan)]
-        else:
-            results = _Races(_Read(client, project, plan, trigger_relation)).run(group)
+        try:
+            if group[0].swap == Swap.REFRESH:
+                results = [_refresh(client, project, plan)]
+            else:
+                results = _Races(_Read(client, project, plan, trigger_relation)).run(group)
+        except NoRoomUnderGate as busy:  # the caller waits without the gates and reads the rest again
+            busy.done = [done[i] for i in sorted(done)]
+            raise
         done.update(zip(batch, results, strict=True))
     return [done[i] for i in range(len(steps))]
 
@@ -218,6 +222,7 @@ class _Read:
         assert table is not None
         self.table = table
         self.views = project.views_into(plan.target)
+        self.partitions: dict[ObjectRef, list[str]] | None = None  # of the live target, those the batch swaps in
 
     def statement(
         self, sql: str, statements: list[str], kind: str, settings: dict | None = None, *, paced: str | None = None
@@ -232,7 +237,7 @@ class _Read:
         if paced is None:
             run()
         else:  # the live target's part counts hold it (the shadow is new: only chmv writes it)
-            self.pacer.run(paced, run, watch=[self.plan.live])
+            self.pacer.run(paced, run, watch=[self.plan.live], partitions=self.partitions)
 
     def fill(self, steps: Sequence[PartitionStep]) -> _Shadow:
         """The shadow of ``steps``, filled by every MV's own SELECT (the caller drops it)."""
@@ -240,8 +245,10 @@ class _Read:
         plan, statements = self.plan, []
         shadow, create = steps[0].shadow, steps[0].create_shadow
         assert shadow is not None and create is not None
-        # room on the server before the shadow exists: a run that gives up waiting leaves nothing behind
-        self.pacer.wait_for_room(f"{plan.target.fqn} {_label(steps[0].window)}: fill", [plan.live])
+        # room on the server before the shadow exists: a run that gives up waiting leaves nothing behind; only the
+        # partitions the swaps replace hold it (the shadow is chmv's alone)
+        self.partitions = written_partitions(self.client, plan.live, steps)
+        self.pacer.wait_for_room(f"{plan.target.fqn} {_label(steps[0].window)}: fill", [plan.live], self.partitions)
         self.statement(drop_shadow_sql(shadow), statements, "drop")
         self.statement(create, statements, "create")
         crash_point("rebuild:shadow_created")
@@ -250,11 +257,16 @@ class _Read:
         # one window's output is kept to its partition; so is each run's of several (the edge partitions one run's
         # read reaches are another run's: both in one shadow would count their rows twice)
         kept = len(windows) == 1 or len(runs) > 1
-        for view in self.views:
-            _LOG.info(self._reading(view, shadow, windows, runs))
-            for number, run in enumerate(runs, start=1):
-                self._insert(view, shadow, run, f" {number}/{len(runs)}" if len(windows) > 1 else "", kept, statements)
-                crash_point("rebuild:mid_fill")
+        try:
+            for view in self.views:
+                _LOG.info(self._reading(view, shadow, windows, runs))
+                for number, run in enumerate(runs, start=1):
+                    number_text = f" {number}/{len(runs)}" if len(windows) > 1 else ""
+                    self._insert(view, shadow, run, number_text, kept, statements)
+                    crash_point("rebuild:mid_fill")
+        except NoRoomUnderGate:  # read again once the server has room: nothing of this read is left behind
+            self.statement(drop_shadow_sql(shadow), statements, "drop")
+            raise
         rows, partitions = self._rows(shadow, steps, kept)
         return _Shadow(shadow, rows, statements, time.monotonic() - started, partitions)
 
@@ -321,6 +333,20 @@ class _Read:
         ).result_rows
         rows = [sum(int(r[i + 1]) for r in per_partition) for i in range(len(steps))]
         return rows, [[str(r[0]) for r in per_partition if r[i + 1]] for i in range(len(steps))]
+
+
+def written_partitions(
+    client: Client, live: ObjectRef, steps: Sequence[PartitionStep]
+) -> dict[ObjectRef, list[str]] | None:
+    """The ``partition_id``s of ``live`` the swaps of ``steps`` replace (the server computes them from each step's
+    partition value), or None where a step swaps the whole table or every partition of it (then all of them count)."""
+    values = [s.partition for s in steps]
+    if any(s.swap != Swap.REPLACE_PARTITION for s in steps) or any(
+        v is None or not v.startswith("tuple(") or v == "tuple()" for v in values
+    ):
+        return None
+    ids = client.query("SELECT [" + ", ".join(f"partitionId{v.removeprefix('tuple')}" for v in values) + "]")  # type: ignore[union-attr]
+    return {live: [str(i) for i in ids.result_rows[0][0]]}
 
 
 def _label(window: PartitionWindow | None) -> str:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from datetime import datetime
 
 import pytest
 
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.engine.ingest.cutoff import current_watermark, cutoff_of, source_gate
+from chmv_assets.engine.ingest.cutoff import current_watermark, cutoff_of, gate_holder, source_gate
 from chmv_assets.engine.lifecycle.deploy import apply
 from chmv_assets.engine.watermarks import begin_load, commit_load, read_watermark, write_watermark
+from chmv_assets.engine_logs import engine_messages
 from chmv_assets.errors import EngineBusyError
 from resources.clickhouse import ClickHouseResource
 
@@ -97,24 +99,38 @@ def test_gate_excludes_other_threads_and_is_reentrant(engine):
     assert outcomes == ["refused", "entered"]
 
 
-def test_gate_times_out_with_a_clear_error(engine):
+def test_gate_times_out_with_a_clear_error_naming_its_holder(engine):
+    """Issue 25, class 7: one that waits for a gate, or gives up, is told who holds it (process, thread, what it does),
+    not "another ingestion or backfill"; a re-entrant hold released inside does not erase the note."""
     entered = threading.Event()
     release = threading.Event()
+    doing = "chmv rebuild: rebuild of analytics.x 2026-08-03 (run r1): reading the sources and swapping"
 
     def holder() -> None:
-        with source_gate([SRC]):
+        with source_gate([SRC], holder=doing):
+            with source_gate([SRC], holder="inner"):
+                pass
             entered.set()
             release.wait(5)
 
-    thread = threading.Thread(target=holder)
+    thread = threading.Thread(target=holder, name="the-holder")
     thread.start()
     entered.wait(5)
+    log: list[str] = []
     try:
         with (
-            pytest.raises(EngineBusyError, match=r"write gate of analytics.api_requests .* stayed held"),
+            engine_messages(log.append),
+            pytest.raises(EngineBusyError, match=r"write gate of analytics.api_requests .* stayed held") as raised,
             source_gate([SRC], timeout=0.2),
         ):
             pass
     finally:
         release.set()
         thread.join(5)
+    held_by = f"pid {os.getpid()}, thread the-holder: {doing}, for "
+    assert held_by in str(raised.value) and "another ingestion or backfill" not in str(raised.value)
+    assert [line for line in log if line.startswith("waiting for the write gate of analytics.api_requests")]
+    assert held_by in log[0]
+    assert "did not say who it is" in gate_holder(SRC)  # released, and its note with it
+    with source_gate([SRC], timeout=0):
+        assert gate_holder(SRC).startswith(f"pid {os.getpid()}, thread MainThread: a chmv writer")

@@ -234,3 +234,44 @@ def engine_lock_free(engine) -> bool:
     except Timeout:
         return False
     return True
+
+
+def test_an_interrupted_re_derivation_is_a_pending_change_until_an_apply_finishes_it(
+    engine, tmp_path: Path, capsys
+) -> None:
+    """Issue 25, class 8: an apply stopped during the re-derivation (here: RacedWrites after the first partition, at
+    the point between two holds) leaves the new SELECT live and history mixed. ``chmv plan`` says so (exit 3, the
+    partitions left) until the next ``chmv apply`` re-derives what is left; then the plan is empty."""
+    from chmv_assets.cli import main
+    from chmv_assets.errors import RacedWrites
+
+    ddl = copy_ddl(tmp_path)
+    edit(ddl, *CHANGED_FILTER)
+    loaded = load(ddl)
+    dsn = f"chdb://{tmp_path / 'chdb'}"
+
+    def stop(point: str) -> None:  # the apply's point after its first partition: deterministic, no race to win
+        if point.startswith("rebuilt analytics.error_events"):
+            raise RacedWrites(f"{point}: writes kept racing the next partition (injected)")
+
+    with engine.get_client() as client:
+        plan = plan_lifecycle(client, loaded)
+    total = len(next(plan.rederivations()).plan.steps)
+    with pytest.raises(RacedWrites):
+        apply_plan(engine, loaded, plan, pause=stop, batch_seconds=0.0)
+
+    with engine.get_client() as client:
+        pending = plan_lifecycle(client, loaded)
+    (change,) = pending.changes
+    assert change.unfinished and change.action == Action.REDERIVE and change.ref == ref("error_events")
+    assert change.rederive is not None and len(change.rederive.plan.steps) == total - 1  # the first one is done
+    assert f"1 partition re-derived, {total - 1} partitions left" in change.reasons[0]
+    capsys.readouterr()
+    assert main(["plan", "--ddl-dir", str(ddl), "--dsn", dsn]) == 3
+    assert "finish the re-derivation an earlier apply left unfinished" in capsys.readouterr().out
+
+    assert main(["apply", "--ddl-dir", str(ddl), "--dsn", dsn]) == 0
+    assert f"{total - 1} partitions re-derived" in capsys.readouterr().out
+    with engine.get_client() as client:
+        assert assert_exact(client, loaded, ref("error_events")) > 100
+    assert main(["plan", "--ddl-dir", str(ddl), "--dsn", dsn]) == 0

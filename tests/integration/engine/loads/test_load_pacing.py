@@ -25,6 +25,7 @@ from chmv_assets.ddl.config import PacingConfig
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.engine.ingest.cutoff import ingestion_source_id
 from chmv_assets.engine.loads.load import ingest
+from chmv_assets.engine.pacing.pacer import pacer_for
 from chmv_assets.engine.watermarks import read_watermark
 from chmv_assets.engine_logs import engine_messages
 from chmv_assets.errors import ServerBusy
@@ -180,3 +181,30 @@ def test_a_load_that_gives_up_keeps_what_it_inserted_and_the_next_load_takes_the
 def client_count(engine, where: str) -> int:
     with engine.get_client() as client:
         return int(client.command(f"SELECT count() FROM analytics.raw_events WHERE {where}"))
+
+
+def test_a_load_is_not_held_by_a_partition_it_does_not_write(spark, tmp_path: Path, base: Path, example, lake) -> None:
+    """Issue 25, class 7: pacing looks at the partitions the load's inserts write (from their event-time span). With
+    December of events_agg over its limit and merges stopped, a load of August's days does not wait (it used to wait
+    for December: here past a 0.3 s limit) and is exact."""
+    root, _ = lake
+    engine = copy_engine(base, tmp_path / "chdb")
+    loaded = _loaded(example, root, max_wait_seconds=0.3)
+    august = {f"{START + timedelta(days=d):%Y-%m-%d}" for d in range(20)}
+    with engine.get_client() as client:
+        client.command(
+            "ALTER TABLE analytics.events_agg MODIFY SETTING parts_to_delay_insert = 3, parts_to_throw_insert = 5"
+        )
+        client.command("SYSTEM STOP MERGES analytics.events_agg")
+        for n in range(4):
+            client.command(
+                f"INSERT INTO analytics.events_agg VALUES ('2026-12-0{n + 1}', '2026-12-0{n + 1} 00:00:00', 0, 'seed', "
+                "1, 1)",
+                settings={"async_insert": 0},
+            )
+        result = ingest(SparkStager(spark), HeldClient(client), loaded, SOURCE, days=august)
+        assert result.rows_inserted > 0
+        assert pacer_for(client).stats.waited_for == []
+        count = int(client.command("SELECT count() FROM analytics.raw_events"))
+        assert count == result.rows_inserted
+        _assert_exact(client, loaded, count, where="event_type != 'seed'")

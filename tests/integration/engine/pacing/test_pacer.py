@@ -10,6 +10,7 @@ closed, so each test holds one client for the pressure and the backfill (as ``ch
 from __future__ import annotations
 
 import shutil
+import threading
 from datetime import datetime
 from pathlib import Path
 
@@ -109,7 +110,8 @@ def test_a_backfill_under_merge_pressure_waits_then_completes_exactly(tmp_path: 
     assert relieved == [1] and [r.partition for r in results] == ["2026-08-02", "2026-08-03", "2026-08-04"]
     waits = [line for line in log if ": waiting " in line]
     assert len(waits) == 1, "\n".join(log)
-    assert waits[0].startswith("analytics.error_events 2026-08-02: fill: waiting ")
+    # 2026-08-02 is not held by the pressed partition (it writes none of it): its neighbour waits
+    assert waits[0].startswith("analytics.error_events 2026-08-03: fill: waiting ")
     assert f"partition {PRESSED} of analytics.error_events holds {pressed} active parts (chmv waits from 4" in waits[0]
     assert "parts_to_delay_insert=4" in waits[0] and "parts_to_throw_insert=8" in waits[0]
     assert any("the server has room again; going on after waiting" in line for line in log)
@@ -131,7 +133,7 @@ def test_a_backfill_gives_up_past_its_limit_naming_the_cause_and_changes_nothing
         shadows = client.command("SELECT count() FROM system.tables WHERE name LIKE '_chmv_shadow%'")
         assert int(shadows) == 0  # the shadow was dropped
     message = str(raised.value)
-    assert message.startswith("analytics.error_events 2026-08-02: fill: gave up after waiting")
+    assert message.startswith("analytics.error_events 2026-08-03: fill: gave up after waiting")
     assert f"partition {PRESSED} of analytics.error_events holds {pressed} active parts" in message
     assert "SYSTEM START MERGES" in message and "[pacing] max_wait_seconds=0.5" in message
     assert "Nothing of this insert was written" in message
@@ -211,3 +213,66 @@ def test_a_rederivation_of_many_partitions_is_cut_into_inserts_and_stays_exact(
         assert any("(8 inserts of at most 4 partitions)" in line for line in log)
         where = "toDate(timestamp) BETWEEN '2026-08-01' AND '2026-08-30'"
         assert digest(client, loaded, ERRORS, where) == recompute(client, loaded, ERRORS, where)
+
+
+def test_a_rebuild_waiting_for_merges_does_not_hold_the_write_gate(tmp_path: Path, base: Path, example) -> None:
+    """Issue 25, class 7: pacing looks at the partitions an insert writes: with 2026-08-03 pressed (merges stopped,
+    over its limit), the rebuild of 2026-08-02 does not wait (it used to, here past a 0.3 s limit). And a rebuild of
+    2026-08-03, which waits for merges, waits without its source's write gate, so chmv's ingestion into the source
+    goes on meanwhile (it used to wait up to max_wait_seconds, then fail blaming "another ingestion or backfill"); then
+    the rebuild reads and swaps under the gate and the partition is exact. Deterministic: the ingestion takes the gate
+    while the rebuild is inside its first wait (held there by its log sink until the ingestion is done)."""
+    from chmv_assets.engine.ingest.cutoff import source_gate
+    from chmv_assets.engine.rebuild.executor import rebuild_partitions
+
+    engine = copy_engine(base, tmp_path / "chdb")
+    loaded = _with_pacing(example)
+    waiting, relieve = threading.Event(), threading.Event()
+    outcome: dict = {}
+
+    def say(line: str) -> None:
+        if ": waiting " in line and "for the server" in line:
+            waiting.set()
+            relieve.wait(60)  # the rebuild stays in its wait until the ingestion below is done
+
+    with engine.get_client() as client:
+        _press(client)
+        pressed = _parts(client)
+        quick = _with_pacing(example, max_wait_seconds=0.3)
+        neighbour = execute(plan_for(HeldClient(client), quick, ERRORS, _windows()[:1]), quick, client=client)
+        assert [r.partition for r in neighbour] == ["2026-08-02"] and pacer_for(client).stats.waited_for == []
+
+        def rebuild() -> None:
+            try:
+                with engine_messages(say, this_thread_only=True):
+                    outcome["results"] = rebuild_partitions(
+                        HeldClient(client), loaded, ERRORS, [window_at(DAYS[1], Grain.DAY)]
+                    )[1]
+            except BaseException as error:  # noqa: BLE001 - asserted below
+                outcome["error"] = error
+                waiting.set()
+
+        thread = threading.Thread(target=rebuild, name="rebuild")
+        thread.start()
+        try:
+            assert waiting.wait(60) and "error" not in outcome, outcome
+            with source_gate([ref("all_events")], timeout=0):  # free: chmv's ingestion proceeds at once
+                ingestion = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path / 'chdb'}")
+                ingestion.command(
+                    "INSERT INTO analytics.all_events SELECT toDateTime('2026-08-03 12:00:00') + number, 'click', "
+                    "'error', 0, 'ingested' FROM numbers(5)",
+                    settings={"async_insert": 0},
+                )
+            operator = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path / 'chdb'}")
+            operator.command("SYSTEM START MERGES analytics.error_events")
+            operator.command(f"OPTIMIZE TABLE analytics.error_events PARTITION ID '{PRESSED}' FINAL")
+        finally:
+            relieve.set()
+            thread.join(120)
+        assert "error" not in outcome, outcome
+        assert [r.partition for r in outcome["results"]] == ["2026-08-03"]
+        where = "toDate(timestamp) = '2026-08-03'"
+        assert digest(client, loaded, ERRORS, where) == recompute(client, loaded, ERRORS, where)
+        assert client.command("SELECT count() FROM analytics.error_events WHERE payload = 'ingested'") == 5
+    waited_for = pacer_for(client).stats.waited_for
+    assert waited_for and f"partition {PRESSED} of analytics.error_events holds {pressed} active parts" in waited_for[0]
