@@ -7,6 +7,8 @@ would lose rows where coverage cannot tell, leaving the live data and no shadow 
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 from conftest import make_engine
 from retention_testing import (
@@ -21,8 +23,10 @@ from retention_testing import (
 )
 from spark_testing import digest
 
+from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import window_at
+from chmv_assets.engine.health.parity import parity_for_partition
 from chmv_assets.engine.rebuild.coverage import Holding, observe_coverage, probe
 from chmv_assets.engine.rebuild.executor import plan_for, rebuild_partitions
 from chmv_assets.engine.rebuild.planner import Engine
@@ -122,13 +126,16 @@ def test_coverage_is_one_statement_that_matches_the_tables(fresh_engine, example
             ).result_rows
         }
         coverage = observe_coverage(client, example, target, target, days, None)
-    assert facts.sql.count("SELECT") == 1 + 1 + 1  # the table, its windows, the target's windows: one statement
+    # the table, its windows, its deletes (mutations, patch parts), the target's windows: one statement
+    assert facts.sql.count("SELECT") == 1 + 1 + 2 + 1
     for window in days[1:]:
         stats = facts.source_window(ObjectRef(database="analytics", name="api_requests"), window.start)
         assert (stats.rows, stats.oldest, stats.newest) == truth[window.start]
         assert facts.target_window(window.start).rows == target_rows[window.start]
     assert facts.source_window(ObjectRef(database="analytics", name="api_requests"), days[0].start).rows == 0
     assert [w.sources[0].table.holding for w in coverage.windows] == [Holding.NONE, Holding.PARTLY, Holding.ENTIRELY]
+    # the DELETE was created after every window's start: it may have touched the third too (its predicate is not read)
+    assert coverage.windows[2].deletions.startswith("analytics.api_requests lists 1 DELETE mutation(s), the newest ")
     assert coverage.queries == 1
 
 
@@ -203,3 +210,106 @@ def test_a_hole_inside_a_month_is_partly_held_refused_without_a_lake_and_read_fr
     assert plan.steps[0].engine == Engine.SPARK, plan.describe()
     # a month without a hole, and a daily target of the same chain, keep reading the source
     assert plan_for(engine, example, EVENTS_AGG, [SEPTEMBER]).steps[0].engine == Engine.CLICKHOUSE
+
+
+LEDGER_DDL = """
+CREATE DATABASE IF NOT EXISTS ledger ENGINE = Atomic;
+CREATE TABLE ledger.sales (ts DateTime, amount UInt32) ENGINE = MergeTree PARTITION BY toDate(ts) ORDER BY ts;
+CREATE TABLE ledger.sales_monthly (ts DateTime, amount UInt32) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY ts;
+CREATE MATERIALIZED VIEW ledger.sales_monthly_mv TO ledger.sales_monthly AS SELECT ts, amount FROM ledger.sales;
+CREATE TABLE ledger.orders (ts DateTime, amount UInt32) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY ts;
+CREATE TABLE ledger.daily_totals (day Date, orders UInt64, amount UInt64) ENGINE = SummingMergeTree ORDER BY day;
+CREATE MATERIALIZED VIEW ledger.daily_totals_mv TO ledger.daily_totals AS
+SELECT toDate(ts) AS day, count() AS orders, sum(amount) AS amount FROM ledger.orders GROUP BY day
+"""
+SALES, MONTHLY = ObjectRef(database="ledger", name="sales"), ObjectRef(database="ledger", name="sales_monthly")
+DAILY_TOTALS = ObjectRef(database="ledger", name="daily_totals")
+SEPTEMBER_2025 = window_at(datetime(2025, 9, 1), "month")
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    """An engine with a daily-partitioned source copied into a monthly target, and a source summed per day into an
+    unpartitioned SummingMergeTree; empty."""
+    ddl = tmp_path / "ddl"
+    ddl.mkdir()
+    (ddl / "ledger.sql").write_text(LEDGER_DDL)
+    loaded = load(ddl, default_database="ledger", partition_start="2025-01-01")
+    return loaded, make_engine(tmp_path / "chdb", loaded)
+
+
+def _totals(client, table: str) -> tuple[int, int, int]:
+    return tuple(client.query(f"SELECT count(), sum(orders), sum(amount) FROM {table}").result_rows[0])
+
+
+def test_the_shrink_guard_compares_totals_not_only_keys(ledger):
+    """Issue 25 (5): 90 % of every day of August deleted from the source keeps the 31 keys of an unpartitioned
+    SummingMergeTree; the guarded rebuild would cut its totals by 90 %: refused, naming the columns and both totals,
+    the live table unchanged; force goes through."""
+    loaded, engine = ledger
+    with engine.get_client() as client:
+        client.command(
+            "INSERT INTO ledger.orders SELECT toDateTime('2025-08-01 00:00:00') + number * 600, number % 10 + 1 "
+            "FROM numbers(31 * 144)"
+        )
+        before = _totals(client, "ledger.daily_totals FINAL")
+        assert before == (31, 31 * 144, 24_540)  # 31 keys, one per day; amounts 1…10 in turn
+        client.command("ALTER TABLE ledger.orders DELETE WHERE amount > 1", settings={"mutations_sync": 2})
+        kept = int(client.command("SELECT count() FROM ledger.orders"))
+        assert int(client.command("SELECT uniqExact(toDate(ts)) FROM ledger.orders")) == 31  # every day keeps rows
+    with pytest.raises(ShrinkRefused) as stopped:
+        rebuild_partitions(engine, loaded, DAILY_TOTALS, [None])
+    message = str(stopped.value)
+    assert message.startswith(
+        "ledger.daily_totals whole table: the rebuild would shrink the live partition's totals (31 rows on both "
+        f"sides): sum(orders): {before[1]:,} → {kept:,}; sum(amount): {before[2]:,} → {kept:,} (live → rebuilt). "
+        "Coverage does not vouch for every row of it ("
+    ), message
+    assert "ledger.orders lists 1 DELETE mutation(s)" in message
+    assert "Nothing was swapped; the live partition is unchanged." in message
+    with engine.get_client() as client:
+        assert _totals(client, "ledger.daily_totals FINAL") == before and int(client.command(SHADOWS)) == 0
+    rebuild_partitions(engine, loaded, DAILY_TOTALS, [None], force=True)
+    with engine.get_client() as client:
+        assert _totals(client, "ledger.daily_totals FINAL") == (31, kept, kept)
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [
+        "DELETE FROM ledger.sales WHERE amount % 2 = 0",  # half of every day, lightweight
+        "ALTER TABLE ledger.sales DELETE WHERE toHour(ts) = 3",  # one hour of every day
+    ],
+    ids=["half-of-every-day", "one-hour-of-every-day"],
+)
+def test_rows_deleted_inside_every_day_guard_the_month_and_parity_does_not_call_it_fixable(ledger, loss):
+    """Issue 25 (6): ten days of September in a daily-partitioned source, 4,320 rows in the monthly target. Before
+    any DELETE, the month doubled is repaired (a correction: no guard). After a DELETE inside every day, every day
+    still has rows, so the source spans the month and no day is a hole; the DELETE the server lists makes the rebuild
+    shrink-guarded: refused, 4,320 rows stay; parity says not verifiable, not a mismatch a rebuild would fix."""
+    loaded, engine = ledger
+    month = "toYYYYMM(ts) = 202509"
+    with engine.get_client() as client:
+        client.command(
+            "INSERT INTO ledger.sales SELECT toDateTime('2025-09-01 00:00:00') + number * 200, number % 10 + 1 "
+            "FROM numbers(10 * 432)"
+        )
+        client.command(f"INSERT INTO ledger.sales_monthly SELECT * FROM ledger.sales_monthly WHERE {month}")
+        assert count(client, MONTHLY, month) == 2 * 4_320
+    plan, _ = rebuild_partitions(engine, loaded, MONTHLY, [SEPTEMBER_2025])  # source intact, no DELETE
+    assert plan.steps[0].guard is None
+    with engine.get_client() as client:
+        assert count(client, MONTHLY, month) == 4_320
+        client.command(loss, settings={"mutations_sync": 2})
+        left = count(client, SALES)
+        assert left < 4_320 and int(client.command("SELECT uniqExact(toDate(ts)) FROM ledger.sales")) == 10
+    plan = plan_for(engine, loaded, MONTHLY, [SEPTEMBER_2025])
+    assert plan.steps[0].engine == Engine.CLICKHOUSE and "DELETE mutation(s)" in (plan.steps[0].guard or "")
+    with pytest.raises(ShrinkRefused, match=f"partition 2025-09-01: the rebuild would leave {left:,} rows where the "):
+        rebuild_partitions(engine, loaded, MONTHLY, [SEPTEMBER_2025])
+    with engine.get_client() as client:
+        assert count(client, MONTHLY, month) == 4_320 and int(client.command(SHADOWS)) == 0
+        result = parity_for_partition(client, loaded, MONTHLY, SEPTEMBER_2025)
+    assert result.passed and result.unverifiable, result.describe()
+    assert f"the target holds more than its source yields (rows: expected {left}, actual 4320)" in result.unverifiable
+    assert "may have lost rows of it (ledger.sales lists 1 DELETE mutation(s)" in result.unverifiable

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 import pytest
@@ -152,3 +153,27 @@ def test_without_coverage_the_planner_decides_as_before(tmp_path):
     """A repair's plan (Observations without coverage facts) is unchanged: no coverage, no refusal, no guard."""
     plan = plan_rebuild(project(tmp_path), HOURLY, DAYS, Observations(live=HOURLY, oldest=((SRC, SEP3),), zone="UTC"))
     assert plan.coverage is None and steps(plan) == [(w.key, Engine.CLICKHOUSE, False) for w in DAYS]
+
+
+def test_a_delete_recorded_after_a_window_starts_guards_it_without_moving_or_refusing_it(lake):
+    """Issue 25 (6): rows deleted inside every day leave the counts whole; a DELETE the server lists, created after a
+    window's start, guards its rebuild from the source (not the lake, not refused); an older one guards nothing."""
+    loaded, root = lake
+    deleted = replace(facts(whole(), HELD, TARGET), deletes=((SRC, "x", 2, D(2026, 9, 2, 12)), (SRC, "p", 0, None)))
+    plan = plan_rebuild(loaded, HOURLY, DAYS, observed(deleted), root=root)
+    assert steps(plan) == [(w.key, Engine.CLICKHOUSE, True) for w in DAYS]  # 09-03 too: within a zone's offset
+    assert plan.steps[0].guard == (
+        "d.src lists 2 DELETE mutation(s), the newest created 2026-09-02 12:00:00: they may have removed rows of the "
+        "window"
+    )
+    assert "; d.src lists 2 DELETE mutation(s)" in plan.coverage.describe()
+    older = replace(deleted, deletes=((SRC, "x", 1, D(2026, 8, 30)), (SRC, "p", 3, D(2026, 9, 3, 6))))
+    plan = plan_rebuild(loaded, HOURLY, DAYS, observed(older), root=root)
+    assert steps(plan) == [(w.key, Engine.CLICKHOUSE, True) for w in DAYS]  # the patch parts are recent
+    assert plan.steps[0].guard.startswith("d.src holds 3 patch part(s) (lightweight deletes or updates)")
+    old = replace(deleted, deletes=((SRC, "x", 1, D(2026, 8, 30)),))
+    assert steps(plan_rebuild(loaded, HOURLY, DAYS, observed(old), root=root)) == [
+        (w.key, Engine.CLICKHOUSE, False) for w in DAYS
+    ]
+    forced = plan_rebuild(loaded, HOURLY, DAYS, observed(deleted), root=root, force=True)
+    assert not any(s.guard for s in forced.steps)
