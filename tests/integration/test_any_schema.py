@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from chmv_assets.cli import main
-from chmv_assets.ddl.loader import load
+from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.parser import parse_statement
+from chmv_assets.ddl.twin import local_twin
 from chmv_assets.engine.lifecycle.planner import plan_lifecycle
 from chmv_assets.engine.lifecycle.preflight import preflight
 from chmv_assets.errors import PreflightError
@@ -313,22 +314,39 @@ def test_any_mv_runs_as_its_server_would(deployed):
 
 
 def test_the_preflight_quotes_the_servers_own_fix(tmp_path):
-    """The DDL as written (a server of the embedded engine's version, 26.9): the AggregatingMergeTree with a column
-    outside its sorting key is refused with the server's message, its own advice and what to set in chmv.toml; the
-    Merge table is checked in the scratch database (its database argument mapped there)."""
-    loaded = load(SCHEMAS / "any_mv")
+    """Without server_version (the twin of a 26.9 server), the AggregatingMergeTree with a column outside its sorting
+    key is refused with the server's message, its own advice and what to set in chmv.toml; as written on a server,
+    with the server's advice only (its version decides). The Merge table is checked in the scratch database (its
+    database argument mapped there), and a server of another version than chmv.toml's is named."""
+    as_written = load(SCHEMAS / "any_mv")
+    twin = LoadedProject(config=as_written.config, project=local_twin(as_written.project))
     resource = ClickHouseResource(dsn=f"chdb://{tmp_path / 'chdb'}")
+    hints = []
     with resource.get_client() as client:
-        plan = plan_lifecycle(client, loaded)
-        with pytest.raises(PreflightError) as info:
-            preflight(client, loaded, plan)
-    (problem,) = info.value.problems
-    assert problem.message.startswith("feed.user_days: the server refused it: Column(s) city of the Aggregating")
-    assert problem.hint.startswith(
+        for loaded in (twin, as_written):
+            with pytest.raises(PreflightError) as info:
+                preflight(client, loaded, plan_lifecycle(client, loaded))
+            (problem,) = info.value.problems
+            assert problem.message.startswith("feed.user_days: the server refused it: Column(s) city of the Aggreg")
+            assert (problem.file, problem.line) == (str(SCHEMAS / "any_mv" / "feed.sql"), 53)
+            hints.append(problem.hint)
+        fixed = LoadedProject(config=as_written.config, project=_without_user_days(as_written.project))
+        report = preflight(client, fixed, plan_lifecycle(client, fixed))
+    advice = (
         "the server says: Add them to the sorting key (ORDER BY), or set 'allow_dimensions_outside_sorting_key = 1' "
     )
-    assert 'set server_version (its version, e.g. "24.8") in chmv.toml' in problem.hint
-    assert (problem.file, problem.line) == (str(SCHEMAS / "any_mv" / "feed.sql"), 53)
+    assert hints[0].startswith(advice) and hints[1].startswith(advice)
+    assert 'set server_version (its version, e.g. "24.8") in chmv.toml' in hints[0]
+    assert "server_version" not in hints[1]
+    assert "feed.all_events" in report.checked
+    assert 'chmv.toml: server_version = "24.8", but this server runs 26.9' in report.describe()
+
+
+def _without_user_days(project):
+    """The project without feed.user_days and the MVs around it (what 26.9 refuses as written)."""
+    views = {r: v for r, v in project.views.items() if r.name not in ("user_days_mv", "returning_daily_mv")}
+    tables = {r: t for r, t in project.tables.items() if r.name not in ("user_days", "returning_daily")}
+    return project.model_copy(update={"views": views, "tables": tables})
 
 
 def test_clickhouses_parser_is_asked_while_this_process_holds_the_embedded_engine(deployed):

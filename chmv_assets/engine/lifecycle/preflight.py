@@ -38,6 +38,7 @@ from chmv_assets.ddl.twin import (
     databases_renamed,
     engine_of,
     null_stand_in_sql,
+    version_tuple,
 )
 from chmv_assets.engine.lifecycle.plan import CHMV_PREFIX, Action, LifecyclePlan
 from chmv_assets.engine.lifecycle.refusals import check_statement
@@ -128,10 +129,23 @@ def preflight(client: Client, loaded: LoadedProject, plan: LifecyclePlan) -> Pre
         tuple(sorted(r.fqn for r in run.objects)),
         run.count,
         time.monotonic() - started,
-        run.skipped,
+        (*run.skipped, *_version_note(client, loaded)),
     )
     _LOG.info(report.describe())
     return report
+
+
+def _version_note(client: Client, loaded: LoadedProject) -> list[str]:
+    """On a server (not the local twin), when chmv.toml's ``server_version`` is not its version (``SELECT version()``):
+    what to set, so the embedded engine behaves like this server."""
+    configured = loaded.config.server_version
+    if loaded.project.twin or configured is None:
+        return []
+    version = str(client.query("SELECT version()").result_rows[0][0])
+    if version_tuple(version)[:2] == version_tuple(configured)[:2]:
+        return []
+    major_minor = ".".join(map(str, version_tuple(version)[:2]))
+    return [f'chmv.toml: server_version = "{configured}", but this server runs {version}: set "{major_minor}"']
 
 
 def _existing_functions(client: Client, names: set[str]) -> set[str]:
@@ -365,7 +379,7 @@ class _Preflight:
             message = message.replace(quote(scratch), quote(database)).replace(scratch, database)
         names = _NAME.findall(message)
         hints = HINTS if ref in self.project.views else {**HINTS, **TABLE_HINTS}
-        hint = _server_hint(message, hints.get(names[-1], DEFAULT_HINT) if names else DEFAULT_HINT)
+        hint = _server_hint(message, hints.get(names[-1], DEFAULT_HINT) if names else DEFAULT_HINT, self.project.twin)
         loc = location or SourceLocation(file=self.project.ddl_dir, line=1)
         line, column = loc.line, loc.column
         unknown = _UNKNOWN.search(message)
@@ -379,13 +393,14 @@ class _Preflight:
 _SERVER_FIX = re.compile(r"(?:^|(?<=[.:;] ))((?:Add|Set|Use|Remove|Change|Specify|Enable|Disable|Try|Consider)\b[^.]*)")
 
 
-def _server_hint(message: str, hint: str) -> str:
-    """The server's own advice, quoted, before chmv's hint; with the setting that a server older than the embedded
-    engine does not need, what to set in chmv.toml."""
+def _server_hint(message: str, hint: str, twin: bool) -> str:
+    """The server's own advice, quoted, before chmv's hint; on the embedded engine (the local twin), with the setting
+    that a server older than the embedded engine does not need, what to set in chmv.toml (on a server, its own
+    version decides)."""
     found = _SERVER_FIX.search(message)
     if found is not None:
         hint = f"the server says: {found.group(1).strip()}; {hint}"
-    if DIMENSIONS_SETTING in message:
+    if twin and DIMENSIONS_SETTING in message:
         hint += (
             '; a server older than 26.9 accepts this table: set server_version (its version, e.g. "24.8") in '
             "chmv.toml and the embedded engine accepts what that server accepts"
