@@ -6,8 +6,8 @@ each branch reading one table pruned to the windows' ranges. Every branch yields
     _chmv_side String, _chmv_i UInt32, _chmv_k Nullable(DateTime), _chmv_n UInt64,
     _chmv_lo Nullable(DateTime), _chmv_hi Nullable(DateTime), _chmv_now DateTime
 
-``side`` says what the row is (a whole table, a window of a source, a window of the target), ``i`` which
-source, ``k`` the window start (None for a whole table), ``n`` the rows, ``lo``/``hi`` the oldest and
+``side`` says what the row is (a whole table, a window of a source, a window of the target, the deletes a source
+recorded), ``i`` which source, ``k`` the window start (None for a whole table), ``n`` the rows, ``lo``/``hi`` the oldest and
 newest time. Names only through :mod:`chmv_assets.sql.quoting`; times only as typed literals.
 """
 
@@ -199,6 +199,25 @@ def watermark_branch(side: str, index: int, source_id: str, target_table: str) -
         f"FROM {qualified(WATERMARKS)} WHERE source_id = {format_query_value(source_id)} "
         f"AND target_table = {format_query_value(target_table)}"
     )
+
+
+def deletes_branches(index: int, table: ObjectRef) -> list[str]:
+    """What the server records of deletes from ``table`` that may not have shown in its row counts: the mutations it
+    still lists that delete (``ALTER … DELETE``; a lightweight ``DELETE FROM``, recorded as ``UPDATE _row_exists =
+    0``), and its active patch parts (a lightweight delete or update in ``lightweight_update`` mode, not listed as a
+    mutation); per branch (side ``x``: the mutations, ``p``: the patch parts) how many, and the oldest and newest of
+    their ``create_time``/``modification_time``."""
+    where = f"database = {format_query_value(table.database)} AND table = {format_query_value(table.name)}"
+    deleting = "(positionCaseInsensitive(command, 'DELETE') > 0 OR position(command, '_row_exists') > 0)"
+    return [
+        f"SELECT '{side}' AS _chmv_side, toUInt32({index}) AS _chmv_i, {_NULL_TIME} AS _chmv_k, count() AS _chmv_n, "
+        f"CAST(min({column}) AS Nullable(DateTime)) AS _chmv_lo, CAST(max({column}) AS Nullable(DateTime)) AS _chmv_hi, "
+        f"now() AS _chmv_now FROM {system} WHERE {where} AND {condition}"
+        for side, system, column, condition in (
+            ("x", "system.mutations", "create_time", deleting),
+            ("p", "system.parts", "modification_time", "active AND startsWith(name, 'patch-')"),
+        )
+    ]
 
 
 def union(branches: Sequence[str]) -> str:

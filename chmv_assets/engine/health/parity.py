@@ -16,7 +16,11 @@ The recompute reads the same truth a rebuild would (:mod:`chmv_assets.engine.reb
 trigger no longer holds the partition (a TTL, a dropped partition, a DELETE) and the landing zone does,
 the MV's SELECT runs over the landing rows up to the ingestion cutoff and the table's rows after it;
 where neither holds it, the partition is reported "not verifiable" with the reason — never failed
-because the source was truncated.
+because the source was truncated. Where the source may have lost rows its counts cannot show (a DELETE it
+recorded since the window's start, :attr:`~chmv_assets.engine.rebuild.coverage.WindowCoverage.deletions`), the
+recompute still reads it, and a target that holds MORE than it yields is reported not verifiable, not as a
+mismatch a rebuild from the source would fix (that rebuild is shrink-guarded and would be refused); a target that
+holds less is a mismatch as ever.
 """
 
 from collections.abc import Callable, Mapping, Sequence
@@ -349,10 +353,12 @@ def _parity_for_partitions(
     except (ClickHouseError, ChmvError):  # each window reports the failure
         return _parity_each(client, loaded, target_ref, windows, now=now, root=root, pending=())
     lost: list[PartitionWindow] = []
+    deleted: dict[str | None, str | None] = {}
     if coverage_first:
         try:
             coverage = observe_coverage(client, loaded, target_ref, live, windows, root)
             lost = [w for w in windows if (c := coverage.at(w)) is not None and c.loss_observed]
+            deleted = {w.key: c.deletions for w in windows if w is not None and (c := coverage.at(w)) is not None}
         except (ClickHouseError, ChmvError) as err:  # coverage is an aid here: without it, check as before
             notes = (f"coverage not observed ({str(err).strip().splitlines()[0][:200]})",)
     for window in lost:  # the landing zone's truth, or not verifiable: one by one
@@ -390,8 +396,9 @@ def _parity_for_partitions(
             Measure(n, float(e or 0), float(a or 0)) for n, e, a in zip(names, expected, actual, strict=True)
         )
         in_grace = window.end > now - timedelta(minutes=config.grace_minutes)
-        results[window.key] = ParityResult(
-            target_ref.fqn, window.key, measures, config.tolerance, in_grace, sql=sql, notes=notes
+        results[window.key] = _doubted(
+            ParityResult(target_ref.fqn, window.key, measures, config.tolerance, in_grace, sql=sql, notes=notes),
+            deleted.get(window.key),
         )
         if not coverage_first and results[window.key].holds_more:
             results[window.key] = _parity_each(
@@ -631,8 +638,10 @@ def _parity(
     table = loaded.project.table(target_ref)
     assert table is not None
     sql = ""
+    doubt = None
     try:
-        truth = truth if truth is not None else _truth(client, loaded, target_ref, window, live, root)
+        if truth is None:
+            truth, doubt = _truth(client, loaded, target_ref, window, live, root)
         if isinstance(truth, str):
             return ParityResult(
                 target_ref.fqn, partition, tolerance=config.tolerance, in_grace=in_grace, unverifiable=truth
@@ -646,8 +655,26 @@ def _parity(
     actual = rows.get("actual") or (0.0,) * len(names)
     expected = rows.get("expected") or (0.0,) * len(names)
     measures = tuple(Measure(n, float(e or 0), float(a or 0)) for n, e, a in zip(names, expected, actual, strict=True))
-    return ParityResult(
-        target_ref.fqn, partition, measures, config.tolerance, in_grace, sql=sql, notes=notes, truth=label
+    return _doubted(
+        ParityResult(
+            target_ref.fqn, partition, measures, config.tolerance, in_grace, sql=sql, notes=notes, truth=label
+        ),
+        doubt,
+    )
+
+
+def _doubted(result: ParityResult, deletions: str | None) -> ParityResult:
+    """``result``, unless the target holds more than a source that may have lost rows yields (``deletions``: why it
+    may have): then not verifiable, with the figures and why (a rebuild from that source is shrink-guarded)."""
+    if not deletions or result.truth != "source" or not result.holds_more:
+        return result
+    figures = "; ".join(f"{m.name}: expected {m.expected:g}, actual {m.actual:g}" for m in result.measures)
+    return replace(
+        result,
+        unverifiable=(
+            f"the target holds more than its source yields ({figures}), and the source may have lost rows of it "
+            f"({deletions}); a rebuild from the source is shrink-guarded and would be refused (force accepts the loss)"
+        ),
     )
 
 
@@ -662,26 +689,27 @@ def _truth(
     window: PartitionWindow | None,
     live: ObjectRef,
     root: Path | None,
-) -> tuple[dict[ObjectRef, str], str, tuple[str, ...]] | str:
-    """What to recompute the partition from, per coverage: ``(relations, label, notes)``, or why it cannot be.
+) -> tuple[tuple[dict[ObjectRef, str], str, tuple[str, ...]] | str, str | None]:
+    """What to recompute the partition from, per coverage: ``(relations, label, notes)``, or why it cannot be; and
+    why the source may have lost rows its counts cannot show (:func:`_doubted`), if it may.
 
     The source tables (no relations) wherever they hold the partition or coverage cannot tell; the landing
     zone where a trigger demonstrably lost it and the lake holds it; otherwise the reason it is not verifiable.
     """
     if any(v.refreshable for v in loaded.project.views_into(target)):
-        return {}, "source", ()
+        return ({}, "source", ()), None
     try:
         coverage = observe_coverage(client, loaded, target, live, [window], root)
     except (ClickHouseError, ChmvError) as err:  # coverage is an aid here: without it, check as before
-        return {}, "source", (f"coverage not observed ({str(err).strip().splitlines()[0][:200]})",)
+        return ({}, "source", (f"coverage not observed ({str(err).strip().splitlines()[0][:200]})",)), None
     covered = coverage.at(window) or (coverage.windows[0] if coverage.windows else None)
     if covered is None or not covered.loss_observed:
-        return {}, "source", ()
+        return ({}, "source", ()), covered.deletions if covered is not None else None
     if root is None or not spark_capable(loaded, target, root) or not covered.lake_holds_entirely:
         return (
             f"the source no longer holds it ({covered.table_reasons()}) and the landing zone does not either "
             f"({covered.lake_reasons()}); the rebuild would refuse it too"
-        )
+        ), None
     maps = mappings(loaded, target)
     relations, notes = {}, []
     for source in covered.sources:
@@ -690,7 +718,7 @@ def _truth(
         lo, hi = mapping.source_range(basis) if mapping is not None and basis is not None else _EVER
         relation = lake_relation(client, loaded, source.source, lo, hi, root)
         if relation is None:
-            return f"the landing zone has no file of {source.source.fqn} for it; {covered.table_reasons()}"
+            return f"the landing zone has no file of {source.source.fqn} for it; {covered.table_reasons()}", None
         relations[source.source] = relation.sql
         notes.append(relation.describe(source.source))
-    return relations, "landing zone", (f"the source no longer holds it ({covered.table_reasons()})", *notes)
+    return (relations, "landing zone", (f"the source no longer holds it ({covered.table_reasons()})", *notes)), None

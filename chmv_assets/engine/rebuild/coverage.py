@@ -10,7 +10,12 @@ For every trigger source of a target and every partition window, one answer, use
 - **the landing zone** holds it ``entirely``, ``partly`` or ``none`` — from the files that arrived in the
   window's range and where the landing zone starts;
 - ``unknown`` where nothing observable decides (no landing zone, an empty source, a TTL chmv cannot read,
-  rows that cannot be placed in windows): said so, never guessed.
+  rows that cannot be placed in windows): said so, never guessed;
+- besides, whether the source table **may have lost rows** of the window that its counts cannot show (half of
+  every day deleted leaves every day with rows): a DELETE the server still lists for the table (``ALTER … DELETE``,
+  a lightweight ``DELETE FROM``) created after the window's start, or a patch part of the table (a lightweight
+  delete or update not merged yet). Its predicate is not evaluated: the evidence is an over-approximation, which
+  only turns the rebuild's shrink guard on (``SourceCoverage.deleted``), never refuses or moves a rebuild by itself.
 
 The server is read once (:func:`probe`: one ``UNION ALL`` statement for all triggers and the target);
 :func:`assess` is pure given those facts (plus a listing of the landing zone), so plans stay printable data.
@@ -37,6 +42,7 @@ from chmv_assets.engine.ingest.cutoff import ingestion_source_id
 from chmv_assets.engine.timeline import floor, ttl_horizon
 from chmv_assets.sql.coverage_sql import (
     TimeMapping,
+    deletes_branches,
     sub_grain_of,
     table_branch,
     time_mapping,
@@ -44,6 +50,10 @@ from chmv_assets.sql.coverage_sql import (
     watermark_branch,
     windows_branches,
 )
+
+#: Any time zone's offset from another's, at most: a delete created this long before a window's start is still taken
+#: for one that may have touched it (its time and the window's are wall clocks of possibly different zones).
+_ANY_OFFSET = timedelta(hours=26)
 
 
 class Holding(StrEnum):
@@ -80,6 +90,8 @@ class Facts:
         sub_grain: The bucket inside a window the probe counted rows per (a day of a month, an hour of a day), when
             the MVs' time mapping allows it (:func:`chmv_assets.sql.coverage_sql.sub_grain_of`); None: per window.
         buckets: ``(trigger, bucket start)`` of every bucket holding rows (``None``: the target's).
+        deletes: Per trigger, ``(trigger, kind, count, newest)`` of what it recorded of deletes
+            (:func:`chmv_assets.sql.coverage_sql.deletes_branches`; kind ``x``: mutations, ``p``: patch parts).
         sql: The statement run.
         seconds: Its wall time.
     """
@@ -94,6 +106,27 @@ class Facts:
     seconds: float = field(default=0.0, compare=False)
     sub_grain: Grain | None = None
     buckets: tuple[tuple[ObjectRef | None, datetime], ...] = ()
+    deletes: tuple[tuple[ObjectRef, str, int, datetime | None], ...] = ()
+
+    def deleted(self, source: ObjectRef, window: PartitionWindow | None) -> str | None:
+        """Why ``source`` may have lost rows of ``window`` (None: the whole table) that its counts cannot show: a
+        delete it recorded after the window's start (give or take any zone's offset); None: nothing says so."""
+        since = window.start - _ANY_OFFSET if window is not None else None
+        said = []
+        for ref, kind, count, newest in self.deletes:
+            if ref != source or not count or newest is None or (since is not None and newest <= since):
+                continue
+            if kind == "x":
+                said.append(
+                    f"{source.fqn} lists {count:,} DELETE mutation(s), the newest created {_when(newest)}: they may "
+                    "have removed rows of the window"
+                )
+            else:
+                said.append(
+                    f"{source.fqn} holds {count:,} patch part(s) (lightweight deletes or updates), the newest written "
+                    f"{_when(newest)}: they may hide rows of the window"
+                )
+        return "; ".join(said) or None
 
     def holes(self, window: PartitionWindow) -> list[datetime]:
         """The ``sub_grain`` buckets of ``window`` where the target holds rows and no trigger does (rows the
@@ -131,12 +164,15 @@ class SourceCoverage:
         table: Does the table itself hold them.
         lake: Does the landing zone hold them.
         held_from: The oldest row the table holds (None: empty or no time column).
+        deleted: Why the table may have lost rows of the window its counts cannot show (:meth:`Facts.deleted`);
+            None: nothing says so.
     """
 
     source: ObjectRef
     table: Verdict
     lake: Verdict
     held_from: datetime | None = None
+    deleted: str | None = None
 
 
 @dataclass(frozen=True)
@@ -170,6 +206,12 @@ class WindowCoverage:
     def loss_observed(self) -> bool:
         """Some trigger demonstrably no longer holds (all of) the window."""
         return any(s.table.holding in (Holding.NONE, Holding.PARTLY) for s in self.sources)
+
+    @property
+    def deletions(self) -> str | None:
+        """Why some trigger may have lost rows of the window its counts cannot show (a DELETE); None: nothing says
+        so. A rebuild from such a source is shrink-guarded; parity does not fail a target that holds more."""
+        return "; ".join(s.deleted for s in self.sources if s.deleted) or None
 
     def table_reasons(self) -> str:
         return "; ".join(s.table.reason for s in self.sources)
@@ -207,7 +249,8 @@ class Coverage:
         for w in self.windows:
             rows = "?" if w.target_rows is None else f"{w.target_rows:,}"
             for s in w.sources:
-                table = f"{s.table.holding}: {s.table.reason}".replace("|", "/")
+                table = f"{s.table.holding}: {s.table.reason}" + (f"; {s.deleted}" if s.deleted else "")
+                table = table.replace("|", "/")
                 lake = f"{s.lake.holding}: {s.lake.reason}".replace("|", "/")
                 lines.append(f"| {w.key or '(all)'} | {s.source.fqn} | {table} | {lake} | {rows} |")
         return "\n".join(lines)
@@ -285,6 +328,7 @@ def probe(
                 bucketed=mapping.exact,
                 sub_grain=sub if mapping.exact else None,
             )
+        branches += deletes_branches(index, source)
     branches += _watermark_branches(loaded, sources, root)
     branches += _target_branches(live, column, scheme, timed, sub, session)
     sql = union(branches)
@@ -297,7 +341,7 @@ def probe(
     def _naive(value: datetime | None) -> datetime | None:
         return wall(value, zone)
 
-    tables, source_windows, target_windows, marks = _sides(rows, sources, _naive)
+    tables, source_windows, target_windows, marks, deletes = _sides(rows, sources, _naive)
     buckets: tuple[tuple[ObjectRef | None, datetime], ...] = ()
     if sub is not None and scheme.grain is not None:  # buckets inside the windows: fold them into their windows
         buckets = tuple((s, k) for s, k, _ in source_windows) + tuple((None, k) for k, _ in target_windows if k)
@@ -317,6 +361,7 @@ def probe(
         seconds=seconds,
         sub_grain=sub,
         buckets=buckets,
+        deletes=tuple(deletes),
     )
 
 
@@ -351,8 +396,8 @@ def _target_branches(
 def _sides(rows: Sequence[Sequence], sources: list[ObjectRef], naive: Callable[[datetime | None], datetime | None]):
     """The probe's rows (``side, index, key, count, oldest, newest, now``) by side: the triggers' whole tables
     (``s``), their rows per window (``w``, those with rows), the target's per window (``t``), the watermarks
-    (``m``); times through ``naive`` (the server's wall clock)."""
-    tables, source_windows, target_windows, marks = [], [], [], []
+    (``m``), the deletes they recorded (``x``, ``p``); times through ``naive`` (the server's wall clock)."""
+    tables, source_windows, target_windows, marks, deletes = [], [], [], [], []
     for side, index, raw_key, count, oldest, newest, _now in rows:
         key = naive(raw_key) if raw_key is not None else None
         stats = Stats(int(count), naive(oldest) if count else None, naive(newest) if count else None)
@@ -364,7 +409,9 @@ def _sides(rows: Sequence[Sequence], sources: list[ObjectRef], naive: Callable[[
             source_windows.append((sources[index], key, stats))
         elif side == "t" and (count or key is None):
             target_windows.append((key, stats))
-    return tables, source_windows, target_windows, marks
+        elif side in ("x", "p"):
+            deletes.append((sources[index], side, stats.rows, stats.newest))
+    return tables, source_windows, target_windows, marks, deletes
 
 
 def _fold(rows: list, grain: Grain) -> list:
@@ -428,7 +475,7 @@ def _measure(
             verdict = _holed(source, holes, facts.sub_grain, verdict)
         held_from = table_stats.oldest if table_stats else None
         lake_verdict = lake.verdict(source, window, mapping, window_stats, target_stats, table_stats)
-        sources.append(SourceCoverage(source, verdict, lake_verdict, held_from))
+        sources.append(SourceCoverage(source, verdict, lake_verdict, held_from, facts.deleted(source, window)))
     return tuple(sources), target_stats
 
 

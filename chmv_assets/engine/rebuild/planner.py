@@ -179,8 +179,9 @@ class PartitionStep:
         shadow: The table the partition is rebuilt into; the steps of a plan that share one are read together
             (one read of their trigger rows per MV: a plan made with ``one_read``).
         guard: Why the source table may not hold the partition entirely (set when coverage was observed and
-            does not say it does, and the plan is not forced): the executor then refuses a swap that would leave
-            fewer rows than the live partition holds. None: no such check.
+            does not say it does, or says a DELETE may have touched it, and the plan is not forced): the executor
+            then refuses a swap that would leave fewer rows, or a smaller total of a measure, than the live partition
+            holds (:mod:`chmv_assets.engine.rebuild.shrink_guard`). None: no such check.
     """
 
     window: PartitionWindow | None
@@ -335,7 +336,7 @@ class RebuildPlan:
         elif any(s.guard for s in self.steps):
             lines.append(
                 "- shrink guard: a partition whose source may not hold it entirely is not swapped if "
-                "the rebuild would leave fewer rows than it holds (force overrides)"
+                "the rebuild would leave fewer rows, or a smaller total of a measure, than it holds (force overrides)"
             )
         shared = len([s for s in self.steps if s.shadow]) - len({s.shadow for s in self.steps if s.shadow})
         if shared:
@@ -559,6 +560,9 @@ def choose_engine(
     nothing to lose or where forced, and is refused elsewhere; the source table where it holds the partition; with
     ``auto``, the landing zone where it holds it; the source table where the target partition is empty, or forced;
     refused where a trigger demonstrably lost rows the target holds; else the source table behind the shrink guard.
+    A source that holds the partition but may have lost rows its counts cannot show (a DELETE it recorded since the
+    window's start: ``covered.deletions``) is still read, behind the shrink guard (never refused nor moved to the
+    landing zone for it: the evidence over-approximates, and the guard stops only a swap that would shrink).
 
     Refusals and guards stand on the target's rows observed (``covered.observed``, coverage probed): an estimate
     from the triggers' oldest rows (:func:`_estimated`: a repair's or the lifecycle's plan) knows nothing at stake,
@@ -578,6 +582,7 @@ def choose_engine(
     at_stake = covered.target_rows is None or covered.target_rows > 0
     table, lake = covered.table_reasons(), covered.lake_reasons()
     guarded = covered.observed and not force
+    deleted = covered.deletions
     if asked == "spark":
         if lake_ok or not at_stake or force:
             guard = f"rebuilt from the landing zone: {lake}" if guarded else None
@@ -585,8 +590,8 @@ def choose_engine(
         return EngineChoice(Engine.REFUSED, _refusal(covered, root, asked="engine=spark", lake_only=True))
     if source_ok:
         pinned = "engine=clickhouse asked for; " if asked == "clickhouse" else ""
-        return EngineChoice(Engine.CLICKHOUSE, pinned + table)
-    guard = table if guarded else None
+        return EngineChoice(Engine.CLICKHOUSE, pinned + table, deleted if guarded else None)
+    guard = (f"{table}; {deleted}" if deleted else table) if guarded else None
     if asked == "auto" and lake_ok:
         return EngineChoice(Engine.SPARK, f"{table}; the landing zone holds it: {lake}", guard)
     if not at_stake:
