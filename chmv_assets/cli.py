@@ -169,7 +169,9 @@ def _run(args: argparse.Namespace) -> int:
     # the DSN (else $CHMV_CLICKHOUSE_DSN), credentials from $CLICKHOUSE_USER / $CLICKHOUSE_PASSWORD over the DSN's;
     # every session in the project's default_database
     config = loaded.config
-    resource = for_project(resource, config.default_database, where=f"{config.ddl_dir}/chmv.toml")
+    resource = for_project(
+        resource, config.default_database, where=f"{config.ddl_dir}/chmv.toml", server_version=config.server_version
+    )
     if args.command in ("apply", "load-demo"):
         for line in describe_stand_ins(loaded.project):
             print(line)

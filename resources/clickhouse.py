@@ -257,8 +257,12 @@ def clickhouse_from_env(dsn: str | None = None) -> ClickHouseResource:
     return ClickHouseResource(dsn=dsn, **credentials)
 
 
-def for_project(resource: ClickHouseResource, default_database: str, *, where: str = "chmv.toml") -> ClickHouseResource:
-    """``resource`` with its sessions opened in the project's ``default_database``.
+def for_project(
+    resource: ClickHouseResource, default_database: str, *, where: str = "chmv.toml", server_version: str | None = None
+) -> ClickHouseResource:
+    """``resource`` with its sessions opened in the project's ``default_database``; on the embedded engine with
+    chmv.toml's ``server_version``, with ClickHouse's ``compatibility`` setting at that version (the local twin
+    behaves like the production server; a ``compatibility`` in ``settings`` wins).
 
     Unqualified names in the DDL resolve to ``default_database`` in chmv's model; the statements chmv executes
     verbatim must resolve them the same way on the server.
@@ -267,6 +271,9 @@ def for_project(resource: ClickHouseResource, default_database: str, *, where: s
         ChmvError: The resource names another session database (its ``database`` field or the DSN's
             ``/database``): the two would resolve unqualified names differently.
     """
+    if server_version is not None and resource.is_embedded and "compatibility" not in resource.settings:
+        values = {name: getattr(resource, name) for name in type(resource).model_fields}
+        resource = type(resource)(**{**values, "settings": {**resource.settings, "compatibility": server_version}})
     named = resource.session_database
     if named is not None and named != default_database:
         raise ChmvError(

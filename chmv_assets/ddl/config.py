@@ -251,6 +251,8 @@ class ChmvConfig(BaseModel):
         pacing: How chmv's inserts wait for the server.
         health: The health checks' thresholds and cadence.
         maintenance: Merging closed partitions that received late rows.
+        server_version: The version of the production server (``"24.8"``): the local twin and the embedded engine's
+            sessions behave like it (its ``compatibility`` setting, and what newer engines refuse that it accepts).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -273,6 +275,14 @@ class ChmvConfig(BaseModel):
     pacing: PacingConfig = PacingConfig()
     health: HealthConfig = HealthConfig()
     maintenance: MaintenanceConfig = MaintenanceConfig()
+    server_version: str | None = None
+
+    @field_validator("server_version")
+    @classmethod
+    def _a_version(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"\d+\.\d+(\.\d+)*", value):
+            raise ValueError(f'{value!r} is not a ClickHouse version: write its major.minor (e.g. "24.8")')
+        return value
 
     @field_validator("partition_start")
     @classmethod

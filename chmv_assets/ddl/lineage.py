@@ -8,7 +8,7 @@ from collections import deque
 from functools import cached_property
 from graphlib import CycleError, TopologicalSorter
 
-from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table
+from chmv_assets.ddl.models import SERVER_DATABASES, MaterializedView, ObjectRef, Project, Table
 
 
 def merged_tables(project: Project, table: Table) -> list[ObjectRef]:
@@ -26,6 +26,22 @@ def merged_tables(project: Project, table: Table) -> list[ObjectRef]:
     return [r for r in project.tables if r.database == database and r != table.ref and pattern.search(r.name)]
 
 
+def _reaches(down: dict[str, set[str]], start: str, goal: str) -> bool:
+    """``goal`` is ``start`` or downstream of it."""
+    seen, queue = {start}, [start]
+    while queue:
+        node = queue.pop()
+        if node == goal:
+            return True
+        for nxt in down.get(node, ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                queue.append(nxt)
+    return False
+
+
+#: Engines an insert goes through to the table they name (an MV on that table fires).
+_WRITE_THROUGH = frozenset({"Distributed", "Buffer"})
 #: Node kinds that are not a step of the data flow: an MV reading them is no deeper than its other sources.
 _LOOKUPS = frozenset({"dictionary", "function"})
 
@@ -36,18 +52,32 @@ class LineageGraph:
     Edges: source table → MV, dictionary → MV, a dictionary's source table → dictionary, MV → TO target, a plain
     view's tables → the view (an MV reading the view reads them), a SQL function → the MVs, views and functions that
     call it. An MV with an inner table is its own target. A function's node is its name (no database).
+
+    Only a **trigger edge** fires: an insert into an MV's trigger runs the MV, which inserts into its target (and an
+    insert into a Buffer or Distributed table reaches the table below). Every other source of an MV (a JOIN, an IN, a
+    subquery, a dictionary) is a read: it orders the graph where it can, but a read of the MV's own target or of a
+    table downstream of it (the dedup or feedback pattern) is a **feedback read** (:attr:`feedback`), kept out of
+    :attr:`upstream`: an insert into that table never fires the MV. A loop of trigger edges is a real loop
+    (:meth:`find_cycle`): each insert would fire the MVs again, and the server refuses every insert into it.
     """
 
     def __init__(self, project: Project):
         self.project = project
         self.kinds: dict[str, str] = {}
         self.upstream: dict[str, set[str]] = {}
+        #: Reads an MV makes that go against the flow: ``(what it reads, the MV)``, outside :attr:`upstream`.
+        self.feedback: set[tuple[str, str]] = set()
+        reads: list[tuple[ObjectRef, ObjectRef, str]] = []  # (source, MV, source kind): added once the flow is known
         for ref in project.tables:
             self._node(ref, "table")
         for ref, table in project.tables.items():  # a table over others: Distributed, Buffer, Merge, AS other
+            through = table.engine is not None and table.engine.name in _WRITE_THROUGH
             for source in (*table.reads, *merged_tables(project, table), *([table.as_table] if table.as_table else ())):
                 if source != ref and (source in project.tables or source in project.views):
-                    self._edge(source, ref, "table")
+                    if through and source in table.reads:  # an insert into it reaches the table below
+                        self._edge(source, ref, "table")
+                    else:
+                        reads.append((source, ref, "table"))
         for ref in project.external:
             self._node(ref, "external")
         for ref, dictionary in project.dictionaries.items():
@@ -66,9 +96,12 @@ class LineageGraph:
         for ref, view in project.views.items():
             self._node(ref, "view")
             for source in view.source_refs:
-                self._edge(source, ref, "table")
+                if source == view.trigger and not view.refreshable:  # a refreshable MV fires on its schedule
+                    self._edge(source, ref, "table")
+                else:
+                    reads.append((source, ref, "table"))
             for dictionary in view.dictionaries:
-                self._edge(dictionary, ref, "dictionary")
+                reads.append((dictionary, ref, "dictionary"))
             if view.target is not None:
                 self._edge(ref, view.target, "table")
         callers = [(k.ref.fqn if k.ref else k.name, k.functions) for k in project.kept if k.functions]
@@ -77,9 +110,21 @@ class LineageGraph:
             for name in called:
                 if name in functions and name != caller:
                     self.upstream[caller].add(name)
+        loop = self.find_cycle() is not None  # a real loop: no order to keep (load_project refuses it)
+        down: dict[str, set[str]] = {}
+        for node, ups in self.upstream.items():
+            for up in ups:
+                down.setdefault(up, set()).add(node)
+        for source, view, kind in reads:
+            self._node(source, kind)
+            if loop or _reaches(down, view.fqn, source.fqn):
+                self.feedback.add((source.fqn, view.fqn))
+            else:
+                self.upstream[view.fqn].add(source.fqn)
+                down.setdefault(source.fqn, set()).add(view.fqn)
 
     def _node(self, ref: ObjectRef, kind: str) -> None:
-        self.kinds.setdefault(ref.fqn, kind)
+        self.kinds.setdefault(ref.fqn, "external" if ref.database in SERVER_DATABASES else kind)
         self.upstream.setdefault(ref.fqn, set())
 
     def _edge(self, src: ObjectRef, dst: ObjectRef, src_kind: str) -> None:
@@ -156,6 +201,7 @@ class LineageGraph:
                 "sources": [r.fqn for r in v.source_refs],
                 "trigger": v.trigger.fqn if v.trigger else None,
                 "dictionaries": [d.fqn for d in v.dictionaries],
+                "feedback_reads": sorted(s for s, m in self.feedback if m == v.ref.fqn),
                 "refreshable": v.refreshable,
                 "depth": self.view_depth(v),
                 "functions": sorted(n for n in self.upstream[v.ref.fqn] if self.kinds.get(n) == "function"),
@@ -193,6 +239,8 @@ class LineageGraph:
         for node in sorted(self.upstream):
             for up in sorted(self.upstream[node]):
                 lines.append(f"    {ids[up]} --> {ids[node]}")
+        for up, node in sorted(self.feedback):  # a read against the flow: never fires the MV
+            lines.append(f"    {ids[up]} -.->|reads| {ids[node]}")
         return "\n".join(lines)
 
     def to_dot(self) -> str:
@@ -211,5 +259,7 @@ class LineageGraph:
         for node in sorted(self.upstream):
             for up in sorted(self.upstream[node]):
                 lines.append(f'    "{up}" -> "{node}";')
+        for up, node in sorted(self.feedback):  # a read against the flow: never fires the MV
+            lines.append(f'    "{up}" -> "{node}" [style=dashed, label="reads"];')
         lines.append("}")
         return "\n".join(lines)

@@ -115,7 +115,7 @@ def load(ddl_dir: str | Path, *, twin: bool = False, **overrides: object) -> Loa
         with gc_paused():
             project = load_project(config.ddl_dir, default_database=config.default_database, external=config.external)
             if twin:
-                project = local_twin(project)
+                project = local_twin(project, server_version=config.server_version)
             if key:
                 _write_cache(key, project)
     _check_writers(config, project)
@@ -177,7 +177,7 @@ def _cache_key(config: ChmvConfig, twin: bool = False) -> str | None:
     # The directory's own path too: the model records each statement's file (errors and metadata name it); and the
     # version of ClickHouse's parser, which reads what sqlglot cannot (chmv_assets.ddl.server_grammar).
     options = f"{sys.version_info[:2]}|{config.ddl_dir}|{config.default_database}|{sorted(config.external)}"
-    options += f"|{grammar_version()}" + ("|twin" if twin else "")
+    options += f"|{grammar_version()}" + (f"|twin {config.server_version}" if twin else "")
     digest = hashlib.sha256(options.encode())
     for folder, pattern in ((_CODE, "*.py"), (Path(config.ddl_dir), "*.sql")):
         for path in sorted(folder.rglob(pattern)):
@@ -218,5 +218,8 @@ def twin_of(loaded: LoadedProject) -> LoadedProject:
     if loaded.project.twin:
         return loaded
     return loaded.derived(
-        ("chmv/twin",), lambda: LoadedProject(config=loaded.config, project=local_twin(loaded.project))
+        ("chmv/twin",),
+        lambda: LoadedProject(
+            config=loaded.config, project=local_twin(loaded.project, server_version=loaded.config.server_version)
+        ),
     )

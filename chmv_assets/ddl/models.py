@@ -23,6 +23,10 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
 
+#: Databases every server has (its own tables): never defined in the DDL nor declared external.
+SERVER_DATABASES = frozenset({"system", "information_schema", "INFORMATION_SCHEMA"})
+
+
 class ObjectRef(_Frozen):
     """A database object, by its exact (unquoted) database and name."""
 

@@ -273,7 +273,12 @@ def analyze_query_tree(dump: str, select_sql: str, default_database: str) -> Sel
         database = ".".join(parts[:-1]) if len(parts) > 1 else default_database
         return ObjectRef(database=database, name=parts[-1])
 
-    real = [t for t in tree.tables if not ("." not in t.name and t.name in tree.ctes)]
+    # A SELECT without FROM reads system.one for ClickHouse: nothing the text names, so not a source.
+    real = [
+        t
+        for t in tree.tables
+        if not ("." not in t.name and t.name in tree.ctes) and not (t.mention is None and t.name == "system.one")
+    ]
     trigger_node = tree.leftmost(tree.root)
     trigger = next((ref_of(t) for t in real if t.node is trigger_node), None)
     heads = {id(tree.leftmost(b)) for b in tree.branches[1:]} if len(tree.branches) > 1 else set()

@@ -295,6 +295,37 @@ def on_cluster_span(tokens: list[Token]) -> tuple[int, int] | None:
     return None
 
 
+def security_spans(tokens: list[Token]) -> list[tuple[int, int]]:
+    """Spans ``[start, end)`` of a CREATE's own ``DEFINER = name`` and ``SQL SECURITY DEFINER|INVOKER|NONE`` (what
+    ``SHOW CREATE`` prints for every refreshable MV and every view with a security clause), before its ``AS SELECT``.
+    """
+    stop = select_start(tokens)
+    spans, depth, i, n = [], 0, 0, len(tokens)
+    while i < n:
+        token = tokens[i]
+        if stop is not None and token.start >= stop:
+            break
+        kind = token.token_type
+        if kind in _OPEN:
+            depth += 1
+        elif kind in _CLOSE:
+            depth -= 1
+        elif depth == 0 and _word(token) == "DEFINER" and i + 2 < n and tokens[i + 1].token_type == TokenType.EQ:
+            spans.append((token.start, tokens[i + 2].end + 1))
+            i += 3
+            continue
+        elif depth == 0 and _word(token) == "SQL SECURITY" and i + 1 < n:  # one token for the tokenizer
+            spans.append((token.start, tokens[i + 1].end + 1))
+            i += 2
+            continue
+        elif depth == 0 and _word(token) == "SQL" and i + 2 < n and _word(tokens[i + 1]) == "SECURITY":
+            spans.append((token.start, tokens[i + 2].end + 1))
+            i += 3
+            continue
+        i += 1
+    return spans
+
+
 def engine_string_arguments(tokens: list[Token]) -> list[tuple[int, int]]:
     """Spans ``[start, end)`` of the leading string-literal arguments of the depth-0 ``ENGINE = name(…)``, quotes
     included (the Keeper path and replica name of ``ReplicatedMergeTree('/p', '{replica}')``)."""

@@ -11,7 +11,9 @@ embedded engine is one process without any of them, so on it each such object ge
 - ``Distributed`` becomes a ``Buffer`` that writes straight through to the local table it reads (inserts land there
   and fire its MVs; reads read it); ``Merge`` and ``Null`` run as they are;
 - a stream engine becomes a ``Null`` table of the same columns plus the engine's virtual columns (``_topic``,
-  ``_offset``…, with defaults): tests and demos insert into it, and its consumer MVs fire as they would on messages;
+  ``_offset``…) as ``MATERIALIZED`` columns: like virtual columns, read by name and never through ``*`` (a consumer's
+  ``SELECT *`` yields the declared columns only, as on the server); tests and demos insert into it (the virtual
+  columns with ``insert_allow_materialized_columns = 1``), and its consumer MVs fire as they would on messages;
 - a remote engine becomes an empty ``MergeTree`` of the same columns; a dictionary loading from a remote system
   gets ``SOURCE(NULL())``, one loading from another ClickHouse host reads the local table;
 - a storage policy and TTL moves to volumes or disks are dropped (the embedded engine has one disk);
@@ -40,7 +42,7 @@ from chmv_assets.ddl.models import (
 from chmv_assets.ddl.parser import parse_statement
 from chmv_assets.ddl.sql_text import clauses, on_cluster_span, select_start, tokenize
 
-#: Virtual columns of each stream engine, as ``(name, type, default)``: a consumer MV may read them.
+#: Virtual columns of each stream engine, as ``(name, type, value when not inserted)``: a consumer MV may read them.
 STREAM_VIRTUAL_COLUMNS: dict[str, tuple[tuple[str, str, str | None], ...]] = {
     "Kafka": (
         ("_topic", "LowCardinality(String)", "''"),
@@ -105,12 +107,29 @@ _HOST = re.compile(r"\bHOST\b", re.IGNORECASE)
 _NOT_DEPLOYED = "not deployed"
 
 
-def local_twin(project: Project) -> Project:
+#: Since this version ClickHouse refuses an AggregatingMergeTree whose plain columns are outside its sorting key
+#: (``allow_dimensions_outside_sorting_key``, a MergeTree setting the ``compatibility`` setting does not restore).
+DIMENSIONS_RULE_SINCE = (26, 9)
+DIMENSIONS_SETTING = "allow_dimensions_outside_sorting_key"
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"24.8.3"`` → ``(24, 8, 3)``."""
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:4])
+
+
+def local_twin(project: Project, *, server_version: str | None = None) -> Project:
     """The project as the embedded engine runs it: every object that needs a cluster, Keeper, a broker, a remote
-    system or access control replaced by its stand-in, each listed in ``stand_ins`` (see the module docstring)."""
+    system or access control replaced by its stand-in, each listed in ``stand_ins`` (see the module docstring).
+
+    Args:
+        server_version: The production server's version (chmv.toml ``server_version``): what it accepts and the
+            embedded engine's newer rules refuse is allowed (an AggregatingMergeTree's dimension columns outside
+            its sorting key, before 26.9).
+    """
     if project.twin:
         return project
-    twin = _Twin(project)
+    twin = _Twin(project, server_version)
     databases = tuple(twin.database(d) for d in project.databases)
     tables = {ref: twin.table(t) for ref, t in project.tables.items()}
     dictionaries = {ref: twin.dictionary(d) for ref, d in project.dictionaries.items()}
@@ -140,8 +159,8 @@ def null_stand_in_sql(table: Table, name_sql: str) -> str:
     columns = [c.definition or f"{_quoted(c.name)} {c.type}" for c in table.columns]
     engine = table.engine.name if table.engine is not None else ""
     for name, type_, default in STREAM_VIRTUAL_COLUMNS.get(engine, ()):
-        if name.strip("`") not in declared:
-            columns.append(f"{name} {type_}" + (f" DEFAULT {default}" if default is not None else ""))
+        if name.strip("`") not in declared:  # MATERIALIZED: by name only, never through `*`, as a virtual column
+            columns.append(f"{name} {type_} MATERIALIZED {default if default is not None else '[]'}")
     return f"CREATE TABLE {name_sql} ({', '.join(columns)}) ENGINE = Null"
 
 
@@ -152,9 +171,11 @@ def _quoted(name: str) -> str:
 class _Twin:
     """One twin being made: the project, and the stand-ins found so far."""
 
-    def __init__(self, project: Project):
+    def __init__(self, project: Project, server_version: str | None = None):
         self.project = project
         self.stand_ins: list[StandIn] = []
+        self.server_version = server_version
+        self.dimensions = server_version is not None and version_tuple(server_version)[:2] < DIMENSIONS_RULE_SINCE
 
     def note(self, obj: str, production: str, local: str, why: str = "") -> None:
         self.stand_ins.append(StandIn(object=obj, production=production, local=local, why=why))
@@ -186,6 +207,7 @@ class _Twin:
         fqn = table.ref.fqn
         if not (
             table.on_cluster
+            or self._aggregating(engine, table.settings_map)
             or name in REMOTE_ENGINES
             or name == "Distributed"
             or (engine is not None and (engine.is_stream or engine.replicated or name.startswith("Shared")))
@@ -230,6 +252,7 @@ class _Twin:
         elif span is not None and name == "Distributed":
             return self._distributed(table, tokens, span, edits)
         edits += self._storage(table, tokens)
+        edits += self._dimensions(fqn, engine, table.settings_map, text, tokens, edits)
         if not edits:
             return table
         return self._reparsed(table, _splice(text, edits))
@@ -269,7 +292,12 @@ class _Twin:
 
     def view(self, view: MaterializedView) -> MaterializedView:
         inner = view.inner_table.engine if view.inner_table is not None else None
-        if not view.on_cluster and not (inner is not None and (inner.replicated or inner.name.startswith("Shared"))):
+        settings = view.inner_table.settings_map if view.inner_table is not None else ()
+        if (
+            not view.on_cluster
+            and not (inner is not None and (inner.replicated or inner.name.startswith("Shared")))
+            and not self._aggregating(inner, settings)
+        ):
             return view
         text = view.statement
         tokens = tokenize(text)
@@ -282,6 +310,7 @@ class _Twin:
             replacement = f"ENGINE = {inner.family}" + (f"({', '.join(own)})" if own else "")
             edits.append((span[0], span[1], replacement))
             self.note(view.ref.fqn, inner.name, inner.family, "no Keeper: one replica, this host")
+        edits += self._dimensions(view.ref.fqn, inner, settings, text, tokens, edits)
         if not edits:
             return view
         return self._reparsed(view, _splice(text, edits))
@@ -313,6 +342,43 @@ class _Twin:
         text = " ".join(t.text for t in tokens if span[0] <= t.start < span[1])
         self.note(obj, text, "this host only")
         return [(span[0], span[1], "")]
+
+    def _aggregating(self, engine, settings) -> bool:
+        """An AggregatingMergeTree that the production server's version accepts with dimension columns outside its
+        sorting key, and the embedded engine's newer rule would refuse."""
+        return (
+            self.dimensions
+            and engine is not None
+            and engine.family == "AggregatingMergeTree"
+            and not any(key == DIMENSIONS_SETTING for key, _ in settings)
+        )
+
+    def _dimensions(self, obj: str, engine, settings, text: str, tokens, edits: list) -> list[tuple[int, int, str]]:
+        """The edit adding ``allow_dimensions_outside_sorting_key = 1`` to an AggregatingMergeTree (its SETTINGS, or a
+        SETTINGS clause after its last storage clause), as the production server's version behaves."""
+        if not self._aggregating(engine, settings):
+            return []
+        spans = clauses(tokens)
+        setting = f"{DIMENSIONS_SETTING} = 1"
+        self.note(
+            obj,
+            f"server_version {self.server_version}",
+            f"SETTINGS {setting}",
+            f"ClickHouse before {'.'.join(map(str, DIMENSIONS_RULE_SINCE))} accepts columns outside the sorting key",
+        )
+        if "SETTINGS" in spans:
+            for i, (a, b, replacement) in enumerate(edits):  # the storage policy dropped from that SETTINGS
+                if a <= spans["SETTINGS"][0] < b:
+                    edits[i] = (a, b, f"{replacement}, {setting}" if replacement else f"SETTINGS {setting}")
+                    return []
+            end = spans["SETTINGS"][1]
+            return [(end, end, f", {setting}")]
+        ends = [b for phrase, (_a, b) in spans.items() if phrase != "SETTINGS"]
+        engine_span = _engine_span(tokens)
+        if engine_span is not None:
+            ends.append(engine_span[1])
+        end = max(ends) if ends else len(text)
+        return [(end, end, f" SETTINGS {setting}")]
 
     def _storage(self, table: Table, tokens) -> list[tuple[int, int, str]]:
         """Edits dropping the storage policy and the TTL moves to volumes or disks."""
@@ -517,6 +583,78 @@ def _keyword_start(tokens, body_start: int) -> int:
             break
         previous = token
     return previous.start if previous is not None else body_start
+
+
+#: Per engine, the argument naming a database (``Merge('db', '^re')``, ``Distributed(cluster, db, t)``, ``Buffer(db, t,
+#: …)``, ``Dictionary(db.d)``: its database part).
+_DATABASE_ARGUMENT = {"Merge": 0, "Buffer": 0, "Distributed": 1, "Dictionary": 0}
+_SOURCE_DB = re.compile(r"(\bDB\s+)('(?:[^'\\]|\\.)*'|`[^`]*`|\w+)", re.IGNORECASE)
+
+
+def databases_renamed(statement: str, databases: dict[str, str]) -> str:
+    """``statement`` with the databases its engine's arguments and its dictionary ``SOURCE(CLICKHOUSE(… DB …))`` name
+    replaced through ``databases`` (old → new): a copy of a ``Merge``, ``Buffer``, ``Distributed`` or ``Dictionary``
+    table, or of a dictionary, made in another database (the preflight's scratch one) reads the copies there, not
+    the live database (which may not exist yet)."""
+    tokens = tokenize(statement)
+    edits: list[tuple[int, int, str]] = []
+    span = _engine_span(tokens)
+    if span is not None:
+        name = statement[span[0] : span[1]].removeprefix("ENGINE").lstrip(" =").split("(")[0].strip()
+        index = _DATABASE_ARGUMENT.get(name)
+        arguments = _arguments(statement, span)
+        if index is not None and index < len(arguments):
+            argument = arguments[index]
+            value = _unquoted(argument)
+            if name == "Dictionary":
+                database, dot, rest = value.partition(".")
+                if dot and database in databases:
+                    replacement = f"'{_escaped(databases[database])}.{_escaped(rest)}'"
+                    edits.append(_argument_edit(statement, span, index, replacement))
+            elif value in databases:
+                edits.append(_argument_edit(statement, span, index, f"'{_escaped(databases[value])}'"))
+    source = _group_after(tokens, "SOURCE")
+    if source is not None:
+        inner = statement[source[0] : source[1]]
+        for match in _SOURCE_DB.finditer(inner):
+            value = _unquoted(match.group(2))
+            if value in databases:
+                start = source[0] + match.start(2)
+                edits.append((start, start + len(match.group(2)), f"'{_escaped(databases[value])}'"))
+    return _splice(statement, edits) if edits else statement
+
+
+def _argument_edit(statement: str, span: tuple[int, int], index: int, replacement: str) -> tuple[int, int, str]:
+    """The edit replacing the ``index``-th argument of the engine clause at ``span``."""
+    inner = statement[span[0] : span[1]]
+    opening = span[0] + inner.find("(") + 1
+    depth, quote, start, current = 0, "", opening, 0
+    for i in range(opening, span[1] - 1):
+        char = statement[i]
+        if quote:
+            if char == "\\":
+                continue
+            if char == quote and statement[i - 1] != "\\":
+                quote = ""
+        elif char in "'`\"":
+            quote = char
+        elif char in "([":
+            depth += 1
+        elif char in ")]":
+            depth -= 1
+        elif char == "," and depth == 0:
+            if current == index:
+                return _trimmed(statement, start, i, replacement)
+            current, start = current + 1, i + 1
+    return _trimmed(statement, start, span[1] - 1, replacement)
+
+
+def _trimmed(statement: str, start: int, end: int, replacement: str) -> tuple[int, int, str]:
+    while start < end and statement[start].isspace():
+        start += 1
+    while end > start and statement[end - 1].isspace():
+        end -= 1
+    return start, end, replacement
 
 
 def describe_stand_ins(project: Project) -> list[str]:

@@ -43,7 +43,10 @@ def build_definitions(
     translator = translator or ChmvTranslator()
     config = loaded.config
     clickhouse = for_project(
-        clickhouse or default_clickhouse(), config.default_database, where=f"{config.ddl_dir}/chmv.toml"
+        clickhouse or default_clickhouse(),
+        config.default_database,
+        where=f"{config.ddl_dir}/chmv.toml",
+        server_version=config.server_version,
     )
     if clickhouse.is_embedded:  # what the embedded engine runs: the local twin of the DDL (docs/any-schema.md)
         loaded = twin_of(loaded)

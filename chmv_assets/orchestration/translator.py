@@ -141,12 +141,14 @@ class ChmvTranslator:
         if ref in project.plain_views:  # an MV reading a plain view reads its tables
             return list(project.plain_views[ref].reads)
         ups: dict[ObjectRef, None] = {}
+        feedback = loaded.graph.feedback  # a read of what the MV feeds (dedup, feedback): not upstream of it
         for view in project.views_into(ref):
             for source in view.source_refs:
-                if source != ref:
+                if source != ref and (source.fqn, view.ref.fqn) not in feedback:
                     ups[source] = None
             for dictionary in view.dictionaries:
-                ups[dictionary] = None
+                if (dictionary.fqn, view.ref.fqn) not in feedback:
+                    ups[dictionary] = None
         return list(ups)
 
     def get_partition_mapping(

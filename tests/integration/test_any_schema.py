@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 
 from chmv_assets.cli import main
-from chmv_assets.ddl.loader import load
+from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.parser import parse_statement
+from chmv_assets.ddl.twin import local_twin
 from chmv_assets.engine.lifecycle.planner import plan_lifecycle
 from chmv_assets.engine.lifecycle.preflight import preflight
+from chmv_assets.errors import PreflightError
 from chmv_assets.orchestration.definitions import build_definitions
 from resources.clickhouse import ClickHouseResource
 
@@ -75,6 +77,14 @@ LINEAGE = {
         )
     }
     | {"fleet.regional_years_mv": ("fleet.regional_days", ["fleet.regional_days"], "fleet.regional_years", [])},
+    "any_mv": {
+        "feed.events_consumer": ("feed.events_queue", ["feed.events_queue"], "feed.events", []),
+        "feed.first_seen_mv": ("feed.events", ["feed.events", "feed.first_seen"], "feed.first_seen", []),
+        "feed.user_days_mv": ("feed.events", ["feed.events", "feed.returning_daily"], "feed.user_days", []),
+        "feed.returning_daily_mv": ("feed.user_days", ["feed.user_days"], "feed.returning_daily", []),
+        "feed.heartbeat_mv": (None, [], "feed.heartbeats", []),
+        "feed.catalog_sizes_mv": ("system.tables", ["system.tables"], "feed.catalog_sizes", []),
+    },
 }
 #: Per fixture, lines ``chmv apply`` prints about its stand-ins.
 STAND_INS = {
@@ -93,6 +103,11 @@ STAND_INS = {
     "functions_views": [],
     "aliases_lambdas": [],
     "partition_shapes": [],
+    "any_mv": [
+        "feed.events_queue: Kafka → Null table with its columns and the engine's virtual columns",
+        "feed.user_days: server_version 24.8 → SETTINGS allow_dimensions_outside_sorting_key = 1 (ClickHouse before "
+        "26.9 accepts columns outside the sorting key)",
+    ],
 }
 
 
@@ -119,7 +134,12 @@ def deployed(tmp_path_factory) -> dict[str, tuple[ClickHouseResource, str]]:
 def test_lineage(name):
     project = load(SCHEMAS / name).project
     views = {
-        v.ref.fqn: (v.trigger.fqn, [r.fqn for r in v.source_refs], v.writes_to.fqn, sorted(v.functions))
+        v.ref.fqn: (
+            v.trigger.fqn if v.trigger else None,
+            [r.fqn for r in v.source_refs],
+            v.writes_to.fqn,
+            sorted(v.functions),
+        )
         for v in project.views.values()
     }
     for view, (trigger, sources, target, functions) in LINEAGE[name].items():
@@ -183,11 +203,13 @@ def test_a_kafka_fed_chain_runs_from_its_stand_in(deployed):
     with resource.get_client() as client:
         client.command(
             "INSERT INTO shop.order_events_queue (order_id, customer_id, status, amount_cents, currency, occurred_at, "
-            "_partition, _offset) VALUES (1, 7, 'paid', 1250, 'EUR', '2026-06-02 09:00:00', 0, 41), "
+            "_partition, _offset) SETTINGS insert_allow_materialized_columns = 1 "
+            "VALUES (1, 7, 'paid', 1250, 'EUR', '2026-06-02 09:00:00', 0, 41), "
             "(2, 8, 'paid', 800, 'USD', '2026-06-02 10:00:00', 1, 42), (3, 7, 'created', 99, 'EUR', '2026-06-03 10:00:00', 0, 43)"
         )
         client.command(
-            "INSERT INTO shop.order_events_queue (_raw_message, _error, _offset) VALUES ('{oops', 'bad json', 44)"
+            "INSERT INTO shop.order_events_queue (_raw_message, _error, _offset) "
+            "SETTINGS insert_allow_materialized_columns = 1 VALUES ('{oops', 'bad json', 44)"
         )
         assert rows(
             client, "SELECT order_id, kafka_partition, kafka_offset FROM shop.order_events ORDER BY order_id"
@@ -202,7 +224,7 @@ def test_a_kafka_fed_chain_runs_from_its_stand_in(deployed):
         assert rows(client, "SELECT uniqMerge(orders) FROM shop.revenue_monthly") == [(2,)]
         client.command(
             "INSERT INTO shop.invoice_files (invoice_id, order_id, issued_at, _file) "
-            "VALUES ('inv-1', 1, '2026-06-02 12:00:00', 'a.jsonl')"
+            "SETTINGS insert_allow_materialized_columns = 1 VALUES ('inv-1', 1, '2026-06-02 12:00:00', 'a.jsonl')"
         )
         assert rows(client, "SELECT invoice_id, source_file FROM shop.invoices") == [("inv-1", "a.jsonl")]
         assert rows(client, "SELECT count() FROM shop.order_events_queue") == [(0,)]  # nothing is kept in a stand-in
@@ -262,6 +284,69 @@ def test_the_preflight_on_a_server_copies_a_stream_table_as_a_null_table(tmp_pat
         plan = plan_lifecycle(client, loaded)
         report = preflight(client, loaded, plan)
     assert {"shop.order_events_queue", "shop.invoice_files", "shop.order_events_consumer"} <= set(report.checked)
+
+
+def test_any_mv_runs_as_its_server_would(deployed):
+    """SHOW CREATE's clauses, a dedup MV reading its own target, a feedback read of a downstream table, a Kafka
+    consumer's SELECT * (the stand-in's virtual columns are not part of *), a Merge table's view, an AggregatingMergeTree
+    of a 24.8 server: all deployed on the embedded engine (the deploy test above), and running."""
+    resource, out = deployed["any_mv"]
+    assert "preflight: the server accepted" in out, out
+    loaded = load(SCHEMAS / "any_mv")
+    assert loaded.graph.feedback == {
+        ("feed.first_seen", "feed.first_seen_mv"),
+        ("feed.returning_daily", "feed.user_days_mv"),
+    }
+    with resource.get_client() as client:
+        client.command(
+            "INSERT INTO feed.events_queue (id, user_id, ts, _topic, _offset) SETTINGS insert_allow_materialized_columns "
+            "= 1 VALUES (1, 7, '2026-06-02 09:00:00', 'events', 1), (2, 8, '2026-06-02 10:00:00', 'events', 2)"
+        )
+        client.command("INSERT INTO feed.events_queue (id, user_id, ts) VALUES (3, 7, '2026-06-03 09:00:00')")
+        assert rows(client, "SELECT id, user_id FROM feed.events ORDER BY id") == [(1, 7), (2, 8), (3, 7)]
+        assert rows(client, "SELECT user_id, ts FROM feed.first_seen FINAL ORDER BY user_id") == [
+            (7, datetime(2026, 6, 2, 9)),
+            (8, datetime(2026, 6, 2, 10)),
+        ]
+        assert rows(client, "SELECT count() FROM feed.returning_daily") == [(3,)]
+        assert rows(client, "SELECT countMerge(events) FROM feed.user_days") == [(3,)]
+        assert rows(client, "SELECT count() FROM feed.all_events") == [(3,)]  # the Merge table reads feed.events
+
+
+def test_the_preflight_quotes_the_servers_own_fix(tmp_path):
+    """Without server_version (the twin of a 26.9 server), the AggregatingMergeTree with a column outside its sorting
+    key is refused with the server's message, its own advice and what to set in chmv.toml; as written on a server,
+    with the server's advice only (its version decides). The Merge table is checked in the scratch database (its
+    database argument mapped there), and a server of another version than chmv.toml's is named."""
+    as_written = load(SCHEMAS / "any_mv")
+    twin = LoadedProject(config=as_written.config, project=local_twin(as_written.project))
+    resource = ClickHouseResource(dsn=f"chdb://{tmp_path / 'chdb'}")
+    hints = []
+    with resource.get_client() as client:
+        for loaded in (twin, as_written):
+            with pytest.raises(PreflightError) as info:
+                preflight(client, loaded, plan_lifecycle(client, loaded))
+            (problem,) = info.value.problems
+            assert problem.message.startswith("feed.user_days: the server refused it: Column(s) city of the Aggreg")
+            assert (problem.file, problem.line) == (str(SCHEMAS / "any_mv" / "feed.sql"), 53)
+            hints.append(problem.hint)
+        fixed = LoadedProject(config=as_written.config, project=_without_user_days(as_written.project))
+        report = preflight(client, fixed, plan_lifecycle(client, fixed))
+    advice = (
+        "the server says: Add them to the sorting key (ORDER BY), or set 'allow_dimensions_outside_sorting_key = 1' "
+    )
+    assert hints[0].startswith(advice) and hints[1].startswith(advice)
+    assert 'set server_version (its version, e.g. "24.8") in chmv.toml' in hints[0]
+    assert "server_version" not in hints[1]
+    assert "feed.all_events" in report.checked
+    assert 'chmv.toml: server_version = "24.8", but this server runs 26.9' in report.describe()
+
+
+def _without_user_days(project):
+    """The project without feed.user_days and the MVs around it (what 26.9 refuses as written)."""
+    views = {r: v for r, v in project.views.items() if r.name not in ("user_days_mv", "returning_daily_mv")}
+    tables = {r: t for r, t in project.tables.items() if r.name not in ("user_days", "returning_daily")}
+    return project.model_copy(update={"views": views, "tables": tables})
 
 
 def test_clickhouses_parser_is_asked_while_this_process_holds_the_embedded_engine(deployed):

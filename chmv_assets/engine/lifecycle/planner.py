@@ -323,7 +323,10 @@ class _Planner:
     def _layer(self, ref: ObjectRef) -> int:
         view = self.project.views.get(ref)
         if view is not None:  # an MV is shown (and applied) with the table it writes
-            return self.layer.get(view.writes_to.fqn, self.layer.get(ref.fqn, 0))
+            layer = self.layer.get(view.writes_to.fqn, self.layer.get(ref.fqn, 0))
+            # and after what it reads against the flow (its dedup or feedback reads): the server needs them to exist
+            feedback = [self.layer.get(s, 0) for s, v in self.loaded.graph.feedback if v == ref.fqn]
+            return max([layer, *feedback])
         return self.layer.get(ref.fqn, 0)
 
     # -- tables ---------------------------------------------------------------------------------------

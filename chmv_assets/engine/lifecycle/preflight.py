@@ -29,10 +29,17 @@ from sqlglot.errors import TokenError
 from sqlglot.tokens import TokenType
 
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.ddl.models import STREAM_ENGINES, MaterializedView, ObjectRef, SourceLocation
+from chmv_assets.ddl.models import SERVER_DATABASES, STREAM_ENGINES, MaterializedView, ObjectRef, SourceLocation
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.sql_text import line_col, tokenize
-from chmv_assets.ddl.twin import REMOTE_ENGINES, engine_of, null_stand_in_sql
+from chmv_assets.ddl.twin import (
+    DIMENSIONS_SETTING,
+    REMOTE_ENGINES,
+    databases_renamed,
+    engine_of,
+    null_stand_in_sql,
+    version_tuple,
+)
 from chmv_assets.engine.lifecycle.plan import CHMV_PREFIX, Action, LifecyclePlan
 from chmv_assets.engine.lifecycle.refusals import check_statement
 from chmv_assets.errors import ChmvError, DDLProblem, PreflightError
@@ -60,7 +67,7 @@ HINTS = {
     "ILLEGAL_TYPE_OF_ARGUMENT": "a function got an argument of a type it does not take: fix the expression",
     "NO_COMMON_TYPE": "the branches of the SELECT yield types with no common type: CAST them alike",
     "SYNTAX_ERROR": "the server cannot parse the statement: fix its syntax",
-    "BAD_ARGUMENTS": "the server refused an argument of the statement: fix it",
+    "BAD_ARGUMENTS": "the server refused an argument of the statement: fix it as its message says",
     "ALTER_OF_COLUMN_IS_FORBIDDEN": "the server cannot change this column in place (a key column?): the plan "
     "must build a new version of the table; report this to chmv",
 }
@@ -122,10 +129,23 @@ def preflight(client: Client, loaded: LoadedProject, plan: LifecyclePlan) -> Pre
         tuple(sorted(r.fqn for r in run.objects)),
         run.count,
         time.monotonic() - started,
-        run.skipped,
+        (*run.skipped, *_version_note(client, loaded)),
     )
     _LOG.info(report.describe())
     return report
+
+
+def _version_note(client: Client, loaded: LoadedProject) -> list[str]:
+    """On a server (not the local twin), when chmv.toml's ``server_version`` is not its version (``SELECT version()``):
+    what to set, so the embedded engine behaves like this server."""
+    configured = loaded.config.server_version
+    if loaded.project.twin or configured is None:
+        return []
+    version = str(client.query("SELECT version()").result_rows[0][0])
+    if version_tuple(version)[:2] == version_tuple(configured)[:2]:
+        return []
+    major_minor = ".".join(map(str, version_tuple(version)[:2]))
+    return [f'chmv.toml: server_version = "{configured}", but this server runs {version}: set "{major_minor}"']
 
 
 def _existing_functions(client: Client, names: set[str]) -> set[str]:
@@ -160,7 +180,9 @@ class _Preflight:
         self._changed(plan)
         skipped = self._views_unchecked()
         for view in self.views:  # the MV runs over the repo's structure of what it reads and writes
-            self.tables.update(r for r in (view.target, *view.source_refs) if r is not None)
+            self.tables.update(
+                r for r in (view.target, *view.source_refs) if r is not None and r.database not in SERVER_DATABASES
+            )  # the server's own tables (system.*) are read where they are
         self.tables |= self._read_by_views(self.tables)
         skipped += self._plain_views_unchecked()
         self.skipped = tuple(skipped)
@@ -262,7 +284,9 @@ class _Preflight:
             self._table(ref)
         for ref in sorted(self.dictionaries, key=lambda r: r.fqn):
             dictionary = self.project.dictionaries[ref]
-            self._try(ref, dictionary.location, renamed_statement(dictionary, self.names))
+            self._try(
+                ref, dictionary.location, databases_renamed(renamed_statement(dictionary, self.names), self.scratch)
+            )
         for view in sorted(self.views, key=lambda v: v.ref.fqn):
             self._view(view)
         for ref, clauses in self.alters:
@@ -288,8 +312,12 @@ class _Preflight:
             # Never a second consumer of a stream (nor a connection to a remote system): a Null table of its columns.
             self._try(ref, table.location, null_stand_in_sql(table, qualified(self.names[ref])))
             return
-        if table is not None:
-            self._try(ref, table.location, local_table_sql(table, self.names[ref], self.names))
+        if table is not None:  # a database its engine names (Merge, Buffer…): the scratch one
+            self._try(
+                ref,
+                table.location,
+                databases_renamed(local_table_sql(table, self.names[ref], self.names), self.scratch),
+            )
             return
         # Not defined in the DDL (external, or an MV's inner table): an empty table of the live one's columns, engine
         # Null (a copy of its engine could be one more consumer of a stream, or replica under the same Keeper path).
@@ -302,8 +330,8 @@ class _Preflight:
             return  # the server already refused what it reads or writes; that problem is reported
         if not self._try(view.ref, view.location, renamed_statement(view, self.names, local=True)):
             return
-        if view.target is None or view.refreshable:
-            return
+        if view.target is None or view.refreshable or any(c.name.endswith("*") for c in view.output_columns):
+            return  # a `SELECT *`: its columns are the source's, matched to the target's by the CREATE above
         # The SELECT's output must fit the target: the columns exist there and the types convert.
         select = renamed_select(view, self.names)
         columns = ", ".join(quote(c.name) for c in view.output_columns)
@@ -351,7 +379,7 @@ class _Preflight:
             message = message.replace(quote(scratch), quote(database)).replace(scratch, database)
         names = _NAME.findall(message)
         hints = HINTS if ref in self.project.views else {**HINTS, **TABLE_HINTS}
-        hint = hints.get(names[-1], DEFAULT_HINT) if names else DEFAULT_HINT
+        hint = _server_hint(message, hints.get(names[-1], DEFAULT_HINT) if names else DEFAULT_HINT, self.project.twin)
         loc = location or SourceLocation(file=self.project.ddl_dir, line=1)
         line, column = loc.line, loc.column
         unknown = _UNKNOWN.search(message)
@@ -359,6 +387,25 @@ class _Preflight:
         if unknown and view is not None:
             line, column = _position(view, unknown.group(1)) or (line, column)
         return DDLProblem(loc.file, line, column, f"{ref.fqn}: the server refused it: {message}", hint)
+
+
+#: A sentence of the server's message that says what to do.
+_SERVER_FIX = re.compile(r"(?:^|(?<=[.:;] ))((?:Add|Set|Use|Remove|Change|Specify|Enable|Disable|Try|Consider)\b[^.]*)")
+
+
+def _server_hint(message: str, hint: str, twin: bool) -> str:
+    """The server's own advice, quoted, before chmv's hint; on the embedded engine (the local twin), with the setting
+    that a server older than the embedded engine does not need, what to set in chmv.toml (on a server, its own
+    version decides)."""
+    found = _SERVER_FIX.search(message)
+    if found is not None:
+        hint = f"the server says: {found.group(1).strip()}; {hint}"
+    if twin and DIMENSIONS_SETTING in message:
+        hint += (
+            '; a server older than 26.9 accepts this table: set server_version (its version, e.g. "24.8") in '
+            "chmv.toml and the embedded engine accepts what that server accepts"
+        )
+    return hint
 
 
 def _position(view: MaterializedView, identifier: str) -> tuple[int, int] | None:

@@ -115,6 +115,17 @@ def test_sessions_open_in_the_projects_default_database(tmp_path: Path) -> None:
         for_project(ClickHouseResource(dsn="https://ch.example.com:8443/sales"), "app")
 
 
+def test_embedded_sessions_run_at_the_production_servers_compatibility(tmp_path: Path) -> None:
+    """chmv.toml's server_version: the embedded engine's sessions behave like that server; a server's are its own."""
+    resource = for_project(ClickHouseResource(dsn=f"chdb://{tmp_path / 'chdb'}"), "default", server_version="24.8")
+    with resource.get_client() as client:
+        assert client.query("SELECT getSetting('compatibility')").result_rows == [("24.8",)]
+    server = for_project(ClickHouseResource(dsn="https://ch.example.com:8443"), "default", server_version="24.8")
+    assert "compatibility" not in server.settings
+    mine = ClickHouseResource(dsn=f"chdb://{tmp_path / 'chdb'}", settings={"compatibility": "25.3"})
+    assert for_project(mine, "default", server_version="24.8").settings == {"compatibility": "25.3"}
+
+
 SERVER_LOCATION = textwrap.dedent("""
     from chmv_assets.ddl.loader import load
     from chmv_assets.orchestration.definitions import build_definitions

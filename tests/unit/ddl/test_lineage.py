@@ -149,7 +149,17 @@ def test_json_shape_exactly_as_specified(example):
     assert set(data) == {"views", "tables", "functions", "kept", "layers"}
     assert len(data["views"]) == 10
     for view in data["views"]:
-        keys = {"name", "target", "sources", "trigger", "dictionaries", "refreshable", "depth", "functions"}
+        keys = {
+            "name",
+            "target",
+            "sources",
+            "trigger",
+            "dictionaries",
+            "refreshable",
+            "depth",
+            "functions",
+            "feedback_reads",
+        }
         assert set(view) == keys
         assert re.fullmatch(r"[^.`\"]+\.[^.`\"]+", view["name"])  # database.name unquoted
         assert isinstance(view["sources"], list) and isinstance(view["dictionaries"], list)
@@ -164,6 +174,7 @@ def test_json_shape_exactly_as_specified(example):
         "refreshable": False,
         "depth": 3,
         "functions": [],
+        "feedback_reads": [],
     }
     assert {t["name"] for t in data["tables"]} == {n for n, k in example.graph.kinds.items() if k != "view"}
     assert all(isinstance(layer, list) and all(isinstance(n, str) for n in layer) for layer in data["layers"])
@@ -190,6 +201,7 @@ def test_json_inner_table_view_has_null_target_and_dictionaries(tmp_path):
         "refreshable": False,
         "depth": 1,
         "functions": [],
+        "feedback_reads": [],
     }
     assert views["d.r"]["refreshable"] is True
 

@@ -647,7 +647,8 @@ def test_cycle_names_the_whole_cycle(tmp_path):
         """,
         )
     message = info.value.problems[0].message
-    cycle = message.removeprefix("cycle in the MV graph: ").split(" -> ")
+    assert message.endswith("(a trigger loop: d.ab at a.sql:5, d.bc at a.sql:6, d.ca at a.sql:7)"), message
+    cycle = message.removeprefix("cycle in the MV graph: ").partition(" (")[0].split(" -> ")
     assert cycle[0] == cycle[-1] and len(cycle) == 7
     assert set(cycle) == {"d.a", "d.b", "d.c", "d.ab", "d.bc", "d.ca"}
     for before, after in zip(cycle, cycle[1:], strict=False):  # consecutive nodes are edges of the graph
@@ -716,3 +717,159 @@ def test_parse_trees_are_freed_without_the_cyclic_garbage_collector(tmp_path):
         gc.garbage.clear()
         gc.enable()
     assert nodes < 4 * 80  # a few nodes per statement sqlglot itself detaches (2 here); a tree is ~30 nodes
+
+
+# MVs as SHOW CREATE prints them (ClickHouse 26.9): a security clause on every refreshable MV and every MV with one.
+SHOW_CREATE_CASES = [
+    (
+        "definer-columns",
+        "CREATE MATERIALIZED VIEW d.mv TO d.sink (`ts` DateTime, `user_id` UInt64) DEFINER = default "
+        "SQL SECURITY DEFINER AS SELECT ts, user_id FROM d.events",
+        False,
+        None,
+    ),
+    (
+        "definer-no-columns",
+        "CREATE MATERIALIZED VIEW d.mv TO d.sink DEFINER = CURRENT_USER SQL SECURITY DEFINER AS SELECT ts, user_id "
+        "FROM d.events",
+        False,
+        None,
+    ),
+    (
+        "sql-security-none",
+        "CREATE MATERIALIZED VIEW d.mv TO d.sink SQL SECURITY NONE AS SELECT * FROM d.events",
+        False,
+        None,
+    ),
+    (
+        "refresh-append",
+        "CREATE MATERIALIZED VIEW d.mv REFRESH EVERY 1 HOUR APPEND TO d.sink (`ts` DateTime, `user_id` UInt64) "
+        "DEFINER = default SQL SECURITY DEFINER AS SELECT ts, user_id FROM d.events",
+        True,
+        "EVERY 1 HOUR APPEND",
+    ),
+    (
+        "refresh-depends-on-comment",
+        "CREATE MATERIALIZED VIEW d.mv REFRESH EVERY 1 HOUR DEPENDS ON d.other TO d.sink (`ts` DateTime, `user_id` "
+        "UInt64) DEFINER = default SQL SECURITY DEFINER COMMENT 'hi' AS SELECT ts, user_id FROM d.events",
+        True,
+        "EVERY 1 HOUR DEPENDS ON d.other",
+    ),
+    (
+        "refresh-settings-randomize",
+        "CREATE MATERIALIZED VIEW d.mv REFRESH AFTER 1 HOUR RANDOMIZE FOR 10 MINUTE SETTINGS refresh_retries = 3 "
+        "TO d.sink (`ts` DateTime, `user_id` UInt64) DEFINER = default SQL SECURITY DEFINER AS SELECT ts, user_id "
+        "FROM d.events",
+        True,
+        "AFTER 1 HOUR RANDOMIZE FOR 10 MINUTE SETTINGS refresh_retries = 3",
+    ),
+    (
+        "refresh-empty",
+        "CREATE MATERIALIZED VIEW d.mv REFRESH EVERY 1 DAY OFFSET 2 HOUR APPEND TO d.sink EMPTY DEFINER = default "
+        "SQL SECURITY DEFINER AS SELECT ts, user_id FROM d.events",
+        True,
+        "EVERY 1 DAY OFFSET 2 HOUR APPEND",
+    ),
+    (
+        "inner-engine-populate-definer",
+        "CREATE MATERIALIZED VIEW d.mv ENGINE = MergeTree ORDER BY ts POPULATE DEFINER = default SQL SECURITY DEFINER "
+        "AS SELECT ts, user_id FROM d.events",
+        False,
+        None,
+    ),
+    (
+        "server-parser-definer",  # a ternary in a lambda: ClickHouse's parser reads the SELECT
+        "CREATE MATERIALIZED VIEW d.mv TO d.sink DEFINER = default SQL SECURITY DEFINER AS SELECT ts, "
+        "arrayMap(x -> x > 0 ? 1 : 0, [user_id])[1] AS user_id FROM d.events",
+        False,
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("sql", "refreshable", "schedule"), [c[1:] for c in SHOW_CREATE_CASES], ids=[c[0] for c in SHOW_CREATE_CASES]
+)
+def test_show_create_clauses_are_read(sql, refreshable, schedule):
+    view = parse_statement(sql, default_database="d")
+    assert view.ref == ref("d.mv") and view.trigger == ref("d.events")
+    assert (view.refreshable, view.refresh_schedule) == (refreshable, schedule)
+    assert view.statement == sql  # deployed as written, the security clause included
+
+
+def test_reads_of_the_own_target_or_downstream_are_not_cycles(tmp_path):
+    """Dedup (NOT IN its own target) and feedback (a JOIN of a table downstream): an insert there never fires the MV."""
+    project = load_ddl(
+        tmp_path,
+        """
+        CREATE TABLE d.src (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
+        CREATE TABLE d.dedup (ts DateTime, k UInt64) ENGINE = ReplacingMergeTree ORDER BY k;
+        CREATE MATERIALIZED VIEW d.dedup_mv TO d.dedup AS
+            SELECT ts, k FROM d.src WHERE k NOT IN (SELECT k FROM d.dedup);
+        CREATE TABLE d.agg (k UInt64, n UInt64) ENGINE = SummingMergeTree ORDER BY k;
+        CREATE MATERIALIZED VIEW d.agg_mv TO d.agg AS
+            SELECT s.k AS k, count() AS n FROM d.src AS s LEFT JOIN d.down AS w ON w.k = s.k GROUP BY s.k;
+        CREATE TABLE d.down (k UInt64, n UInt64) ENGINE = MergeTree ORDER BY k;
+        CREATE MATERIALIZED VIEW d.down_mv TO d.down AS SELECT k, n FROM d.agg;
+        """,
+    )
+    from chmv_assets.ddl.lineage import LineageGraph
+
+    graph = LineageGraph(project)
+    assert graph.feedback == {("d.dedup", "d.dedup_mv"), ("d.down", "d.agg_mv")}
+    assert graph.find_cycle() is None
+    views = {v["name"]: v for v in graph.to_dict()["views"]}
+    assert views["d.agg_mv"]["feedback_reads"] == ["d.down"] and views["d.agg_mv"]["sources"] == ["d.src", "d.down"]
+    assert "-.->|reads|" in graph.to_mermaid() and 'style=dashed, label="reads"' in graph.to_dot()
+
+
+def test_a_trigger_loop_is_refused_naming_the_loop_only(tmp_path):
+    with pytest.raises(DDLError) as info:
+        load_ddl(
+            tmp_path,
+            """
+            CREATE TABLE d.src (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
+            CREATE TABLE d.ok (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
+            CREATE MATERIALIZED VIEW d.ok_mv TO d.ok AS SELECT ts, k FROM d.src WHERE k IN (SELECT k FROM d.x);
+            CREATE TABLE d.x (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
+            CREATE TABLE d.y (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
+            CREATE MATERIALIZED VIEW d.x_to_y TO d.y AS SELECT ts, k FROM d.x;
+            CREATE MATERIALIZED VIEW d.y_to_x TO d.x AS SELECT ts, k + 1 AS k FROM d.y;
+            """,
+        )
+    (problem,) = info.value.problems
+    assert problem.message == (
+        "cycle in the MV graph: d.x -> d.x_to_y -> d.y -> d.y_to_x -> d.x "
+        "(a trigger loop: d.x_to_y at a.sql:7, d.y_to_x at a.sql:8)"
+    )
+    assert (problem.line, "TOO_DEEP_RECURSION" in problem.hint) == (7, True)
+
+
+def test_system_tables_and_a_select_without_from_need_no_external(tmp_path):
+    project = load_ddl(
+        tmp_path,
+        """
+        CREATE DATABASE d ENGINE = Atomic;
+        CREATE TABLE d.src (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
+        CREATE TABLE d.dst (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
+        CREATE MATERIALIZED VIEW d.no_from REFRESH EVERY 1 HOUR APPEND TO d.dst AS
+            SELECT now() AS ts, arrayMap(x -> x > 0 ? 1 : 0, [1])[1] AS k;
+        CREATE MATERIALIZED VIEW d.catalog REFRESH EVERY 1 HOUR APPEND TO d.dst AS
+            SELECT now() AS ts, count() AS k FROM system.tables;
+        CREATE MATERIALIZED VIEW d.numbers REFRESH EVERY 1 HOUR APPEND TO d.dst AS
+            SELECT now() AS ts, number AS k FROM numbers(10);
+        CREATE MATERIALIZED VIEW d.joined TO d.dst AS
+            SELECT s.ts, s.k FROM d.src AS s LEFT JOIN system.one AS o ON 1 = 1
+            WHERE s.k IN (SELECT number FROM system.numbers LIMIT 3);
+        """,
+    )
+    sources = {v.ref.name: [s.fqn for s in v.source_refs] for v in project.views.values()}
+    assert sources == {
+        "no_from": [],
+        "catalog": ["system.tables"],
+        "numbers": [],
+        "joined": ["d.src", "system.one", "system.numbers"],
+    }
+    from chmv_assets.ddl.lineage import LineageGraph
+
+    assert LineageGraph(project).kinds["system.tables"] == "external"

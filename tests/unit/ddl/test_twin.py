@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from chmv_assets.ddl.loader import load, twin_of
-from chmv_assets.ddl.models import KeptKind, ObjectRef, Table
+from chmv_assets.ddl.models import KeptKind, ObjectRef, Project, Table
 from chmv_assets.ddl.parser import load_project, parse_statement
 from chmv_assets.ddl.twin import describe_stand_ins, engine_of, local_twin, null_stand_in_sql
 
@@ -97,7 +97,7 @@ def test_a_declared_virtual_column_is_not_added_twice():
     assert isinstance(table, Table)
     sql = null_stand_in_sql(table, "`s`.`q`")
     assert (
-        sql.startswith("CREATE TABLE `s`.`q` (a UInt8, _topic String, _key String DEFAULT ''")
+        sql.startswith("CREATE TABLE `s`.`q` (a UInt8, _topic String, _key String MATERIALIZED ''")
         and sql.count("_topic") == 1
     )
     assert sql.endswith("ENGINE = Null")
@@ -132,3 +132,45 @@ def test_twin_of_a_loaded_project_is_made_once():
     loaded = load(SCHEMAS / "kafka_chain")
     assert twin_of(loaded) is twin_of(loaded) and twin_of(loaded).project.twin
     assert twin_of(twin_of(loaded)) is twin_of(loaded)
+
+
+def test_databases_named_in_engine_arguments_and_dictionary_sources_are_renamed():
+    from chmv_assets.ddl.twin import databases_renamed
+
+    scratch = {"logs": "_s_logs", "d": "_s_d"}
+    cases = {
+        "CREATE TABLE x.m (a UInt8) ENGINE = Merge('logs', '^ev_')": "Merge('_s_logs', '^ev_')",
+        "CREATE TABLE x.m (a UInt8) ENGINE = Merge(logs, '^ev_')": "Merge('_s_logs', '^ev_')",
+        "CREATE TABLE x.m (a UInt8) ENGINE = Buffer(d, t, 1, 0, 0, 0, 0, 0, 0)": "Buffer('_s_d', t, 1,",
+        "CREATE TABLE x.m (a UInt8) ENGINE = Distributed(c, 'd', t, rand())": "Distributed(c, '_s_d', t, rand())",
+        "CREATE TABLE x.m (a UInt8) ENGINE = Dictionary('d.dd')": "Dictionary('_s_d.dd')",
+        "CREATE DICTIONARY x.dd (a UInt8) PRIMARY KEY a SOURCE(CLICKHOUSE(TABLE 't' DB 'd')) LAYOUT(FLAT()) "
+        "LIFETIME(0)": "SOURCE(CLICKHOUSE(TABLE 't' DB '_s_d'))",
+        "CREATE TABLE x.m (a UInt8) ENGINE = Merge('other', '^ev_')": "Merge('other', '^ev_')",
+    }
+    for statement, expected in cases.items():
+        assert expected in databases_renamed(statement, scratch), statement
+
+
+def test_a_server_version_before_26_9_accepts_dimensions_outside_the_sorting_key():
+    """ClickHouse 26.9 refuses an AggregatingMergeTree with plain columns outside its sorting key (a MergeTree
+    setting: compatibility = '24.8' does not lift it, measured on chdb 26.9): the twin of a 24.8 server sets it."""
+    table = parse_statement(
+        "CREATE TABLE d.a (day Date, city String, n AggregateFunction(sum, UInt64)) ENGINE = "
+        "ReplicatedAggregatingMergeTree('/p/{shard}', '{replica}') PARTITION BY toYYYYMM(day) ORDER BY day "
+        "SETTINGS index_granularity = 8192, storage_policy = 'x' COMMENT 'c'",
+        default_database="d",
+    )
+    view = parse_statement(
+        "CREATE MATERIALIZED VIEW d.mv ENGINE = AggregatingMergeTree ORDER BY day AS SELECT day, any(city) AS city, "
+        "sumState(toUInt64(1)) AS n FROM d.a GROUP BY day",
+        default_database="d",
+    )
+    project = Project(ddl_dir=".", default_database="d", tables={table.ref: table}, views={view.ref: view})
+    old = local_twin(project, server_version="24.8")
+    assert one_line(old.tables[table.ref].statement).endswith(
+        "ORDER BY day SETTINGS index_granularity = 8192, allow_dimensions_outside_sorting_key = 1 COMMENT 'c'"
+    )
+    assert "ORDER BY day SETTINGS allow_dimensions_outside_sorting_key = 1 AS SELECT" in old.views[view.ref].statement
+    for same in (local_twin(project), local_twin(project, server_version="26.9")):
+        assert "allow_dimensions" not in same.tables[table.ref].statement + same.views[view.ref].statement
