@@ -114,6 +114,18 @@ def _urllib3_records(caplog) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name.startswith("urllib3")]
 
 
+@pytest.fixture(autouse=True)
+def _urllib3_logs(monkeypatch) -> None:
+    """urllib3's loggers as a fresh process has them: a module loaded earlier in the same test process may have
+    configured logging with ``disable_existing_loggers`` (Dagster does), which would silence the very records these
+    tests read."""
+    for name in ("urllib3", "urllib3.connectionpool", "urllib3.util.retry"):
+        logger = logging.getLogger(name)
+        monkeypatch.setattr(logger, "disabled", False)
+        monkeypatch.setattr(logger, "level", logging.NOTSET)
+        monkeypatch.setattr(logger, "propagate", True)
+
+
 def test_urllib3s_retry_logs_never_show_the_webhooks_secret_path(receiver, caplog) -> None:
     """A webhook answering 503: urllib3 retries and logs each retry with the URL it requested (the path and query are
     the secret of a chat webhook); every record, at every level, shows them redacted."""
