@@ -66,6 +66,12 @@ class ShrinkRefused(ChmvError):
     """A swap refused: the rebuilt partition would hold fewer rows than the live one, beyond what parity explains."""
 
 
+class ForeignRowsRefused(ChmvError):
+    """A swap refused: the live partition holds rows the MVs' own SELECT does not yield from the sources (written by a
+    writer outside the DDL: an ``INSERT INTO`` the target, an MV the DDL does not define); a rebuild would delete
+    them."""
+
+
 class LeaseHeld(ChmvError):
     """Another run holds a partition this run was to rebuild (a lease on the server): nothing of it was changed."""
 

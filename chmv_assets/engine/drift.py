@@ -26,7 +26,7 @@ class DriftItem:
     Attributes:
         object: ``db.name``.
         kind: ``missing_object``, ``missing_column``, ``extra_column``, ``type_changed``, ``select_changed``,
-            ``target_changed``.
+            ``target_changed``, ``foreign_writer`` (an MV the DDL does not define writes into the target).
         repo: What the DDL says.
         live: What the server has.
     """
@@ -123,7 +123,8 @@ def format_queries(client: Client, queries: Sequence[str], *, single_line: bool 
 
 
 def drift_report(client: Client, project: Project, targets: Iterable[ObjectRef]) -> dict[ObjectRef, list[DriftItem]]:
-    """Per target, the drift of the target, the MVs writing it and the tables they read.
+    """Per target, the drift of the target, the MVs writing it and the tables they read, and the MVs the DDL does
+    not define that write into it (:func:`foreign_writers`, kind ``foreign_writer``).
 
     Args:
         client: An open client.
@@ -140,7 +141,60 @@ def drift_report(client: Client, project: Project, targets: Iterable[ObjectRef])
     formatted = format_queries(client, [server_select(v, project) for v in views])  # as the server stores it
     repo_selects = {v.ref: f or v.select_sql for v, f in zip(views, formatted, strict=True)}
     cache = {obj: _object_drift(project, obj, live.get(obj), repo_selects.get(obj)) for obj in objects}
-    return {t: [item for o in by_target[t] for item in cache[o]] for t in targets}
+    foreign = foreign_writers(client, project, targets)
+    return {
+        t: [item for o in by_target[t] for item in cache[o]] + [foreign_item(v, t) for v in foreign.get(t, ())]
+        for t in targets
+    }
+
+
+def foreign_writers(
+    client: Client, project: Project, targets: Iterable[ObjectRef]
+) -> dict[ObjectRef, tuple[ObjectRef, ...]]:
+    """Per target (only those written so), the MVs on the server, in any database, that write into it and that the
+    DDL directory does not define: another team's MV, a leftover. One query (``system.tables``' ``target_database``
+    and ``target_table``) for any number of targets; chmv's own objects (``_chmv_…``) are not counted.
+
+    A rebuild replaces a partition with what the DDL's MVs yield: the rows such an MV wrote would be lost, and nothing
+    chmv reads can recompute them (the rebuild planner refuses unless forced: :func:`describe_foreign`).
+    """
+    refs = sorted({(t.database, t.name) for t in targets})
+    if not refs:
+        return {}
+    found: dict[ObjectRef, list[ObjectRef]] = {}
+    for database, name, target_database, target_table in client.query(
+        "SELECT database, name, target_database, target_table FROM system.tables "
+        "WHERE engine = 'MaterializedView' AND (target_database, target_table) IN {refs:Array(Tuple(String, String))} "
+        "ORDER BY database, name",
+        parameters={"refs": refs},
+    ).result_rows:
+        view = ObjectRef(database=database, name=name)
+        if view in project.views or name.startswith("_chmv_"):
+            continue
+        found.setdefault(ObjectRef(database=target_database, name=target_table), []).append(view)
+    return {t: tuple(vs) for t, vs in found.items()}
+
+
+def foreign_item(view: ObjectRef, target: ObjectRef) -> DriftItem:
+    """The drift item of an MV the DDL does not define that writes into ``target``."""
+    return DriftItem(
+        view.fqn, "foreign_writer", repo="not in the DDL directory", live=f"MaterializedView writing {target.fqn}"
+    )
+
+
+def describe_foreign(target: ObjectRef, views: Sequence[ObjectRef]) -> str:
+    """Why a rebuild of ``target`` is refused while MVs the DDL does not define write into it, and what to do."""
+    names = ", ".join(v.fqn for v in views)
+    one = len(views) == 1
+    return (
+        f"{names} {'writes' if one else 'write'} into {target.fqn} on the server and "
+        f"{'is' if one else 'are'} not in the DDL directory (a writer outside the DDL: another team's MV?): a rebuild "
+        "replaces the partition with what the DDL's MVs yield, so the rows it wrote would be lost, and nothing chmv "
+        f"reads can recompute them. To proceed: add {names} to the DDL directory (its rows are then rebuilt with the "
+        "others' through its own SELECT), or drop it if it should not write there (`chmv plan --allow-drop` lists the "
+        "drop where it lives in a database of the DDL), or rebuild with force (run config force: true, chmv rebuild "
+        "--force) to replace its rows with nothing"
+    )
 
 
 def apply_pending(client: Client, project: Project, targets: Iterable[ObjectRef]) -> dict[ObjectRef, list[DriftItem]]:

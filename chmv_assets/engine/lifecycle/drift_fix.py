@@ -74,7 +74,7 @@ def drift_fix_markdown(found: DriftPlan, loaded: LoadedProject, target: ObjectRe
     if found.plan is None:
         return "\n".join([f"The lifecycle plan could not be made: {found.error}", "", *how])
     part = found.plan.touching(objects)
-    if not part.changes and not part.notes:
+    if not part.changes and not part.notes and not part.findings:
         head = [
             f"The lifecycle plan has no change for {target.fqn}, its MVs or what they read: chmv does not "
             "apply this difference (see `chmv/diff`)."
@@ -107,5 +107,6 @@ def _changes_markdown(plan: LifecyclePlan) -> list[str]:
         if change.diff:
             lines += ["", "```diff", *change.diff.splitlines()[2:], "```"]
         lines.append("")
+    lines += [f"- **finding**: {finding}" for finding in plan.findings]
     lines += [f"- note: {note}" for note in plan.notes]
     return lines

@@ -221,12 +221,16 @@ class LifecyclePlan:
         notes: What differs but is left alone (objects and columns not in the DDL without ``--allow-drop``,
             partitions the sources cannot re-derive).
         allow_drop: Drops were allowed when planning.
+        findings: What chmv does not change but must be told: per managed target, the MVs on the server that the
+            DDL does not define and that write into it (writers outside the DDL: rebuilds of the target are refused
+            while they write there), each ``db.target: …``.
     """
 
     ddl_dir: str
     changes: tuple[Change, ...] = ()
     notes: tuple[str, ...] = field(default=())
     allow_drop: bool = False
+    findings: tuple[str, ...] = ()
 
     @property
     def has_changes(self) -> bool:
@@ -267,11 +271,22 @@ class LifecyclePlan:
             return change.ref in wanted or rederived or any(v in wanted for v, _ in change.views)
 
         notes = tuple(n for n in self.notes if any(n.startswith(f"{r.fqn}:") for r in wanted))
-        return LifecyclePlan(self.ddl_dir, tuple(c for c in self.changes if touches(c)), notes, self.allow_drop)
+        findings = tuple(n for n in self.findings if any(n.startswith(f"{r.fqn}:") for r in wanted))
+        changes = tuple(c for c in self.changes if touches(c))
+        return LifecyclePlan(self.ddl_dir, changes, notes, self.allow_drop, findings)
 
     def summary(self) -> str:
+        found = (
+            f"; {len(self.findings)} finding{'s' if len(self.findings) != 1 else ''} (writers outside the DDL)"
+            if self.findings
+            else ""
+        )
         if not self.changes:
-            return "no changes: the server matches the DDL directory"
+            return (
+                ("no changes to the DDL's objects" + found)
+                if found
+                else "no changes: the server matches the DDL directory"
+            )
         counts: dict[str, int] = {}
         for change in self.changes:
             counts[str(change.action)] = counts.get(str(change.action), 0) + 1
@@ -288,7 +303,7 @@ class LifecyclePlan:
             )
         if self.blocked:
             text += f"; {len(self.blocked)} blocked"
-        return text
+        return text + found
 
     def describe(self, *, markdown: bool = False) -> str:
         """The plan as text (``chmv plan``) or markdown (the ``chmv_apply`` job's metadata)."""
@@ -329,6 +344,8 @@ class LifecyclePlan:
                 r = change.rederive
                 lines.append(f"{pad}re-derive {r.target.fqn} into {r.plan.live.fqn}: {r.summary()}")
                 lines += [f"{pad}  {k}" for k in r.kept]
+        if self.findings:
+            lines += ["", "### findings" if markdown else "findings:"] + [f"  - {n}" for n in self.findings]
         if self.notes:
             lines += ["", "notes:"] + [f"  - {n}" for n in self.notes]
         return "\n".join(lines)
@@ -345,6 +362,7 @@ class LifecyclePlan:
             "summary": self.summary(),
             "changes": [c.to_dict() for c in self.changes],
             "notes": list(self.notes),
+            "findings": list(self.findings),
         }
 
     def to_json(self) -> str:

@@ -34,7 +34,15 @@ from chmv_assets.ddl.partitioning import (
 )
 from chmv_assets.engine.catalog import KeptState, existing_objects, read_kept
 from chmv_assets.engine.clock import calendar_mismatch, session_zone
-from chmv_assets.engine.drift import LiveObject, format_queries, read_live, select_changed, select_diff
+from chmv_assets.engine.drift import (
+    LiveObject,
+    describe_foreign,
+    foreign_writers,
+    format_queries,
+    read_live,
+    select_changed,
+    select_diff,
+)
 from chmv_assets.engine.lifecycle import journal
 from chmv_assets.engine.lifecycle.plan import (
     ACCESS_LAYER,
@@ -98,6 +106,8 @@ class ServerState:
         parts: Active parts per table, by partition.
         kept: What the server has of the functions, access control and named collections of the DDL.
         kept_formatted: The server's single-line formatting of their repo statements, by kind and name.
+        foreign: Per target, the MVs on the server (any database) that write into it and that the DDL does not
+            define (:func:`chmv_assets.engine.drift.foreign_writers`).
     """
 
     databases: frozenset[str]
@@ -107,6 +117,7 @@ class ServerState:
     parts: dict[ObjectRef, tuple[PartStats, ...]] = field(default_factory=dict)
     kept: KeptState = field(default_factory=KeptState)
     kept_formatted: dict[tuple[KeptKind, str], str | None] = field(default_factory=dict)
+    foreign: dict[ObjectRef, tuple[ObjectRef, ...]] = field(default_factory=dict)
 
     def rows(self, ref: ObjectRef) -> int:
         return sum(p.rows for p in self.parts.get(ref, ()))
@@ -120,7 +131,7 @@ def project_databases(loaded: LoadedProject) -> set[str]:
 
 
 def read_state(client: Client, loaded: LoadedProject) -> ServerState:
-    """Read the server once for a plan (five queries for any number of objects)."""
+    """Read the server once for a plan (six queries for any number of objects)."""
     project = loaded.project
     databases = frozenset(r[0] for r in client.query("SELECT name FROM system.databases").result_rows)
     wanted = project_databases(loaded) & databases
@@ -138,7 +149,8 @@ def read_state(client: Client, loaded: LoadedProject) -> ServerState:
     formatted = {o.ref: f for o, f in zip((*tables, *dictionaries), formatted_all[:modeled], strict=True)}
     kept_formatted = {(k.kind, k.name): f for k, f in zip(others, formatted_all[modeled:], strict=True)}
     selects = {v.ref: f for v, f in zip(views, selects_all, strict=True) if v.ref is not None}
-    return ServerState(databases, live, formatted, selects, read_parts(client, wanted), kept, kept_formatted)
+    foreign = foreign_writers(client, project, project.targets)
+    return ServerState(databases, live, formatted, selects, read_parts(client, wanted), kept, kept_formatted, foreign)
 
 
 def read_parts(
@@ -248,7 +260,11 @@ class _Planner:
         changes = sorted(self.changes, key=self._position())
         if self._client is not None and (calendar := calendar_mismatch(self._client, self.loaded.config.timezone)):
             self.notes.append(f"timezone: {calendar}")
-        return LifecyclePlan(self.project.ddl_dir, tuple(changes), tuple(self.notes), self.allow_drop)
+        findings = tuple(
+            f"{t.fqn}: {describe_foreign(t, views)}"
+            for t, views in sorted(self.state.foreign.items(), key=lambda kv: kv[0].fqn)
+        )
+        return LifecyclePlan(self.project.ddl_dir, tuple(changes), tuple(self.notes), self.allow_drop, findings)
 
     def _databases(self) -> None:
         """The databases of the DDL the server does not have are created."""
@@ -617,6 +633,14 @@ class _Planner:
             blocked = (
                 f"the new version would not have {rederive.lost_rows:,} rows of {target.fqn} that its sources "
                 "no longer hold (see the kept partitions); --allow-drop accepts losing them"
+            )
+        foreign = self.state.foreign.get(target, ())
+        if foreign and not self.allow_drop:
+            names = ", ".join(v.fqn for v in foreign)
+            blocked = (
+                f"{names}, not in the DDL directory, write{'s' if len(foreign) == 1 else ''} into {target.fqn}: "
+                "re-deriving its history would replace those rows with nothing (see the findings); add "
+                f"{names} to the DDL directory, or --allow-drop accepts losing its rows"
             )
         return _replace(change, rederive=rederive, blocked=blocked)
 

@@ -54,6 +54,7 @@ from chmv_assets.ddl.partitioning import (
 from chmv_assets.ddl.writers import SourceWriters
 from chmv_assets.engine.catalog import live_table
 from chmv_assets.engine.clock import session_zone, wall_now
+from chmv_assets.engine.drift import describe_foreign, foreign_writers
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest.cutoff import source_min_time
 from chmv_assets.engine.rebuild.coverage import (
@@ -338,6 +339,11 @@ class RebuildPlan:
                 "- shrink guard: a partition whose source may not hold it entirely is not swapped if "
                 "the rebuild would leave fewer rows, or a smaller total of a measure, than it holds (force overrides)"
             )
+        if self.coverage is not None and not self.force and any(s.shadow for s in self.steps):
+            lines.append(
+                "- foreign rows: a partition whose live rows include some the rebuild does not yield (a writer outside "
+                "the DDL wrote them) is not swapped (force overrides)"
+            )
         shared = len([s for s in self.steps if s.shadow]) - len({s.shadow for s in self.steps if s.shadow})
         if shared:
             lines.append(
@@ -380,6 +386,10 @@ class Observations:
     zone: str = ""
     """The session's time zone (:func:`chmv_assets.engine.clock.session_zone`), which the plan writes its windows in;
     empty: not observed (a plan of time windows then fails to render them)."""
+    foreign: tuple[ObjectRef, ...] = ()
+    """MVs on the server that the DDL directory does not define and that write into the target
+    (:func:`chmv_assets.engine.drift.foreign_writers`): every partition is refused unless forced (a rebuild would
+    replace their rows with nothing). Observed with the coverage (``windows``)."""
 
     def oldest_of(self, source: ObjectRef) -> datetime | None:
         return dict(self.oldest).get(source)
@@ -414,23 +424,28 @@ def observe(
 ) -> Observations:
     """Read what the planner needs: the physical table and, for ``windows``, the coverage facts (one statement).
 
-    Without ``windows`` only each trigger's oldest row is read, when ``auto`` may pick Spark (no coverage).
+    Without ``windows`` only each trigger's oldest row is read, when ``auto`` may pick Spark (no coverage). With
+    ``windows``, the MVs the DDL does not define that write into the target too (one more query).
     """
     live, zone = live_table(client, loaded.project, target), session_zone(client)
+    foreign: tuple[ObjectRef, ...] = ()
+    if windows is not None:
+        found = foreign_writers(client, loaded.project, {target, live})
+        foreign = tuple(dict.fromkeys(v for ref in (target, live) for v in found.get(ref, ())))
     if streamed_triggers(loaded, target):  # never read: the plan refuses it
-        return Observations(live=live, zone=zone)
+        return Observations(live=live, zone=zone, foreign=foreign)
     if windows is not None and not any(v.refreshable for v in loaded.project.views_into(target)):
         facts = probe(client, loaded, target, live, windows, root)
         oldest = tuple((source, stats.oldest) for source, stats in facts.tables)
-        return Observations(live=live, oldest=oldest, coverage=facts, now=facts.now, zone=zone)
+        return Observations(live=live, oldest=oldest, coverage=facts, now=facts.now, zone=zone, foreign=foreign)
     now = wall_now(client)
     if engine != "auto" or not spark_capable(loaded, target, root):
-        return Observations(live=live, now=now, zone=zone)
+        return Observations(live=live, now=now, zone=zone, foreign=foreign)
     oldest = tuple(
         (source, source_min_time(client, source, landing.time_column(loaded, source)))
         for source in triggers_of(loaded.project, target)
     )
-    return Observations(live=live, oldest=oldest, now=now, zone=zone)
+    return Observations(live=live, oldest=oldest, now=now, zone=zone, foreign=foreign)
 
 
 def streamed_triggers(loaded: LoadedProject, target: ObjectRef) -> list[ObjectRef]:
@@ -512,7 +527,22 @@ def plan_rebuild(
     if observations.now is not None:
         steps = tuple(_open_step(loaded, plan, s, observations.now, defer_open and not force) for s in plan.steps)
         plan = replace(plan, steps=steps)
+    if observations.foreign:
+        plan = _foreign_writers(plan, observations.foreign, force)
     return replace(plan, cutoff_rule=_cutoff_rule(loaded, plan))
+
+
+def _foreign_writers(plan: RebuildPlan, views: tuple[ObjectRef, ...], force: bool) -> RebuildPlan:
+    """MVs the DDL does not define write into the target: every step refused (their rows would be replaced with
+    nothing), unless forced (then said in the plan's notes)."""
+    why = describe_foreign(plan.target, views)
+    if force:
+        return replace(plan, notes=(*plan.notes, f"forced past a writer outside the DDL: {why}"))
+    steps = tuple(
+        s if s.engine == Engine.REFUSED else PartitionStep(s.window, Engine.REFUSED, Swap.NONE, None, (), why)
+        for s in plan.steps
+    )
+    return replace(plan, steps=steps)
 
 
 def _check_engine(loaded: LoadedProject, target: ObjectRef, engine: EngineOption, root: Path | None) -> None:

@@ -28,10 +28,11 @@ from chmv_assets.engine.clock import session_zone
 from chmv_assets.engine.ingest.cutoff import crash_point
 from chmv_assets.engine.pacing.pacer import chunks, pacer_for
 from chmv_assets.engine.parts import read_partitions
+from chmv_assets.engine.rebuild import foreign_rows
 from chmv_assets.engine.rebuild.planner import PartitionStep, RebuildPlan, Swap, plan_from_source
 from chmv_assets.engine.rebuild.shrink_guard import check_shrink
 from chmv_assets.engine.statements import statement_id
-from chmv_assets.errors import NoRoomUnderGate, RacedWrites, ShrinkRefused
+from chmv_assets.errors import ForeignRowsRefused, NoRoomUnderGate, RacedWrites, ShrinkRefused
 from chmv_assets.sql.quoting import qualified, string_literal
 from chmv_assets.sql.rebuild_sql import (
     drop_shadow_sql,
@@ -122,6 +123,7 @@ def run_steps(
     Raises:
         ShrinkRefused: A guarded partition would shrink: it and the later ones of its batch are not swapped (the
             earlier ones are), the shadow is dropped.
+        ForeignRowsRefused: A partition holds rows its rebuild does not yield (:mod:`.foreign_rows`): likewise.
         RacedWrites: Writes kept racing partitions through every read (the others are swapped).
     """
     batches: dict[object, list[int]] = {}
@@ -484,8 +486,9 @@ class _Races:
     def _guarded(
         self, group: list[PartitionStep], shadow: _Shadow, raced: set[int], outcome: _Outcome
     ) -> list[tuple[int, int]]:
-        """``(index in group, rows)`` of the steps no write raced whose shrink guard (where the plan set one) passed,
-        in order up to the first it stopped (``outcome.refused``: it and the later ones are not swapped)."""
+        """``(index in group, rows)`` of the steps no write raced whose shrink guard (where the plan set one) and
+        foreign rows check (where the plan has one: :func:`.foreign_rows.checked`) passed, in order up to the first
+        they stopped (``outcome.refused``: it and the later ones are not swapped)."""
         read, plan = self.read, self.plan
         passed: list[tuple[int, int]] = []
         for i, (step, rows) in enumerate(zip(group, shadow.rows, strict=True)):
@@ -500,6 +503,14 @@ class _Races:
                 _LOG.info(
                     f"{plan.target.fqn} {_label(step.window)}: shrink guard passed ({new:,} rows rebuilt, {old:,} live)"
                 )
+            if foreign_rows.checked(plan):
+                try:
+                    foreign_rows.check_foreign_rows(
+                        read.client, read.project, read.table, plan, step, shadow=shadow.ref
+                    )
+                except ForeignRowsRefused as error:
+                    outcome.refused = error
+                    break
             passed.append((i, rows))
         return passed
 
@@ -540,4 +551,4 @@ class _Outcome:
     results: list[RebuildResult | None]
     raced: list[int] = field(default_factory=list)
     swapped_raced: list[int] = field(default_factory=list)  # swapped, then found raced
-    refused: ShrinkRefused | None = None
+    refused: ShrinkRefused | ForeignRowsRefused | None = None

@@ -97,7 +97,8 @@ def _live_select(client) -> str:
 def test_recovery_limit_stops_a_permanently_failing_partition(tmp_path: Path, loaded_fast) -> None:
     engine = make_engine(tmp_path / "chdb", loaded_fast, rows=20_000)
     with engine.get_client() as client:
-        # rows the MVs never produced, planted in the target: every rebuild fixes it, then it is planted again
+        # a row the MVs never produced, planted in the target (a writer outside the DDL): each recovery run refuses
+        # to delete it at its swap, so parity keeps failing
         client.command("INSERT INTO analytics.error_events VALUES ('2026-08-07 01:00:00', 'error', 'ghost')")
     instance = DagsterInstance.local_temp(str(tmp_path))  # SQLite, run-sharded: as dagster dev
     assert not evaluations(run_parity(loaded_fast, engine, ERRORS, instance, "2026-08-07", "2026-08-07"))[0].passed
@@ -108,13 +109,15 @@ def test_recovery_limit_stops_a_permanently_failing_partition(tmp_path: Path, lo
         cursor = data.cursor
         for request in data.run_requests:
             attempts.append(request.tags["chmv/attempt"])
-            execute(loaded_fast, engine, instance, request)
-            with engine.get_client() as client:  # the fault comes back (a writer outside the MVs)
-                client.command("INSERT INTO analytics.error_events VALUES ('2026-08-07 01:00:00', 'error', 'ghost')")
+            run = execute(loaded_fast, engine, instance, request)
+            failures = [str(e.event_specific_data.error) for e in run.all_events if e.is_step_failure]
+            assert not run.success and any("the live partition holds 1 row that" in f for f in failures), failures
             run_parity(loaded_fast, engine, ERRORS, instance, "2026-08-07", "2026-08-07")
     assert attempts == ["1", "2"]
     entry = json.loads(cursor)["ledger"]["analytics.error_events|2026-08-07"]
     assert entry["exhausted"] is True and entry["attempts"] == 2
+    with engine.get_client() as client:
+        assert client.command("SELECT count() FROM analytics.error_events WHERE payload = 'ghost'") == 1
 
 
 def test_detached_mv_is_reattached_by_an_apply_run_then_the_stale_partitions_rebuilt(

@@ -36,6 +36,7 @@ def test_an_empty_plan_exits_0_and_says_no_changes() -> None:
         "summary": "no changes: the server matches the DDL directory",
         "changes": [],
         "notes": ["analytics.x: kept"],
+        "findings": [],
     }
 
 
