@@ -223,11 +223,13 @@ class _RedactWebhooks(logging.Filter):
 
 
 _redactor = _RedactWebhooks()
+#: Its own lock: :func:`sink_for` builds a sink (which registers its webhook here) under ``_sinks_lock``.
+_redactor_lock = threading.Lock()
 
 
 def _redact_in_urllib3_logs(webhook: str) -> None:
     """Redact ``webhook``'s secret parts in what urllib3 logs (the filter is installed once per process)."""
-    with _sinks_lock:
+    with _redactor_lock:
         _redactor.urls.add(webhook)
         for name in _URLLIB3_LOGGERS:
             logger = logging.getLogger(name)

@@ -156,3 +156,16 @@ def test_urllib3s_retry_warnings_of_a_refused_connection_show_no_secret(caplog) 
     assert any("Retrying" in r.getMessage() for r in _urllib3_records(caplog)), "no retry warning: proves nothing"
     for secret in ("XyZsecret", "T0001", "t0k3n"):
         assert secret not in caplog.text
+
+
+def test_the_process_wide_sink_of_a_webhook_is_built_without_deadlocking() -> None:
+    """``sink_for`` builds a sink under its lock, and a sink registers its webhook with the log redaction: two locks,
+    never one taken twice (a sweep or sensor built with a webhook hung there)."""
+    from chmv_assets.alerts import sink_for
+
+    built: list[AlertSink] = []
+    worker = threading.Thread(target=lambda: built.append(sink_for("http://127.0.0.1:9/hooks/s3cr3t")), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert built, "sink_for did not return within 10 s"
+    assert sink_for("http://127.0.0.1:9/hooks/s3cr3t") is built[0]
