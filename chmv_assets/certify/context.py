@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import threading
 import warnings
+from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,7 +67,7 @@ class Run:
         self._defs: Any = None
         self._assets: Any = None
         self._held: Any = None
-        self._quiet: list[AbstractContextManager] = []
+        self._quiet: list[Callable[[], AbstractContextManager]] = []
         self._quiet_lock = threading.Lock()
 
     # -- the engine ---------------------------------------------------------------------------------------------
@@ -83,8 +84,9 @@ class Run:
             self._held.__exit__(None, None, None)
             self._held = None
 
-    def add_quiet(self, pause: AbstractContextManager) -> None:
-        """Register what :meth:`quiet` pauses besides the writers (the reader of property (f))."""
+    def add_quiet(self, pause: Callable[[], AbstractContextManager]) -> None:
+        """Register what :meth:`quiet` pauses besides the writers (the reader of property (f)): a context manager
+        factory."""
         self._quiet.append(pause)
 
     @contextmanager
@@ -93,7 +95,7 @@ class Run:
         with ExitStack() as stack:
             stack.enter_context(self.pool.paused() if self.pool is not None else nullcontext())
             for pause in self._quiet:
-                stack.enter_context(pause)
+                stack.enter_context(pause())
             yield
 
     # -- set-up -------------------------------------------------------------------------------------------------
@@ -138,10 +140,9 @@ class Run:
         return self._assets
 
     def warm(self) -> None:
-        """Build Dagster's objects (assets, definitions, the instance): ~4 s of imports and set-up, done in a thread
-        while the engine deploys and the seed rows go in."""
+        """Build Dagster's assets and definitions (~3 s of imports and set-up), done in a thread while the engine
+        deploys and the seed rows go in; not the instance (its SQLite storage belongs to the thread creating it)."""
         self.assets()
-        self.dagster_instance()
         self.defs().get_repository_def()
 
     def redeployed(self, loaded: Any) -> None:
@@ -172,6 +173,8 @@ class Run:
         if not isinstance(pdef, TimeWindowPartitionsDefinition):
             return None, False
         ts = slot.start + self.rng.randrange(slot.span)
+        if ts < pdef.start.timestamp():
+            return None, False  # before the first partition (a DST hour before partition_start)
         try:
             return pdef.get_partition_key_for_timestamp(ts), True
         except Exception:  # noqa: BLE001 - before the first partition

@@ -30,7 +30,7 @@ from chmv_assets.sql.quoting import qualified
 #: Words of a failure's message that claim it left the partition as it was.
 UNTOUCHED = ("as it was", "untouched", "changed nothing", "nothing was changed", "left unchanged")
 #: Words of a failure's message that name damage it may have left.
-DAMAGE = ("damage", "may have", "recorded for recovery", "lost")
+DAMAGE = ("damage", "may have", "recorded for recovery", "lost", "asset check failed", "parity")
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,7 @@ class Reader:
         return None
 
     def act(self) -> None:
-        """Sample a frozen partition through two rebuilds of it: states before and after each are allowed."""
+        """Sample a frozen partition through a rebuild of it: the states before and after are allowed."""
         from chmv_assets.certify.operations import materialize
 
         chosen = self.choose()
@@ -238,12 +238,14 @@ class Reader:
         self._stop.clear()
         thread = threading.Thread(target=self._sample, args=(target, live, pids, samples), daemon=True)
         thread.start()
+        hooks = run.before_rebuild, run.after_rebuild
+        run.before_rebuild = run.after_rebuild = None  # (d)'s pauses would stop the sampler during the rebuild
         try:
-            for _ in range(2):
-                materialize(run, target, key, actor="reader")
-                with run.resource.get_client() as client:
-                    allowed.append(fingerprints(client, run.loaded, target, live, pids))
+            materialize(run, target, key, actor="reader")
+            with run.resource.get_client() as client:
+                allowed.append(fingerprints(client, run.loaded, target, live, pids))
         finally:
+            run.before_rebuild, run.after_rebuild = hooks
             self._stop.set()
             thread.join(timeout=30)
         self.samples += len(samples)

@@ -162,10 +162,10 @@ def drive(run: Run, started: float) -> CertifyResult:
     pool = WriterPool(run.resource, run.history, run.seed, Sequence())
     run.pool = pool
     run.seed_rows(pool)
-    exactness = Exactness(run)
+    exactness = Exactness(run, every=1)
     exactness.install()
     reader = Reader(run)
-    run.add_quiet(reader.paused())
+    run.add_quiet(reader.paused)
     _writers(run, pool)
     warm.join()
 
@@ -175,22 +175,20 @@ def drive(run: Run, started: float) -> CertifyResult:
         ("range", 1, lambda: operations.materialize_range(run)),
         ("sensors", 1, lambda: operations.sensors_round(run, "sensor")),
     ]
-    actions += [(f.name, f.weight, f.act) for f in faults if f.weight]
+    actions += [(f.name, f.weight, lambda f=f: f.act(run)) for f in faults if f.weight]
     once: list[tuple[str, Callable[[], object]]] = [
-        ("reader", reader.act),
         ("apply", lambda: operations.apply_changed_select(run)),
         ("maintain", lambda: operations.maintain(run)),
+        ("reader", reader.act),
     ]
-    run.rng.shuffle(once)
     names = [a for a, _, _ in actions]
     weights = [w for _, w, _ in actions]
     todo = {a: f for a, _, f in actions}
     step = 0
     while time.monotonic() + (0 if step == 0 else 1.0) < run.deadline:
         step += 1
-        # the once-per-run operations at steps 1, 3, 5 (each while half an operation's bound is left), else the
-        # seed's order
-        if once and step % 2 == 1 and time.monotonic() + OP_BOUND_SECONDS / 2 < run.deadline:
+        # the once-per-run operations first (each while half an operation's bound is left), then the seed's order
+        if once and time.monotonic() + OP_BOUND_SECONDS / 2 < run.deadline:
             action, call = once.pop(0)
         else:
             action = run.rng.choices(names, weights)[0]
