@@ -27,6 +27,9 @@ PACING = {
     "backoff_max_seconds": 0.5,
     "retry_attempts": 3,
 }
+#: A sweep tick's run compares at most this many partitions: each waits for the writers' running inserts (up to
+#: ``insert_wait_seconds`` per comparison, three comparisons), so 100 partitions under steady writers took 33 s.
+SWEEP = {"max_partitions": 20}
 #: Maintenance on, its window the whole day, every partition closed: the run's maintenance tick merges.
 MAINTENANCE = {"enabled": True, "window": "00:00-24:00", "closed_after_hours": 0}
 
@@ -56,7 +59,7 @@ def toml_text(data: dict[str, Any], prefix: str = "") -> str:
 
 def scratch_ddl(ddl_dir: Path, into: Path, *, dst: bool) -> Path:
     """A copy of the DDL directory whose chmv.toml bounds chmv's waits for a run of seconds (:data:`REBUILD`,
-    :data:`PACING`, parity grace 0, recovery cooldown 0), turns maintenance on (:data:`MAINTENANCE`), drops the
+    :data:`PACING`, :data:`SWEEP`, parity grace 0, recovery cooldown 0), turns maintenance on (:data:`MAINTENANCE`), drops the
     webhook and the landing zone, and sets the DST zone when that fault is on."""
     shutil.copytree(ddl_dir, into)
     path = into / "chmv.toml"
@@ -68,6 +71,7 @@ def scratch_ddl(ddl_dir: Path, into: Path, *, dst: bool) -> Path:
     data.setdefault("rebuild", {}).update(REBUILD)
     data.setdefault("pacing", {}).update(PACING)
     data.setdefault("maintenance", {}).update(MAINTENANCE)
+    data.setdefault("sweep", {}).update(SWEEP)
     data.get("ingestion", {}).pop("landing_dir", None)
     if dst:
         data["timezone"] = DST_ZONE
