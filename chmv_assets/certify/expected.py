@@ -15,12 +15,13 @@ aggregate or the engine merges rows (Summing, Aggregating), collapsing engines r
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.types import parse_type
-from chmv_assets.sql.quoting import qualified, quote
+from chmv_assets.sql.quoting import qualified, quote, string_literal
 from chmv_assets.sql.rebuild_sql import select_with_source, source_relation
 
 EXPECTED_DB = "_certify_expected"
@@ -71,15 +72,17 @@ def ordered_targets(loaded: LoadedProject) -> list[ObjectRef]:
 
 
 def verifiable(loaded: LoadedProject, target: ObjectRef) -> bool:
-    """A target whose rows can be recomputed from tables: not one fed only by a stream table (its stand-in keeps no
-    row)."""
+    """A target whose rows can be recomputed from tables: not one fed only by a stream table or a ``Null`` table
+    (neither keeps a row)."""
     project = loaded.project
     views = project.views_into(target)
-    return (
-        bool(views)
-        and not all(v.trigger is not None and project.is_stream(v.trigger) for v in views)
-        and not any(v.refreshable for v in views)
-    )
+
+    def keeps_no_row(ref: ObjectRef | None) -> bool:
+        table = project.tables.get(ref) if ref is not None else None
+        engine = table.engine.name if table is not None and table.engine is not None else ""
+        return ref is not None and (project.is_stream(ref) or engine == "Null")
+
+    return bool(views) and not all(keeps_no_row(v.trigger) for v in views) and not any(v.refreshable for v in views)
 
 
 def build_expected(
@@ -90,41 +93,58 @@ def build_expected(
 ) -> dict[ObjectRef, ObjectRef]:
     """Fill one scratch table per target with what it must hold; returns target → that table (the live table itself
     for a target that is not verifiable, so the levels below read what it holds)."""
-    project = loaded.project
     client.command(f"CREATE DATABASE IF NOT EXISTS {quote(EXPECTED_DB)}")
     expected: dict[ObjectRef, ObjectRef] = {}
     for target in ordered_targets(loaded):
-        live = physical(client, target)
         if not verifiable(loaded, target):
-            expected[target] = live
+            expected[target] = physical(client, target)
             continue
-        table = ObjectRef(database=EXPECTED_DB, name=f"{target.database}__{target.name}")
-        client.command(f"DROP TABLE IF EXISTS {qualified(table)} SYNC")
-        client.command(f"CREATE TABLE {qualified(table)} AS {qualified(live)}")
-        names = [r[0] for r in client.query(f"DESCRIBE TABLE {qualified(live)}").result_rows]
-        selects = []
-        for view in project.views_into(target):
-            select = view.select_sql
-            trigger = view.trigger
-            if trigger is not None and trigger in expected:
-                select = select_with_source(view, trigger, f"(SELECT * FROM {qualified(expected[trigger])})")
-            elif trigger is not None and trigger in graves:
-                here = source_relation(project, trigger)[1:-1]
-                there = source_relation(project, trigger, relation=None)[1:-1].replace(
-                    qualified(trigger), qualified(graves[trigger]), 1
-                )
-                select = select_with_source(view, trigger, f"({here} UNION ALL {there})")
-            selects.append(select)
-        selects += [e.select for e in extras if e.target == target]
-        for select in selects:
-            outputs = [r[0] for r in client.query(f"DESCRIBE TABLE ({select})").result_rows]
-            columns = ", ".join(quote(n) for n in outputs if n in names)
-            client.command(
-                f"INSERT INTO {qualified(table)} ({columns}) SELECT {columns} FROM ({select})",
-                settings={"max_partitions_per_insert_block": 0, "async_insert": 0},
-            )
-        expected[target] = table
+        expected[target] = expected_table(client, loaded, target, expected, graves, extras)
     return expected
+
+
+def expected_table(
+    client,
+    loaded: LoadedProject,
+    target: ObjectRef,
+    levels: dict[ObjectRef, ObjectRef],
+    graves: dict[ObjectRef, ObjectRef],
+    extras: list[Extra],
+    *,
+    suffix: str = "",
+) -> ObjectRef:
+    """Fill a scratch table with what ``target`` must hold: its MVs' verbatim SELECTs over their triggers, a trigger
+    found in ``levels`` read from the table named there (a chain's expected level; absent: the live table), a root
+    source read with its graveyard, plus the selects of writers outside the DDL."""
+    project = loaded.project
+    live = physical(client, target)
+    table = ObjectRef(database=EXPECTED_DB, name=f"{target.database}__{target.name}{suffix}")
+    client.command(f"CREATE DATABASE IF NOT EXISTS {quote(EXPECTED_DB)}")
+    client.command(f"DROP TABLE IF EXISTS {qualified(table)} SYNC")
+    client.command(f"CREATE TABLE {qualified(table)} AS {qualified(live)}")
+    names = [r[0] for r in client.query(f"DESCRIBE TABLE {qualified(live)}").result_rows]
+    selects = []
+    for view in project.views_into(target):
+        select = view.select_sql
+        trigger = view.trigger
+        if trigger is not None and trigger in levels:
+            select = select_with_source(view, trigger, f"(SELECT * FROM {qualified(levels[trigger])})")
+        elif trigger is not None and trigger in graves:
+            here = source_relation(project, trigger)[1:-1]
+            there = source_relation(project, trigger, relation=None)[1:-1].replace(
+                qualified(trigger), qualified(graves[trigger]), 1
+            )
+            select = select_with_source(view, trigger, f"({here} UNION ALL {there})")
+        selects.append(select)
+    selects += [e.select for e in extras if e.target == target]
+    for select in selects:
+        outputs = [r[0] for r in client.query(f"DESCRIBE TABLE ({select})").result_rows]
+        columns = ", ".join(quote(n) for n in outputs if n in names)
+        client.command(
+            f"INSERT INTO {qualified(table)} ({columns}) SELECT {columns} FROM ({select})",
+            settings={"max_partitions_per_insert_block": 0, "async_insert": 0},
+        )
+    return table
 
 
 _AGGREGATING = ("SummingMergeTree", "AggregatingMergeTree")
@@ -150,9 +170,18 @@ def _merge_call(type_sql: str, column: str) -> str:
     return f"{name}Merge{paren}{params}({column})" if paren else f"{name}Merge({column})"
 
 
-def comparable_sql(loaded: LoadedProject, target: ObjectRef, relation: ObjectRef) -> str:
+def comparable_sql(
+    loaded: LoadedProject, target: ObjectRef, relation: ObjectRef, partitions: Sequence[str] | None = None
+) -> str:
     """``relation``'s rows (the live table or its expected one) in the form merges and insert blocks do not change,
-    with ``_p`` the partition id."""
+    with ``_p`` the partition id (only the ids ``partitions`` when given)."""
+    where = ""
+    if partitions is not None:
+        where = (
+            " WHERE _partition_id IN (" + ", ".join(string_literal(p) for p in partitions) + ")"
+            if partitions
+            else " WHERE 0"
+        )
     project = loaded.project
     table = project.table(target)
     views = project.views_into(target)
@@ -184,14 +213,14 @@ def comparable_sql(loaded: LoadedProject, target: ObjectRef, relation: ObjectRef
                 measures.append(f"arraySort(groupUniqArray({name})) AS {name}")
         key_list = ", ".join(["_partition_id AS _p", *(quote(c.name) for c in keys)])
         group = ", ".join(["_p", *(quote(c.name) for c in keys)])
-        return f"SELECT {', '.join([key_list, *measures])} FROM {qualified(relation)} GROUP BY {group}"
+        return f"SELECT {', '.join([key_list, *measures])} FROM {qualified(relation)}{where} GROUP BY {group}"
     final = " FINAL" if family in _COLLAPSING else ""
     values = []
     for c in columns:
         t = parse_type(c.type)
         name = quote(c.name)
         values.append(f"finalizeAggregation({name}) AS {name}" if t.aggregate and not t.aggregate.simple else name)
-    return f"SELECT _partition_id AS _p, {', '.join(values)} FROM {qualified(relation)}{final}"
+    return f"SELECT _partition_id AS _p, {', '.join(values)} FROM {qualified(relation)}{final}{where}"
 
 
 def fingerprint_sql(client, comparable: str) -> str:
@@ -203,9 +232,12 @@ def fingerprint_sql(client, comparable: str) -> str:
     return f"SELECT _p, count(), {hashed}{sums} FROM ({comparable}) GROUP BY _p"
 
 
-def fingerprints(client, loaded: LoadedProject, target: ObjectRef, relation: ObjectRef) -> dict[str, Fingerprint]:
-    """Per partition id of ``relation`` (read as ``target``'s rows): ``(rows, hash, float sums)``."""
-    sql = fingerprint_sql(client, comparable_sql(loaded, target, relation))
+def fingerprints(
+    client, loaded: LoadedProject, target: ObjectRef, relation: ObjectRef, partitions: Sequence[str] | None = None
+) -> dict[str, Fingerprint]:
+    """Per partition id of ``relation`` (read as ``target``'s rows): ``(rows, hash, float sums)``; only the partition
+    ids ``partitions`` when given."""
+    sql = fingerprint_sql(client, comparable_sql(loaded, target, relation, partitions))
     rows = client.query(sql, settings={"max_threads": 2}).result_rows
     return {str(r[0]): (int(r[1]), int(r[2]), tuple(float(x) for x in r[3:])) for r in rows}
 

@@ -1,10 +1,29 @@
-"""The faults a certify run can inject, each on or off, drawn by the seed or named on the command line."""
+"""The faults a certify run can inject, each on or off, drawn by the seed or named on the command line.
+
+Each fault is a small class: :meth:`Fault.setup` before the writers start, :meth:`Fault.act` when the seed's order
+draws it (weight :attr:`Fault.weight`), :meth:`Fault.heal` at quiescence (before the checks). What a fault does is
+recorded in the history; rows it removes from a source go to the source's graveyard first (writers paused), so the
+expected rows keep them.
+"""
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from typing import Any, ClassVar
 
+from chmv_assets.certify.context import Run
+from chmv_assets.certify.expected import SCRATCH_DB, Extra, verifiable
+from chmv_assets.certify.history import OK, UNCERTAIN, first_line
+from chmv_assets.certify.workload import FOREIGN
+from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.errors import ChmvError
+from chmv_assets.sql.quoting import qualified, quote
+from chmv_assets.sql.rewrite import renamed_select
 
 #: name → what it does (docs/certify.md has the long form).
 FAULTS = {
@@ -23,6 +42,10 @@ FAULTS = {
 
 #: The kill points (chmv_assets.engine.rebuild.steps, $CHMV_CRASH_AT).
 KILL_POINTS = ("rebuild:shadow_created", "rebuild:mid_fill", "rebuild:filled", "rebuild:swapped")
+#: A killed rebuild's child process is given this long before it is recorded uncertain and left behind.
+KILL_TIMEOUT_SECONDS = 30
+#: How long a hung connection's call blocks before it fails.
+HANG_SECONDS = 2.0
 
 
 def choose_faults(spec: str | None, seed: int) -> tuple[str, ...]:
@@ -44,3 +67,332 @@ def choose_faults(spec: str | None, seed: int) -> tuple[str, ...]:
     if unknown:
         raise ChmvError(f"--faults: unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}, all, none")
     return names
+
+
+class Fault:
+    """One fault: set up before the writers, acted when drawn, healed at quiescence."""
+
+    name: ClassVar[str] = ""
+    #: How often the run's order draws :meth:`act` against chmv's operations (0: never drawn).
+    weight: ClassVar[int] = 1
+
+    def setup(self, run: Run, client: Any) -> None:
+        """Before the writers start (``client`` open on the scratch engine)."""
+
+    def act(self, run: Run) -> None:
+        """Once, when the run's order draws it."""
+
+    def heal(self, run: Run, client: Any) -> None:
+        """At quiescence, writers stopped, before the checks."""
+
+
+class SlowPipeline(Fault):
+    """A Buffer table in front of every source (the async writer inserts through it and async inserts it does not
+    wait for): acknowledgements that do not mean committed, MV output landing late."""
+
+    name = "slow_pipeline"
+    weight = 0
+
+    def setup(self, run: Run, client: Any) -> None:
+        for spec in run.specs:
+            if not spec.checkable:
+                continue
+            buf = ObjectRef(database=SCRATCH_DB, name=f"buffer_{spec.ref.database}_{spec.ref.name}")
+            with run.history.op("buffer_created", "fault", [spec.ref.fqn]):
+                client.command(
+                    f"CREATE TABLE {qualified(buf)} AS {qualified(spec.ref)} ENGINE = Buffer("
+                    f"{quote(spec.ref.database)}, {quote(spec.ref.name)}, 1, 0.2, 1.5, 10, 100000, 1, 10000000)"
+                )
+            run.buffers[spec.ref] = buf
+
+    def heal(self, run: Run, client: Any) -> None:
+        for buf in run.buffers.values():
+            client.command(f"DROP TABLE IF EXISTS {qualified(buf)} SYNC")  # flushes what it holds
+        try:
+            client.command("SYSTEM FLUSH ASYNC INSERT QUEUE")
+        except Exception:  # noqa: BLE001 - the embedded engine has no queue to flush (its async inserts wait)
+            pass
+
+
+class Foreign(Fault):
+    """An MV not in the DDL writing into two managed targets (from a table of its own, fed by a writer), and, when
+    drawn, a one-off ``INSERT INTO target``."""
+
+    name = "foreign"
+
+    def setup(self, run: Run, client: Any) -> None:
+        project = run.loaded.project
+        by_ref = {s.ref: s for s in run.specs}
+        for target in run.targets:
+            views = [v for v in project.views_into(target) if v.trigger in by_ref]
+            if not views or not verifiable(run.loaded, target):
+                continue
+            view = views[0]
+            spec = by_ref[view.trigger]  # type: ignore[index]
+            table = ObjectRef(database=SCRATCH_DB, name=f"foreign_{target.database}_{target.name}")
+            mv = ObjectRef(database=SCRATCH_DB, name=f"foreign_mv_{target.database}_{target.name}")
+            select = renamed_select(view, {spec.ref: table})
+            with run.history.op("foreign_mv", "fault", [target.fqn], mv=mv.fqn):
+                client.command(
+                    f"CREATE TABLE {qualified(table)} AS {qualified(spec.ref)} ENGINE = MergeTree ORDER BY tuple()"
+                )
+                client.command(f"CREATE MATERIALIZED VIEW {qualified(mv)} TO {qualified(target)} AS {select}")
+            run.extras.append(Extra(target, select))
+            run.foreign[target] = (spec, table)
+            if len(run.foreign) >= 2:
+                break
+
+    def act(self, run: Run) -> None:
+        """A one-off INSERT INTO a managed target from outside the DDL (rows of a second foreign table)."""
+        if not run.foreign or run.pool is None:
+            return
+        target = run.rng.choice(sorted(run.foreign, key=lambda r: r.fqn))
+        spec, _table = run.foreign[target]
+        view = next((v for v in run.loaded.project.views_into(target) if v.trigger == spec.ref), None)
+        if view is None:
+            return
+        once = ObjectRef(database=SCRATCH_DB, name=f"oneoff_{len(run.extras)}_{target.name}")
+        with run.resource.get_client() as client:
+            client.command(
+                f"CREATE TABLE {qualified(once)} AS {qualified(spec.ref)} ENGINE = MergeTree ORDER BY tuple()"
+            )
+        run.pool.insert("foreign", spec, run.slots["closed"], 200, FOREIGN, via=once)
+        select = renamed_select(view, {spec.ref: once})
+        with run.history.op("foreign_insert", "fault", [target.fqn]), run.resource.get_client() as client:
+            names = [r[0] for r in client.query(f"DESCRIBE TABLE {qualified(target)}").result_rows]
+            outputs = [r[0] for r in client.query(f"DESCRIBE TABLE ({select})").result_rows]
+            cols = ", ".join(quote(n) for n in outputs if n in names)
+            client.command(
+                f"INSERT INTO {qualified(target)} ({cols}) SELECT {cols} FROM ({select})", settings={"async_insert": 0}
+            )
+        run.extras.append(Extra(target, select))
+
+
+class _Delete(Fault):
+    """Rows removed from a source (into its graveyard first, writers paused)."""
+
+    def _delete(self, run: Run, candidates: list, retention: bool) -> None:
+        if not candidates:
+            return
+        spec = run.rng.choice(candidates)
+        time_cols = [n for n, e in spec.columns if e.startswith("CAST(toDateTime(t)")]
+        with run.quiet(), run.resource.get_client() as client:
+            grave = run.graves.get(spec.ref)
+            if grave is None:
+                grave = ObjectRef(database=SCRATCH_DB, name=f"grave_{spec.ref.database}_{spec.ref.name}")
+                client.command(
+                    f"CREATE TABLE {qualified(grave)} AS {qualified(spec.ref)} ENGINE = MergeTree ORDER BY tuple()"
+                )
+                run.graves[spec.ref] = grave
+            if retention:
+                parts = client.query(
+                    "SELECT DISTINCT partition_id FROM system.parts WHERE active AND database = {d:String} "
+                    "AND table = {t:String} ORDER BY partition_id",
+                    parameters={"d": spec.ref.database, "t": spec.ref.name},
+                ).result_rows
+                if not parts:
+                    return
+                pid = parts[0][0]  # the oldest, as retention drops
+                where = f"_partition_id = '{pid}'"
+                statement = f"ALTER TABLE {qualified(spec.ref)} DROP PARTITION ID '{pid}'"
+                kind = "drop_partition"
+            else:
+                if not time_cols:
+                    return
+                col = quote(time_cols[0])
+                if run.rng.random() < 0.5:
+                    where = f"cityHash64({col}) % 2 = 0 AND {col} < now() - INTERVAL 2 DAY"
+                else:
+                    where = f"toHour({col}) = {run.rng.randrange(24)} AND {col} < now() - INTERVAL 2 DAY"
+                statement = f"DELETE FROM {qualified(spec.ref)} WHERE {where}"
+                kind = "delete"
+            touched = [spec.ref.fqn, *(t.fqn for t in run.downstream(spec.ref))]
+            with run.history.op(kind, "fault", touched, where=where) as op:
+                client.command(
+                    f"INSERT INTO {qualified(grave)} SELECT * FROM {qualified(spec.ref)} WHERE {where}",
+                    settings={"async_insert": 0, "max_partitions_per_insert_block": 0},
+                )
+                client.command(statement, settings={"mutations_sync": 2, "lightweight_deletes_sync": 2})
+                op.detail["graveyard"] = grave.fqn
+
+
+class PartialDelete(_Delete):
+    """``DELETE FROM source WHERE`` half the rows, or one hour of every day, of closed days."""
+
+    name = "partial_delete"
+
+    def act(self, run: Run) -> None:
+        self._delete(run, [s for s in run.specs if s.checkable], retention=False)
+
+
+class Retention(_Delete):
+    """``ALTER TABLE … DROP PARTITION`` of a source's oldest partition."""
+
+    name = "retention"
+
+    def act(self, run: Run) -> None:
+        candidates = [s for s in run.specs if s.checkable and run.loaded.project.table(s.ref).partition_by]
+        self._delete(run, candidates, retention=True)
+
+
+class MergePressure(Fault):
+    """``SYSTEM STOP MERGES`` on two targets and a source with ``parts_to_throw_insert = 400``, toggled when drawn;
+    merges started again at quiescence."""
+
+    name = "merge_pressure"
+
+    def act(self, run: Run) -> None:
+        stop = not run.stopped_merges
+        tables = list(run.targets[:2]) + [s.ref for s in run.specs[:1]]
+        kind = "merges_" + ("stopped" if stop else "started")
+        with run.history.op(kind, "fault", [t.fqn for t in tables]), run.resource.get_client() as client:
+            for t in tables:
+                if stop:
+                    client.command(f"ALTER TABLE {qualified(t)} MODIFY SETTING parts_to_throw_insert = 400")
+                client.command(f"SYSTEM {'STOP' if stop else 'START'} MERGES {qualified(t)}")
+        run.stopped_merges = tables if stop else []
+
+    def heal(self, run: Run, client: Any) -> None:
+        for t in run.stopped_merges:
+            client.command(f"SYSTEM START MERGES {qualified(t)}")
+        run.stopped_merges = []
+
+
+class Kill(Fault):
+    """``chmv rebuild`` of a closed partition in a child process killed (SIGKILL, ``$CHMV_CRASH_AT``) at a named
+    point, the engine handed over to it (writers and reader paused, every client closed)."""
+
+    name = "kill"
+
+    def act(self, run: Run) -> None:
+        target = run.rng.choice(run.targets)
+        key, ok = run.partition_key(target, run.slots["closed"])
+        if not ok or key is None:
+            return
+        point = run.rng.choice(KILL_POINTS)
+        args = [
+            sys.executable,
+            "-m",
+            "chmv_assets.cli",
+            "rebuild",
+            "--ddl-dir",
+            str(run.ddl),
+            "--dsn",
+            f"chdb://{run.path}",
+            "--target",
+            target.fqn,
+            "--partition",
+            key,
+        ]
+        env = {**os.environ, "CHMV_CRASH_AT": point}
+        with run.quiet():
+            run.release()
+            op = run.history.begin("rebuild_killed", "chmv", [f"{target.fqn}|{key}"], point=point)
+            try:
+                done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=KILL_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:
+                run.history.end(op, UNCERTAIN, error=f"no end within {KILL_TIMEOUT_SECONDS} s (killed)")
+                run.hold()
+                return
+            killed = done.returncode == -9
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] if done.returncode else []
+            run.history.end(
+                op,
+                UNCERTAIN if killed else (OK if done.returncode == 0 else "failed"),
+                returncode=done.returncode,
+                said=" ".join(tail)[:300],
+            )
+            run.hold()
+
+
+class HungConnection(Fault):
+    """A rebuild through a client factory whose calls stop answering after a few: the run must fail within its limit
+    (recorded uncertain: whatever it did before is for the checker to judge)."""
+
+    name = "hung_connection"
+
+    def act(self, run: Run) -> None:
+        from chmv_assets.engine.rebuild.executor import execute, plan_for
+        from chmv_assets.orchestration.partitions import window_for_key
+
+        target = run.rng.choice(run.targets)
+        key, ok = run.partition_key(target, run.slots["closed"])
+        if not ok:
+            return
+        window = window_for_key(run.partitions_def(target), key)
+        factory = HangingFactory(run.resource, after=run.rng.randrange(3, 25), limit=HANG_SECONDS)
+        op = run.history.begin(
+            "rebuild_hung", "chmv", [f"{target.fqn}|{key}" if key else target.fqn], hang_after=factory.after
+        )
+        began = time.monotonic()
+        try:
+            plan = plan_for(factory, run.loaded, target, [window], engine="clickhouse")
+            execute(plan, run.loaded, factory, owner="certify hung connection")
+        except Exception as err:  # noqa: BLE001 - recorded
+            took = time.monotonic() - began
+            run.history.end(op, UNCERTAIN, error=first_line(err), seconds=round(took, 2), hung=factory.hung)
+            if took > 30:
+                run.notes.append(
+                    f"{op.id}: a hung connection held the run {took:.0f}s, past its {HANG_SECONDS} s limit"
+                )
+            return
+        run.history.end(op, OK, hung=factory.hung)
+
+
+class Dst(Fault):
+    """Process and session in America/New_York, ``timezone`` set to it, rows in the DST hours (set up by
+    :func:`chmv_assets.certify.runner.certify` and the scratch DDL; never drawn)."""
+
+    name = "dst"
+    weight = 0
+
+
+FAULT_CLASSES: dict[str, type[Fault]] = {
+    cls.name: cls for cls in (Kill, SlowPipeline, Retention, PartialDelete, Foreign, MergePressure, Dst, HungConnection)
+}
+
+
+def faults_of(names: tuple[str, ...]) -> list[Fault]:
+    """The fault objects of a run, in :data:`FAULTS` order."""
+    return [FAULT_CLASSES[n]() for n in FAULTS if n in names]
+
+
+class HangingFactory:
+    """A client factory whose clients answer ``after`` calls, then hang: the next call blocks ``limit`` seconds and
+    fails as a silent server's does (``OperationalError``), as do all after it."""
+
+    def __init__(self, resource: Any, after: int, limit: float):
+        self.resource, self.after, self.limit = resource, after, limit
+        self.calls = 0
+        self.hung = False
+
+    def get_client(self, **kwargs: Any):
+        @contextmanager
+        def opened():
+            with self.resource.get_client(**kwargs) as client:
+                yield _HangingClient(client, self)
+
+        return opened()
+
+
+class _HangingClient:
+    def __init__(self, client: Any, factory: HangingFactory):
+        self._client, self._factory = client, factory
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if name not in ("command", "query", "insert", "query_arrow", "insert_arrow", "raw_query"):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            from clickhouse_connect.driver.exceptions import OperationalError
+
+            f = self._factory
+            f.calls += 1
+            if f.calls > f.after:
+                f.hung = True
+                time.sleep(f.limit)
+                raise OperationalError(f"certify: the connection stopped answering (no answer in {f.limit}s)")
+            return attr(*args, **kwargs)
+
+        return call

@@ -22,6 +22,8 @@ def render(result, ddl_dir: str, asked_seconds: float) -> str:
         f"workload: {result.ops} operations, {result.rows} rows in {result.seconds:.1f}s "
         f"({result.ops / max(result.seconds, 1e-9):.1f} ops/s, {result.rows / max(result.seconds, 1e-9):.0f} rows/s); "
         f"{result.targets} targets, {result.partitions} partitions checked",
+        f"during the run: (d) {result.checked_d} rebuild operation(s) checked right after, (f) {result.samples_f} "
+        "read(s) of a partition during its rebuilds",
     ]
     kinds = defaultdict(lambda: [0, 0, 0])
     for o in history.ops:
@@ -72,6 +74,8 @@ def write_json(result, path: Path, ddl_dir: str, asked_seconds: float) -> None:
         "rows": result.rows,
         "ops_per_second": round(result.ops / max(result.seconds, 1e-9), 2),
         "rows_per_second": round(result.rows / max(result.seconds, 1e-9), 1),
+        "checked_d": result.checked_d,
+        "samples_f": result.samples_f,
         "anomalies": [a.to_dict() for a in result.anomalies],
         "notes": result.notes,
         "replay": replay_command(ddl_dir, result.seed, result.faults, asked_seconds),

@@ -30,6 +30,8 @@ STRIDE = 7919
 _LITERAL = re.compile(r"'((?:[^'\\]|\\.)*)'")
 _ENUM_VALUE = re.compile(r"'((?:[^'\\]|\\.)*)'\s*=")
 _ID_WORDS = ("id", "uuid", "key")
+#: Days at the start of the closed history no writer inserts into after the seed rows.
+FROZEN_DAYS = 3
 
 
 @dataclass(frozen=True)
@@ -189,8 +191,9 @@ def source_specs(loaded: LoadedProject) -> list[SourceSpec]:
 
 
 def time_slots(loaded: LoadedProject, now: datetime, *, dst: bool) -> dict[str, TimeSlot]:
-    """The slots rows fall in: closed history (from ``partition_start``, at most 20 days back, to two days ago), the
-    last hour ("now"), and, with the DST fault, the two 01:00 hours of 2026-11-01 and the skipped hour of 2026-03-08
+    """The slots rows fall in: closed history (from ``partition_start``, at most 20 days back, to two days ago) whose
+    first :data:`FROZEN_DAYS` days ("frozen") only the seed rows reach (no writer: the reader of property (f) samples
+    a partition there), the last hour ("now"), and, with the DST fault, the two 01:00 hours of 2026-11-01 and the skipped hour of 2026-03-08
     in America/New_York."""
     end = int(now.timestamp()) - 2 * 86400
     start = max(
@@ -198,7 +201,8 @@ def time_slots(loaded: LoadedProject, now: datetime, *, dst: bool) -> dict[str, 
     )
     start = min(start, end - 7 * 86400)
     slots = {
-        "closed": TimeSlot("closed", start, end - start),
+        "frozen": TimeSlot("frozen", start, FROZEN_DAYS * 86400),
+        "closed": TimeSlot("closed", start + FROZEN_DAYS * 86400, end - start - FROZEN_DAYS * 86400),
         "now": TimeSlot("now", int(now.timestamp()) - 3600, 3600),
     }
     if dst:

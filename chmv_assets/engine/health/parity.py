@@ -448,7 +448,7 @@ def parity_for_partition(
 #: not verifiable for now (the sweep compares it again once its sources change, or stop changing).
 RACE_CHECKS = 3
 #: Longest wait, before a comparison, for inserts already running into its sources (their blocks may not have reached
-#: the MVs yet: the target would lack what the recompute counts).
+#: the MVs yet: the target would lack what the recompute counts); ``[rebuild] insert_wait_seconds`` when shorter.
 INSERT_WAIT_SECONDS = 10.0
 
 
@@ -490,7 +490,7 @@ def _against_writes(
     last: dict[int, ParityResult] = {}
     for _ in range(RACE_CHECKS):
         seen = races.watch(client, [*triggers, target])
-        races.wait_for_inserts(client, names, INSERT_WAIT_SECONDS)
+        races.wait_for_inserts(client, names, min(INSERT_WAIT_SECONDS, loaded.config.rebuild.insert_wait_seconds))
         checked = [windows[i] for i in pending]
         got = evaluate(checked)
         zone = session_zone(client)

@@ -61,3 +61,62 @@ def test_merge_calls_and_fault_names() -> None:
     assert _merge_call("AggregateFunction(count)", "`c`") == "countMerge(`c`)"
     assert choose_faults("none", 1) == () and "kill" in choose_faults("all", 1)
     assert choose_faults(None, 7) == choose_faults(None, 7)  # drawn by the seed: replayable
+
+
+def test_d_a_success_must_leave_its_partitions_exact_and_a_failure_must_name_its_damage() -> None:
+    from chmv_assets.certify.probes import Snapshot, judge
+
+    history = History()
+    exact = Snapshot({"202611": OLD}, {"202611": OLD})
+    short = Snapshot({"202611": OLD}, {"202611": NEW})  # the live partition lacks rows its SELECT gives
+    ok = history.end(history.begin("materialize", "chmv", ["db.t|2026-11"]), OK)
+    assert judge(ok, "db.t", exact, exact, history) == []
+    (found,) = judge(ok, "db.t", exact, short, history)
+    assert found.prop == "d" and "reported success" in found.message
+    quiet = history.end(
+        history.begin("materialize", "chmv", ["db.t|2026-11"]),
+        FAILED,
+        error="RacedWrites: the live partition is as it was",
+    )
+    (hidden,) = judge(quiet, "db.t", exact, short, history)
+    assert "as it was" in hidden.message
+    silent = history.end(history.begin("materialize", "chmv", ["db.t|2026-11"]), FAILED, error="LeaseHeld: busy")
+    assert "names no damage" in judge(silent, "db.t", exact, short, history)[0].message
+    named = history.end(
+        history.begin("materialize", "chmv", ["db.t|2026-11"]), FAILED, error="RacedWrites: 2026-11 may have lost rows"
+    )
+    assert judge(named, "db.t", exact, short, history) == []
+    assert judge(quiet, "db.t", short, short, history) == []  # inexact before it: not this failure's damage
+
+
+def test_e_from_the_leases_two_holders_or_a_claim_before_the_release() -> None:
+    from chmv_assets.certify.verify import lease_findings
+
+    lease = "rebuild:db.t:202611"
+    clean = [
+        (lease, 1, "a", 0, 0, 1.0),
+        (lease, 1, "a", 0, 5, 1.2),
+        (lease, 1, "a", 1, 6, 1.5),
+        (lease, 2, "b", 0, 0, 1.6),
+        (lease, 2, "b", 1, 7, 2.0),
+    ]
+    assert lease_findings(clean) == []
+    early = [*clean[:3], (lease, 2, "b", 0, 0, 1.3), (lease, 2, "b", 1, 7, 2.0)]
+    (found,) = lease_findings(early)
+    assert found.prop == "e" and found.target == "db.t" and found.partition == "202611"
+    twice = [*clean, (lease, 2, "c", 0, 9, 1.9)]
+    assert "2 runs" in lease_findings(twice)[0].message
+
+
+def test_a_derived_select_keeps_its_rows_and_changes_its_text() -> None:
+    from chmv_assets.certify.operations import derived_select
+
+    assert derived_select("SELECT a, b FROM db.t") == "SELECT a, b FROM db.t WHERE 1 = 1"
+    assert (
+        derived_select("SELECT a, count() AS n FROM db.t WHERE a > 1 OR b = 'x where' GROUP BY a")
+        == "SELECT a, count() AS n FROM db.t WHERE (a > 1 OR b = 'x where') AND 1 = 1 GROUP BY a"
+    )
+    assert derived_select("SELECT a FROM db.t AS s JOIN (SELECT a FROM db.u WHERE 1) AS u USING a\nGROUP BY a") == (
+        "SELECT a FROM db.t AS s JOIN (SELECT a FROM db.u WHERE 1) AS u USING a WHERE 1 = 1 GROUP BY a"
+    )
+    assert derived_select("SELECT a FROM db.t UNION ALL SELECT a FROM db.u") is None
