@@ -298,11 +298,8 @@ def _rebuild(args: argparse.Namespace, loaded, resource) -> int:
     scheme = partition_scheme(table, loaded.project.views_into(target)) if table is not None else None
     if args.partition and (scheme is None or not scheme.partitioned):
         raise ChmvError(f"{target.fqn} is unpartitioned: drop --partition to rebuild the whole table")
-    try:
-        windows = [window_for_partition_key(scheme, key) for key in args.partition] if scheme else [None]
-    except ValueError as err:
-        example = " (a window's partition of a key value: 2026-08-01|eu)" if scheme.keyed and scheme.grain else ""
-        raise ChmvError(f"--partition: {err}; {target.fqn} is partitioned by {scheme.describe()}{example}") from err
+    zone = loaded.config.timezone  # Dagster's partition calendar: the keys are its
+    windows = [window_for_partition_key(scheme, key, zone, target.fqn) for key in args.partition] if scheme else [None]
     windows = windows or [None]
     root = landing_dir(loaded)
     plan = plan_for(resource, loaded, target, windows, engine=args.engine, root=root, force=args.force)

@@ -50,6 +50,18 @@ class PreflightError(DDLError):
         super().__init__(problems, "found by the server's preflight (in a scratch database); nothing was changed")
 
 
+class PartitionKeyError(ChmvError, ValueError):
+    """A partition key that is not one of the target's: names the target, the key, how the target is partitioned and
+    the forms its keys take."""
+
+    def __init__(self, target: str | None, key: str, partitioning: str, forms: str, reason: str):
+        self.target, self.key = target, key
+        super().__init__(
+            f"{key!r} is not a partition of {target or 'the target'} ({reason}); it is partitioned by {partitioning}: "
+            f"a key is {forms}"
+        )
+
+
 class EngineBusyError(ChmvError):
     """The embedded engine stayed locked by another process for longer than the lock timeout."""
 

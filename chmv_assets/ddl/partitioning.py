@@ -11,8 +11,16 @@ part** (every other element: ``region`` of ``(toYYYYMM(day), region)``, ``tenant
 
 The Dagster partitions definitions are built from this in ``chmv_assets.orchestration.partitions``; the windows here
 use the same keys (``2026-09-01`` for days, weeks, months, quarters and years, ``2026-09-01-13:00`` below a day,
-``2026-09-01|eu`` for a window and a key, ``eu`` for a key alone: :func:`encode_key`), so the engine layer can name
-and read partitions without Dagster.
+``2026-11-01-01:00-0500`` for the second of a wall-clock hour a fall-back repeats, ``2026-09-01|eu`` for a window and a
+key, ``eu`` for a key alone: :func:`encode_key`), so the engine layer can name and read partitions without Dagster.
+
+A window's bounds are **instants**: aware datetimes at the UTC offset of the partition calendar's zone (``timezone``
+in chmv.toml), so the wall clock Dagster names is ``start.replace(tzinfo=None)`` and the offset says which occurrence
+of a repeated wall time it is (``2026-11-01 01:00-04:00`` and ``01:00-05:00`` in New York). Windows of a day or more
+are calendar spans (a day of 23 or 25 hours across a DST change); windows below a day are the instants at which the
+wall clock meets the grain, as ClickHouse's ``toStartOfHour``/``toStartOfInterval`` compute them: an hour a fall-back
+repeats is two windows, an hour a spring-forward skips none. :func:`window_instant` turns a bound into the instant of
+the zone a column computes in, for SQL.
 """
 
 from __future__ import annotations
@@ -20,11 +28,16 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
+from functools import lru_cache
 from urllib.parse import unquote
+from zoneinfo import ZoneInfoNotFoundError
+
+from clickhouse_connect.driver.tzutil import resolve_zone
 
 from chmv_assets.ddl.grains import PARTITION_FUNCTIONS, Grain, grain_of_interval
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, PartitionCall, Project, Table
+from chmv_assets.errors import PartitionKeyError
 
 #: Dagster's partition key format per grain.
 KEY_FORMATS = {grain: grain.key_format for grain in Grain if grain.is_partition_grain}
@@ -42,13 +55,14 @@ _UNIX_SECONDS = frozenset({"toUnixTimestamp", "toUInt32", "toInt32", "toUInt64",
 
 @dataclass(frozen=True)
 class PartitionWindow:
-    """One partition of a target: its Dagster key, the ``[start, end)`` window of its time part (the server's wall
-    clock, see :mod:`chmv_assets.engine.clock`) and the values of its key part.
+    """One partition of a target: its Dagster key, the ``[start, end)`` window of its time part (instants at the
+    partition calendar's UTC offset: its wall clock and which occurrence of it, see the module's docstring) and the
+    values of its key part.
 
     Attributes:
         key: The Dagster partition key.
-        start: The window's start; None for a partition of a key alone (no time part).
-        end: The window's end; None likewise.
+        start: The window's start, aware; None for a partition of a key alone (no time part).
+        end: The window's end, aware; None likewise.
         values: The key part's values, one per key element, as the server holds them (``("eu",)``); empty without
             a key part.
     """
@@ -57,6 +71,21 @@ class PartitionWindow:
     start: datetime | None
     end: datetime | None
     values: tuple[str, ...] = ()
+
+    @property
+    def wall_start(self) -> datetime | None:
+        """The start's wall clock (naive): what a time the server gives as its wall clock (``now``, a part's oldest
+        row) is compared with."""
+        return self.start.replace(tzinfo=None) if self.start is not None else None
+
+    @property
+    def wall_end(self) -> datetime | None:
+        """The end's wall clock (naive); where a fall-back makes it no later than the start's (the first of a
+        repeated hour ends at the second's start), the start's plus the window's length."""
+        if self.start is None or self.end is None:
+            return None
+        start, end = self.start.replace(tzinfo=None), self.end.replace(tzinfo=None)
+        return end if end > start else start + (self.end - self.start)
 
     @property
     def timed(self) -> bool:
@@ -317,10 +346,13 @@ def key_values(scheme: PartitionScheme, values: Sequence[str]) -> tuple[str, ...
     return tuple(values[i] for i in scheme.key_elements if i < len(values))
 
 
-def partition_of(scheme: PartitionScheme, value: str, oldest: datetime | None) -> PartitionWindow | None:
+def partition_of(
+    scheme: PartitionScheme, value: str, oldest: datetime | None, zone: str = "UTC"
+) -> PartitionWindow | None:
     """The partition a ClickHouse partition of the target is: its key values from its value
-    (``system.parts.partition``), its window from the oldest time its rows hold (the parts' min/max index, the
-    server's wall clock). None for an unpartitioned target, or a time window whose rows' time is not known."""
+    (``system.parts.partition``), its window from the oldest time its rows hold (the parts' min/max index: the wall
+    clock of ``zone``, the partition calendar's, or an instant). None for an unpartitioned target, or a time window
+    whose rows' time is not known."""
     if not scheme.partitioned:
         return None
     values = key_values(scheme, partition_values(value, scheme.elements))
@@ -328,7 +360,7 @@ def partition_of(scheme: PartitionScheme, value: str, oldest: datetime | None) -
         return keyed_window(values)
     if oldest is None:
         return None
-    return window_at(floor_to_grain(oldest, scheme.grain), scheme.grain, values)
+    return window_at(floor_to_grain(oldest, scheme.grain, zone), scheme.grain, values, zone)
 
 
 def partition_start(value: str, oldest: datetime | None = None) -> datetime | None:
@@ -348,26 +380,112 @@ def partition_start(value: str, oldest: datetime | None = None) -> datetime | No
         return oldest
 
 
+# --- instants ----------------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=64)
+def zone_info(zone: str) -> tzinfo:
+    """The ``tzinfo`` of a zone name as ClickHouse spells it (an IANA name, ``UTC`` and its aliases, or
+    ``Fixed/UTC+05:30:00``)."""
+    try:
+        return resolve_zone(zone)
+    except ZoneInfoNotFoundError as err:
+        raise ValueError(f"{zone!r} is not a time zone (an IANA name: 'UTC', 'America/New_York')") from err
+
+
+def in_zone(instant: datetime, zone: str) -> datetime:
+    """``instant`` (aware) at the UTC offset ``zone`` has then: the wall clock of ``zone`` and its offset."""
+    local = instant.astimezone(UTC).astimezone(zone_info(zone))  # through UTC: a wall clock a gap skips moves on
+    return local.replace(tzinfo=timezone(local.utcoffset() or timedelta(0)), fold=0)
+
+
+def at_wall(wall: datetime, zone: str, fold: int = 0) -> datetime:
+    """The instant the wall clock ``wall`` (naive) of ``zone`` names, at its UTC offset (:func:`in_zone`): the first
+    occurrence of a time a fall-back repeats (``fold=1``: the second); a time a spring-forward skips is read at the
+    offset before it (``02:30`` in New York on 2026-03-08 is ``03:30-04:00``), as ClickHouse reads it."""
+    return in_zone(wall.replace(tzinfo=zone_info(zone), fold=fold), zone)
+
+
+def instant(value: datetime, zone: str, fold: int = 0) -> datetime:
+    """An aware value as it is (at ``zone``'s offset), a naive one as a wall clock of ``zone`` (:func:`at_wall`)."""
+    return in_zone(value, zone) if value.tzinfo is not None else at_wall(value, zone, fold)
+
+
+def window_instant(bound: datetime, zone: str) -> datetime:
+    """A window bound (:class:`PartitionWindow`) as the instant of the zone a column computes in: the bound itself
+    where that zone has the same offset at the same wall clock (the calendar is that zone: the occurrence is kept),
+    else the bound's wall clock read in ``zone``. A naive bound is a wall clock of ``zone``."""
+    if bound.tzinfo is None:
+        return at_wall(bound, zone)
+    wall = bound.replace(tzinfo=None)
+    offset = bound.utcoffset()
+    for fold in (0, 1):
+        candidate = at_wall(wall, zone, fold)
+        if candidate.utcoffset() == offset and candidate.replace(tzinfo=None) == wall:
+            return candidate
+    return at_wall(wall, zone)
+
+
+def repeated(start: datetime, zone: str) -> bool:
+    """``start`` (aware) is the second occurrence of a wall-clock time a fall-back repeats in ``zone``."""
+    return at_wall(in_zone(start, zone).replace(tzinfo=None), zone) != start
+
+
 # --- windows -----------------------------------------------------------------------------------------------------
 
 
-def floor_to_grain(value: datetime, grain: str) -> datetime:
-    """The start of the partition of ``grain`` that holds ``value``."""
-    return Grain(grain).floor(value)
+def floor_to_grain(value: datetime, grain: str, zone: str = "UTC") -> datetime:
+    """The start of the partition of ``grain`` that holds ``value`` (aware: an instant; naive: a wall clock of
+    ``zone``, its first occurrence), at ``zone``'s offset."""
+    grain = Grain(grain)
+    moment = instant(value, zone)
+    wall = Grain(grain).floor(moment.replace(tzinfo=None))
+    candidates = [at_wall(wall, zone, fold) for fold in (0, 1)]
+    return max((c for c in candidates if c <= moment), default=candidates[0])
 
 
-def next_start(start: datetime, grain: str) -> datetime:
-    """The start of the partition after the one starting at ``start``."""
-    return Grain(grain).next_start(start)
+def next_start(start: datetime, grain: str, zone: str = "UTC") -> datetime:
+    """The start of the partition after the one starting at ``start`` (aware, or a wall clock of ``zone``).
+
+    From a day up, the next calendar boundary; below a day, the next instant at which the wall clock meets the grain
+    (the second ``01:00`` after the first on a fall-back night, ``03:00`` after ``01:00`` on a spring-forward night).
+    """
+    grain = Grain(grain)
+    begin = instant(start, zone)
+    wall = begin.replace(tzinfo=None)
+    following = at_wall(grain.next_start(grain.floor(wall)), zone)
+    if grain.order >= Grain.DAY.order or (following - begin) == timedelta(seconds=grain.seconds):
+        return following
+    # an offset change lies between: the nearest instant after ``begin`` whose wall clock is on the grain
+    step = timedelta(seconds=grain.seconds)
+    reach = 4 * 3600 // grain.seconds + 1  # offsets change by less than 4 hours
+    candidates = (
+        at_wall(grain.floor(wall) + step * k, zone, fold) for k in range(-reach, reach + 1) for fold in (0, 1)
+    )
+    return min((c for c in candidates if c > begin), default=following)
 
 
-def window_at(start: datetime, grain: str, values: Sequence[str] = ()) -> PartitionWindow:
-    """The window of ``grain`` starting at ``start`` (a partition boundary), with its Dagster key; with the key part's
-    ``values``, the partition of that window and those values."""
-    key = start.strftime(KEY_FORMATS[Grain(grain)])
+def window_key(start: datetime, grain: str, zone: str = "UTC") -> str:
+    """The Dagster key of the window of ``grain`` starting at ``start`` (aware): its wall clock in Dagster's format,
+    and, below a day, the UTC offset after it where a fall-back repeats that wall clock and this is the second
+    (``2026-11-01-01:00-0500``, Dagster's ``dst_safe_strftime``; windows of several hours never start in a repeated
+    hour)."""
+    grain = Grain(grain)
+    fmt = KEY_FORMATS[grain]
+    local = in_zone(start, zone)
+    if grain.seconds <= Grain.HOUR.seconds and repeated(start, zone):
+        fmt += "%z"
+    return local.strftime(fmt)
+
+
+def window_at(start: datetime, grain: str, values: Sequence[str] = (), zone: str = "UTC") -> PartitionWindow:
+    """The window of ``grain`` starting at ``start`` (a partition boundary: aware, or a wall clock of ``zone``), with
+    its Dagster key; with the key part's ``values``, the partition of that window and those values."""
+    begin = instant(start, zone)
+    key = window_key(begin, grain, zone)
     if values:
         key = f"{key}{KEY_DELIMITER}{encode_key(values)}"
-    return PartitionWindow(key=key, start=start, end=next_start(start, grain), values=tuple(values))
+    return PartitionWindow(key=key, start=begin, end=next_start(begin, grain, zone), values=tuple(values))
 
 
 def keyed_window(values: Sequence[str]) -> PartitionWindow:
@@ -375,60 +493,115 @@ def keyed_window(values: Sequence[str]) -> PartitionWindow:
     return PartitionWindow(key=encode_key(values), start=None, end=None, values=tuple(values))
 
 
-def windows_between(grain: str, first_start: datetime, since: datetime, until: datetime) -> list[PartitionWindow]:
+def windows_between(
+    grain: str, first_start: datetime, since: datetime, until: datetime, zone: str = "UTC"
+) -> list[PartitionWindow]:
     """The partitions of ``grain`` (none before ``first_start``) whose windows intersect ``[since, until]``.
 
-    As in Dagster's time-window partitions, the first partition starts at the first boundary at or after
-    ``first_start`` (a monthly ``partition_start = "2026-08-15"`` starts at ``2026-09-01``).
+    Naive values are wall clocks of ``zone``: ``since`` its first occurrence, ``until`` its last, so a wall-clock
+    range meeting an hour a fall-back repeats covers both windows of it. As in Dagster's time-window partitions, the
+    first partition starts at the first boundary at or after ``first_start`` (a monthly ``partition_start =
+    "2026-08-15"`` starts at ``2026-09-01``).
     """
-    first = floor_to_grain(first_start, grain)
-    if first < first_start:
-        first = next_start(first, grain)
-    cursor = floor_to_grain(max(since, first), grain)
+    begin = instant(first_start, zone)
+    first = floor_to_grain(begin, grain, zone)
+    if first < begin:
+        first = next_start(first, grain, zone)
+    low, high = instant(since, zone), instant(until, zone, fold=1)
+    cursor = floor_to_grain(max(low, first), grain, zone)
     out = []
-    while cursor <= until:
-        out.append(window_at(cursor, grain))
-        cursor = next_start(cursor, grain)
+    while cursor <= high:
+        window = window_at(cursor, grain, zone=zone)
+        out.append(window)
+        cursor = window.end  # type: ignore[assignment]
     return out
 
 
 def with_values(windows: Sequence[PartitionWindow], keys: Sequence[Sequence[str]]) -> list[PartitionWindow]:
     """Each time window once per key-part values (a time × key target's partitions of those windows)."""
-    return [window_at(w.start, _grain_of(w), k) if w.start is not None else w for w in windows for k in keys]
+    return [
+        replace(w, key=f"{w.key}{KEY_DELIMITER}{encode_key(k)}", values=tuple(k)) if w.start is not None else w
+        for w in windows
+        for k in keys
+    ]
 
 
-def _grain_of(window: PartitionWindow) -> Grain:
-    """The grain of a time window, from its length and key format (the windows of one scheme share it)."""
-    assert window.start is not None and window.end is not None
-    for grain in Grain:
-        if grain.floor(window.start) == window.start and grain.next_start(window.start) == window.end:
-            return grain
-    raise ValueError(f"{window.key} is not a window of any grain")
-
-
-def window_for_partition_key(scheme: PartitionScheme | str, key: str) -> PartitionWindow:
+def window_for_partition_key(
+    scheme: PartitionScheme | str, key: str, zone: str = "UTC", target: str | None = None
+) -> PartitionWindow:
     """The partition of a Dagster partition key of ``scheme`` (``2026-09-01``, ``2026-09-01-13:00``,
-    ``2026-09-01|eu``, ``eu``); a grain names a scheme of time alone.
+    ``2026-11-01-01:00-0500``, ``2026-09-01|eu``, ``eu``) in the partition calendar of ``zone``; a grain names a
+    scheme of time alone. The one decoder of keys: Dagster's windows are the same (``tests/unit/orchestration``).
 
     Raises:
-        ValueError: The key is not in the scheme's format.
+        PartitionKeyError: The key is not one of the scheme's, naming ``target`` and the forms it takes.
     """
     if isinstance(scheme, str):
         scheme = PartitionScheme(grain=Grain(scheme))
+    try:
+        return _window_for_key(scheme, key, zone)
+    except ValueError as err:
+        shape = scheme.describe() if scheme.column or scheme.keys else str(scheme.grain)
+        raise PartitionKeyError(target, key, shape, _forms(scheme), str(err)) from err
+
+
+def _window_for_key(scheme: PartitionScheme, key: str, zone: str) -> PartitionWindow:
     if scheme.grain is None:
         if not scheme.keyed:
-            raise ValueError(f"{key}: the target is unpartitioned")
+            raise ValueError("the target is unpartitioned")
         return keyed_window(_checked(scheme, decode_key(key), key))
     time_key, delimiter, rest = key.partition(KEY_DELIMITER)
     if scheme.keyed and not delimiter:
-        raise ValueError(f"{key} names a window without the key's values (expected <window>{KEY_DELIMITER}<values>)")
+        raise ValueError(f"it names a window without the key's values (expected <window>{KEY_DELIMITER}<values>)")
     if delimiter and not scheme.keyed:
-        raise ValueError(f"{key} names key values: the target has no key part (expected a window)")
-    start = datetime.strptime(time_key, KEY_FORMATS[scheme.grain])
-    if floor_to_grain(start, scheme.grain) != start:
-        raise ValueError(f"{time_key} is not the start of a {scheme.grain} partition")
-    window = window_at(start, scheme.grain)
+        raise ValueError("it names key values: the target has no key part (expected a window)")
+    start = _decode_time(time_key, scheme.grain, zone)
+    window = window_at(start, scheme.grain, zone=zone)
+    if window.key != time_key:
+        raise ValueError(f"no {scheme.grain} window starts there in {zone}; the nearest: {window.key}")
     return replace(window, key=key, values=_checked(scheme, decode_key(rest), key)) if scheme.keyed else window
+
+
+def _decode_time(text: str, grain: Grain, zone: str) -> datetime:
+    """The instant a window's key names: its wall clock in ``zone``, at the offset it carries if it carries one (the
+    second of a repeated hour)."""
+    fmt = KEY_FORMATS[grain]
+    try:
+        wall = datetime.strptime(text, fmt)
+    except ValueError:
+        if grain.seconds > Grain.HOUR.seconds:
+            raise ValueError("not a date in the format of the windows' keys") from None
+        try:
+            aware = datetime.strptime(text, fmt + "%z")
+        except ValueError:
+            raise ValueError("not a window's start in the format of the windows' keys") from None
+        found = in_zone(aware, zone)
+        if found.replace(tzinfo=None) != aware.replace(tzinfo=None):
+            raise ValueError(f"{zone} is never at UTC{aware:%z} at that wall clock") from None
+        return found
+    start = floor_to_grain(wall, grain, zone)
+    if start.replace(tzinfo=None) != wall:
+        raise ValueError(
+            f"no {grain} window starts there in {zone}; the one holding it: {window_key(start, grain, zone)}"
+        )
+    return start
+
+
+def _forms(scheme: PartitionScheme) -> str:
+    """The forms a key of ``scheme`` takes, with examples."""
+    if scheme.grain is None:
+        return f"the key's values joined by {VALUES_DELIMITER!r} (acme, acme/eu)"
+    grain = Grain(scheme.grain)
+    if grain.seconds <= Grain.HOUR.seconds:
+        window = (
+            "a window's start, YYYY-MM-DD-HH:MM (2026-09-01-13:00); the second of a wall-clock hour a fall-back "
+            "repeats carries its UTC offset (2026-11-01-01:00-0500)"
+        )
+    elif grain.seconds < Grain.DAY.seconds:
+        window = "a window's start, YYYY-MM-DD-HH:MM (2026-09-01-18:00)"
+    else:
+        window = f"a window's first day, YYYY-MM-DD ({'2026-08-31' if grain is Grain.WEEK else '2026-09-01'})"
+    return f"{window}, then {KEY_DELIMITER}<key values> (2026-09-01|eu)" if scheme.keyed else window
 
 
 def _checked(scheme: PartitionScheme, values: tuple[str, ...], key: str) -> tuple[str, ...]:

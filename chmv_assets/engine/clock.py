@@ -2,8 +2,10 @@
 
 An MV's ``toDate(ts)`` / ``toStartOfHour(ts)`` runs in the column's time zone (``DateTime('Asia/Kolkata')``), or
 the session's (the server's, unless ``session_timezone`` says otherwise) for a bare ``DateTime``; a target partition
-``20260812`` holds the rows of that wall-clock day there. So chmv keeps a window as a naive ``[start, end)`` of that
-wall clock (Dagster's partition keys name the same dates), writes it into SQL with that zone spelled out
+``20260812`` holds the rows of that wall-clock day there. So chmv keeps a window as a ``[start, end)`` of that
+wall clock with the calendar's UTC offset (Dagster's partition keys name the same dates; the offset tells the two hours
+of a fall-back night apart: :class:`chmv_assets.ddl.partitioning.PartitionWindow`), writes it into SQL with that zone
+spelled out
 (:func:`chmv_assets.sql.time_sql.time_sql`, the only way a time value reaches SQL, given :func:`session_zone`, read
 from the server once per client), and reads every time value back as the same wall clock (:func:`wall`), whatever
 the zone of the chmv process (``TZ``), of the server or of the session:
@@ -27,6 +29,7 @@ from datetime import UTC, date, datetime, tzinfo
 
 from clickhouse_connect.driver.client import Client
 
+from chmv_assets.ddl.partitioning import at_wall, in_zone, window_instant
 from chmv_assets.sql.time_sql import zone_info
 
 #: The session zone of each open client, read once (:func:`session_zone`).
@@ -67,6 +70,20 @@ def wall(value: datetime | date | None, zone: tzinfo | None = None) -> datetime 
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(zone).replace(tzinfo=None)
+
+
+def calendar_instant(value: datetime | date | None, session: str, calendar: str) -> datetime | None:
+    """A time value read from the server as a partition window's bound is (aware, at the partition calendar's offset:
+    :class:`chmv_assets.ddl.partitioning.PartitionWindow`): the same instant where the calendar is the session's zone,
+    so the second of a repeated hour stays the second; else the session's wall clock read in the calendar, as windows
+    are written into SQL (:func:`chmv_assets.ddl.partitioning.window_instant`). A naive value is UTC (a UTC server);
+    a ``date`` is its midnight."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        return at_wall(datetime(value.year, value.month, value.day), calendar)
+    moment = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return window_instant(in_zone(moment, session), calendar)
 
 
 def wall_now(client: Client) -> datetime:

@@ -30,6 +30,7 @@ from chmv_assets.ddl.partitioning import (
     PartitionScheme,
     PartitionWindow,
     decode_key,
+    in_zone,
     keyed_window,
 )
 
@@ -113,8 +114,9 @@ def _definition(grain: str | None, start: str, timezone: str) -> TimeWindowParti
 
 
 def window_for_key(partitions_def: PartitionsDefinition | None, key: str | None) -> PartitionWindow | None:
-    """The partition of a Dagster partition key: its ``[start, end)`` window (naive, the definition's wall clock) and
-    its key values; None for an unpartitioned asset."""
+    """The partition of a Dagster partition key: its ``[start, end)`` window (instants at the offset of the
+    definition's zone, as :func:`chmv_assets.ddl.partitioning.window_for_partition_key` decodes the same key) and its
+    key values; None for an unpartitioned asset."""
     if key is None or partitions_def is None:
         return None
     if isinstance(partitions_def, TimeWindowPartitionsDefinition):
@@ -136,4 +138,5 @@ def window_for_key(partitions_def: PartitionsDefinition | None, key: str | None)
 
 def _time_window(partitions_def: TimeWindowPartitionsDefinition, key: str) -> PartitionWindow:
     tw = partitions_def.time_window_for_partition_key(key)
-    return PartitionWindow(key=key, start=tw.start.replace(tzinfo=None), end=tw.end.replace(tzinfo=None))
+    zone = partitions_def.timezone
+    return PartitionWindow(key=key, start=in_zone(tw.start, zone), end=in_zone(tw.end, zone))

@@ -21,11 +21,11 @@ from clickhouse_connect.driver.binding import format_query_value
 
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project
-from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, window_reach
+from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, window_instant, window_reach
 from chmv_assets.ddl.types import parse_type
 from chmv_assets.sql.meta import WATERMARKS
 from chmv_assets.sql.quoting import qualified, quote
-from chmv_assets.sql.time_sql import time_sql
+from chmv_assets.sql.time_sql import column_zone, time_sql
 
 #: ClickHouse function flooring a time to the start of its partition window, per grain (any other grain of a day or
 #: less: ``toStartOfInterval``, see :func:`floor_sql`).
@@ -164,14 +164,20 @@ def windows_branches(
         grain: The partition grain; with ``bucketed`` each row is counted in the window its own time
             floors to (one grouped branch), else one branch per window.
         ranges: ``(window start, lo, hi)`` per window: the rows with ``lo <= column < hi`` are the window's.
-        zone: The session's time zone (:func:`chmv_assets.engine.clock.session_zone`): the windows' wall clock.
+        zone: The session's time zone (:func:`chmv_assets.engine.clock.session_zone`): the zone of a column that
+            declares none. Window bounds (aware) are written as the instants of the column's zone
+            (:func:`chmv_assets.ddl.partitioning.window_instant`).
         sub_grain: With ``bucketed``, count the rows per ``sub_grain`` bucket instead (a day of a monthly window):
             the caller folds the buckets into windows and sees which buckets hold rows (:func:`sub_grain_of`).
     """
     name = quote(column)
+    own = column_zone(column_type, zone)
+
+    def value(bound: datetime) -> str:
+        return time_sql(window_instant(bound, own), column_type, zone)
 
     def bounds(lo: datetime, hi: datetime) -> str:
-        return f"({name} >= {time_sql(lo, column_type, zone)} AND {name} < {time_sql(hi, column_type, zone)})"
+        return f"({name} >= {value(lo)} AND {name} < {value(hi)})"
 
     if bucketed:
         where = " OR ".join(bounds(lo, hi) for _start, lo, hi in ranges)
@@ -182,7 +188,7 @@ def windows_branches(
             side,
             index,
             table,
-            key=f"CAST({time_sql(start, 'DateTime', zone)} AS Nullable(DateTime))",
+            key=f"CAST({time_sql(window_instant(start, zone), 'DateTime', zone)} AS Nullable(DateTime))",
             column=column,
             where=bounds(lo, hi),
         )

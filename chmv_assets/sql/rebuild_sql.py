@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.models import Column, MaterializedView, ObjectRef, Project, Table, splice
 from chmv_assets.ddl.names import safe_name
-from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
+from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, window_instant
 from chmv_assets.ddl.types import parse_type
 from chmv_assets.sql.cluster import drop_table_sql, plain_engine, shadow_engine, storage_clauses
 from chmv_assets.sql.quoting import interval, qualified, quote, string_literal
-from chmv_assets.sql.time_sql import UTC_INSTANT, column_zone, time_sql, zone_info
+from chmv_assets.sql.time_sql import UTC_INSTANT, column_zone, time_sql
 
 #: The most characters of a partition key a shadow's name carries as they are (a time key has 12 at most).
 MAX_KEY_DIGITS = 32
@@ -87,10 +87,15 @@ def partition_filter(target: Table, scheme: PartitionScheme, window: PartitionWi
 
 
 def _time_value(target: Table, scheme: PartitionScheme, window: PartitionWindow, zone: str) -> str:
-    """The window's start as a value of the time column's type (the window is that column's wall clock)."""
+    """The window's start as a value of the time column's type: for a ``DateTime``, the instant of the column's zone
+    (:func:`chmv_assets.ddl.partitioning.window_instant`: the second of a repeated hour stays the second); for a
+    ``Date``, its wall-clock day."""
     assert scheme.column is not None and window.start is not None
     column = target.column(scheme.column)
-    return time_sql(window.start, column.type if column else "DateTime", zone)
+    type_sql = column.type if column else "DateTime"
+    if parse_type(type_sql or "DateTime").is_date:
+        return time_sql(window.start.replace(tzinfo=None), type_sql, zone)
+    return time_sql(window_instant(window.start, column_zone(type_sql, zone)), type_sql, zone)
 
 
 def _element_texts(target: Table) -> list[str]:
@@ -146,11 +151,11 @@ def _source_range(
     if found is None or window.start is None or window.end is None:
         return None
     col, grain = found
-    wall = zone_info(window_zone(project.table(view.writes_to), scheme, col, zone))
-    upper = time_sql(window.end.replace(tzinfo=wall), col.type, zone)
+    wall = window_zone(project.table(view.writes_to), scheme, col, zone)
+    upper = time_sql(window_instant(window.end, wall), col.type, zone)
     if grain:
         upper = f"{upper} + {interval(grain)}"
-    return col, time_sql(window.start.replace(tzinfo=wall), col.type, zone), upper
+    return col, time_sql(window_instant(window.start, wall), col.type, zone), upper
 
 
 def range_column(

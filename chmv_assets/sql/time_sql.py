@@ -7,8 +7,11 @@ reads the instant chmv means whatever zone the session, the server or chmv's pro
 - a **naive** value is a wall clock: that of the zone the column it meets computes in, its declared zone
   (``DateTime('Asia/Kolkata')``) or, for a bare ``DateTime``, the session's (read from the server once per client,
   :func:`chmv_assets.engine.clock.session_zone`); a partition window is one;
-- an **aware** value is an instant (an ingestion watermark, a cutoff): written as the wall clock of that same zone,
-  so it is the same instant there.
+- an **aware** value is an instant (an ingestion watermark, a cutoff, a window bound made the instant of the column's
+  zone, :func:`chmv_assets.ddl.partitioning.window_instant`): written as the wall clock of that same zone where that
+  wall clock names that instant alone; in an hour a fall-back repeats (``01:30`` twice in New York) or a spring-forward
+  skips, as the instant in UTC moved into the column's zone (``toTimeZone(toDateTime('2026-11-01 06:30:00', 'UTC'),
+  'America/New_York')``), so the server cannot read it as the other occurrence.
 
 Also here: wall seconds of a part's min/max index, computed on the server.
 """
@@ -16,7 +19,7 @@ Also here: wall seconds of a part's min/max index, computed on the server.
 from __future__ import annotations
 
 import re
-from datetime import date, datetime, tzinfo
+from datetime import UTC, date, datetime, tzinfo
 
 from clickhouse_connect.driver.tzutil import resolve_zone
 
@@ -60,8 +63,11 @@ def time_sql(value: datetime | date, type_sql: str, zone: str | None = None) -> 
             f"the time zone a {type_sql or 'DateTime'} column computes in is not known: a time value is written with "
             "the session's (chmv_assets.engine.clock.session_zone, read with a client)"
         )
+    ambiguous = False
     if value.tzinfo is not None:
-        value = value.astimezone(zone_info(zone)).replace(tzinfo=None)
+        local = value.astimezone(zone_info(zone)).replace(tzinfo=None)
+        ambiguous = any(local.replace(tzinfo=zone_info(zone), fold=f) != value for f in (0, 1))
+        utc, value = value.astimezone(UTC).replace(tzinfo=None), local
     if parsed.is_date:
         return _date(value, parsed.base)
     if parsed.base and not parsed.is_datetime:
@@ -70,8 +76,13 @@ def time_sql(value: datetime | date, type_sql: str, zone: str | None = None) -> 
     if precision is not None:
         digits = int(precision["precision"])
         fraction = f"{value:%f}".ljust(digits, "0")[:digits]
+        if ambiguous:
+            text = f"{utc:%Y-%m-%d %H:%M:%S}" + (f".{fraction}" if digits else "")
+            return f"toTimeZone(toDateTime64('{text}', {digits}, 'UTC'), {string_literal(zone)})"
         text = f"{value:%Y-%m-%d %H:%M:%S}" + (f".{fraction}" if digits else "")
         return f"toDateTime64('{text}', {digits}, {string_literal(zone)})"
+    if ambiguous:
+        return f"toTimeZone(toDateTime('{utc:%Y-%m-%d %H:%M:%S}', 'UTC'), {string_literal(zone)})"
     return f"toDateTime('{value:%Y-%m-%d %H:%M:%S}', {string_literal(zone)})"
 
 

@@ -170,7 +170,10 @@ def test_rebuild_bad_input_names_what_to_do(tmp_path):
     bad_key = chmv(
         "rebuild", "--ddl-dir", str(EXAMPLE_DDL), "--target", "analytics.events_agg", "--partition", "2026-08-03", *dsn
     )
-    assert bad_key.returncode == 1 and "is not the start of a month partition" in bad_key.stderr
+    assert bad_key.returncode == 1 and "no month window starts there in UTC; the one holding it: 2026-08-01" in (
+        bad_key.stderr
+    )
+    assert "analytics.events_agg" in bad_key.stderr and "a key is a window's first day, YYYY-MM-DD" in bad_key.stderr
 
 
 def test_plan_prints_the_ordered_plan_with_an_exit_code_ci_can_branch_on(tmp_path):

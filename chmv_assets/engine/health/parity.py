@@ -395,7 +395,7 @@ def _parity_for_partitions(
         measures = tuple(
             Measure(n, float(e or 0), float(a or 0)) for n, e, a in zip(names, expected, actual, strict=True)
         )
-        in_grace = window.end > now - timedelta(minutes=config.grace_minutes)
+        in_grace = window.wall_end > now - timedelta(minutes=config.grace_minutes)
         results[window.key] = _doubted(
             ParityResult(target_ref.fqn, window.key, measures, config.tolerance, in_grace, sql=sql, notes=notes),
             deleted.get(window.key),
@@ -583,7 +583,7 @@ def _parity_each(
     results = []
     grace = timedelta(minutes=config.grace_minutes)
     for window in windows:
-        in_grace = window is not None and window.end is not None and window.end > now - grace
+        in_grace = window is not None and window.wall_end is not None and window.wall_end > now - grace
         if coverage_first:
             result = _parity(client, loaded, target_ref, window, live, root, in_grace)
         else:

@@ -38,11 +38,11 @@ from chmv_assets.ddl.partitioning import (
     partition_of,
     partition_scheme,
     partition_values,
-    window_at,
     window_for_partition_key,
     windows_between,
+    with_values,
 )
-from chmv_assets.engine.clock import server_zone
+from chmv_assets.engine.clock import server_zone, wall_seconds
 from chmv_assets.engine.cursors import encode_cursor, read_cursor
 from chmv_assets.engine.parts import Part, Span, views_without_to
 from chmv_assets.engine.parts import read_parts as read_active_parts
@@ -234,6 +234,7 @@ class _Marker:
     def __init__(self, loaded: LoadedProject):
         self.loaded = loaded
         self.first = datetime.strptime(loaded.config.partition_start, "%Y-%m-%d")
+        self.zone = loaded.config.timezone  # the partition calendar's: windows are named as Dagster names them
 
     def target_windows(self, target: ObjectRef, changes: _Changes, held: list[Part]) -> set[PartitionWindow | None]:
         """The target's partitions that its own changes touch: the windows of its dirty ranges, or, with a key part,
@@ -244,8 +245,8 @@ class _Marker:
         out: set[PartitionWindow | None] = set()
         for seen in changes.partitions:
             oldest = _when(seen.span[0]) if seen.span is not WHOLE else None
-            window = partition_of(scheme, seen.value, oldest)
-            if window is not None and (window.start is None or window.start >= self.first):
+            window = partition_of(scheme, seen.value, oldest, self.zone)
+            if window is not None and (window.wall_start is None or window.wall_start >= self.first):
                 out.add(window)
         return out
 
@@ -271,7 +272,7 @@ class _Marker:
         if scheme.grain is None:
             return {keyed_window(k) for k in keys}
         times = self._covering(scheme, ranges, held, margin)
-        return {window_at(w.start, scheme.grain, k) for w in times if w is not None and w.start for k in keys}
+        return set(with_values([w for w in times if w is not None and w.start], keys))
 
     def _covering(
         self, scheme: PartitionScheme, ranges: list[Range], held: list[Part], margin: timedelta
@@ -285,7 +286,7 @@ class _Marker:
             ranges = [r for r in ranges if r is not WHOLE] + [p.span for p in held if p.span is not WHOLE]
         out: set[PartitionWindow | None] = set()
         for first, last in ranges:  # type: ignore[misc]
-            out.update(windows_between(scheme.grain, self.first, _when(first) - margin, _when(last)))
+            out.update(windows_between(scheme.grain, self.first, _when(first) - margin, _when(last), self.zone))
         return out
 
 
@@ -297,7 +298,9 @@ def held_keys(scheme: PartitionScheme, values: Iterable[str]) -> list[tuple[str,
 def window_of(loaded: LoadedProject, target: ObjectRef, key: str | None) -> PartitionWindow | None:
     """The partition of a Dagster partition key of ``target`` (None: the whole table, or an unpartitioned target)."""
     scheme = _scheme(loaded, target)
-    return window_for_partition_key(scheme, key) if key and scheme.partitioned else None
+    if not key or not scheme.partitioned:
+        return None
+    return window_for_partition_key(scheme, key, loaded.config.timezone, target.fqn)
 
 
 def _scheme(loaded: LoadedProject, target: ObjectRef) -> PartitionScheme:
@@ -316,7 +319,7 @@ def estimate_rows(
     """Rows an evaluation of the partition reads: the target's and its sources' parts over the window."""
     if window is None or window.start is None or window.end is None:
         return sum(p.rows for t in (target, *triggers(loaded, target)) for p in parts.get(t, []))
-    lo, hi = int(window.start.replace(tzinfo=UTC).timestamp()), int(window.end.replace(tzinfo=UTC).timestamp())
+    lo, hi = wall_seconds(window.wall_start), wall_seconds(window.wall_end)  # type: ignore[arg-type]
     maps = mappings(loaded, target)
     total = _overlapping(parts.get(target, []), lo, hi)
     for source in triggers(loaded, target):
@@ -372,7 +375,7 @@ def decide(
             if window is None or window.end is None:  # no window: checked once its writes pause for the grace period
                 entries[key] = (now + grace, now)
             else:
-                entries[key] = (window.end.replace(tzinfo=UTC).timestamp() + grace, now)
+                entries[key] = (wall_seconds(window.wall_end) + grace, now)  # type: ignore[arg-type]
     by_fqn = {t.fqn: t for t in targets}
     # the most recently changed go first: a fresh gap is not queued behind a cold start's backlog
     ready = sorted(

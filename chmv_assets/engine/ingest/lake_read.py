@@ -16,6 +16,7 @@ from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.ddl.partitioning import window_instant
 from chmv_assets.engine.clock import session_zone
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest import staging_area as staging
@@ -23,7 +24,7 @@ from chmv_assets.engine.ingest.cutoff import cutoff_of, ingestion_source_id
 from chmv_assets.engine.watermarks import read_watermark
 from chmv_assets.sql.quoting import quote
 from chmv_assets.sql.rebuild_sql import staged_relation
-from chmv_assets.sql.time_sql import UTC_INSTANT, time_sql
+from chmv_assets.sql.time_sql import UTC_INSTANT, column_zone, time_sql
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,9 @@ def lake_relation(
     if table is None:
         return None
     lateness = timedelta(minutes=loaded.config.ingestion.max_lateness_minutes)
-    files = landing.list_files(root, source, arrived_after=lo, arrived_before=hi + lateness)
+    # the landing zone's times are naive wall clocks; [lo, hi) may be a window's bounds (instants)
+    wall_lo, wall_hi = lo.replace(tzinfo=None), hi.replace(tzinfo=None)
+    files = landing.list_files(root, source, arrived_after=wall_lo, arrived_before=wall_hi + lateness)
     if not files:
         return None
     columns, _rows = landing.check_files(files, table)
@@ -70,8 +73,10 @@ def lake_relation(
     folder = f"date={days[0]:%Y-%m-%d}" if len(days) == 1 else "date={" + ",".join(f"{d:%Y-%m-%d}" for d in days) + "}"
     glob = str(root / source.fqn / folder / "*.parquet")
     type_sql = column.type if column else "DateTime"
-    zone = session_zone(client)  # [lo, hi) is the session's wall clock; the cutoff a UTC instant
-    bounds = [f"{quote(tcol)} >= {time_sql(lo, type_sql, zone)}", f"{quote(tcol)} < {time_sql(hi, type_sql, zone)}"]
+    zone = session_zone(client)  # a naive [lo, hi) is the session's wall clock; the cutoff a UTC instant
+    own = column_zone(type_sql, zone)
+    low, high = (time_sql(window_instant(t, own), type_sql, zone) for t in (lo, hi))
+    bounds = [f"{quote(tcol)} >= {low}", f"{quote(tcol)} < {high}"]
     if cutoff is not None:
         bounds.append(f"{quote(tcol)} <= {time_sql(cutoff.replace(tzinfo=UTC), UTC_INSTANT)}")
     cols = ", ".join(quote(c) for c in columns)

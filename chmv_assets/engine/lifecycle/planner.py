@@ -711,8 +711,9 @@ class _Planner:
             until = high if until is None else max(until, high)
         if since is None or until is None:
             return []
-        first = floor_to_grain(since, scheme.grain)
-        return windows_between(scheme.grain, first, since, until)
+        zone = self.loaded.config.timezone  # the parts' times are wall clocks; the windows are named in the calendar
+        first = floor_to_grain(since, scheme.grain, zone)
+        return windows_between(scheme.grain, first, since, until, zone)
 
     def _reach(self, target: ObjectRef, scheme: PartitionScheme, triggers: list[ObjectRef]) -> dict[ObjectRef, int]:
         """Per trigger, how far past a window's end its rows may still map into the window, in seconds
@@ -755,7 +756,8 @@ class _Planner:
         from the parts' time ranges by proportional overlap; None when a part's range is unknown."""
         total = 0.0
         for table in tables:
-            end = window.end + timedelta(seconds=(reach or {}).get(table, 0)) if window is not None else None
+            # the parts' times are wall clocks: so is the window here
+            end = window.wall_end + timedelta(seconds=(reach or {}).get(table, 0)) if window is not None else None
             for part in self.state.parts.get(table, ()):
                 if window is None:
                     total += part.rows
@@ -763,7 +765,7 @@ class _Planner:
                     return None
                 else:
                     assert end is not None
-                    overlap = (min(part.end, end) - max(part.start, window.start)).total_seconds()
+                    overlap = (min(part.end, end) - max(part.start, window.wall_start)).total_seconds()  # type: ignore[type-var]
                     span = (part.end - part.start).total_seconds() or 1.0
                     total += part.rows * max(0.0, overlap) / span
         return total
@@ -781,7 +783,7 @@ class _Planner:
         derived = [w for w in windows if w is not None]
 
         def outside_all(p: PartStats) -> bool:
-            return all(p.end <= w.start or p.start >= w.end for w in derived)  # type: ignore[operator]
+            return all(p.end <= w.wall_start or p.start >= w.wall_end for w in derived)  # type: ignore[operator]
 
         outside = [
             p

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
@@ -35,8 +35,8 @@ from clickhouse_connect.driver.client import Client
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import Column, ObjectRef
-from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme, time_of
-from chmv_assets.engine.clock import server_zone, session_zone, wall, wall_now
+from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, floor_to_grain, partition_scheme, time_of
+from chmv_assets.engine.clock import calendar_instant, server_zone, session_zone, wall, wall_now
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest.cutoff import ingestion_source_id
 from chmv_assets.engine.timeline import floor, ttl_horizon
@@ -111,7 +111,7 @@ class Facts:
     def deleted(self, source: ObjectRef, window: PartitionWindow | None) -> str | None:
         """Why ``source`` may have lost rows of ``window`` (None: the whole table) that its counts cannot show: a
         delete it recorded after the window's start (give or take any zone's offset); None: nothing says so."""
-        since = window.start - _ANY_OFFSET if window is not None else None
+        since = window.wall_start - _ANY_OFFSET if window is not None else None
         said = []
         for ref, kind, count, newest in self.deletes:
             if ref != source or not count or newest is None or (since is not None and newest <= since):
@@ -341,12 +341,18 @@ def probe(
     def _naive(value: datetime | None) -> datetime | None:
         return wall(value, zone)
 
-    tables, source_windows, target_windows, marks, deletes = _sides(rows, sources, _naive)
+    def _start(value: datetime | None) -> datetime | None:  # a window's or a bucket's start: an instant, as windows
+        return calendar_instant(value, session, loaded.config.timezone)
+
+    tables, source_windows, target_windows, marks, deletes = _sides(rows, sources, _naive, _start)
     buckets: tuple[tuple[ObjectRef | None, datetime], ...] = ()
     if sub is not None and scheme.grain is not None:  # buckets inside the windows: fold them into their windows
         buckets = tuple((s, k) for s, k, _ in source_windows) + tuple((None, k) for k, _ in target_windows if k)
-        source_windows = _fold(source_windows, scheme.grain)
-        target_windows = [(k, s) for _, k, s in _fold([(None, k, s) for k, s in target_windows], scheme.grain)]
+        calendar = loaded.config.timezone
+        source_windows = _fold(source_windows, scheme.grain, calendar)
+        target_windows = [
+            (k, s) for _, k, s in _fold([(None, k, s) for k, s in target_windows], scheme.grain, calendar)
+        ]
     if timed and column is not None:  # a window the grouped branch did not return has no rows
         seen = {k for k, _s in target_windows}
         target_windows += [(w.start, Stats()) for w in timed if w.start not in seen]
@@ -393,13 +399,19 @@ def _target_branches(
     )
 
 
-def _sides(rows: Sequence[Sequence], sources: list[ObjectRef], naive: Callable[[datetime | None], datetime | None]):
+def _sides(
+    rows: Sequence[Sequence],
+    sources: list[ObjectRef],
+    naive: Callable[[datetime | None], datetime | None],
+    start: Callable[[datetime | None], datetime | None],
+):
     """The probe's rows (``side, index, key, count, oldest, newest, now``) by side: the triggers' whole tables
     (``s``), their rows per window (``w``, those with rows), the target's per window (``t``), the watermarks
-    (``m``), the deletes they recorded (``x``, ``p``); times through ``naive`` (the server's wall clock)."""
+    (``m``), the deletes they recorded (``x``, ``p``); times through ``naive`` (the server's wall clock), window and
+    bucket starts through ``start`` (instants, as the windows' bounds)."""
     tables, source_windows, target_windows, marks, deletes = [], [], [], [], []
     for side, index, raw_key, count, oldest, newest, _now in rows:
-        key = naive(raw_key) if raw_key is not None else None
+        key = start(raw_key) if raw_key is not None else None
         stats = Stats(int(count), naive(oldest) if count else None, naive(newest) if count else None)
         if side == "m":
             marks.append((sources[index], naive(oldest) if count and oldest and oldest.year > 1970 else None))
@@ -414,11 +426,11 @@ def _sides(rows: Sequence[Sequence], sources: list[ObjectRef], naive: Callable[[
     return tables, source_windows, target_windows, marks, deletes
 
 
-def _fold(rows: list, grain: Grain) -> list:
+def _fold(rows: list, grain: Grain, calendar: str) -> list:
     """``(source, bucket start, stats)`` rows folded into ``(source, window start, stats)``, one per window."""
     folded: dict[tuple, Stats] = {}
     for source, start, stats in rows:
-        key = (source, floor(start, grain) if start is not None else None)
+        key = (source, floor_to_grain(start, grain, calendar) if start is not None else None)
         previous = folded.get(key)
         if previous is None:
             folded[key] = stats
@@ -463,13 +475,17 @@ def _measure(
 ) -> tuple[tuple[SourceCoverage, ...], Stats | None]:
     """Per trigger, what the source table and the landing zone hold of a time window (None: the whole table); and
     the target's rows of it."""
-    target_stats = facts.target_window(window.start if window else None)
+    start = window.start if window else None
+    target_stats = facts.target_window(start)
     holes = facts.holes(window) if window is not None else []
+    # the verdicts compare the window with times read as the server's wall clock (rows' oldest and newest, now, TTL
+    # horizons, landing files): its wall-clock span
+    window = _wall_span(window)
     sources = []
     for source in triggers(loaded, target):
         table_stats = facts.table(source)
         mapping = maps.get(source) if source in facts.mapped else None
-        window_stats = facts.source_window(source, window.start) if window and mapping else None
+        window_stats = facts.source_window(source, start) if window and mapping else None
         verdict = _table_verdict(loaded, source, window, mapping, table_stats, window_stats, target_stats, facts.now)
         if holes and verdict.holding == Holding.ENTIRELY:
             verdict = _holed(source, holes, facts.sub_grain, verdict)
@@ -477,6 +493,13 @@ def _measure(
         lake_verdict = lake.verdict(source, window, mapping, window_stats, target_stats, table_stats)
         sources.append(SourceCoverage(source, verdict, lake_verdict, held_from, facts.deleted(source, window)))
     return tuple(sources), target_stats
+
+
+def _wall_span(window: PartitionWindow | None) -> PartitionWindow | None:
+    """A window's bounds as wall clocks (naive): the first of an hour a fall-back repeats spans that wall-clock hour."""
+    if window is None or window.start is None or window.end is None:
+        return window
+    return replace(window, start=window.wall_start, end=window.wall_end)
 
 
 def _holed(source: ObjectRef, holes: list[datetime], grain: Grain | None, verdict: Verdict) -> Verdict:

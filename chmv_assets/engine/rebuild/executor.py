@@ -474,7 +474,7 @@ def _read_cutoffs(
     """Per trigger, ``watermark - tolerance`` (a first watermark is established if there is none)."""
     tolerance = loaded.config.ingestion.late_tolerance_minutes
     windows = [s.window for s in steps]
-    ends = [w.end for w in windows if w is not None and w.end is not None]
+    ends = [w.wall_end for w in windows if w is not None and w.wall_end is not None]
     cutoffs = {}
     for source in plan.gates:
         files = landing.list_files(plan.landing_root, source) if plan.landing_root else []
@@ -592,8 +592,9 @@ def _stage_source(
     assert plan.landing_root is not None
     tcol = landing.time_column(loaded, source)
     lateness = timedelta(minutes=loaded.config.ingestion.max_lateness_minutes)
-    since = min(w.start for w in windows if w is not None) if per_window else None
-    before = max(w.end for w in windows if w is not None) if per_window else None
+    # the landing zone's event times are naive: the windows' wall clocks
+    since = min(w.wall_start for w in windows if w is not None) if per_window else None
+    before = max(w.wall_end for w in windows if w is not None) if per_window else None
     upper = min(t for t in (before, cutoff) if t is not None) if (before or cutoff) else None
     files = landing.list_files(
         plan.landing_root, source, arrived_after=since, arrived_before=upper + lateness if upper is not None else None
@@ -622,7 +623,7 @@ def _stage_source(
 
 def _window_folder(st: _Staged, window: PartitionWindow | None) -> Path:
     if st.per_window and window is not None:
-        return st.folder / f"{staging.PARTITION_COLUMN}={staging.window_key(window.start)}"
+        return st.folder / f"{staging.PARTITION_COLUMN}={staging.window_key(window.wall_start)}"
     return st.folder
 
 
@@ -631,7 +632,7 @@ def _relation(loaded: LoadedProject, source: ObjectRef, st: _Staged, window: Par
     table = loaded.project.table(source)
     assert table is not None
     if st.per_window and window is not None:
-        glob = staging.staged_glob(st.folder, staging.window_key(window.start))
+        glob = staging.staged_glob(st.folder, staging.window_key(window.wall_start))
     elif st.per_window:
         glob = str(st.folder / "*" / "*.parquet")
     else:

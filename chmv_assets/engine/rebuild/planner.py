@@ -668,7 +668,7 @@ def _oldest_verdict(root: Path, source: ObjectRef, window: PartitionWindow | Non
     """Does ``source``, whose oldest row is ``oldest``, hold ``window`` (see :func:`_estimated`)."""
     if oldest is None:
         return Verdict(Holding.NONE, f"{source.fqn} is empty")
-    start = window.start if window is not None else _first_landing(root, source)
+    start = window.wall_start if window is not None else _first_landing(root, source)
     if start is None or oldest <= start:
         return Verdict(Holding.ENTIRELY, f"{source.fqn} holds rows from {oldest}")
     held_from = oldest.replace(minute=0, second=0, microsecond=0)
@@ -875,7 +875,9 @@ def closes_at(
     (no time window: it never closes)."""
     if window is None or window.end is None:
         return None
-    return window.end + reach(loaded, target, scheme) + timedelta(minutes=loaded.config.writers.close_after_minutes)
+    return (
+        window.wall_end + reach(loaded, target, scheme) + timedelta(minutes=loaded.config.writers.close_after_minutes)
+    )
 
 
 def _open_step(
@@ -971,5 +973,5 @@ def windows_covering(
     if scheme.grain is None:
         return [keyed_window(v) for v in values]
     first = datetime.strptime(loaded.config.partition_start, "%Y-%m-%d")
-    windows = windows_between(scheme.grain, first, since - margin, until + margin)
+    windows = windows_between(scheme.grain, first, since - margin, until + margin, loaded.config.timezone)
     return with_values(windows, values) if scheme.keyed else list(windows)

@@ -107,7 +107,7 @@ def test_windows_use_dagster_keys() -> None:
     assert window_at(datetime(2026, 9, 1, 13), Grain.HOUR).key == "2026-09-01-13:00"
     months = windows_between("month", datetime(2026, 1, 1), datetime(2026, 11, 15), datetime(2027, 1, 2))
     assert [w.key for w in months] == ["2026-11-01", "2026-12-01", "2027-01-01"]
-    assert months[-1].end == datetime(2027, 2, 1)
+    assert months[-1].wall_end == datetime(2027, 2, 1)
 
 
 def test_parse_statement_reads_a_server_statement_and_reports_problems(tmp_path: Path) -> None:

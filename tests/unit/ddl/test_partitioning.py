@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from ddl_testing import load_ddl, ref
@@ -233,7 +233,7 @@ D = datetime
     ids=["hour", "day", "month", "month-boundary-is-its-own-start", "leap-day", "december"],
 )
 def test_floor_to_grain(value, grain, expected):
-    assert floor_to_grain(value, grain) == expected
+    assert floor_to_grain(value, grain) == expected.replace(tzinfo=UTC)  # a window bound is an instant
 
 
 @pytest.mark.parametrize(
@@ -264,7 +264,7 @@ def test_floor_to_grain(value, grain, expected):
     ],
 )
 def test_next_start(start, grain, expected):
-    assert next_start(start, grain) == expected
+    assert next_start(start, grain) == expected.replace(tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
@@ -280,7 +280,12 @@ def test_next_start(start, grain, expected):
     ids=["hour-key-like-dagster", "midnight-hour", "last-hour-of-year", "leap-day", "leap-february", "january"],
 )
 def test_window_at(start, grain, expected):
-    assert window_at(start, grain) == expected
+    assert window_at(start, grain) == utc(expected)
+
+
+def utc(window: PartitionWindow) -> PartitionWindow:
+    """``window`` with its naive bounds read as UTC instants (a calendar in UTC)."""
+    return PartitionWindow(window.key, window.start.replace(tzinfo=UTC), window.end.replace(tzinfo=UTC), window.values)
 
 
 def keys(windows: list[PartitionWindow]) -> list[str]:
@@ -386,20 +391,20 @@ def test_partition_values_of_system_parts(text, elements, values):
 
 def test_window_for_partition_key_of_each_shape():
     window = window_for_partition_key(MONTH_BY_REGION, "2026-09-01|eu")
-    assert window == PartitionWindow("2026-09-01|eu", D(2026, 9, 1), D(2026, 10, 1), ("eu",))
-    assert window.time_window() == PartitionWindow("2026-09-01", D(2026, 9, 1), D(2026, 10, 1))
+    assert window == utc(PartitionWindow("2026-09-01|eu", D(2026, 9, 1), D(2026, 10, 1), ("eu",)))
+    assert window.time_window() == utc(PartitionWindow("2026-09-01", D(2026, 9, 1), D(2026, 10, 1)))
     alone = window_for_partition_key(TENANT_AND_REGION, "it's %2F 50%25/eu")
     assert alone == PartitionWindow("it's %2F 50%25/eu", None, None, ("it's / 50%", "eu"))
     assert not alone.timed and alone.keyed and time_of(alone) is None
-    assert window_for_partition_key("week", "2026-08-03").end == D(2026, 8, 10)
-    assert window_for_partition_key("6 hour", "2026-08-03-18:00").end == D(2026, 8, 4)
+    assert window_for_partition_key("week", "2026-08-03").wall_end == D(2026, 8, 10)
+    assert window_for_partition_key("6 hour", "2026-08-03-18:00").wall_end == D(2026, 8, 4)
 
 
 @pytest.mark.parametrize(
     ("scheme", "key", "message"),
     [
         (MONTH_BY_REGION, "2026-09-01", "names a window without the key's values (expected <window>|<values>)"),
-        (MONTH_BY_REGION, "2026-09-02|eu", "not the start of a month partition"),
+        (MONTH_BY_REGION, "2026-09-02|eu", "no month window starts there in UTC"),
         (TENANT_AND_REGION, "acme", "names 1 value(s); the key part tenant, region has 2"),
         (PartitionScheme(grain="day", column="d"), "2026-09-01|eu", "the target has no key part (expected a window)"),
         (PartitionScheme(grain=None), "eu", "the target is unpartitioned"),

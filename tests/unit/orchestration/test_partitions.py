@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from dagster import (
@@ -17,7 +18,7 @@ from dagster import (
 
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, windows_between
+from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, window_for_partition_key, windows_between
 from chmv_assets.orchestration.partitions import (
     dynamic_partitions_of,
     partitions_definition,
@@ -26,6 +27,7 @@ from chmv_assets.orchestration.partitions import (
 )
 
 NOW = datetime(2026, 9, 17, 13, 30, tzinfo=UTC)
+HOUR = timedelta(hours=1)
 
 # (grain, partition_start, expected class, first key, last key at NOW: the current partition is included)
 GRAINS = [
@@ -71,6 +73,46 @@ def test_window_for_key_agrees_with_windows_between(grain, start):
     assert len(ours) > 1
 
 
+#: Both nights of 2026 where New York's clocks change, and a zone without DST (whose offset is not whole hours).
+DST_NIGHTS = [
+    ("America/New_York", datetime(2026, 11, 1)),  # 01:00-02:00 happens twice
+    ("America/New_York", datetime(2026, 3, 8)),  # 02:00-03:00 does not happen
+    ("Asia/Kolkata", datetime(2026, 11, 1)),
+]
+
+
+@pytest.mark.parametrize(
+    "grain", [Grain.FIFTEEN_MINUTES, Grain.HOUR, Grain.TWO_HOURS, Grain.SIX_HOURS, Grain.DAY, Grain.WEEK, Grain.MONTH]
+)
+@pytest.mark.parametrize(("zone", "night"), DST_NIGHTS, ids=["fall-back", "spring-forward", "kolkata"])
+def test_across_dst_every_key_decodes_to_dagsters_window_and_the_windows_tile_time(grain, zone, night):
+    """Dagster's keys of a DST night (``2026-11-01-01:00-0500`` for the second 01:00), the engine's enumeration and
+    the engine's decoder of keys are one set of windows; the windows follow each other without a gap or an overlap."""
+    first = night - timedelta(days=1) if grain.order <= Grain.DAY.order else night.replace(day=1) - timedelta(days=35)
+    until = night + timedelta(days=1, hours=12)
+    definition = partitions_definition(PartitionScheme(grain=grain, column="ts"), f"{first:%Y-%m-%d}", zone)
+    keys = definition.get_partition_keys(current_time=until.replace(tzinfo=ZoneInfo(zone)))
+    ours = windows_between(grain, first, first, until, zone)  # the current window included, as in Dagster
+    assert [w.key for w in ours] == keys
+    assert [window_for_key(definition, k) for k in keys] == ours
+    assert [window_for_partition_key(grain, k, zone) for k in keys] == ours
+    assert all(a.end == b.start and a.start < a.end for a, b in zip(ours, ours[1:], strict=False))
+    if grain is Grain.HOUR and zone == "America/New_York":
+        night_keys = [k for k in keys if k.startswith(f"{night:%Y-%m-%d}-0")][:5]
+        if night.month == 11:  # the second 01:00 is a window of its own, named as Dagster names it
+            assert night_keys == [
+                "2026-11-01-00:00",
+                "2026-11-01-01:00",
+                "2026-11-01-01:00-0500",
+                "2026-11-01-02:00",
+            ] + ["2026-11-01-03:00"]
+            assert ours[keys.index("2026-11-01-01:00")].end - ours[keys.index("2026-11-01-01:00")].start == HOUR
+        else:  # the hour that does not exist has no key
+            assert night_keys == ["2026-03-08-00:00", "2026-03-08-01:00", "2026-03-08-03:00", "2026-03-08-04:00"] + [
+                "2026-03-08-05:00"
+            ]
+
+
 @pytest.mark.parametrize(
     ("grain", "key", "expected"),
     [
@@ -92,8 +134,8 @@ def test_window_for_key_agrees_with_windows_between(grain, start):
 def test_window_for_key(grain, key, expected):
     definition = partitions_definition(PartitionScheme(grain=grain, column="ts"), "2026-01-01")
     window = window_for_key(definition, key)
-    assert window == expected
-    assert window.start.tzinfo is None and window.end.tzinfo is None
+    assert (window.key, window.wall_start, window.wall_end) == (expected.key, expected.start, expected.end)
+    assert window.start == expected.start.replace(tzinfo=UTC) and window.end == expected.end.replace(tzinfo=UTC)
 
 
 def test_window_for_key_without_time_partitions_is_none():
@@ -143,7 +185,8 @@ def test_window_for_key_of_multi_and_dynamic_partitions() -> None:
     multi = partitions_definition(
         PartitionScheme(grain="month", column="day", keys=("region",), key_elements=(1,)), "2026-01-01", target=target
     )
-    expected = PartitionWindow("2026-09-01|a%7Cb", datetime(2026, 9, 1), datetime(2026, 10, 1), ("a|b",))
+    sep, oct = datetime(2026, 9, 1, tzinfo=UTC), datetime(2026, 10, 1, tzinfo=UTC)
+    expected = PartitionWindow("2026-09-01|a%7Cb", sep, oct, ("a|b",))
     assert window_for_key(multi, "2026-09-01|a%7Cb") == expected
     assert window_for_key(multi, MultiPartitionKey({"date": "2026-09-01", "key": "a%7Cb"})) == expected
     dynamic = partitions_definition(PartitionScheme(grain=None, keys=("k",)), "2026-01-01", target=target)

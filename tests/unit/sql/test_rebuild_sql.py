@@ -295,7 +295,7 @@ def test_range_select_unpruned_reads_every_trigger_row(example):
 def test_span_holds_all_sql_reads_the_triggers_partition_column_bounds(example):
     project, _table, view, scheme, first = parts(example, "analytics.error_events", D(2026, 9, 1))
     span = span_of([first, window_at(D(2026, 9, 3), scheme.grain)])
-    assert (span.start, span.end) == (D(2026, 9, 1), D(2026, 9, 4))
+    assert (span.wall_start, span.wall_end) == (D(2026, 9, 1), D(2026, 9, 4))
     # all_events is PARTITION BY toYYYYMM(timestamp): the server answers min/max from each part's metadata
     assert span_holds_all_sql(view, project, scheme, span, zone="UTC") == (
         "SELECT count() > 0 AND min(`timestamp`) >= toDateTime('2026-09-01 00:00:00', 'UTC') AND max(`timestamp`) < "

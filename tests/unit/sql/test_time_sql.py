@@ -56,6 +56,43 @@ def test_an_instant_is_written_as_the_wall_clock_of_the_columns_zone():
     assert time_sql(instant, UTC_INSTANT) == "toDateTime64('2026-08-31 18:30:00.000000', 6, 'UTC')"
 
 
+@pytest.mark.parametrize(
+    ("instant", "type_sql", "expected"),
+    [
+        (
+            datetime(2026, 11, 1, 5, 30, tzinfo=UTC),  # 01:30 EDT: the first of two 01:30s
+            "DateTime",
+            "toTimeZone(toDateTime('2026-11-01 05:30:00', 'UTC'), 'America/New_York')",
+        ),
+        (
+            datetime(2026, 11, 1, 6, 30, tzinfo=UTC),  # 01:30 EST: the second
+            "DateTime",
+            "toTimeZone(toDateTime('2026-11-01 06:30:00', 'UTC'), 'America/New_York')",
+        ),
+        (
+            datetime(2026, 11, 1, 6, 0, 0, 250000, tzinfo=UTC),
+            "DateTime64(3)",
+            "toTimeZone(toDateTime64('2026-11-01 06:00:00.250', 3, 'UTC'), 'America/New_York')",
+        ),
+        (datetime(2026, 11, 1, 7, 0, tzinfo=UTC), "DateTime", "toDateTime('2026-11-01 02:00:00', 'America/New_York')"),
+        (datetime(2026, 3, 8, 7, 0, tzinfo=UTC), "DateTime", "toDateTime('2026-03-08 03:00:00', 'America/New_York')"),
+        (datetime(2026, 11, 1, 6, 30, tzinfo=UTC), "Date", "CAST('2026-11-01' AS Date)"),
+    ],
+    ids=[
+        "first-of-a-repeated-time",
+        "second-of-a-repeated-time",
+        "DateTime64",
+        "after-the-fall-back",
+        "after-a-gap",
+        "Date",
+    ],
+)
+def test_an_instant_the_wall_clock_would_name_twice_is_written_in_utc(instant, type_sql, expected):
+    """A wall clock a fall-back repeats names two instants, and the server reads it as the first: such an instant is
+    written in UTC, moved into the column's zone (its type stays the column's)."""
+    assert time_sql(instant, type_sql, "America/New_York") == expected
+
+
 def test_a_date_is_its_midnight_and_a_date_column_needs_no_zone():
     assert time_sql(date(2026, 9, 1), "DateTime", "UTC") == "toDateTime('2026-09-01 00:00:00', 'UTC')"
     assert time_sql(MOMENT, "Date") == "CAST('2026-09-01' AS Date)"

@@ -130,8 +130,8 @@ def test_coverage_is_one_statement_that_matches_the_tables(fresh_engine, example
     assert facts.sql.count("SELECT") == 1 + 1 + 2 + 1
     for window in days[1:]:
         stats = facts.source_window(ObjectRef(database="analytics", name="api_requests"), window.start)
-        assert (stats.rows, stats.oldest, stats.newest) == truth[window.start]
-        assert facts.target_window(window.start).rows == target_rows[window.start]
+        assert (stats.rows, stats.oldest, stats.newest) == truth[window.wall_start]
+        assert facts.target_window(window.start).rows == target_rows[window.wall_start]
     assert facts.source_window(ObjectRef(database="analytics", name="api_requests"), days[0].start).rows == 0
     assert [w.sources[0].table.holding for w in coverage.windows] == [Holding.NONE, Holding.PARTLY, Holding.ENTIRELY]
     # the DELETE was created after every window's start: it may have touched the third too (its predicate is not read)

@@ -143,8 +143,8 @@ def test_not_observed_is_unknown(tmp_path):
 )
 def test_ttl_horizon_of_the_source(tmp_path, window, expected, text):
     loaded = project(tmp_path, "TTL ts + INTERVAL 33 DAY")  # horizon: 2026-10-20 05:00 at NOW
-    rows = Stats(7, window.start, window.end)
-    f = facts(whole(), {window.start: rows}, {window.start: Stats(3, window.start, window.start)})
+    rows = Stats(7, window.wall_start, window.wall_end)
+    f = facts(whole(), {window.start: rows}, {window.start: Stats(3, window.wall_start, window.wall_start)})
     src = one(loaded, window, f)[1]
     assert src.table.holding == expected and text in src.table.reason
 
@@ -153,8 +153,8 @@ def test_a_conditional_or_unreadable_ttl(tmp_path):
     window = window_at(D(2026, 9, 1), "day")
     f = facts(
         whole(),
-        {window.start: Stats(7, window.start, window.end)},
-        {window.start: Stats(3, window.start, window.start)},
+        {window.start: Stats(7, window.wall_start, window.wall_end)},
+        {window.start: Stats(3, window.wall_start, window.wall_start)},
     )
     conditional = one(project(tmp_path / "a", "TTL ts + INTERVAL 1 DAY WHERE k = 'x'"), window, f)[1]
     assert (

@@ -12,13 +12,13 @@ from chmv_assets.engine.rebuild.coverage import Stats
 from chmv_assets.engine.rebuild.planner import Engine, Observations, Swap, plan_rebuild
 
 D = datetime
-SEP1, SEP2, SEP3 = (w.start for w in DAYS)
+SEP1, SEP2, SEP3 = (w.start for w in DAYS)  # facts are keyed by the windows' starts; rows' times are wall clocks
 HELD = {
-    SEP1: Stats(40, SEP1, D(2026, 9, 1, 23)),
-    SEP2: Stats(40, SEP2, D(2026, 9, 2, 23)),
-    SEP3: Stats(40, SEP3, D(2026, 9, 3, 23)),
+    SEP1: Stats(40, D(2026, 9, 1), D(2026, 9, 1, 23)),
+    SEP2: Stats(40, D(2026, 9, 2), D(2026, 9, 2, 23)),
+    SEP3: Stats(40, D(2026, 9, 3), D(2026, 9, 3, 23)),
 }
-TARGET = {w.start: Stats(24, w.start, w.start) for w in DAYS}
+TARGET = {w.start: Stats(24, w.wall_start, w.wall_start) for w in DAYS}
 
 
 def observed(f) -> Observations:
@@ -109,7 +109,7 @@ def test_force_rebuilds_from_the_source_without_the_guard(tmp_path):
 
 
 def test_an_empty_target_partition_has_nothing_to_lose(tmp_path):
-    lost = facts(whole(SEP3), {SEP3: HELD[SEP3]}, {**TARGET, SEP1: Stats()})
+    lost = facts(whole(D(2026, 9, 3)), {SEP3: HELD[SEP3]}, {**TARGET, SEP1: Stats()})
     plan = plan_rebuild(project(tmp_path), HOURLY, DAYS, observed(lost))
     assert steps(plan)[:2] == [("2026-09-01", Engine.CLICKHOUSE, True), ("2026-09-02", Engine.REFUSED, False)]
     assert plan.steps[0].reason.startswith("the target partition is empty, nothing to lose; d.src")
