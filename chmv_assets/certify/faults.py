@@ -16,6 +16,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
+from chmv_assets import settings
 from chmv_assets.certify.context import Run
 from chmv_assets.certify.expected import SCRATCH_DB, Extra, verifiable
 from chmv_assets.certify.history import OK, UNCERTAIN, first_line
@@ -284,7 +285,7 @@ class Kill(Fault):
             "--partition",
             key,
         ]
-        env = {**os.environ, "CHMV_CRASH_AT": point}
+        env = {**os.environ, settings.CRASH_AT.name: point}
         with run.quiet():
             run.release()
             op = run.history.begin("rebuild_killed", "chmv", [f"{target.fqn}|{key}"], point=point)

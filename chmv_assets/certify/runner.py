@@ -90,8 +90,8 @@ def certify(
     if base is not None:
         base.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="certify-", dir=base))
-    previous = {k: os.environ.get(k) for k in ("CHMV_STATE_DIR", "TZ")}
-    os.environ["CHMV_STATE_DIR"] = str(root / "state")
+    previous = {k: os.environ.get(k) for k in (settings.STATE_DIR.name, "TZ")}
+    os.environ[settings.STATE_DIR.name] = str(root / "state")
     if "dst" in chosen:
         os.environ["TZ"] = DST_ZONE
         time.tzset()
