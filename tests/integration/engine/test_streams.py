@@ -72,12 +72,12 @@ def deployed(tmp_path_factory):
     with resource.get_client() as client:  # messages through the Kafka stand-in, files through the S3Queue one
         client.command(
             "INSERT INTO shop.order_events_queue (order_id, customer_id, status, amount_cents, currency, occurred_at, "
-            "_partition, _offset) SELECT number, number % 50, ['paid', 'created'][number % 2 + 1], number * 10, 'EUR', "
+            "_partition, _offset) SETTINGS insert_allow_materialized_columns = 1 SELECT number, number % 50, ['paid', 'created'][number % 2 + 1], number * 10, 'EUR', "
             "toDateTime64('2026-06-01 00:00:00', 3, 'UTC') + number * 600, 0, number FROM numbers(3000)"
         )
         client.command(
             "INSERT INTO shop.invoice_files (invoice_id, order_id, issued_at, _file) "
-            "VALUES ('inv-1', 1, '2026-06-02 12:00:00', 'a.jsonl')"
+            "SETTINGS insert_allow_materialized_columns = 1 VALUES ('inv-1', 1, '2026-06-02 12:00:00', 'a.jsonl')"
         )
     return load(KAFKA_CHAIN, twin=True), resource
 

@@ -143,7 +143,7 @@ def test_writers_throughout_every_row_counted_once_and_the_open_month_deferred(e
             assert month_matches(client, "by_month", month), month
         pending = deferrals.pending(client)
     assert [(d.target, d.partition) for d in pending] == [(DAILY, now.key)]
-    assert pending[0].closes_at == now.end.replace(minute=15)  # the window's end + close_after_minutes (15)
+    assert pending[0].closes_at == now.wall_end.replace(minute=15)  # the window's end + close_after_minutes (15)
     assert len(attempts) == 12
     print(f"reads per partition rebuild under writers: {attempts}")
 

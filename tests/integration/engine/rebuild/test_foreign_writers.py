@@ -42,7 +42,7 @@ SHADOWS = "SELECT count() FROM system.tables WHERE name LIKE '\\_chmv\\_shadow%'
 
 def window(loaded, target: ObjectRef, key: str) -> PartitionWindow:
     tw = ChmvTranslator().get_partitions_def(loaded, target).time_window_for_partition_key(key)
-    return PartitionWindow(key=key, start=tw.start.replace(tzinfo=None), end=tw.end.replace(tzinfo=None))
+    return PartitionWindow(key=key, start=tw.start, end=tw.end)
 
 
 def count(client, target: ObjectRef, where: str, measure: str = "count()") -> int:

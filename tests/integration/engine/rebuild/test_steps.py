@@ -36,7 +36,7 @@ def ref(name: str, database: str = "analytics") -> ObjectRef:
 def window(loaded, target: ObjectRef, key: str) -> PartitionWindow:
     """The window Dagster hands the asset for ``key`` (the same partitions definition the asset uses)."""
     tw = ChmvTranslator().get_partitions_def(loaded, target).time_window_for_partition_key(key)
-    return PartitionWindow(key=key, start=tw.start.replace(tzinfo=None), end=tw.end.replace(tzinfo=None))
+    return PartitionWindow(key=key, start=tw.start, end=tw.end)
 
 
 def rows(client, sql: str, **parameters) -> list[tuple]:
