@@ -312,7 +312,8 @@ def apply_changed_select(run: Run) -> None:
             plan = plan_lifecycle(client, loaded, allow_drop=False, root=None)
             preflight(client, loaded, plan)
         op.detail["plan"] = [f"{c.action.value} {c.name}" for c in plan.changes][:10]
-        if not any(c.action in (Action.MODIFY_QUERY, Action.RECREATE_VIEW) for c in plan.changes):
+        wanted = (Action.MODIFY_QUERY, Action.RECREATE_VIEW, Action.REDERIVE)  # REDERIVE: an interrupted apply's
+        if not any(c.action in wanted for c in plan.changes):
             run.history.end(op, FAILED, error="chmv plan saw no changed SELECT in the derived version")
             run.notes.append(f"{op.id}: chmv plan did not see the derived SELECT of {view.fqn} as a change")
             return
