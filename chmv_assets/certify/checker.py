@@ -159,6 +159,8 @@ def suspect(history: History, target: str, partition: str, a: Fingerprint | None
         return "class 4: rows of a writer outside the DDL deleted by a rebuild"
     if kinds & {"delete", "drop_partition"} and rows_a < rows_e:
         return "class 5/6 (c): a rebuild from a source that lost rows shrank the partition"
+    if kinds & {"delete", "drop_partition"} and rows_a == rows_e:
+        return "class 5 (c): a rebuild from a source that lost rows kept the keys and lost totals"
     if rows_a > rows_e:
         return "class 3: rows counted twice (a slow MV pipeline's output landed after a swap)"
     if any(o.status == FAILED and "RacedWrites" in str(o.detail.get("error", "")) for o in ops):

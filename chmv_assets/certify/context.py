@@ -40,6 +40,7 @@ class Run:
         self.rng = random.Random(seed)
         self.history = History()
         self.notes: list[str] = []
+        self.found: list[Any] = []  # anomalies found by an operation itself (checker.Anomaly)
         self.ddl = scratch_ddl(ddl_dir, root / "ddl", dst="dst" in faults)
         self.loaded = load(self.ddl, twin=True)
         self.path = root / "chdb"

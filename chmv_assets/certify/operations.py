@@ -5,18 +5,23 @@ semantically equivalent, textually different MV SELECT), and the maintenance sen
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
 from chmv_assets.certify.context import Run
-from chmv_assets.certify.history import FAILED, OK, Op, first_line
+from chmv_assets.certify.history import FAILED, OK, UNCERTAIN, Op, first_line
 from chmv_assets.ddl.models import ObjectRef
 
 #: Most Dagster partitions a range run covers: a range is one operation, bounded like the others.
 RANGE_PARTITIONS = 3
+#: Where the ``kill`` fault stops a ``chmv apply``: in its re-derivation of the target's history (issue 25, class 8).
+APPLY_KILL_POINT = "lifecycle:partition"
 
 
 def materialize(
@@ -299,13 +304,16 @@ def apply_changed_select(run: Run) -> None:
     ddl, view = derived
     loaded = load(ddl, twin=True)
     target = loaded.project.views[view].writes_to
+    if "kill" in run.faults:
+        interrupted_apply(run, loaded, target, view)
     op = run.history.begin("apply", "chmv", [target.fqn, view.fqn], ddl=str(ddl))
     try:
         with run.resource.get_client() as client:
             plan = plan_lifecycle(client, loaded, allow_drop=False, root=None)
             preflight(client, loaded, plan)
         op.detail["plan"] = [f"{c.action.value} {c.name}" for c in plan.changes][:10]
-        if not any(c.action in (Action.MODIFY_QUERY, Action.RECREATE_VIEW) for c in plan.changes):
+        wanted = (Action.MODIFY_QUERY, Action.RECREATE_VIEW, Action.REDERIVE)  # REDERIVE: an interrupted apply's
+        if not any(c.action in wanted for c in plan.changes):
             run.history.end(op, FAILED, error="chmv plan saw no changed SELECT in the derived version")
             run.notes.append(f"{op.id}: chmv plan did not see the derived SELECT of {view.fqn} as a change")
             return
@@ -317,3 +325,49 @@ def apply_changed_select(run: Run) -> None:
         run.history.end(op, OK)
     run.redeployed(loaded)  # the new SELECT is what the DDL says now (an interrupted apply is judged against it)
     run.ddl = ddl
+
+
+def interrupted_apply(run: Run, loaded: Any, target: ObjectRef, view: ObjectRef) -> None:
+    """``chmv apply`` of the derived version in a child process killed (SIGKILL, ``$CHMV_CRASH_AT``) during its
+    re-derivation of ``target``'s history, the engine handed over to it as the ``kill`` fault does; then ``chmv
+    plan``: the interrupted change must still be pending (an anomaly when it says "no changes": class 8). The run's
+    own apply comes next and must finish it."""
+    from chmv_assets import settings
+    from chmv_assets.certify import checker
+    from chmv_assets.certify.faults import KILL_TIMEOUT_SECONDS
+    from chmv_assets.engine.lifecycle.planner import plan_lifecycle
+
+    args = [sys.executable, "-m", "chmv_assets.cli", "apply", "--ddl-dir", str(loaded.config.ddl_dir)]
+    args += ["--dsn", f"chdb://{run.path}"]
+    env = {**os.environ, settings.CRASH_AT.name: APPLY_KILL_POINT}
+    with run.quiet():
+        run.release()
+        op = run.history.begin("apply_killed", "chmv", [target.fqn, view.fqn], point=APPLY_KILL_POINT)
+        try:
+            done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=KILL_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            run.history.end(op, UNCERTAIN, error=f"no end within {KILL_TIMEOUT_SECONDS} s (killed)")
+            return
+        finally:
+            run.hold()
+    killed = done.returncode == -9
+    tail = (done.stderr or done.stdout).strip().splitlines()[-1:] if done.returncode else []
+    status = UNCERTAIN if killed else (OK if done.returncode == 0 else FAILED)
+    run.history.end(op, status, returncode=done.returncode, said=" ".join(tail)[:300])
+    if not killed:
+        run.notes.append(f"{op.id}: chmv apply was not stopped at {APPLY_KILL_POINT} (exit {done.returncode})")
+        return
+    with run.resource.get_client() as client:
+        plan = plan_lifecycle(client, loaded, allow_drop=False, root=None)
+    if not plan.changes:
+        run.found.append(
+            checker.Anomaly(
+                "d",
+                target.fqn,
+                "(all)",
+                f"after {op.id} (chmv apply of a changed SELECT of {view.fqn}, killed at {APPLY_KILL_POINT}), "
+                "chmv plan says no changes",
+                "class 8: an interrupted apply hidden by chmv plan",
+                [op.id],
+            )
+        )

@@ -206,7 +206,7 @@ def drive(run: Run, started: float) -> CertifyResult:
     run.before_rebuild = run.after_rebuild = None
     quiesce(run, pool, faults, started + run.seconds * HEAL_SHARE)
     ops_count = len(run.history.ops)
-    anomalies = exactness.anomalies + reader.anomalies + check(run, pool)
+    anomalies = exactness.anomalies + reader.anomalies + run.found + check(run, pool)
     return CertifyResult(
         seed=run.seed,
         faults=run.faults,

@@ -132,7 +132,7 @@ def check(run: Run, pool: WriterPool) -> list[checker.Anomaly]:
             partitions += len(set(actual) | set(want))
             for pid, a, e in checker.compare_partitions(actual, want):
                 why = checker.suspect(run.history, target.fqn, pid, a, e)
-                prop = "c" if why.startswith("class 5/6") else "a"
+                prop = "c" if why.startswith(("class 5/6", "class 5 ")) else "a"
                 ops = [o.id for o in checker.op_chain(run.history, target.fqn, run.upstream(target))]
                 anomalies.append(checker.Anomaly(prop, target.fqn, pid, checker.describe_difference(a, e), why, ops))
         run.partitions = partitions
