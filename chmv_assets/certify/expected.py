@@ -54,16 +54,17 @@ def ordered_targets(loaded: LoadedProject) -> list[ObjectRef]:
     project = loaded.project
     targets = list(project.targets)
     order: list[ObjectRef] = []
-    seen: set[ObjectRef] = set()
+    entered: set[ObjectRef] = set()  # a target is entered once: an MV reading its own target (a feedback read) or
+    # a table downstream of it must not take the walk round that loop
 
-    def visit(t: ObjectRef, depth: int = 0) -> None:
-        if t in seen or depth > 50:
+    def visit(t: ObjectRef) -> None:
+        if t in entered:
             return
+        entered.add(t)
         for view in project.views_into(t):
             for src in view.source_refs:
                 if src in project.views_into(src) or src in set(targets):
-                    visit(src, depth + 1)
-        seen.add(t)
+                    visit(src)
         order.append(t)
 
     for t in targets:
@@ -73,9 +74,14 @@ def ordered_targets(loaded: LoadedProject) -> list[ObjectRef]:
 
 def verifiable(loaded: LoadedProject, target: ObjectRef) -> bool:
     """A target whose rows can be recomputed from tables: not one fed only by a stream table or a ``Null`` table
-    (neither keeps a row)."""
+    (neither keeps a row), nor one an MV writes while reading it back, or a table downstream of it (a feedback read,
+    the dedup pattern ``WHERE id NOT IN (SELECT id FROM target)``: each insert's output depends on what the target
+    held then, which no SELECT over the sources recomputes)."""
     project = loaded.project
     views = project.views_into(target)
+    feedback = {mv for _, mv in loaded.graph.feedback}
+    if any(v.ref.fqn in feedback for v in views):
+        return False
 
     def keeps_no_row(ref: ObjectRef | None) -> bool:
         table = project.tables.get(ref) if ref is not None else None

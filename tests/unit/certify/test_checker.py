@@ -120,3 +120,21 @@ def test_a_derived_select_keeps_its_rows_and_changes_its_text() -> None:
         "SELECT a FROM db.t AS s JOIN (SELECT a FROM db.u WHERE 1) AS u USING a WHERE 1 = 1 GROUP BY a"
     )
     assert derived_select("SELECT a FROM db.t UNION ALL SELECT a FROM db.u") is None
+
+
+def test_a_target_read_back_by_its_own_mvs_is_walked_once_and_not_recomputed() -> None:
+    """any_mv's ``first_seen`` MV reads its own target (``NOT IN (SELECT user_id FROM first_seen)``) and ``user_days``'s
+    reads a table below it: the targets are ordered once each (the walk took the self-read round 50 times: 51 copies
+    of one anomaly), and neither is compared with a SELECT over the sources, which cannot recompute what each insert
+    saw of the target then."""
+    from pathlib import Path
+
+    from chmv_assets.certify.expected import ordered_targets, verifiable
+    from chmv_assets.ddl.loader import load
+
+    loaded = load(Path(__file__).resolve().parents[2] / "fixtures" / "schemas" / "any_mv", twin=True)
+    order = [t.fqn for t in ordered_targets(loaded)]
+    assert len(order) == len(set(order)) == len(loaded.project.targets)
+    judged = {t.fqn: verifiable(loaded, t) for t in ordered_targets(loaded)}
+    assert judged["feed.first_seen"] is False and judged["feed.user_days"] is False
+    assert judged["feed.returning_daily"] is True
