@@ -120,3 +120,35 @@ def test_a_derived_select_keeps_its_rows_and_changes_its_text() -> None:
         "SELECT a FROM db.t AS s JOIN (SELECT a FROM db.u WHERE 1) AS u USING a WHERE 1 = 1 GROUP BY a"
     )
     assert derived_select("SELECT a FROM db.t UNION ALL SELECT a FROM db.u") is None
+
+
+def test_d_judges_the_error_chmv_raised_not_dagsters_wrapper_of_it() -> None:
+    """A failed materialization is recorded with the error chmv raised: Dagster's step failure wraps it ("Error
+    occurred while executing op …"), which names no damage and says nothing of "as it was" (d) could judge."""
+    from dagster._utils.error import SerializableErrorInfo
+
+    from chmv_assets.certify.operations import step_error
+    from chmv_assets.certify.probes import Snapshot, judge
+
+    said = (
+        "chmv_assets.errors.RacedWrites: t 2026-11-14: writes raced the read (not swapped), through 3 attempts; "
+        "the last read was not swapped: the live partition is as it was."
+    )
+    raised = SerializableErrorInfo(said + "\n", [], "RacedWrites")
+    wrapper = SerializableErrorInfo(
+        'dagster._core.errors.DagsterExecutionStepExecutionError: Error occurred while executing op "rebuild":\n',
+        [],
+        "DagsterExecutionStepExecutionError",
+        cause=raised,
+    )
+    assert step_error(wrapper) == said
+    history = History()
+    op = history.end(history.begin("materialize", "chmv", ["t|2026-11-14"]), FAILED, error=step_error(wrapper))
+    before = Snapshot({"20261114": OLD}, {"20261114": OLD})
+    after = Snapshot({"20261114": OLD}, {"20261114": NEW})  # a steady writer's row lost by an earlier swap
+    (hidden,) = judge(op, "t", before, after, history)
+    assert "as it was" in hidden.message and hidden.suspect.endswith("(class 2)")
+    assert "steady_writer" in choose_faults("all", 1) and choose_faults("steady_writer,dst", 1) == (
+        "steady_writer",
+        "dst",
+    )
