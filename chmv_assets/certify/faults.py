@@ -12,15 +12,17 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from chmv_assets import settings
 from chmv_assets.certify.context import Run
 from chmv_assets.certify.expected import SCRATCH_DB, Extra, verifiable
 from chmv_assets.certify.history import OK, UNCERTAIN, first_line
-from chmv_assets.certify.workload import FOREIGN
+from chmv_assets.certify.workload import DIRECT, FOREIGN, TimeSlot
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.errors import ChmvError
 from chmv_assets.sql.quoting import qualified, quote
@@ -39,6 +41,8 @@ FAULTS = {
     "dst": "process and session in America/New_York, rows in the 01:00 hours of 2026-11-01 and around 2026-03-08 "
     "02:00 (chmv.toml timezone set to it)",
     "hung_connection": "a client whose calls stop answering past their time limit during a rebuild",
+    "steady_writer": "a writer chmv does not control inserting into a closed partition's window every 20-50 ms for the "
+    "whole of a rebuild of it",
 }
 
 #: The kill points (chmv_assets.engine.rebuild.steps, $CHMV_CRASH_AT).
@@ -87,12 +91,45 @@ class Fault:
         """At quiescence, writers stopped, before the checks."""
 
 
+#: Seconds between two flushes of the slow pipeline's Buffers by its flusher thread (drawn in this range).
+FLUSH_EVERY = (0.05, 0.3)
+
+
 class SlowPipeline(Fault):
     """A Buffer table in front of every source (the async writer inserts through it and async inserts it does not
-    wait for): acknowledgements that do not mean committed, MV output landing late."""
+    wait for): acknowledgements that do not mean committed, MV output landing late. A flusher thread with a client of
+    its own flushes the Buffers every 50-300 ms (``OPTIMIZE TABLE``, the flush a Buffer runs in the background: no
+    ``INSERT`` in ``system.processes``) while chmv rebuilds: behind a slow MV (a schema's own, such as
+    tests/fixtures/schemas/grid_hours' ``daily_alarms_mv``) a flushed block is committed to the source well before its
+    MV output lands, and a rebuild that read it and swapped first holds the row twice (issue 25, class 3)."""
 
     name = "slow_pipeline"
     weight = 0
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._pause = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.flushes = 0
+
+    @contextmanager
+    def paused(self):
+        with self._pause:
+            yield
+
+    def _flush(self, run: Run) -> None:
+        rng = random.Random(f"{run.seed}:flusher")
+        bufs = sorted(run.buffers.values(), key=lambda r: r.fqn)
+        while not self._stop.wait(rng.uniform(*FLUSH_EVERY)):
+            with self._pause:
+                if self._stop.is_set():
+                    break
+                try:
+                    with run.resource.get_client() as client:
+                        client.command(f"OPTIMIZE TABLE {qualified(rng.choice(bufs))}")
+                    self.flushes += 1
+                except Exception as err:  # noqa: BLE001 - a failed flush is no flush; the Buffer flushes itself
+                    run.notes.append(f"slow_pipeline flusher: {first_line(err)}")
 
     def setup(self, run: Run, client: Any) -> None:
         for spec in run.specs:
@@ -105,8 +142,16 @@ class SlowPipeline(Fault):
                     f"{quote(spec.ref.database)}, {quote(spec.ref.name)}, 1, 0.2, 1.5, 10, 100000, 1, 10000000)"
                 )
             run.buffers[spec.ref] = buf
+        if run.buffers:
+            run.add_quiet(self.paused)
+            self._thread = threading.Thread(target=self._flush, args=(run,), daemon=True, name="certify-flusher")
+            self._thread.start()
 
     def heal(self, run: Run, client: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            run.notes.append(f"slow_pipeline: {self.flushes} Buffer flushes by the flusher thread")
         for buf in run.buffers.values():
             client.command(f"DROP TABLE IF EXISTS {qualified(buf)} SYNC")  # flushes what it holds
         try:
@@ -340,16 +385,180 @@ class HungConnection(Fault):
         run.history.end(op, OK, hung=factory.hung)
 
 
+#: Instants (UTC) of 2026-11-01 in each of New York's two 01:00 hours, and of the hour after them.
+REPEATED_HOUR = (
+    int(datetime(2026, 11, 1, 5, 30, tzinfo=UTC).timestamp()),  # 01:30 EDT
+    int(datetime(2026, 11, 1, 6, 30, tzinfo=UTC).timestamp()),  # 01:30 EST
+    int(datetime(2026, 11, 1, 7, 30, tzinfo=UTC).timestamp()),  # 02:30 EST
+)
+#: The fall-back night in New York, [00:00 EDT, 03:00 EST): both 01:00 hours and the hours around them.
+NIGHT = (
+    int(datetime(2026, 11, 1, 4, 0, tzinfo=UTC).timestamp()),
+    int(datetime(2026, 11, 1, 8, 0, tzinfo=UTC).timestamp()),
+)
+
+
 class Dst(Fault):
     """Process and session in America/New_York, ``timezone`` set to it, rows in the DST hours (set up by
-    :func:`chmv_assets.certify.runner.certify` and the scratch DDL; never drawn)."""
+    :func:`chmv_assets.certify.runner.certify` and the scratch DDL). When drawn: the target partitioned by the
+    shortest period loses its partitions of the fall-back night (``DROP PARTITION``, as a lost disk or an operator's
+    mistake would; writers paused), then one range run of the night's keys repairs them, checked by (d) over every
+    partition of the target. An hourly target's range holds ``2026-11-01-01:00`` and ``2026-11-01-01:00-0500``: each
+    01:00 hour must come back (issue 25, class 1: the first key was an empty window, the second read the first
+    hour)."""
 
     name = "dst"
-    weight = 0
+
+    def act(self, run: Run) -> None:
+        from dagster import TimeWindowPartitionsDefinition
+
+        from chmv_assets.certify.operations import materialize
+
+        targets = [t for t in run.targets if verifiable(run.loaded, t)]
+        run.rng.shuffle(targets)
+        for target in sorted(targets, key=lambda t: _window_seconds(run, t)):
+            pdef = run.partitions_def(target)
+            if not isinstance(pdef, TimeWindowPartitionsDefinition) or REPEATED_HOUR[0] < pdef.start.timestamp():
+                continue
+            try:
+                first = pdef.get_partition_key_for_timestamp(NIGHT[0])
+                last = pdef.get_partition_key_for_timestamp(NIGHT[1] - 1)
+            except Exception:  # noqa: BLE001 - no key there
+                continue
+            self._drop_night(run, target)
+            if first == last:
+                materialize(run, target, first, dst=True, whole=True)
+            else:
+                tags = {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
+                materialize(run, target, None, tags=tags, dst=True, whole=True)
+            return
+
+    @staticmethod
+    def _drop_night(run: Run, target: ObjectRef) -> None:
+        """``DROP PARTITION`` of ``target``'s partitions holding the night (found by their parts' min/max time or
+        date), writers paused."""
+        with run.quiet(), run.resource.get_client() as client:
+            pids = [
+                r[0]
+                for r in client.query(
+                    "SELECT DISTINCT partition_id FROM system.parts WHERE active AND database = {d:String} "
+                    "AND table = {t:String} AND ((toUnixTimestamp(max_time) > 0 AND toUnixTimestamp(max_time) >= "
+                    "{s:UInt32} AND toUnixTimestamp(min_time) < {e:UInt32}) OR (toUnixTimestamp(max_time) = 0 AND "
+                    "min_date <= {day:Date} AND max_date >= {day:Date} AND max_date > '1970-01-01'))",
+                    parameters={
+                        "d": target.database,
+                        "t": target.name,
+                        "s": NIGHT[0],
+                        "e": NIGHT[1],
+                        "day": "2026-11-01",
+                    },
+                ).result_rows
+            ]
+            if not pids:
+                return
+            with run.history.op("target_partitions_dropped", "fault", [target.fqn], partitions=pids):
+                for pid in pids:
+                    client.command(f"ALTER TABLE {qualified(target)} DROP PARTITION ID '{pid}'")
+
+
+def _window_seconds(run: Run, target: ObjectRef) -> float:
+    """The length of ``target``'s partitions (the shortest first: an hourly target's keys are the DST hours')."""
+    from dagster import TimeWindowPartitionsDefinition
+
+    pdef = run.partitions_def(target)
+    if not isinstance(pdef, TimeWindowPartitionsDefinition):
+        return float("inf")
+    try:
+        window = pdef.time_window_for_partition_key(pdef.get_first_partition_key())
+        return (window.end - window.start).total_seconds()
+    except Exception:  # noqa: BLE001 - no partition yet
+        return float("inf")
+
+
+#: Seconds between two inserts of the steady writer (drawn in this range).
+STEADY_EVERY = (0.02, 0.05)
+
+
+class SteadyWriter(Fault):
+    """A writer chmv does not control that keeps inserting into one closed partition's window, from a client of its
+    own, every 20-50 ms for the whole of a rebuild of that partition, then stops (issue 25, class 2: every attempt
+    races, an earlier one may swap and lose a row; (d) judges what the failure then says). Its rows go into the
+    history like every writer's; it pauses with the others for (d)'s snapshots."""
+
+    name = "steady_writer"
+    weight = 4
+
+    def __init__(self) -> None:
+        self._pause = threading.Lock()
+        self.rows = 0
+
+    @contextmanager
+    def paused(self):
+        with self._pause:
+            yield
+
+    def setup(self, run: Run, client: Any) -> None:
+        run.add_quiet(self.paused)
+
+    def act(self, run: Run) -> None:
+        from dagster import TimeWindowPartitionsDefinition
+
+        from chmv_assets.certify.operations import materialize
+
+        if run.pool is None:
+            return
+        closed = run.slots["closed"]
+        candidates = []
+        for target in run.targets:
+            upstream = set(run.upstream(target))
+            specs = [s for s in run.specs if s.ref.fqn in upstream and s.checkable and not s.gated]
+            pdef = run.partitions_def(target)
+            if specs and verifiable(run.loaded, target) and isinstance(pdef, TimeWindowPartitionsDefinition):
+                candidates.append((target, specs, pdef))
+        if not candidates:
+            return
+        target, specs, pdef = run.rng.choice(candidates)
+        key, ok = run.partition_key(target, closed)
+        if not ok or key is None:
+            return
+        window = pdef.time_window_for_partition_key(key)
+        start, end = int(window.start.timestamp()), int(window.end.timestamp())
+        start, end = max(start, closed.start), min(end, closed.start + closed.span)  # never the frozen slot's days
+        if end - start < 60:
+            return
+        slot = TimeSlot("steady", start, end - start)
+        stop = threading.Event()
+        thread = threading.Thread(
+            target=self._write, args=(run, specs, slot, stop), daemon=True, name="certify-steady-writer"
+        )
+        before = self.rows
+        thread.start()
+        try:
+            op = materialize(run, target, key, actor="chmv")
+        finally:
+            stop.set()
+            thread.join(timeout=30)
+        op.detail["steady_rows"] = self.rows - before
+
+    def _write(self, run: Run, specs: list, slot: TimeSlot, stop: threading.Event) -> None:
+        assert run.pool is not None
+        rng = random.Random(f"{run.seed}:steady:{slot.start}")
+        while not stop.is_set():
+            with self._pause:
+                if stop.is_set():
+                    break
+                rows = rng.choice([1, 2, 5])
+                try:
+                    run.pool.insert("steady", rng.choice(specs), slot, rows, DIRECT)
+                    self.rows += rows
+                except Exception as err:  # noqa: BLE001 - recorded failed in the history; the writer goes on
+                    run.pool.errors.append(first_line(err))
+            stop.wait(rng.uniform(*STEADY_EVERY))
 
 
 FAULT_CLASSES: dict[str, type[Fault]] = {
-    cls.name: cls for cls in (Kill, SlowPipeline, Retention, PartialDelete, Foreign, MergePressure, Dst, HungConnection)
+    cls.name: cls
+    for cls in (Kill, SlowPipeline, Retention, PartialDelete, Foreign, MergePressure, Dst, HungConnection, SteadyWriter)
 }
 
 

@@ -32,9 +32,11 @@ def materialize(
     tags: dict | None = None,
     actor: str = "chmv",
     dst: bool = False,
+    whole: bool = False,
 ) -> Op:
     """A run of ``target``'s asset (one partition, a range through tags, or the whole table) in-process, as the UI's
-    Materialize does; recorded ok / failed with what the run said, then checked by ``run.after_rebuild``."""
+    Materialize does; recorded ok / failed with what the run said, then checked by ``run.after_rebuild`` (every
+    partition of the target with ``whole``: what a key's window is, is what a DST key puts to the test)."""
     from dagster import AssetSelection
     from dagster import materialize as dagster_materialize
 
@@ -47,6 +49,8 @@ def materialize(
         touched = (
             f"{target.fqn}|{tags['dagster/asset_partition_range_start']}..{tags['dagster/asset_partition_range_end']}"
         )
+    if whole:
+        keys = [None]
     before = run.before_rebuild(target, keys) if run.before_rebuild else None
     op = run.history.begin("materialize", actor, [touched], dst=dst)
     try:
@@ -69,7 +73,7 @@ def materialize(
             run.history.end(op, OK)
         else:
             errors = [
-                e.event_specific_data.error.message.strip().splitlines()[0]
+                step_error(e.event_specific_data.error)
                 for e in result.all_events
                 if e.is_step_failure and e.event_specific_data and getattr(e.event_specific_data, "error", None)
             ]
@@ -77,6 +81,15 @@ def materialize(
     if run.after_rebuild is not None:
         run.after_rebuild(op, target, keys, before)
     return op
+
+
+def step_error(info: Any) -> str:
+    """What a failed step said: the first line of the error chmv raised (Dagster wraps it in an
+    ``Error occurred while executing op …`` whose cause it is), which (d) judges."""
+    while getattr(info, "cause", None) is not None:
+        info = info.cause
+    lines = (info.message or "").strip().splitlines()
+    return lines[0] if lines else "the step failed"
 
 
 def range_keys(run: Run, target: ObjectRef, tags: dict) -> list[str | None]:

@@ -138,3 +138,35 @@ def test_a_target_read_back_by_its_own_mvs_is_walked_once_and_not_recomputed() -
     judged = {t.fqn: verifiable(loaded, t) for t in ordered_targets(loaded)}
     assert judged["feed.first_seen"] is False and judged["feed.user_days"] is False
     assert judged["feed.returning_daily"] is True
+
+
+def test_d_judges_the_error_chmv_raised_not_dagsters_wrapper_of_it() -> None:
+    """A failed materialization is recorded with the error chmv raised: Dagster's step failure wraps it ("Error
+    occurred while executing op …"), which names no damage and says nothing of "as it was" (d) could judge."""
+    from dagster._utils.error import SerializableErrorInfo
+
+    from chmv_assets.certify.operations import step_error
+    from chmv_assets.certify.probes import Snapshot, judge
+
+    said = (
+        "chmv_assets.errors.RacedWrites: t 2026-11-14: writes raced the read (not swapped), through 3 attempts; "
+        "the last read was not swapped: the live partition is as it was."
+    )
+    raised = SerializableErrorInfo(said + "\n", [], "RacedWrites")
+    wrapper = SerializableErrorInfo(
+        'dagster._core.errors.DagsterExecutionStepExecutionError: Error occurred while executing op "rebuild":\n',
+        [],
+        "DagsterExecutionStepExecutionError",
+        cause=raised,
+    )
+    assert step_error(wrapper) == said
+    history = History()
+    op = history.end(history.begin("materialize", "chmv", ["t|2026-11-14"]), FAILED, error=step_error(wrapper))
+    before = Snapshot({"20261114": OLD}, {"20261114": OLD})
+    after = Snapshot({"20261114": OLD}, {"20261114": NEW})  # a steady writer's row lost by an earlier swap
+    (hidden,) = judge(op, "t", before, after, history)
+    assert "as it was" in hidden.message and hidden.suspect.endswith("(class 2)")
+    assert "steady_writer" in choose_faults("all", 1) and choose_faults("steady_writer,dst", 1) == (
+        "steady_writer",
+        "dst",
+    )
