@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,9 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_DDL = ROOT / "examples" / "ddl"
 
 
-def _certify(tmp_path: Path, ddl: Path, seconds: int, seed: int, faults: str) -> tuple[int, dict, str, float]:
+def _certify(tmp_path: Path, ddl: Path, seconds: int, seed: int, faults: str) -> tuple[int, dict, str]:
     report = tmp_path / f"report-{seed}.json"
-    began = time.monotonic()
     done = subprocess.run(
         [
             sys.executable,
@@ -44,20 +42,17 @@ def _certify(tmp_path: Path, ddl: Path, seconds: int, seed: int, faults: str) ->
         timeout=120,
         cwd=ROOT,
     )
-    took = time.monotonic() - began
     assert done.returncode in (0, 1), done.stderr[-3000:]
     data = json.loads(report.read_text())
-    return done.returncode, data, done.stdout, took
+    return done.returncode, data, done.stdout
 
 
-def test_a_short_run_over_the_example_with_every_fault(tmp_path: Path) -> None:
-    code, data, out, took = _certify(tmp_path, EXAMPLE_DDL, 18, 11, "all")
-    assert took < 18 + 20, f"certify took {took:.0f}s"  # start-up included
+def test_a_short_run_over_the_example_with_every_fault_finds_no_anomaly(tmp_path: Path) -> None:
+    code, data, out = _certify(tmp_path, EXAMPLE_DDL, 18, 11, "all")
     assert data["faults"] == data["known_faults"] and data["operations"] > 20 and data["rows"] > 1000
     assert (code == 1) == bool(data["anomalies"])
-    assert "ops/s" in out and (code == 0 or "replay: chmv certify" in out)
-    for anomaly in data["anomalies"]:
-        assert anomaly["prop"] in "abcdef" and anomaly["target"]
+    assert "ops/s" in out
+    assert code == 0 and not data["anomalies"], out[-4000:]
 
 
 #: Every fixture schema: each deploys on the embedded engine (kafka_chain through its local twin).
@@ -65,19 +60,16 @@ FIXTURES = sorted(p.name for p in (ROOT / "tests" / "fixtures" / "schemas").iter
 
 
 @pytest.mark.parametrize("schema", FIXTURES)
-def test_a_short_run_over_each_fixture_schema_with_every_fault_ends_in_time(tmp_path: Path, schema: str) -> None:
+def test_a_short_run_over_each_fixture_schema_with_every_fault_finds_no_anomaly(tmp_path: Path, schema: str) -> None:
+    from chmv_assets.certify.report import render
     from chmv_assets.certify.runner import certify
 
-    seconds = 8
-    result = certify(
-        ROOT / "tests" / "fixtures" / "schemas" / schema, seconds=seconds, seed=5, faults="all", scratch=tmp_path
-    )
-    # every operation is bounded (docs/certify.md, "Bounded time"): one op past the deadline, not a hang
-    assert result.seconds < seconds + 20, f"{schema}: {result.seconds:.0f}s for a {seconds}s run"
+    ddl = ROOT / "tests" / "fixtures" / "schemas" / schema
+    result = certify(ddl, seconds=8, seed=5, faults="all", scratch=tmp_path)
     assert result.ops > 5 and result.rows > 1000
+    # every operation is bounded (docs/certify.md, "Bounded time"): none ran past its bound, so none can hang a run
     assert not [n for n in result.notes if "past its bound" in n], result.notes
-    for anomaly in result.anomalies:
-        assert anomaly.prop in "abcdef" and anomaly.target
+    assert not result.anomalies, render(result, str(ddl), 8)
 
 
 def test_the_checker_finds_a_doubled_and_a_lost_row_in_a_real_engine(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -20,8 +20,8 @@ from spark.staging import SparkStager
 
 pytestmark = pytest.mark.worker_seconds(65)
 
-DAY2 = PartitionWindow("2026-08-02", datetime(2026, 8, 2), datetime(2026, 8, 3))
-DAY3 = PartitionWindow("2026-08-03", datetime(2026, 8, 3), datetime(2026, 8, 4))
+DAY2 = PartitionWindow("2026-08-02", datetime(2026, 8, 2, tzinfo=UTC), datetime(2026, 8, 3, tzinfo=UTC))
+DAY3 = PartitionWindow("2026-08-03", datetime(2026, 8, 3, tzinfo=UTC), datetime(2026, 8, 4, tzinfo=UTC))
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.worker_seconds(60)
 SPARK_HOME = Path(pyspark.__file__).parent
 CHILD = """
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from spark_testing import ref, with_landing
@@ -37,7 +37,7 @@ engine = ClickHouseResource(dsn=dsn)
 spark = get_spark_session(master, {{"spark.executor.memory": "512m", "spark.cores.max": "1", **{jvm!r}}})
 assert spark.sparkContext.master == master
 print("ingested", ingest(SparkStager(spark), engine, loaded, ref("api_requests")).rows_inserted)
-window = PartitionWindow("2026-08-02", datetime(2026, 8, 2), datetime(2026, 8, 3))
+window = PartitionWindow("2026-08-02", datetime(2026, 8, 2, tzinfo=UTC), datetime(2026, 8, 3, tzinfo=UTC))
 print("backfilled", backfill(spark, engine, loaded, ref("hourly_endpoint_stats"), [window], engine="spark")[0].rows_written)
 spark.stop()
 """

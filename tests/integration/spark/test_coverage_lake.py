@@ -7,7 +7,7 @@ lake and leave every target row as the live MV built it.
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from dagster import AssetKey, materialize
@@ -29,7 +29,10 @@ from spark.staging import SparkStager
 pytestmark = pytest.mark.worker_seconds(25)
 
 STATS = ref("hourly_endpoint_stats")
-DAYS = [PartitionWindow(f"2026-08-0{d}", datetime(2026, 8, d), datetime(2026, 8, d + 1)) for d in (1, 2, 3)]
+DAYS = [
+    PartitionWindow(f"2026-08-0{d}", datetime(2026, 8, d, tzinfo=UTC), datetime(2026, 8, d + 1, tzinfo=UTC))
+    for d in (1, 2, 3)
+]
 WHERE = "toDate(hour) <= '2026-08-03'"
 
 
@@ -99,7 +102,11 @@ def test_a_dropped_partition_is_rebuilt_from_the_lake_and_the_rest_from_the_sour
     loaded = with_landing(example, tmp_path / "landing")
     days = [
         PartitionWindow(f"{d:%Y-%m-%d}", d, d + timedelta(days=1))
-        for d in (datetime(2026, 7, 30), datetime(2026, 7, 31), datetime(2026, 8, 1))
+        for d in (
+            datetime(2026, 7, 30, tzinfo=UTC),
+            datetime(2026, 7, 31, tzinfo=UTC),
+            datetime(2026, 8, 1, tzinfo=UTC),
+        )
     ]
     where = "toDate(hour) <= '2026-08-01'"
     engine = ClickHouseResource(dsn=f"chdb://{tmp_path / 'chdb'}")

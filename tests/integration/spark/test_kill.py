@@ -34,7 +34,7 @@ from spark.staging import SparkStager
 pytestmark = pytest.mark.worker_seconds(95)
 CHILD = """
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 sys.path.insert(0, {tests!r})
 from spark_testing import ref, with_landing
 from pathlib import Path
@@ -52,7 +52,7 @@ if mode == "ingest":
     ingest(SparkStager(spark), engine, loaded, ref("api_requests"))
 else:
     from spark_testing import backfill
-    windows = [PartitionWindow(d, datetime.fromisoformat(d), datetime.fromisoformat(e))
+    windows = [PartitionWindow(d, datetime.fromisoformat(d).replace(tzinfo=UTC), datetime.fromisoformat(e).replace(tzinfo=UTC))
                for d, e in (("2026-08-02", "2026-08-03"), ("2026-08-03", "2026-08-04"))]
     backfill(spark, engine, loaded, ref("hourly_endpoint_stats"), windows, engine="spark")
 print("finished")
@@ -112,13 +112,13 @@ def test_sigkill_then_rerun_ends_exact(spark, tmp_path, half_ingested, mode, poi
         if point == "ingest:inserted":
             assert again.repaired  # the interrupted load was detected and its partitions rebuilt
     else:
-        from datetime import datetime
+        from datetime import UTC, datetime
 
         from chmv_assets.ddl.partitioning import PartitionWindow
 
         windows = [
-            PartitionWindow("2026-08-02", datetime(2026, 8, 2), datetime(2026, 8, 3)),
-            PartitionWindow("2026-08-03", datetime(2026, 8, 3), datetime(2026, 8, 4)),
+            PartitionWindow("2026-08-02", datetime(2026, 8, 2, tzinfo=UTC), datetime(2026, 8, 3, tzinfo=UTC)),
+            PartitionWindow("2026-08-03", datetime(2026, 8, 3, tzinfo=UTC), datetime(2026, 8, 4, tzinfo=UTC)),
         ]
         backfill(spark, engine, loaded, target, windows, engine="spark")
     with engine.get_client() as client:
