@@ -19,6 +19,10 @@ from chmv_assets.certify.workload import DIRECT, SourceSpec, TimeSlot, WriterPoo
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.sql.quoting import quote
 
+#: A child process chmv runs to kill it (a rebuild, an apply) is given this long before it is recorded uncertain and
+#: left behind.
+KILL_TIMEOUT_SECONDS = 30
+
 
 class Run:
     """One run's state (see :func:`chmv_assets.certify.runner.certify`).

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from chmv_assets import settings
-from chmv_assets.certify.context import Run
+from chmv_assets.certify.context import KILL_TIMEOUT_SECONDS, Run
 from chmv_assets.certify.expected import SCRATCH_DB, Extra, verifiable
 from chmv_assets.certify.history import OK, UNCERTAIN, first_line
 from chmv_assets.certify.workload import DIRECT, FOREIGN, TimeSlot
@@ -47,8 +47,6 @@ FAULTS = {
 
 #: The kill points (chmv_assets.engine.rebuild.steps, $CHMV_CRASH_AT).
 KILL_POINTS = ("rebuild:shadow_created", "rebuild:mid_fill", "rebuild:filled", "rebuild:swapped")
-#: A killed rebuild's child process is given this long before it is recorded uncertain and left behind.
-KILL_TIMEOUT_SECONDS = 30
 #: How long a hung connection's call blocks before it fails.
 HANG_SECONDS = 2.0
 

@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from chmv_assets.certify.context import Run
+from chmv_assets.certify.context import KILL_TIMEOUT_SECONDS, Run
 from chmv_assets.certify.history import FAILED, OK, UNCERTAIN, Op, first_line
 from chmv_assets.ddl.models import ObjectRef
 
@@ -347,7 +347,6 @@ def interrupted_apply(run: Run, loaded: Any, target: ObjectRef, view: ObjectRef)
     own apply comes next and must finish it."""
     from chmv_assets import settings
     from chmv_assets.certify import checker
-    from chmv_assets.certify.faults import KILL_TIMEOUT_SECONDS
     from chmv_assets.engine.lifecycle.planner import plan_lifecycle
 
     args = [sys.executable, "-m", "chmv_assets.cli", "apply", "--ddl-dir", str(loaded.config.ddl_dir)]
