@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any, ClassVar
 
 from chmv_assets import settings
@@ -27,6 +27,7 @@ from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.errors import ChmvError
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rewrite import renamed_select
+from chmv_assets.sql.time_sql import time_sql
 
 #: name → what it does (docs/certify.md has the long form).
 FAULTS = {
@@ -435,6 +436,7 @@ class Dst(Fault):
     def _drop_night(run: Run, target: ObjectRef) -> None:
         """``DROP PARTITION`` of ``target``'s partitions holding the night (found by their parts' min/max time or
         date), writers paused."""
+        day = time_sql(date(2026, 11, 1), "Date")
         with run.quiet(), run.resource.get_client() as client:
             pids = [
                 r[0]
@@ -442,13 +444,12 @@ class Dst(Fault):
                     "SELECT DISTINCT partition_id FROM system.parts WHERE active AND database = {d:String} "
                     "AND table = {t:String} AND ((toUnixTimestamp(max_time) > 0 AND toUnixTimestamp(max_time) >= "
                     "{s:UInt32} AND toUnixTimestamp(min_time) < {e:UInt32}) OR (toUnixTimestamp(max_time) = 0 AND "
-                    "min_date <= {day:Date} AND max_date >= {day:Date} AND max_date > '1970-01-01'))",
+                    f"min_date <= {day} AND max_date >= {day} AND toUnixTimestamp(max_date) > 0))",
                     parameters={
                         "d": target.database,
                         "t": target.name,
                         "s": NIGHT[0],
                         "e": NIGHT[1],
-                        "day": "2026-11-01",
                     },
                 ).result_rows
             ]
