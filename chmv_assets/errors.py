@@ -5,9 +5,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+#: What a refused swap says of the live partition (a refusal that follows a raced swap of the same run replaces it:
+#: :func:`chmv_assets.engine.rebuild.steps.with_damage`).
+NOT_SWAPPED = "Nothing was swapped; the live partition is unchanged."
+
 
 class ChmvError(Exception):
-    """Base class of every error chmv raises on purpose."""
+    """Base class of every error chmv raises on purpose.
+
+    Attributes:
+        damaged: The partition keys (None: the whole table) that the failed operation may have left damaged (a swap
+            raced by a write, in an earlier attempt of the same run): they need a rebuild, whatever the error says of
+            the others. Empty for most errors.
+    """
+
+    damaged: tuple[str | None, ...] = ()
 
 
 @dataclass(frozen=True)

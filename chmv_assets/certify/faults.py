@@ -168,10 +168,17 @@ class Foreign(Fault):
     def setup(self, run: Run, client: Any) -> None:
         project = run.loaded.project
         by_ref = {s.ref: s for s in run.specs}
-        for target in run.targets:
+        candidates = [
+            t
+            for t in run.targets
+            if verifiable(run.loaded, t) and any(v.trigger in by_ref for v in project.views_into(t))
+        ]
+        # at most half of the targets (one at least, two at most): the others keep chmv's paths a foreign writer
+        # blocks (a re-derivation by chmv apply) open to the run
+        most = min(2, max(1, len(candidates) // 2))
+        run.rng.shuffle(candidates)
+        for target in candidates:
             views = [v for v in project.views_into(target) if v.trigger in by_ref]
-            if not views or not verifiable(run.loaded, target):
-                continue
             view = views[0]
             spec = by_ref[view.trigger]  # type: ignore[index]
             table = ObjectRef(database=SCRATCH_DB, name=f"foreign_{target.database}_{target.name}")
@@ -184,7 +191,7 @@ class Foreign(Fault):
                 client.command(f"CREATE MATERIALIZED VIEW {qualified(mv)} TO {qualified(target)} AS {select}")
             run.extras.append(Extra(target, select))
             run.foreign[target] = (spec, table)
-            if len(run.foreign) >= 2:
+            if len(run.foreign) >= most:
                 break
 
     def act(self, run: Run) -> None:
@@ -222,6 +229,11 @@ class _Delete(Fault):
         spec = run.rng.choice(candidates)
         time_cols = [n for n, e in spec.columns if e.startswith("CAST(toDateTime(t)")]
         with run.quiet(), run.resource.get_client() as client:
+            if _pending_mutations(client, spec.ref):
+                # the graveyard must hold exactly what the source lost: a copy taken while an earlier delete is still
+                # pending (merges stopped) would hold its rows again
+                run.notes.append(f"{self.name}: {spec.ref.fqn} has a mutation pending (merges stopped): not acted")
+                return
             grave = run.graves.get(spec.ref)
             if grave is None:
                 grave = ObjectRef(database=SCRATCH_DB, name=f"grave_{spec.ref.database}_{spec.ref.name}")
@@ -257,8 +269,22 @@ class _Delete(Fault):
                     f"INSERT INTO {qualified(grave)} SELECT * FROM {qualified(spec.ref)} WHERE {where}",
                     settings={"async_insert": 0, "max_partitions_per_insert_block": 0},
                 )
-                client.command(statement, settings={"mutations_sync": 2, "lightweight_deletes_sync": 2})
+                # with merges stopped a mutation cannot run: it stays pending (quiescence awaits it) instead of
+                # holding every writer paused until the statement's time limit
+                wait = 0 if spec.ref in run.stopped_merges else 2
+                client.command(statement, settings={"mutations_sync": wait, "lightweight_deletes_sync": wait})
                 op.detail["graveyard"] = grave.fqn
+                op.detail["pending"] = not wait
+
+
+def _pending_mutations(client: Any, table: ObjectRef) -> int:
+    """How many mutations of ``table`` are not done."""
+    return int(
+        client.command(
+            "SELECT count() FROM system.mutations WHERE NOT is_done AND database = {d:String} AND table = {t:String}",
+            parameters={"d": table.database, "t": table.name},
+        )
+    )
 
 
 class PartialDelete(_Delete):
@@ -413,7 +439,7 @@ class Dst(Fault):
 
         from chmv_assets.certify.operations import materialize
 
-        targets = [t for t in run.targets if verifiable(run.loaded, t)]
+        targets = [t for t in run.targets if verifiable(run.loaded, t) and _recomputable(run, t)]
         run.rng.shuffle(targets)
         for target in sorted(targets, key=lambda t: _window_seconds(run, t)):
             pdef = run.partitions_def(target)
@@ -458,6 +484,21 @@ class Dst(Fault):
             with run.history.op("target_partitions_dropped", "fault", [target.fqn], partitions=pids):
                 for pid in pids:
                     client.command(f"ALTER TABLE {qualified(target)} DROP PARTITION ID '{pid}'")
+
+
+def _recomputable(run: Run, target: ObjectRef) -> bool:
+    """Whether every row of ``target`` can be recomputed from what its sources hold now: none of its upstream
+    tables lost rows to a delete fault (a graveyard), is a stream or a ``Null`` table (they keep no row), and no
+    writer outside the DDL writes into it. The dst fault drops partitions of such a target only: dropping one whose
+    rows only the target held destroys them (the fault's damage, not chmv's)."""
+    upstream = set(run.upstream(target))
+    by_fqn = {s.ref.fqn: s for s in run.specs}
+    if any(ref.fqn in upstream for ref in run.graves):
+        return False
+    if any(fqn in by_fqn and not by_fqn[fqn].checkable for fqn in upstream):
+        return False
+    foreign = {t.fqn for t in run.foreign} | {e.target.fqn for e in run.extras}
+    return not foreign & {target.fqn, *upstream}
 
 
 def _window_seconds(run: Run, target: ObjectRef) -> float:

@@ -283,6 +283,10 @@ def derive_version(run: Run, into: Path) -> tuple[Path, ObjectRef] | None:
     project = run.loaded.project
     views = sorted(project.views.values(), key=lambda v: v.ref.fqn)
     run.rng.shuffle(views)
+    # an MV whose re-derivation no writer outside the DDL reaches first: chmv plan refuses the others (rightly), and
+    # the apply's re-derivation would go unexercised
+    foreign = {t.fqn for t in run.foreign}
+    views.sort(key=lambda v: bool(foreign & {v.writes_to.fqn, *(t.fqn for t in run.downstream(v.writes_to))}))
     files = sorted(run.ddl.glob("*.sql"))
     for view in views:
         if view.refreshable or not verifiable(run.loaded, view.writes_to):
@@ -334,10 +338,26 @@ def apply_changed_select(run: Run) -> None:
         op.detail["said"] = report.describe()[:300]
     except Exception as err:  # noqa: BLE001 - recorded; the live SELECT may be the new one either way
         run.history.end(op, FAILED, error=first_line(err))
+        if _unchanged(run):
+            run.notes.append(f"{op.id}: refused with the server as the first version has it; that version stays")
+            return
     else:
         run.history.end(op, OK)
     run.redeployed(loaded)  # the new SELECT is what the DDL says now (an interrupted apply is judged against it)
     run.ddl = ddl
+
+
+def _unchanged(run: Run) -> bool:
+    """Whether the server is still as the run's deployed version defines it (``chmv plan`` of it: no change): a
+    refused apply that changed nothing leaves that version live, and the run goes on with it."""
+    from chmv_assets.engine.lifecycle.planner import plan_lifecycle
+
+    try:
+        with run.resource.get_client() as client:
+            return not plan_lifecycle(client, run.loaded, allow_drop=False, root=None).changes
+    except Exception as err:  # noqa: BLE001 - not known: the new version is assumed live (judged against it)
+        run.notes.append(f"chmv plan of the first version after a failed apply: {first_line(err)}")
+        return False
 
 
 def interrupted_apply(run: Run, loaded: Any, target: ObjectRef, view: ObjectRef) -> None:

@@ -191,13 +191,18 @@ def source_specs(loaded: LoadedProject) -> list[SourceSpec]:
 
 
 def time_slots(loaded: LoadedProject, now: datetime, *, dst: bool) -> dict[str, TimeSlot]:
-    """The slots rows fall in: closed history (from ``partition_start``, at most 20 days back, to two days ago) whose
-    first :data:`FROZEN_DAYS` days ("frozen") only the seed rows reach (no writer: the reader of property (f) samples
-    a partition there), the last hour ("now"), and, with the DST fault, the two 01:00 hours of 2026-11-01 and the skipped hour of 2026-03-08
-    in America/New_York."""
+    """The slots rows fall in: closed history (from ``partition_start``, 20 days back or into the previous month, to
+    two days ago) whose first :data:`FROZEN_DAYS` days ("frozen") only the seed rows reach (no writer: the reader of
+    property (f) samples a partition there), the last hour ("now"), and, with the DST fault, the two 01:00 hours of
+    2026-11-01 and the skipped hour of 2026-03-08 in America/New_York."""
     end = int(now.timestamp()) - 2 * 86400
+    # back 20 days, or into the month before the last one if that is further: a monthly target then has a closed
+    # partition to rebuild (a partition still open to writers chmv does not control is deferred, never rebuilt)
+    last = datetime.fromtimestamp(end, UTC)
+    month_before = int(last.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()) - 12 * 86400
     start = max(
-        int(datetime.fromisoformat(loaded.config.partition_start).replace(tzinfo=UTC).timestamp()), end - 20 * 86400
+        int(datetime.fromisoformat(loaded.config.partition_start).replace(tzinfo=UTC).timestamp()),
+        min(end - 20 * 86400, month_before),
     )
     start = min(start, end - 7 * 86400)
     slots = {
@@ -211,6 +216,12 @@ def time_slots(loaded: LoadedProject, now: datetime, *, dst: bool) -> dict[str, 
         slots["dst_fall"] = TimeSlot("dst_fall", fall, 4 * 3600)
         slots["dst_spring"] = TimeSlot("dst_spring", spring, 3 * 3600)
     return slots
+
+
+#: A large block of generated rows (the seed's, a batch) spans the whole of its slot: weeks of an hourly target's
+#: partitions, more than the server's default limit of 100 partitions a block. Small blocks keep the server's
+#: settings (a fixture's slow MV, such as grid_hours' ``daily_alarms_mv``, is slow unless this limit is lifted).
+SPREAD = {"max_partitions_per_insert_block": 0}
 
 
 class Sequence:
@@ -316,17 +327,19 @@ class WriterPool:
         # a foreign writer's rows are in its own table, not the source: (b) does not count them there
         self.records[op.id] = InsertRecord(where if mode == FOREIGN else spec.ref, first, rows, slot.name)
         gate = source_gate([spec.ref]) if spec.gated and mode != FOREIGN else _nothing()
+        spread = SPREAD if rows > 100 else {}  # a block of 100 rows spans 100 partitions at most
         try:
             with gate, self.resource.get_client() as client:  # type: ignore[attr-defined]
                 if mode in (DIRECT, BATCH, FOREIGN):
                     client.command(
-                        spec.insert_sql(first, rows, slot, self.seed, into=where), settings={"async_insert": 0}
+                        spec.insert_sql(first, rows, slot, self.seed, into=where),
+                        settings={"async_insert": 0, **spread},
                     )
                 else:
                     result = client.query(spec.select_sql(first, rows, slot, self.seed))
-                    settings = {"async_insert": 1, "wait_for_async_insert": 0 if mode == ASYNC_NOWAIT else 1}
+                    settings = {"async_insert": 1, "wait_for_async_insert": 0 if mode == ASYNC_NOWAIT else 1, **spread}
                     if mode == BUFFER:
-                        settings = {"async_insert": 0}
+                        settings = {"async_insert": 0, **spread}
                     client.insert(
                         where.name,
                         result.result_rows,

@@ -214,7 +214,7 @@ def apply_pending(client: Client, project: Project, targets: Iterable[ObjectRef]
         return pending
     live = read_live(client, {r.database for r in views}, columns=False, names=views)
     present = [v for ref, v in views.items() if ref in live and live[ref].engine == "MaterializedView"]
-    texts = format_queries(client, [v.select_sql for v in present])
+    texts = format_queries(client, [server_select(v, project) for v in present])  # as the server stores it
     formatted = dict(zip((v.ref for v in present), texts, strict=True))
     for view in present:
         items = _object_drift(project, view.ref, live[view.ref], formatted[view.ref] or view.select_sql)

@@ -250,6 +250,27 @@ def test_functions_and_plain_views_feed_an_mv(deployed):
         ]
 
 
+def test_a_target_whose_mv_calls_sql_functions_is_rebuilt(deployed):
+    """The server stores an MV's SELECT with its SQL functions expanded: the rebuild planner compares the DDL's SELECT
+    as the server would store it, as ``chmv plan`` does (else every rebuild of such a target was refused as "apply
+    pending" while ``chmv plan`` said "no changes"). Runs after the test that gives the target its rows."""
+    from chmv_assets.engine.drift import pending_refusals
+
+    resource, _ = deployed["functions_views"]
+    project = load(SCHEMAS / "functions_views").project
+    target = ObjectRef(database="web", name="section_hits")
+    with resource.get_client() as client:
+        assert pending_refusals(client, project, target) == ()
+        before = rows(client, "SELECT section, owner, sum(hits), sum(humans) FROM web.section_hits GROUP BY ALL")
+    code, out = chmv(
+        "rebuild", "--ddl-dir", str(SCHEMAS / "functions_views"), "--dsn", resource.resolved_dsn,
+        "--target", target.fqn, "--partition", "2026-06-01",
+    )  # fmt: skip
+    assert code == 0, out
+    with resource.get_client() as client:
+        assert rows(client, "SELECT section, owner, sum(hits), sum(humans) FROM web.section_hits GROUP BY ALL") == before
+
+
 def test_aliases_inside_arguments_and_lambdas_run_as_written(deployed):
     resource, _ = deployed["aliases_lambdas"]
     with resource.get_client() as client:

@@ -43,7 +43,7 @@ from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest.lake_read import lake_relation
 from chmv_assets.engine.rebuild.coverage import mappings, observe_coverage
 from chmv_assets.engine.rebuild.planner import spark_capable, streamed_triggers, triggers_of
-from chmv_assets.engine.rebuild.steps import race_ranges
+from chmv_assets.engine.rebuild.steps import RECOMPUTE_SETTINGS, race_ranges
 from chmv_assets.errors import ChmvError
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rebuild_sql import partition_expression, partition_filter, range_select
@@ -377,7 +377,7 @@ def _parity_for_partitions(
             ).result_rows[0]
             keys = dict(zip(values, (w.key for w in by_source), strict=True))
             kinds = {type(v) for v in values}
-            for side, value, *figures in client.query(sql).result_rows:
+            for side, value, *figures in client.query(sql, settings=RECOMPUTE_SETTINGS).result_rows:
                 if value in keys:
                     rows[(side, keys[value])] = figures
                 elif side == "actual" or type(value) not in kinds:  # never compare nothing with nothing
@@ -648,7 +648,7 @@ def _parity(
             )
         relations, label, notes = truth
         sql = parity_sql(loaded, target_ref, window, live, zone=session_zone(client), trigger_relations=relations)
-        rows = {row[0]: row[1:] for row in client.query(sql).result_rows}
+        rows = {row[0]: row[1:] for row in client.query(sql, settings=RECOMPUTE_SETTINGS).result_rows}
     except (ClickHouseError, ChmvError) as err:  # a failing recompute is a parity failure with its reason
         return ParityResult(target_ref.fqn, partition, tolerance=config.tolerance, error=_first_line(err), sql=sql)
     names = [name for name, _a, _e in measures_for(table, loaded.project.views_into(target_ref))]

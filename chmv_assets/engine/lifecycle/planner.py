@@ -57,7 +57,7 @@ from chmv_assets.engine.lifecycle.refusals import refused_views
 from chmv_assets.engine.lifecycle.table_diff import TableDiff, diff_table, same_text
 from chmv_assets.engine.parts import read_partitions
 from chmv_assets.engine.rebuild.planner import Observations, downstream_targets, observe, plan_rebuild, triggers_of
-from chmv_assets.errors import ChmvError, DDLError
+from chmv_assets.errors import ChmvError, DDLError, ForeignRowsRefused
 from chmv_assets.sql.cluster import (
     alter_table_sql,
     drop_view_sql,
@@ -581,7 +581,7 @@ class _Planner:
             except ChmvError as err:
                 rederive, blocked = None, f"the history of {target.fqn} cannot be planned: {err}"
             else:
-                blocked = None
+                blocked = self._foreign_block(target)
             left = ""
             if rederive is not None:
                 steps = tuple(s for s in rederive.plan.steps if (s.key or "all") not in done)
@@ -634,15 +634,20 @@ class _Planner:
                 f"the new version would not have {rederive.lost_rows:,} rows of {target.fqn} that its sources "
                 "no longer hold (see the kept partitions); --allow-drop accepts losing them"
             )
+        return _replace(change, rederive=rederive, blocked=self._foreign_block(target) or blocked)
+
+    def _foreign_block(self, target: ObjectRef) -> str | None:
+        """Why re-deriving ``target`` is blocked by MVs outside the DDL writing into it (None: it is not, or
+        ``--allow-drop`` accepts losing their rows)."""
         foreign = self.state.foreign.get(target, ())
-        if foreign and not self.allow_drop:
-            names = ", ".join(v.fqn for v in foreign)
-            blocked = (
-                f"{names}, not in the DDL directory, write{'s' if len(foreign) == 1 else ''} into {target.fqn}: "
-                "re-deriving its history would replace those rows with nothing (see the findings); add "
-                f"{names} to the DDL directory, or --allow-drop accepts losing its rows"
-            )
-        return _replace(change, rederive=rederive, blocked=blocked)
+        if not foreign or self.allow_drop:
+            return None
+        names = ", ".join(v.fqn for v in foreign)
+        return (
+            f"{names}, not in the DDL directory, write{'s' if len(foreign) == 1 else ''} into {target.fqn}: "
+            "re-deriving its history would replace those rows with nothing (see the findings); add "
+            f"{names} to the DDL directory, or --allow-drop accepts losing its rows"
+        )
 
     def _rederive(self, target: ObjectRef, writes: ObjectRef | None, *, new_version: bool) -> Rederive | None:
         project, state = self.project, self.state
@@ -1046,8 +1051,13 @@ def rederive_now(
     # which cost ~1 ms per object of the database), and the parts of the target and its triggers.
     live = {ref: LiveObject(ref, engine="") for ref in existing_objects(client, [target])}
     tables = {target, *triggers_of(loaded.project, target), *([writes] if writes is not None else [])}
-    state = ServerState(frozenset(databases), live, parts=read_parts(client, databases, tables))
-    return _Planner(client, loaded, state, allow_drop, root)._rederive(target, writes, new_version=new_version)
+    foreign = foreign_writers(client, loaded.project, [target]) if writes is None else {}
+    state = ServerState(frozenset(databases), live, parts=read_parts(client, databases, tables), foreign=foreign)
+    planner = _Planner(client, loaded, state, allow_drop, root)
+    blocked = planner._foreign_block(target)  # an MV outside the DDL created since chmv plan
+    if blocked is not None:
+        raise ForeignRowsRefused(f"{target.fqn}: {blocked}; nothing of it was re-derived")
+    return planner._rederive(target, writes, new_version=new_version)
 
 
 def _another_kind(ref: ObjectRef, kind: str, layer: int, location: str | None, live_engine: str, ddl: str) -> Change:

@@ -63,14 +63,13 @@ from chmv_assets.engine.rebuild.planner import (
     triggers_of,
     windows_covering,
 )
-from chmv_assets.engine.rebuild.steps import RebuildResult, run_step, run_steps, written_partitions
+from chmv_assets.engine.rebuild.steps import RebuildResult, run_step, run_steps, with_damage, written_partitions
 from chmv_assets.engine.statements import kill_filling
 from chmv_assets.engine.watermarks import COMMITTED, read_watermark, write_watermark
 from chmv_assets.errors import (
     ChmvError,
     LandingZoneError,
     NoRoomUnderGate,
-    RacedWrites,
     RebuildDeferred,
     RebuildRefused,
     ServerBusy,
@@ -243,10 +242,10 @@ def execute(
             spark_steps = [s for s in runnable if s.engine == Engine.SPARK]
             if spark_steps:
                 results += _run_spark(plan, loaded, spark_steps, cutoffs, stager, clickhouse, client, owner)
-    except RacedWrites as raced:
-        if not raced.damaged:
+    except ChmvError as failed:
+        if not failed.damaged:
             raise
-        raise _record_damage(plan, connect, raced) from None
+        raise _record_damage(plan, connect, failed) from None
     order = {s.key: i for i, s in enumerate(plan.steps)}
     return sorted(results, key=lambda r: order.get(r.partition, 0))
 
@@ -272,20 +271,22 @@ def _record_deferrals(plan: RebuildPlan, connect: ClientFactory) -> list[Partiti
     return runnable
 
 
-def _record_damage(plan: RebuildPlan, connect: ClientFactory, raced: RacedWrites) -> RacedWrites:
-    """Record the partitions a raced swap may have damaged as deferrals due now, so recovery rebuilds them (and the
-    next successful rebuild of each settles it, :func:`_settled`); the error, saying so."""
-    keys = [key or "all" for key in raced.damaged]
+def _record_damage(plan: RebuildPlan, connect: ClientFactory, failed: ChmvError) -> ChmvError:
+    """Record the partitions a raced swap may have damaged (``failed.damaged``, whatever else stopped the run) as
+    deferrals due now, so recovery rebuilds them (and the next successful rebuild of each settles it,
+    :func:`_settled`); the error, saying so."""
+    keys = [key or "all" for key in failed.damaged]
     with connect.get_client() as c:
         now = wall_now(c)
         reason = f"raced writes: a swap may have lost rows (run {plan.run})"
         deferrals.record(c, [Deferral(plan.target, key, now, reason) for key in keys])
     _LOG.warning(f"{plan.target.fqn}: recorded for recovery, may have lost rows: {', '.join(keys)}")
-    return RacedWrites(
-        f"{raced} Recorded for recovery: the recovery sensor rebuilds {', '.join(keys)}; a rebuild by hand settles "
+    failed.args = (
+        f"{failed} Recorded for recovery: the recovery sensor rebuilds {', '.join(keys)}; a rebuild by hand settles "
         "the record too.",
-        damaged=raced.damaged,
+        *failed.args[1:],
     )
+    return failed
 
 
 class _Open:
@@ -340,11 +341,11 @@ def _run_direct(
     if not direct:
         return []
 
-    def run(c: Client, todo: list[PartitionStep]) -> list[StepResult]:
+    def run(c: Client, todo: list[PartitionStep], damaged: frozenset[str | None]) -> list[StepResult]:
         of = {s.key: s for s in todo}
         with _paused(c, loaded, plan, todo):
             try:
-                rebuilt = run_steps(c, loaded.project, plan, todo)
+                rebuilt = run_steps(c, loaded.project, plan, todo, damaged=damaged)
             except NoRoomUnderGate as busy:
                 busy.done = [_direct_result(plan, of[r.partition], r) for r in busy.done]
                 raise
@@ -358,7 +359,7 @@ def _gated(
     clickhouse: ClientFactory | None,
     client: Client | None,
     steps: Sequence[PartitionStep],
-    run: Callable[[Client, list[PartitionStep]], list[StepResult]],
+    run: Callable[[Client, list[PartitionStep], frozenset[str | None]], list[StepResult]],
     owner: str,
 ) -> list[StepResult]:
     """``run`` the steps under the plan's gates, held for the reads and swaps only: a read that finds no room on the
@@ -366,12 +367,16 @@ def _gated(
     under them (read from scratch: nothing read under the earlier hold is used).
 
     With ``client`` the caller holds the gates (``chmv apply``, a load's repair): the steps run on it, paced as
-    every insert."""
+    every insert.
+
+    A partition a hold swapped in while writes raced it stays damaged through the next holds until one swaps it in
+    clean (``run``'s third argument); an error names it in ``damaged``."""
     if client is not None:
-        return run(client, list(steps))
+        return run(client, list(steps), frozenset())
     assert clickhouse is not None
     results: list[StepResult] = []
     left = list(steps)
+    damaged: set[str | None] = set()
     started = time.monotonic()
     names = ", ".join(g.fqn for g in plan.gates) or "(none)"
     while True:
@@ -379,18 +384,20 @@ def _gated(
         with source_gate(plan.gates, holder=holder), clickhouse.get_client() as c:
             try:
                 with pacer_for(c, plan.races.pacing).unhurried(f"the write gates of {names}"):
-                    return results + run(c, left)
+                    return results + run(c, left, frozenset(damaged))
             except NoRoomUnderGate as busy:
                 results += busy.done
                 done = {r.partition for r in busy.done}
+                damaged = (damaged | set(busy.damaged)) - done
                 left = [s for s in left if s.key not in done]
                 _LOG.info(f"{busy}; {_keys(left)} left")
         if time.monotonic() - started > plan.races.pacing.max_wait_seconds:
-            raise ServerBusy(
+            busy = ServerBusy(
                 f"{plan.target.fqn} {_keys(left)}: the server had no room for the read under the write gates of "
                 f"{names} for [pacing] max_wait_seconds={plan.races.pacing.max_wait_seconds:g}; nothing of these "
-                "partitions was written. Run it again once merges have caught up."
+                "partitions was written now. Run it again once merges have caught up."
             )
+            raise with_damage(busy, sorted(damaged, key=str))
         with clickhouse.get_client() as c:  # no gate held: ingestion into the sources goes on meanwhile
             pacer_for(c, plan.races.pacing).wait_for_room(
                 f"{plan.target.fqn} {_keys(left)}: waiting without the write gates of {names}",
@@ -511,12 +518,12 @@ def _run_spark_steps(
     crash_point("backfill:staged")
     cutoff = min((v for v in cutoffs.values() if v is not None), default=None)
 
-    def run(c: Client, todo: list[PartitionStep]) -> list[StepResult]:
+    def run(c: Client, todo: list[PartitionStep], damaged: frozenset[str | None]) -> list[StepResult]:
         swapped: list[StepResult] = []
         with _paused(c, loaded, plan, todo):
             for step in todo:
                 try:
-                    swapped.append(_swap_staged(c, loaded, plan, step, staged, cutoff, batch_id))
+                    swapped.append(_swap_staged(c, loaded, plan, step, staged, cutoff, batch_id, damaged))
                 except NoRoomUnderGate as busy:
                     busy.done = swapped
                     raise
@@ -536,13 +543,14 @@ def _swap_staged(
     staged: dict[ObjectRef, _Staged],
     cutoff: datetime | None,
     batch_id: str,
+    damaged: frozenset[str | None] = frozenset(),
 ) -> StepResult:
     """One Spark step: the MVs' SELECT over its staged rows and the source's after the cutoff, swapped in; its
     watermark (``backfill:<target>``) committed."""
     started = time.monotonic()
     target = plan.target
     relations = {s: _relation(loaded, s, st, step.window) for s, st in staged.items()}
-    r = run_step(client, loaded.project, plan, step, trigger_relation=relations.get)
+    r = run_step(client, loaded.project, plan, step, trigger_relation=relations.get, damaged=damaged)
     rows_staged = sum(staging.staged_rows(_window_folder(st, step.window)) for st in staged.values())
     mark_id, mark_key = f"backfill:{target.fqn}", step.key or "all"
     write_watermark(

@@ -35,7 +35,7 @@ from clickhouse_connect.driver.client import Client
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table
 from chmv_assets.engine.rebuild.planner import PartitionStep, RebuildPlan
 from chmv_assets.engine.rebuild.shrink_guard import COLLAPSING
-from chmv_assets.errors import ForeignRowsRefused
+from chmv_assets.errors import NOT_SWAPPED, ForeignRowsRefused
 from chmv_assets.sql.quoting import qualified, quote
 
 #: Sources whose duplicates collapse at merge time: a target row derived from a superseded version may leave.
@@ -132,7 +132,7 @@ def check_foreign_rows(
             f"{plan.target.fqn} {where_text}: the live partition holds {foreign:,} row{'s' if foreign != 1 else ''} "
             f"that the MVs' own SELECT does not yield from the sources (compared on {rows.what}): written by a writer "
             "outside the DDL (an INSERT INTO the target, an MV the DDL does not define), and the rebuild would delete "
-            "them. Nothing was swapped; the live partition is unchanged. To proceed: find who wrote them and put "
+            f"them. {NOT_SWAPPED} To proceed: find who wrote them and put "
             "that writer in the DDL directory (or their rows into a source), or rebuild with force (run config force: "
             "true, chmv rebuild --force) to delete them."
         )

@@ -44,7 +44,7 @@ from clickhouse_connect.driver.client import Client
 from chmv_assets.ddl.models import Column, ObjectRef, Table
 from chmv_assets.ddl.types import AggregateFunctionType
 from chmv_assets.engine.rebuild.planner import PartitionStep, RebuildPlan
-from chmv_assets.errors import ShrinkRefused
+from chmv_assets.errors import NOT_SWAPPED, ShrinkRefused
 from chmv_assets.sql.quoting import qualified, quote
 
 #: Engines whose rows collapse at merge time: a count of unmerged parts overstates what readers see.
@@ -197,8 +197,7 @@ def check_shrink(
         return new, old
     where_text = f"partition {step.key}" if step.key else "whole table"
     proceed = (
-        f"Coverage does not vouch for every row of it ({step.guard}). Nothing was swapped; the live partition is "
-        "unchanged. To proceed: restore the rows where the rebuild reads them (the source table, or the landing zone "
+        f"Coverage does not vouch for every row of it ({step.guard}). {NOT_SWAPPED} To proceed: restore the rows where the rebuild reads them (the source table, or the landing zone "
         "with engine=auto) and rebuild, or rebuild with force (run config force: true, chmv rebuild --force) to "
         "accept the loss."
     )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from clickhouse_connect.driver.client import Client
@@ -32,7 +32,7 @@ from chmv_assets.engine.rebuild import foreign_rows
 from chmv_assets.engine.rebuild.planner import PartitionStep, RebuildPlan, Swap, plan_from_source
 from chmv_assets.engine.rebuild.shrink_guard import check_shrink
 from chmv_assets.engine.statements import statement_id
-from chmv_assets.errors import ForeignRowsRefused, NoRoomUnderGate, RacedWrites, ShrinkRefused
+from chmv_assets.errors import NOT_SWAPPED, ChmvError, ForeignRowsRefused, NoRoomUnderGate, RacedWrites, ShrinkRefused
 from chmv_assets.sql.quoting import qualified, string_literal
 from chmv_assets.sql.rebuild_sql import (
     drop_shadow_sql,
@@ -46,8 +46,11 @@ from chmv_assets.sql.rebuild_sql import (
 
 _LOG = logging.getLogger(__name__)
 
-#: Settings for inserts into a shadow table: one rebuild may write many partitions of an unpartitioned asset.
-SHADOW_INSERT_SETTINGS = {"max_partitions_per_insert_block": 0, "insert_deduplicate": 0}
+#: Settings an MV's SELECT is evaluated with, by a rebuild's fill and by parity's recompute alike (a SELECT may read
+#: settings: both must see the same ones): one rebuild may write many partitions of an unpartitioned asset.
+RECOMPUTE_SETTINGS = {"max_partitions_per_insert_block": 0}
+#: Settings for inserts into a shadow table.
+SHADOW_INSERT_SETTINGS = {**RECOMPUTE_SETTINGS, "insert_deduplicate": 0}
 
 
 @dataclass
@@ -84,9 +87,10 @@ def run_step(
     step: PartitionStep,
     *,
     trigger_relation: Callable[[ObjectRef], str | None] | None = None,
+    damaged: Collection[str | None] = (),
 ) -> RebuildResult:
     """Rebuild the partition of ``step``: :func:`run_steps` of a batch of one."""
-    return run_steps(client, project, plan, [step], trigger_relation=trigger_relation)[0]
+    return run_steps(client, project, plan, [step], trigger_relation=trigger_relation, damaged=damaged)[0]
 
 
 def run_steps(
@@ -96,6 +100,7 @@ def run_steps(
     steps: Sequence[PartitionStep],
     *,
     trigger_relation: Callable[[ObjectRef], str | None] | None = None,
+    damaged: Collection[str | None] = (),
 ) -> list[RebuildResult]:
     """Rebuild the partitions of ``steps`` in batches: one read of a batch's trigger rows, then each partition
     swapped in; results in order.
@@ -119,12 +124,18 @@ def run_steps(
         plan: The plan the steps belong to.
         steps: Partitions of ``plan``.
         trigger_relation: Per trigger table, a relation to read instead (staged lake rows and the cutoff union).
+        damaged: Keys of partitions an earlier hold of this run swapped in while writes raced it (see
+            :attr:`~chmv_assets.errors.ChmvError.damaged`): damaged until a read of them is swapped in clean.
 
     Raises:
         ShrinkRefused: A guarded partition would shrink: it and the later ones of its batch are not swapped (the
             earlier ones are), the shadow is dropped.
         ForeignRowsRefused: A partition holds rows its rebuild does not yield (:mod:`.foreign_rows`): likewise.
         RacedWrites: Writes kept racing partitions through every read (the others are swapped).
+        NoRoomUnderGate: No room on the server for a read under the gates; ``damaged`` names the partitions of this
+            run left damaged so far (the caller reads the rest again, passing them back).
+
+    Every error raised names in ``damaged`` the partitions this run may have left damaged.
     """
     batches: dict[object, list[int]] = {}
     for i, step in enumerate(steps):
@@ -136,7 +147,7 @@ def run_steps(
             if group[0].swap == Swap.REFRESH:
                 results = [_refresh(client, project, plan)]
             else:
-                results = _Races(_Read(client, project, plan, trigger_relation)).run(group)
+                results = _Races(_Read(client, project, plan, trigger_relation), damaged).run(group)
         except NoRoomUnderGate as busy:  # the caller waits without the gates and reads the rest again
             busy.done = [done[i] for i in sorted(done)]
             raise
@@ -358,16 +369,18 @@ def _label(window: PartitionWindow | None) -> str:
 class _Races:
     """Reads, swaps and, for a partition a write raced, reads again (see the module)."""
 
-    def __init__(self, read: _Read):
+    def __init__(self, read: _Read, damaged: Collection[str | None] = ()):
         self.read, self.plan = read, read.plan
         self.rules = read.plan.races
+        self.damaged_before = set(damaged)
 
     def run(self, steps: Sequence[PartitionStep]) -> list[RebuildResult]:
         plan = self.plan
         done: dict[int, RebuildResult] = {}
         pending = list(range(len(steps)))
         why = ""
-        damaged: set[int] = set()  # swapped while a write raced them, in any attempt, and not swapped clean since
+        # swapped while a write raced them, in any attempt (or an earlier hold of the run), not swapped clean since
+        damaged = {i for i, step in enumerate(steps) if step.key in self.damaged_before}
         for attempt in range(1, self.rules.attempts + 1):
             if attempt > 1:
                 pause = self.rules.pause(attempt)
@@ -377,11 +390,15 @@ class _Races:
                 )
                 time.sleep(pause)
             group = [steps[i] for i in pending]
-            seen, unsettled = self._settled_watch()
-            if unsettled:
-                why = unsettled
-                continue
-            outcome = self._attempt(group, seen, attempt)
+            try:
+                seen, unsettled = self._settled_watch()
+                if unsettled:
+                    why = unsettled
+                    continue
+                outcome = self._attempt(group, seen, attempt)
+            except NoRoomUnderGate as busy:  # the caller reads again: the damage so far goes with it
+                busy.damaged = tuple(steps[i].key for i in sorted(damaged))
+                raise
             for index, result in zip(pending, outcome.results, strict=True):
                 if result is not None:
                     done[index] = result
@@ -389,7 +406,7 @@ class _Races:
             damaged |= {pending[i] for i in outcome.swapped_raced}
             pending = [pending[i] for i in outcome.raced]
             if outcome.refused is not None:
-                raise outcome.refused
+                raise with_damage(outcome.refused, [steps[i].key for i in sorted(damaged)])
             if not pending:
                 return [done[i] for i in range(len(steps))]
             why = f"writes raced the read of {self._keys(steps, pending)}" + (
@@ -544,6 +561,24 @@ class _Races:
             outcome.results[i] = RebuildResult(
                 target, group[i].key, method, rows, seconds if n == 0 else 0.0, statements, attempt
             )
+
+
+def with_damage(error: ChmvError, keys: Sequence[str | None]) -> ChmvError:
+    """``error``, naming ``keys`` as the partitions the run may have left damaged (a swap raced by a write in an
+    earlier attempt), in its message and its ``damaged``: a refusal of one partition never hides the damage of
+    another (issue 25, class 2)."""
+    keys = [k for k in keys if k not in error.damaged]
+    if not keys:
+        return error
+    error.damaged = (*error.damaged, *keys)
+    named = ", ".join(k or "(whole table)" for k in keys)
+    text = str(error).replace(NOT_SWAPPED, "This attempt swapped nothing (see below for an earlier one).")
+    error.args = (
+        f"{text} Earlier in this run, a read of {named} was swapped in while writes raced it: it may have lost rows "
+        "or hold some twice, and needs a rebuild.",
+        *error.args[1:],
+    )
+    return error
 
 
 @dataclass

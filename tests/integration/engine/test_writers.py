@@ -206,6 +206,29 @@ def test_a_swap_a_write_raced_is_reported_as_damage_even_when_a_later_read_is_no
         assert deferrals.pending(client) == []
 
 
+def test_a_refusal_after_a_raced_swap_still_names_the_damage(engine, base):
+    """Attempt 1 swaps and then sees a row written between its race check and its swap (damage); before attempt 2 a
+    writer outside the DDL puts a row in the target, so attempt 2's swap is refused (foreign rows). The refusal said
+    "the live partition is unchanged" and nothing of the damage: now it names the partition an earlier attempt left
+    damaged, and recovery has it to rebuild."""
+    from chmv_assets.errors import ForeignRowsRefused
+
+    loaded = load(base / "ddl", rebuild={"race_attempts": 2, "race_backoff_seconds": 0.0})
+    lost = "INSERT INTO w.events SELECT toDateTime('2026-02-10 12:00:00'), 7, 4242"
+    foreign = "INSERT INTO w.daily SELECT toDate('2026-02-20'), 999, 1, 1"
+    script = {("before", "swap", 1): lost, ("after", "swap", 1): foreign}
+    with AtStatements(engine, script) as hooks, pytest.raises(ForeignRowsRefused) as raised:
+        rebuild_partitions(hooks, loaded, DAILY, [FEB])
+    assert hooks.done == [("before", "swap", 1), ("after", "swap", 1)]
+    message = str(raised.value)
+    assert "partition 2026-02-01: the live partition holds 1 row" in message, message
+    assert "Earlier in this run, a read of 2026-02-01 was swapped in while writes raced it" in message, message
+    assert "the live partition is unchanged" not in message
+    assert "Recorded for recovery" in message and raised.value.damaged == ("2026-02-01",)
+    with engine.get_client() as client:
+        assert [(d.target, d.partition) for d in deferrals.pending(client)] == [(DAILY, FEB.key)]
+
+
 def test_two_runs_of_one_partition_count_its_rows_once(engine, loaded, caplog):
     """Two runs start together (two hosts, say): the lease on the server serializes them, each reads into a shadow
     of its own; the partition holds its rows once (main: 3,640,576 rows where 2,592,000 belong)."""

@@ -275,3 +275,58 @@ def test_an_interrupted_re_derivation_is_a_pending_change_until_an_apply_finishe
     with engine.get_client() as client:
         assert assert_exact(client, loaded, ref("error_events")) > 100
     assert main(["plan", "--ddl-dir", str(ddl), "--dsn", dsn]) == 0
+
+
+FOREIGN_MV = "team.error_feed"
+FOREIGN_ROWS = "SELECT count() FROM analytics.error_events WHERE payload = 'from team'"
+
+
+def add_foreign_writer(client) -> None:
+    """Another team's MV writing 50 rows into ``analytics.error_events`` (not in the DDL directory)."""
+    client.command("CREATE DATABASE IF NOT EXISTS team ENGINE = Atomic")
+    client.command("CREATE TABLE team.errors (ts DateTime, level String) ENGINE = MergeTree ORDER BY ts")
+    client.command(
+        f"CREATE MATERIALIZED VIEW {FOREIGN_MV} TO analytics.error_events AS "
+        "SELECT ts AS timestamp, level, 'from team' AS payload FROM team.errors"
+    )
+    client.command(
+        "INSERT INTO team.errors SELECT toDateTime('2026-08-05 00:00:00') + number * 60, 'error' FROM numbers(50)"
+    )
+    assert int(client.command(FOREIGN_ROWS)) == 50
+
+
+def test_a_re_derivation_never_deletes_rows_a_foreign_mv_wrote(engine, tmp_path: Path) -> None:
+    """Issue 25, class 4 on chmv apply's paths: an MV outside the DDL that writes into a target whose history a
+    change re-derives. Created after ``chmv plan`` (the apply's own re-planning sees it), and after an interrupted
+    re-derivation (the pending change ``chmv plan`` shows is blocked by it): nothing of it is re-derived, its rows stay."""
+    from chmv_assets.errors import ForeignRowsRefused
+
+    ddl = copy_ddl(tmp_path)
+    edit(ddl, *CHANGED_FILTER)
+    loaded = load(ddl)
+    with engine.get_client() as client:
+        plan = plan_lifecycle(client, loaded)
+        add_foreign_writer(client)
+    assert not plan.blocked  # planned before the foreign MV existed
+    with pytest.raises(ForeignRowsRefused, match=f"{FOREIGN_MV}, not in the DDL directory, writes into"):
+        apply_plan(engine, loaded, plan)
+    with engine.get_client() as client:
+        assert int(client.command(FOREIGN_ROWS)) == 50
+        # the cut-in is done: the re-derivation is pending, and blocked by the foreign MV
+        pending = plan_lifecycle(client, loaded)
+    (change,) = pending.changes
+    assert change.unfinished and change.blocked and FOREIGN_MV in change.blocked
+    with pytest.raises(Exception, match="nothing was changed"):
+        apply_plan(engine, loaded, pending)
+    with engine.get_client() as client:
+        assert int(client.command(FOREIGN_ROWS)) == 50
+        client.command(f"DROP VIEW {FOREIGN_MV}")
+        client.command("DROP DATABASE team")
+        client.command(
+            "DELETE FROM analytics.error_events WHERE payload = 'from team'", settings={"mutations_sync": 2}
+        )
+        pending = plan_lifecycle(client, loaded)
+    assert not pending.blocked
+    apply_plan(engine, loaded, pending)
+    with engine.get_client() as client:
+        assert assert_exact(client, loaded, ref("error_events")) > 100
