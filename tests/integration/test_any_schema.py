@@ -268,7 +268,9 @@ def test_a_target_whose_mv_calls_sql_functions_is_rebuilt(deployed):
     )  # fmt: skip
     assert code == 0, out
     with resource.get_client() as client:
-        assert rows(client, "SELECT section, owner, sum(hits), sum(humans) FROM web.section_hits GROUP BY ALL") == before
+        assert (
+            rows(client, "SELECT section, owner, sum(hits), sum(humans) FROM web.section_hits GROUP BY ALL") == before
+        )
 
 
 def test_aliases_inside_arguments_and_lambdas_run_as_written(deployed):

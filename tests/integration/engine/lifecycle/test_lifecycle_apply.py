@@ -322,9 +322,7 @@ def test_a_re_derivation_never_deletes_rows_a_foreign_mv_wrote(engine, tmp_path:
         assert int(client.command(FOREIGN_ROWS)) == 50
         client.command(f"DROP VIEW {FOREIGN_MV}")
         client.command("DROP DATABASE team")
-        client.command(
-            "DELETE FROM analytics.error_events WHERE payload = 'from team'", settings={"mutations_sync": 2}
-        )
+        client.command("DELETE FROM analytics.error_events WHERE payload = 'from team'", settings={"mutations_sync": 2})
         pending = plan_lifecycle(client, loaded)
     assert not pending.blocked
     apply_plan(engine, loaded, pending)
