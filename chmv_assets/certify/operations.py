@@ -330,6 +330,13 @@ def apply_changed_select(run: Run) -> None:
             preflight(client, loaded, plan)
         op.detail["plan"] = [f"{c.action.value} {c.name}" for c in plan.changes][:10]
         wanted = (Action.MODIFY_QUERY, Action.RECREATE_VIEW, Action.REDERIVE)  # REDERIVE: an interrupted apply's
+        if not plan.changes and run.history.ops and _applied_before(run):
+            # the interrupted apply was not stopped (its re-derivation had no partition to stop at): it applied
+            # the derived version whole, which is live now
+            run.history.end(op, OK, said="the derived version was live already (applied by the apply before)")
+            run.redeployed(loaded)
+            run.ddl = ddl
+            return
         if not any(c.action in wanted for c in plan.changes):
             run.history.end(op, FAILED, error="chmv plan saw no changed SELECT in the derived version")
             run.notes.append(f"{op.id}: chmv plan did not see the derived SELECT of {view.fqn} as a change")
@@ -345,6 +352,12 @@ def apply_changed_select(run: Run) -> None:
         run.history.end(op, OK)
     run.redeployed(loaded)  # the new SELECT is what the DDL says now (an interrupted apply is judged against it)
     run.ddl = ddl
+
+
+def _applied_before(run: Run) -> bool:
+    """Whether the run's interrupted apply ended on its own (exit 0: it applied the derived version)."""
+    killed = [o for o in run.history.ops if o.kind == "apply_killed"]
+    return bool(killed) and killed[-1].status == OK
 
 
 def _unchanged(run: Run) -> bool:

@@ -499,14 +499,11 @@ def windows_between(
     """The partitions of ``grain`` (none before ``first_start``) whose windows intersect ``[since, until]``.
 
     Naive values are wall clocks of ``zone``: ``since`` its first occurrence, ``until`` its last, so a wall-clock
-    range meeting an hour a fall-back repeats covers both windows of it. As in Dagster's time-window partitions, the
-    first partition starts at the first boundary at or after ``first_start`` (a monthly ``partition_start =
-    "2026-08-15"`` starts at ``2026-09-01``).
+    range meeting an hour a fall-back repeats covers both windows of it. The first partition is the one holding
+    ``first_start`` (a monthly ``partition_start = "2026-08-15"`` starts at ``2026-08-01``, a yearly one at
+    ``2026-01-01``), as in chmv's Dagster definitions (:func:`chmv_assets.orchestration.partitions.partitions_definition`).
     """
-    begin = instant(first_start, zone)
-    first = floor_to_grain(begin, grain, zone)
-    if first < begin:
-        first = next_start(first, grain, zone)
+    first = floor_to_grain(instant(first_start, zone), grain, zone)
     low, high = instant(since, zone), instant(until, zone, fold=1)
     cursor = floor_to_grain(max(low, first), grain, zone)
     out = []

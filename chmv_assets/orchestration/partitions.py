@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from functools import lru_cache
 
 from dagster import (
@@ -93,6 +94,10 @@ def _definition(grain: str | None, start: str, timezone: str) -> TimeWindowParti
     if grain is None:
         return None
     grain = Grain(grain)
+    # the first window is the one holding partition_start (Dagster's windows start at the first boundary on or after
+    # the start date: a year target starting 2026-05-01 had no 2026 partition, a week target none for the days before
+    # the first Monday)
+    start = grain.floor(datetime.fromisoformat(start)).strftime("%Y-%m-%d")
     if grain == Grain.HOUR:
         return HourlyPartitionsDefinition(start_date=f"{start}-00:00", timezone=timezone, end_offset=1)
     if grain == Grain.DAY:

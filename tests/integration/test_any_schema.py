@@ -336,6 +336,58 @@ def test_any_mv_runs_as_its_server_would(deployed):
         assert rows(client, "SELECT count() FROM feed.all_events") == [(3,)]  # the Merge table reads feed.events
 
 
+def test_a_target_its_own_mv_reads_back_is_neither_rebuilt_nor_checked_through_it(deployed):
+    """``feed.first_seen``'s MV keeps a user's first event only (``NOT IN (SELECT … FROM feed.first_seen)``): its
+    SELECT run now over the source yields nothing the target holds, so a rebuild through it would empty the target
+    (the shrink guard stopped the unpartitioned one by chance) and parity failed every materialization. The rebuild is
+    refused naming the read (force overrides it), parity is not verifiable, and a new SELECT keeps its history.
+    Runs after the test that gives the target its rows."""
+    from chmv_assets.engine.health.parity import parity_for_partitions
+    from chmv_assets.engine.rebuild.executor import plan_for
+    from chmv_assets.engine.rebuild.planner import Engine
+
+    resource, _ = deployed["any_mv"]
+    loaded = load(SCHEMAS / "any_mv")
+    first_seen = ObjectRef(database="feed", name="first_seen")
+    plan = plan_for(resource, loaded, first_seen, [None])
+    assert [s.engine for s in plan.steps] == [Engine.REFUSED]
+    assert "feed.first_seen_mv reads feed.first_seen, which its own output feeds" in plan.refusal()
+    forced = plan_for(resource, loaded, first_seen, [None], force=True)
+    assert not forced.refused and any("forced past a feedback read" in n for n in forced.notes)
+    with resource.get_client() as client:
+        (result,) = parity_for_partitions(client, loaded, first_seen, [None])
+        assert result.passed and result.unverifiable and "feedback read" in result.unverifiable
+        held = rows(client, "SELECT count() FROM feed.first_seen FINAL")
+    code, out = chmv("rebuild", "--ddl-dir", str(SCHEMAS / "any_mv"), "--dsn", resource.resolved_dsn,
+                     "--target", first_seen.fqn)  # fmt: skip
+    assert code != 0 and "which its own output feeds" in out, out
+    with resource.get_client() as client:
+        assert rows(client, "SELECT count() FROM feed.first_seen FINAL") == held == [(2,)]
+
+
+def test_a_new_select_of_a_dedup_mv_keeps_its_targets_history(deployed, tmp_path):
+    """``chmv plan`` of a changed SELECT of ``feed.first_seen_mv``: the new SELECT goes live, the history is kept as
+    it is (re-deriving it through the SELECT would empty it), and the plan says why."""
+    import shutil
+
+    from chmv_assets.engine.lifecycle.plan import Action
+
+    resource, _ = deployed["any_mv"]
+    ddl = tmp_path / "any_mv"
+    shutil.copytree(SCHEMAS / "any_mv", ddl)
+    sql = (ddl / "feed.sql").read_text()
+    changed = "WHERE user_id NOT IN (SELECT user_id FROM feed.first_seen) AND user_id > 0"
+    (ddl / "feed.sql").write_text(sql.replace("WHERE user_id NOT IN (SELECT user_id FROM feed.first_seen)", changed))
+    with resource.get_client() as client:
+        plan = plan_lifecycle(client, load(ddl))
+    (change,) = [c for c in plan.changes if c.name == "feed.first_seen_mv"]
+    assert [c.name for c in plan.changes if c.rederive is not None] == [], plan.describe()
+    assert change.action == Action.MODIFY_QUERY and not change.blocked
+    assert any(
+        r.startswith("its history is kept as it is: feed.first_seen_mv reads feed.first_seen") for r in change.reasons
+    )
+
+
 def test_the_preflight_quotes_the_servers_own_fix(tmp_path):
     """Without server_version (the twin of a 26.9 server), the AggregatingMergeTree with a column outside its sorting
     key is refused with the server's message, its own advice and what to set in chmv.toml; as written on a server,

@@ -114,7 +114,8 @@ def test_one_asset_per_target_with_the_partitions_of_its_shape(loaded: LoadedPro
         return partitions_def.cron_schedule, partitions_def.fmt, partitions_def.get_first_partition_key()
 
     assert isinstance(partitions("weekly_load"), WeeklyPartitionsDefinition)
-    assert windows(partitions("weekly_load")) == ("0 0 * * 1", "%Y-%m-%d", "2025-01-06")  # weeks from Monday
+    # weeks from Monday: the first holds partition_start (2025-01-01, a Wednesday)
+    assert windows(partitions("weekly_load")) == ("0 0 * * 1", "%Y-%m-%d", "2024-12-30")
     assert windows(partitions("quarterly_devices")) == ("0 0 1 */3 *", "%Y-%m-%d", "2025-01-01")
     assert windows(partitions("yearly_tenants")) == ("0 0 1 1 *", "%Y-%m-%d", "2025-01-01")
     assert isinstance(partitions("daily_devices"), DailyPartitionsDefinition)  # toYYYYMMDD(day)

@@ -42,7 +42,13 @@ from chmv_assets.engine.health.verdicts import SELF_DEDUP_ENGINES, Measure, Pari
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest.lake_read import lake_relation
 from chmv_assets.engine.rebuild.coverage import mappings, observe_coverage
-from chmv_assets.engine.rebuild.planner import spark_capable, streamed_triggers, triggers_of
+from chmv_assets.engine.rebuild.planner import (
+    describe_feedback,
+    feedback_reads,
+    spark_capable,
+    streamed_triggers,
+    triggers_of,
+)
 from chmv_assets.engine.rebuild.steps import RECOMPUTE_SETTINGS, race_ranges
 from chmv_assets.errors import ChmvError
 from chmv_assets.sql.quoting import qualified, quote
@@ -471,11 +477,15 @@ def _against_writes(
     project = loaded.project
     tolerance = loaded.config.parity.tolerance
     streams = streamed_triggers(loaded, target)
+    reason = None
     if streams:
         reason = (
             f"its trigger {', '.join(s.fqn for s in streams)} is a stream table, which chmv never reads (a "
             "SELECT would consume its messages); the tables its consumer writes are checked further down"
         )
+    elif feedback := feedback_reads(loaded, target):
+        reason = describe_feedback(target, feedback)
+    if reason is not None:
         return [
             ParityResult(target.fqn, w.key if w else None, tolerance=tolerance, unverifiable=reason) for w in windows
         ]

@@ -56,7 +56,15 @@ from chmv_assets.engine.lifecycle.plan import (
 from chmv_assets.engine.lifecycle.refusals import refused_views
 from chmv_assets.engine.lifecycle.table_diff import TableDiff, diff_table, same_text
 from chmv_assets.engine.parts import read_partitions
-from chmv_assets.engine.rebuild.planner import Observations, downstream_targets, observe, plan_rebuild, triggers_of
+from chmv_assets.engine.rebuild.planner import (
+    Observations,
+    downstream_targets,
+    feedback_cause,
+    feedback_reads,
+    observe,
+    plan_rebuild,
+    triggers_of,
+)
 from chmv_assets.errors import ChmvError, DDLError, ForeignRowsRefused
 from chmv_assets.sql.cluster import (
     alter_table_sql,
@@ -621,6 +629,10 @@ class _Planner:
         """``change`` with the re-derivation of ``target``'s history, when its sources hold rows."""
         if target in self.rederived:
             return change
+        feedback = feedback_reads(self.loaded, target)
+        if feedback:  # its history cannot be recomputed through its SELECT: kept as it is, as a stream's target's
+            kept = f"its history is kept as it is: {feedback_cause(target, feedback)}"
+            return _replace(change, reasons=(*change.reasons, kept))
         try:
             rederive = self._rederive(target, writes, new_version=change.action == Action.NEW_VERSION)
         except ChmvError as err:
@@ -652,6 +664,8 @@ class _Planner:
     def _rederive(self, target: ObjectRef, writes: ObjectRef | None, *, new_version: bool) -> Rederive | None:
         project, state = self.project, self.state
         views = project.views_into(target)
+        if feedback_reads(self.loaded, target):  # not recomputable through its SELECT: kept as it is
+            return None
         # A stream (Kafka, S3Queue…) is never read: reading consumes. A target fed by one keeps its history as it is.
         triggers = [s for s in triggers_of(project, target) if not project.is_stream(s)]
         if not views or not triggers or not any(state.rows(s) for s in triggers):

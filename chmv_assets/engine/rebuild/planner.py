@@ -448,6 +448,39 @@ def observe(
     return Observations(live=live, oldest=oldest, now=now, zone=zone, foreign=foreign)
 
 
+def feedback_reads(loaded: LoadedProject, target: ObjectRef) -> list[tuple[ObjectRef, ObjectRef]]:
+    """``(table, MV)`` of each MV writing ``target`` that reads a table its own output feeds (``target`` itself or a
+    table downstream of it: a dedup or feedback read, lineage's ``feedback``). What such an MV wrote at each insert
+    depended on what that table held then: its SELECT run now over the source yields something else (a dedup MV's
+    ``NOT IN (SELECT … FROM target)``: nothing the target already holds)."""
+    feedback = loaded.graph.feedback
+    return [
+        (source, view.ref)
+        for view in loaded.project.views_into(target)
+        for source in (*view.source_refs, *view.dictionaries)
+        if (source.fqn, view.ref.fqn) in feedback
+    ]
+
+
+def feedback_cause(target: ObjectRef, reads: Sequence[tuple[ObjectRef, ObjectRef]]) -> str:
+    """What makes ``target``'s history not recomputable through its MVs (:func:`feedback_reads`)."""
+    pairs = "; ".join(f"{view.fqn} reads {source.fqn}" for source, view in reads)
+    return (
+        f"{pairs}, which its own output feeds (a dedup or feedback read): each insert's output depended on what that "
+        f"table held then, and the SELECT run now over the source yields something else (a dedup MV's NOT IN: nothing "
+        f"{target.fqn} already holds)"
+    )
+
+
+def describe_feedback(target: ObjectRef, reads: Sequence[tuple[ObjectRef, ObjectRef]]) -> str:
+    """Why ``target``, written by MVs with feedback reads (:func:`feedback_reads`), is not recomputed through them."""
+    return (
+        f"{feedback_cause(target, reads)}, so chmv neither rebuilds nor checks {target.fqn} through it. To proceed: "
+        "rebuild with force (run config force: true, chmv rebuild --force) where its SELECT over the source is what "
+        "the target should hold now (an emptied target, say)"
+    )
+
+
 def streamed_triggers(loaded: LoadedProject, target: ObjectRef) -> list[ObjectRef]:
     """The triggers of ``target``'s MVs that are stream-engine tables (a consumer MV's target): never read."""
     return [t for t in triggers_of(loaded.project, target) if loaded.project.is_stream(t)]
@@ -529,15 +562,22 @@ def plan_rebuild(
         plan = replace(plan, steps=steps)
     if observations.foreign:
         plan = _foreign_writers(plan, observations.foreign, force)
+    feedback = feedback_reads(loaded, target)
+    if feedback:
+        plan = _refused_unless_forced(plan, describe_feedback(target, feedback), force, "a feedback read")
     return replace(plan, cutoff_rule=_cutoff_rule(loaded, plan))
 
 
 def _foreign_writers(plan: RebuildPlan, views: tuple[ObjectRef, ...], force: bool) -> RebuildPlan:
     """MVs the DDL does not define write into the target: every step refused (their rows would be replaced with
     nothing), unless forced (then said in the plan's notes)."""
-    why = describe_foreign(plan.target, views)
+    return _refused_unless_forced(plan, describe_foreign(plan.target, views), force, "a writer outside the DDL")
+
+
+def _refused_unless_forced(plan: RebuildPlan, why: str, force: bool, what: str) -> RebuildPlan:
+    """Every step of ``plan`` refused for ``why``, unless forced (then said in the plan's notes, past ``what``)."""
     if force:
-        return replace(plan, notes=(*plan.notes, f"forced past a writer outside the DDL: {why}"))
+        return replace(plan, notes=(*plan.notes, f"forced past {what}: {why}"))
     steps = tuple(
         s if s.engine == Engine.REFUSED else PartitionStep(s.window, Engine.REFUSED, Swap.NONE, None, (), why)
         for s in plan.steps

@@ -191,3 +191,21 @@ def test_window_for_key_of_multi_and_dynamic_partitions() -> None:
     assert window_for_key(multi, MultiPartitionKey({"date": "2026-09-01", "key": "a%7Cb"})) == expected
     dynamic = partitions_definition(PartitionScheme(grain=None, keys=("k",)), "2026-01-01", target=target)
     assert window_for_key(dynamic, "acme/eu") == PartitionWindow("acme/eu", None, None, ("acme", "eu"))
+
+
+@pytest.mark.parametrize(
+    ("grain", "start", "first"),
+    [
+        ("year", "2026-05-01", "2026-01-01"),
+        ("quarter", "2026-05-01", "2026-04-01"),
+        ("month", "2026-05-15", "2026-05-01"),
+        ("week", "2026-05-01", "2026-04-27"),  # a Friday: its week starts on the Monday before
+        ("day", "2026-05-01", "2026-05-01"),
+    ],
+    ids=["year", "quarter", "month", "week", "day"],
+)
+def test_the_first_partition_holds_partition_start(grain: str, start: str, first: str) -> None:
+    """Rows from ``partition_start`` on belong to a partition the UI can materialize: the window holding it comes
+    first (a yearly target starting 2026-05-01 had 2027-01-01 as its first key: all of 2026 was unreachable)."""
+    pdef = partitions_definition(PartitionScheme(grain=Grain(grain)), start)
+    assert pdef is not None and pdef.get_first_partition_key() == first
