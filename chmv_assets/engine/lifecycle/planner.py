@@ -139,6 +139,7 @@ def read_state(client: Client, loaded: LoadedProject) -> ServerState:
     tables = [t for r, t in project.tables.items() if r in live]
     dictionaries = [d for r, d in project.dictionaries.items() if r in live]
     views = [v for r, v in project.views.items() if r in live]
+    views += [v for r, v in project.loop_views.items() if r in live]  # compared to refuse a change to them
     views += [v for r, v in project.plain_views.items() if r in live]
     others = [k for k in project.kept if k.kind != KeptKind.VIEW]
     kept = read_kept(client, others) if others else KeptState()
@@ -250,6 +251,7 @@ class _Planner:
             self._dictionary(ref, dictionary, self.state.live.get(ref))
         for ref, view in self.project.views.items():
             self._view(ref, view, self.state.live.get(ref))
+        self._loops()
         for obj in self.project.kept:
             self._kept_statement(obj)
         self._finish_new_versions()
@@ -512,6 +514,46 @@ class _Planner:
                 statements=statements,
             )
             self.changes.append(self._with_rederive(change, target, why="SELECT changed"))
+
+    def _loops(self) -> None:
+        """The MVs of each trigger loop (left out of the project, :class:`~chmv_assets.ddl.models.TriggerLoop`): a
+        change that would create or change one is refused, alone (the apply makes every other change); a loop the
+        server already runs is a note."""
+        for loop in self.project.loops:
+            blocked = (
+                loop.problem().message + ": chmv never deploys a trigger loop; break it (read that table through JOIN "
+                "or IN: a read never fires the MV) and apply again"
+            )
+            refused = 0
+            for view in loop.views:
+                live = self.state.live.get(view.ref)
+                if live is None:
+                    reason = "missing on the server: creating it would deploy the loop"
+                elif (
+                    live.engine != "MaterializedView"
+                    or (view.target is not None and live.target != view.target)
+                    or select_changed(self.state.selects.get(view.ref) or view.select_sql, live.select)
+                ):
+                    reason = "differs from the server's: changing it would deploy the loop"
+                else:
+                    continue
+                refused += 1
+                self.changes.append(
+                    Change(
+                        Action.REFUSED,
+                        view.ref,
+                        "view",
+                        self.layer.get(view.writes_to.fqn, 0),
+                        reasons=(reason,),
+                        location=str(view.location),
+                        blocked=blocked,
+                    )
+                )
+            if not refused:
+                self.notes.append(
+                    f"{loop.views[0].ref.fqn}: the server runs the trigger loop {' -> '.join(loop.cycle)} as the DDL "
+                    "defines it: every insert into it fails (TOO_DEEP_RECURSION); break it in the DDL"
+                )
 
     def _finish_new_versions(self) -> None:
         """Each new version: its CREATE beside the target, a copy of every MV writing it, the re-derivation."""
@@ -908,7 +950,7 @@ class _Planner:
     def _extras(self) -> None:
         project = self.project
         known = set(project.tables) | set(project.views) | set(project.dictionaries) | set(project.external)
-        known |= set(project.plain_views)
+        known |= set(project.plain_views) | set(project.loop_views)
         extras = sorted(
             (
                 o

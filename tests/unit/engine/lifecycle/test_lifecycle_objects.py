@@ -90,6 +90,19 @@ def test_blocked_changes_are_counted_and_said() -> None:
     assert "BLOCKED: migrate it by hand" in plan.describe()
 
 
+def test_a_refused_change_holds_nothing_back_and_is_said() -> None:
+    """An MV of a trigger loop: refused alone (not one of the changes that block the apply), printed as such."""
+    refused = Change(Action.REFUSED, ref("d.x_to_y"), "view", 1, reasons=("missing",), blocked="cycle in the MV graph")
+    create = Change(Action.CREATE, ref("d.ok"), "table", 0, statements=("CREATE TABLE d.ok …",))
+    plan = LifecyclePlan("ddl", (create, refused))
+    assert plan.blocked == () and plan.refused == (refused,) and plan.exit_code == EXIT_CHANGES
+    assert plan.summary() == "2 changes (1 create, 1 refused); 1 refused (a trigger loop; the rest is applied)"
+    text = plan.describe()
+    assert "✗ d.x_to_y: refused, the rest is applied (view of a trigger loop)" in text
+    assert "REFUSED: cycle in the MV graph" in text and "BLOCKED" not in text
+    assert json.loads(plan.to_json())["changes"][1]["action"] == "refused"
+
+
 def test_names_beside_a_target_and_the_sources_that_reach_it(example) -> None:
     assert (
         next_version_ref(ref("analytics.a-b")).name
