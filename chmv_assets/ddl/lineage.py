@@ -98,6 +98,7 @@ def trigger_loops(project: Project) -> tuple[list[TriggerLoop], list[set[str]]]:
             bare.append(part)
             continue
         loops.append(TriggerLoop(cycle=tuple(_cycle_through(graph, part, views[0])), views=tuple(views)))
+    loops.sort(key=lambda loop: (loop.views[0].location.file, loop.views[0].location.line))
     return loops, bare
 
 
@@ -167,6 +168,8 @@ class LineageGraph:
                         self._edge(source, ref, "table")
                     else:
                         reads.append((source, ref, "table"))
+                elif source in project.dictionaries:  # a Dictionary table: created after its dictionary
+                    reads.append((source, ref, "dictionary"))
         for ref in project.external:
             self._node(ref, "external")
         for ref, dictionary in project.dictionaries.items():

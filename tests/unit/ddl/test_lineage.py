@@ -323,7 +323,26 @@ def ids_edge(mermaid: str, ids: dict[str, str], up: str, node: str) -> str:
 
 def test_a_depends_on_against_the_flow_is_drawn_and_orders_nothing(tmp_path):
     """snap_mv depends on audit_mv, which reads snap_mv's target: ordering it would be a loop; it is drawn only."""
-    graph = _graph(tmp_path, DEPENDS.replace("REFRESH EVERY 1 HOUR TO d.snap", "REFRESH EVERY 1 HOUR DEPENDS ON d.audit_mv TO d.snap"))
+    graph = _graph(
+        tmp_path,
+        DEPENDS.replace("REFRESH EVERY 1 HOUR TO d.snap", "REFRESH EVERY 1 HOUR DEPENDS ON d.audit_mv TO d.snap"),
+    )
     assert ("d.audit_mv", "d.snap_mv") in graph.depends
     assert ("d.audit_mv", "d.snap_mv") not in graph.ordered_depends and graph.find_cycle() is None
     assert "-.->|depends on|" in graph.to_mermaid()
+
+
+def test_a_dictionary_table_reads_its_dictionary(tmp_path):
+    graph = _graph(
+        tmp_path,
+        """
+        CREATE TABLE d.codes (code String, name String) ENGINE = MergeTree ORDER BY code;
+        CREATE DICTIONARY d.code_names (code String, name String) PRIMARY KEY code
+            SOURCE(CLICKHOUSE(TABLE 'codes' DB 'd')) LIFETIME(0) LAYOUT(COMPLEX_KEY_HASHED());
+        CREATE TABLE d.code_table (code String, name String) ENGINE = Dictionary(d.code_names);
+        """,
+    )
+    assert graph.upstream["d.code_table"] == {"d.code_names"} and graph.impact("d.codes") == [
+        "d.code_names",
+        "d.code_table",
+    ]

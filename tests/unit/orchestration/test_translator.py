@@ -265,7 +265,9 @@ def test_a_refreshable_target_depends_on_the_targets_of_what_its_mv_depends_on(t
     report = translator.get_asset_spec(loaded, ref("d.report"))
     assert [d.asset_key for d in report.deps] == [AssetKey(["d", "src"]), AssetKey(["d", "snap"])]
     # snap_mv DEPENDS ON report_mv too: the first in file order orders the graph, the one closing the loop does not
-    looped = DEPENDS_DDL.replace("REFRESH EVERY 1 HOUR TO d.snap", "REFRESH EVERY 1 HOUR DEPENDS ON d.report_mv TO d.snap")
+    looped = DEPENDS_DDL.replace(
+        "REFRESH EVERY 1 HOUR TO d.snap", "REFRESH EVERY 1 HOUR DEPENDS ON d.report_mv TO d.snap"
+    )
     loaded = load_ddl(tmp_path / "looped", looped, toml='default_database = "d"')
     deps = {
         name: [d.asset_key for d in translator.get_asset_spec(loaded, ref(f"d.{name}")).deps]
