@@ -329,12 +329,16 @@ class _Planner:
         drops = {"view": 0, "column": 1, "dictionary": 2, "table": 3}  # stop the writers first, tables last
 
         topological = {n: i for i, layer in enumerate(self.loaded.graph.layers) for n in layer}
+        project = self.project
+        over_dictionaries = {r for r, t in project.tables.items() if any(s in project.dictionaries for s in t.reads)}
 
         def position(c: Change) -> tuple:
             if c.action == Action.DROP:
                 return (1, drops.get(c.kind, 4), -c.layer, c.ref.fqn)
+            # a Dictionary(d) table after its dictionary (both in the layer of what the dictionary loads)
+            kind = 2.2 if c.kind == "table" and c.ref in over_dictionaries else kinds.get(c.kind, 4)
             # within a layer, what an object reads first (a Distributed after its local table, AS other after other)
-            return (0, c.layer, kinds.get(c.kind, 4), order[c.action], topological.get(c.ref.fqn, 0), c.ref.fqn)
+            return (0, c.layer, kind, order[c.action], topological.get(c.ref.fqn, 0), c.ref.fqn)
 
         return position
 
@@ -358,7 +362,7 @@ class _Planner:
             return
         if table.engine is not None and table.engine.name == "View":
             return  # a plain view: its SELECT is read at query time, nothing to migrate
-        if live.engine in ("MaterializedView", "View", "Dictionary"):
+        if live.engine in ("MaterializedView", "View") or _is_dictionary(live):  # (a Dictionary(d) table is a table)
             self.changes.append(_another_kind(ref, "table", self._layer(ref), location, live.engine, "a table"))
             return
         formatted = self.state.formatted.get(ref)
@@ -970,7 +974,11 @@ class _Planner:
             if not self.allow_drop:
                 self.notes.append(f"{ref.fqn}: {what}; kept (--allow-drop drops it)")
                 continue
-            kind = {"MaterializedView": "view", "View": "view", "Dictionary": "dictionary"}.get(obj.engine, "table")
+            kind = (
+                "dictionary"
+                if _is_dictionary(obj)
+                else {"MaterializedView": "view", "View": "view"}.get(obj.engine, "table")
+            )
             keyword = {"view": "VIEW", "dictionary": "DICTIONARY"}.get(kind, "TABLE")
             # An old version is dropped where its target lives; of another object the DDL says nothing: this server.
             cluster = next(
@@ -1090,6 +1098,11 @@ def rederive_now(
     tables = {target, *triggers_of(loaded.project, target), *([writes] if writes is not None else [])}
     state = ServerState(frozenset(databases), live, parts=read_parts(client, databases, tables))
     return _Planner(client, loaded, state, allow_drop, root)._rederive(target, writes, new_version=new_version)
+
+
+def _is_dictionary(live: LiveObject) -> bool:
+    """A dictionary on the server (a table of the ``Dictionary`` engine has that engine too, and is a table)."""
+    return live.engine == "Dictionary" and live.create_query.lstrip().upper().startswith("CREATE DICTIONARY")
 
 
 def _another_kind(ref: ObjectRef, kind: str, layer: int, location: str | None, live_engine: str, ddl: str) -> Change:

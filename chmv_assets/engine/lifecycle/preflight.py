@@ -280,14 +280,22 @@ class _Preflight:
         for database in self.scratch.values():
             self._run(f"CREATE DATABASE {quote(database)} ENGINE = Atomic")
         order = {n: i for i, layer in enumerate(self.graph.layers) for n in layer}
-        for ref in sorted(self.tables, key=lambda r: (order.get(r.fqn, 0), r.fqn)):
-            self._table(ref)
+        dictionaries = self.project.dictionaries
+        checked = {v.ref for v in self.views}  # an MV read by another is created as an MV, its inner table with it
+        tables = sorted((r for r in self.tables if r not in checked), key=lambda r: (order.get(r.fqn, 0), r.fqn))
+        table = self.project.tables.get
+        late = [r for r in tables if table(r) is not None and any(s in dictionaries for s in table(r).reads)]
+        for ref in tables:
+            if ref not in late:
+                self._table(ref)
         for ref in sorted(self.dictionaries, key=lambda r: r.fqn):
-            dictionary = self.project.dictionaries[ref]
+            dictionary = dictionaries[ref]
             self._try(
                 ref, dictionary.location, databases_renamed(renamed_statement(dictionary, self.names), self.scratch)
             )
-        for view in sorted(self.views, key=lambda v: v.ref.fqn):
+        for ref in late:  # a Dictionary(d) table: after its dictionary
+            self._table(ref)
+        for view in sorted(self.views, key=lambda v: (order.get(v.ref.fqn, 0), v.ref.fqn)):  # what an MV reads first
             self._view(view)
         for ref, clauses in self.alters:
             self._alter(ref, clauses)

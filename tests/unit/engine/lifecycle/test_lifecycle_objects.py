@@ -144,3 +144,29 @@ def test_the_part_of_a_plan_touching_some_objects_is_what_fixes_their_drift(exam
     assert [c.ref for c in plan.touching([weekly]).changes] == [ref("analytics."), weekly]  # its re-derivation
     assert [c.ref for c in plan.touching([ref("analytics.mv_events_agg")]).changes][-1] == AGG  # fed through it
     assert plan.touching([ref("nowhere.x")]).changes == ()
+
+
+def test_the_deploy_order_makes_what_an_object_names_first(tmp_path) -> None:
+    """``chmv load-demo``'s deploy: a ``Dictionary(d)`` table after its dictionary; MVs downstream first, but one
+    reading another MV's inner table after it."""
+    from ddl_testing import load_ddl
+
+    from chmv_assets.engine.lifecycle.deploy import deployment_order
+
+    loaded = load_ddl(
+        tmp_path,
+        """
+        CREATE TABLE o.codes (code String, name String) ENGINE = MergeTree ORDER BY code;
+        CREATE DICTIONARY o.code_names (code String, name String) PRIMARY KEY code
+            SOURCE(CLICKHOUSE(TABLE 'codes' DB 'o')) LIFETIME(0) LAYOUT(COMPLEX_KEY_HASHED());
+        CREATE TABLE o.code_table (code String, name String) ENGINE = Dictionary(o.code_names);
+        CREATE TABLE o.src (x UInt64) ENGINE = MergeTree ORDER BY x;
+        CREATE MATERIALIZED VIEW o.first ENGINE = MergeTree ORDER BY x AS SELECT x FROM o.src;
+        CREATE MATERIALIZED VIEW o.second ENGINE = MergeTree ORDER BY x AS SELECT x FROM o.first;
+        CREATE TABLE o.out (x UInt64) ENGINE = MergeTree ORDER BY x;
+        CREATE MATERIALIZED VIEW o.third TO o.out AS SELECT x FROM o.second;
+        """,
+    )
+    names = [name for name, _ in deployment_order(loaded.project)]
+    assert names.index("o.code_names") < names.index("o.code_table")
+    assert names.index("o.first") < names.index("o.second") < names.index("o.third")
