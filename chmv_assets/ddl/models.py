@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from chmv_assets.ddl.grains import Grain
-from chmv_assets.ddl.types import ClickHouseType, parse_type
+from chmv_assets.ddl.types import ClickHouseType, nested_fields, parse_type
 from chmv_assets.errors import DDLProblem
 
 
@@ -128,6 +128,19 @@ class Column(_Frozen):
     def data_type(self) -> ClickHouseType:
         """The parsed type (:mod:`chmv_assets.ddl.types`); ``type`` keeps the spelling used in DDL output."""
         return parse_type(self.type)
+
+
+def stored_columns(columns: tuple[Column, ...]) -> tuple[Column, ...]:
+    """The columns as the server stores and lists them: a ``Nested`` column as one ``name.field Array(T)`` column per
+    field (``flatten_nested``, the default; their definitions are the Nested column's, not theirs)."""
+    found: list[Column] = []
+    for column in columns:
+        fields = nested_fields(column.type)
+        if fields is None:
+            found.append(column)
+        else:
+            found += [Column(name=f"{column.name}.{name}", type=f"Array({type_})") for name, type_ in fields]
+    return tuple(found)
 
 
 #: Engines that consume a stream (a broker, a queue, a directory of files): every SELECT from such a table consumes
