@@ -124,3 +124,26 @@ def test_a_dictionary_table_and_an_mv_reading_another_mv_are_made_after_what_the
     apply_plan(resource, loaded, plan, parity=False)
     with resource.get_client() as client:
         assert plan_lifecycle(client, loaded).changes == ()
+
+
+def test_a_refreshable_mv_in_a_database_the_server_refuses_it_in_is_refused_before_anything(tmp_path: Path) -> None:
+    """The embedded engine's ``default`` database is no Atomic one: a refreshable MV that replaces its rows cannot go
+    there (an APPEND one can). The scratch databases are Atomic: the preflight names the MV, the database and what to
+    do before anything is created, instead of the apply failing half-way with the server's error."""
+    ddl = tmp_path / "ddl"
+    ddl.mkdir()
+    (ddl / "a.sql").write_text(
+        "CREATE TABLE src (x UInt64) ENGINE = MergeTree ORDER BY x;\n"
+        "CREATE TABLE snap (n UInt64) ENGINE = MergeTree ORDER BY n;\n"
+        "CREATE MATERIALIZED VIEW snap_mv REFRESH EVERY 1 HOUR TO snap AS SELECT count() AS n FROM src;\n"
+        "CREATE MATERIALIZED VIEW log_mv REFRESH EVERY 1 HOUR APPEND TO snap AS SELECT count() AS n FROM src;\n"
+    )
+    loaded = load(ddl)
+    with ClickHouseResource(dsn=f"chdb://{tmp_path / 'chdb'}").get_client() as client:
+        with pytest.raises(PreflightError) as info:
+            preflight(client, loaded, plan_lifecycle(client, loaded))
+        assert not client.query("SELECT name FROM system.tables WHERE database = 'default'").result_rows
+    (problem,) = info.value.problems
+    assert (Path(problem.file).name, problem.line) == ("a.sql", 3)
+    assert problem.message.startswith("default.snap_mv: the server would refuse it: refreshable materialized views")
+    assert "database default has engine Overlay" in problem.message and "ENGINE = Atomic" in problem.hint
