@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from chmv_assets.engine.drift import normalize_type
+from chmv_assets.ddl.models import Project
+from chmv_assets.ddl.parser import parse_statement
+from chmv_assets.engine.drift import LiveObject, _object_drift, normalize_type
 
 
 def test_type_normalization() -> None:
@@ -12,10 +14,6 @@ def test_type_normalization() -> None:
 
 def test_a_nested_column_is_no_drift() -> None:
     """The server lists a Nested column as its Array columns: neither missing nor extra."""
-    from chmv_assets.ddl.parser import parse_statement
-    from chmv_assets.ddl.models import Project
-    from chmv_assets.engine.drift import LiveObject, _object_drift
-
     table = parse_statement(
         "CREATE TABLE d.n (id UInt64, Events Nested(At DateTime64(9), Name String)) ENGINE = MergeTree ORDER BY id",
         default_database="d",
