@@ -15,7 +15,8 @@ PLAN_EXIT_CODES = """exit codes (for CI):
   0  no changes: the server matches the DDL directory
   3  changes pending (printed in order; `chmv apply` makes them)
   2  invalid DDL: a parse error, a refused statement (POPULATE, OR REPLACE MV), or the server's
-     preflight refused a statement; nothing was changed
+     preflight refused a statement; nothing was changed. (`chmv apply` and `chmv lineage`: also a
+     trigger loop in the DDL: its MVs are left out, everything else was applied or printed)
   1  any other error (the server unreachable, the embedded engine busy)"""
 #: The commands whose output is their progress: chmv's log messages are printed as they come. (``plan`` and
 #: ``lineage`` print a document, JSON for CI among them: only that.)
@@ -160,7 +161,7 @@ def _run(args: argparse.Namespace) -> int:
             print(graph.to_mermaid())
         else:
             print(graph.to_dot())
-        return 0
+        return _loops_left_out(loaded.project)
 
     from chmv_assets.ddl.twin import describe_stand_ins
     from chmv_assets.engine.lifecycle.deploy import apply
@@ -273,7 +274,19 @@ def _apply(args: argparse.Namespace, loaded, resource) -> int:
     objects += len(project.kept)
     created = sum(c.action in (Action.CREATE, Action.CREATE_DATABASE) for c in plan.changes)
     print(f"apply: {created} created, {objects - created} already there")
-    return 0
+    return _loops_left_out(project)
+
+
+def _loops_left_out(project) -> int:
+    """Print the trigger loops the load left out (each naming its MVs at ``file:line``) on stderr: exit 2 with one,
+    the rest having been printed or applied; else 0."""
+    from chmv_assets.ddl.loader import loop_report
+
+    report = loop_report(project)
+    if not report:
+        return 0
+    print(report, file=sys.stderr)
+    return 2
 
 
 def _rebuild(args: argparse.Namespace, loaded, resource) -> int:

@@ -8,7 +8,7 @@ from collections import deque
 from functools import cached_property
 from graphlib import CycleError, TopologicalSorter
 
-from chmv_assets.ddl.models import SERVER_DATABASES, MaterializedView, ObjectRef, Project, Table
+from chmv_assets.ddl.models import SERVER_DATABASES, MaterializedView, ObjectRef, Project, Table, TriggerLoop
 
 
 def merged_tables(project: Project, table: Table) -> list[ObjectRef]:
@@ -40,6 +40,92 @@ def _reaches(down: dict[str, set[str]], start: str, goal: str) -> bool:
     return False
 
 
+def strongly_connected(upstream: dict[str, set[str]]) -> list[set[str]]:
+    """The loops of a graph given as ``node → what it depends on``: its strongly connected parts of more than one node,
+    and single nodes with an edge to themselves (Tarjan's algorithm, iterative), in a deterministic order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+    for root in sorted(upstream):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(upstream.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(upstream.get(nxt, ())))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    part = set()
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        part.add(member)
+                        if member == node:
+                            break
+                    if len(part) > 1 or node in upstream.get(node, ()):
+                        found.append(part)
+    return found
+
+
+def trigger_loops(project: Project) -> tuple[list[TriggerLoop], list[set[str]]]:
+    """The real loops of the project's trigger edges: per strongly connected part holding MVs, a
+    :class:`~chmv_assets.ddl.models.TriggerLoop` (one cycle through it, from the first MV's trigger, and its MVs in
+    file order); and the parts without an MV (tables only: nothing to leave out)."""
+    graph = LineageGraph(project)
+    loops, bare = [], []
+    for part in graph.trigger_loops:
+        views = sorted(
+            (v for v in project.views.values() if v.ref.fqn in part),
+            key=lambda v: (v.location.file, v.location.line, v.location.column),
+        )
+        if not views:
+            bare.append(part)
+            continue
+        loops.append(TriggerLoop(cycle=tuple(_cycle_through(graph, part, views[0])), views=tuple(views)))
+    loops.sort(key=lambda loop: (loop.views[0].location.file, loop.views[0].location.line))
+    return loops, bare
+
+
+def _cycle_through(graph: LineageGraph, part: set[str], view: MaterializedView) -> list[str]:
+    """A shortest cycle through ``view`` inside ``part``, in data-flow order, starting at its trigger."""
+    down: dict[str, list[str]] = {}
+    for node in part:
+        for up in graph.upstream.get(node, ()):
+            if up in part:
+                down.setdefault(up, []).append(node)
+    start = view.trigger.fqn if view.trigger is not None and view.trigger.fqn in part else view.ref.fqn
+    parents: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for nxt in sorted(down.get(node, ())):
+            if nxt == start:
+                path = [node]
+                while path[-1] != start:
+                    path.append(parents[path[-1]])
+                return [*reversed(path), start]
+            if nxt not in parents:
+                parents[nxt] = node
+                queue.append(nxt)
+    return [start, start]
+
+
 #: Engines an insert goes through to the table they name (an MV on that table fires).
 _WRITE_THROUGH = frozenset({"Distributed", "Buffer"})
 #: Node kinds that are not a step of the data flow: an MV reading them is no deeper than its other sources.
@@ -58,7 +144,11 @@ class LineageGraph:
     subquery, a dictionary) is a read: it orders the graph where it can, but a read of the MV's own target or of a
     table downstream of it (the dedup or feedback pattern) is a **feedback read** (:attr:`feedback`), kept out of
     :attr:`upstream`: an insert into that table never fires the MV. A loop of trigger edges is a real loop
-    (:meth:`find_cycle`): each insert would fire the MVs again, and the server refuses every insert into it.
+    (:meth:`find_cycle`): each insert would fire the MVs again, and the server refuses every insert into it; the
+    loader leaves such a loop's MVs out of the project (:attr:`Project.loops`), and the graph draws them marked.
+
+    A refreshable MV's ``DEPENDS ON`` is a **dependency** (:attr:`depends`): it orders the graph where it can, drawn
+    dotted, never a trigger.
     """
 
     def __init__(self, project: Project):
@@ -78,6 +168,8 @@ class LineageGraph:
                         self._edge(source, ref, "table")
                     else:
                         reads.append((source, ref, "table"))
+                elif source in project.dictionaries:  # a Dictionary table: created after its dictionary
+                    reads.append((source, ref, "dictionary"))
         for ref in project.external:
             self._node(ref, "external")
         for ref, dictionary in project.dictionaries.items():
@@ -110,18 +202,38 @@ class LineageGraph:
             for name in called:
                 if name in functions and name != caller:
                     self.upstream[caller].add(name)
-        loop = self.find_cycle() is not None  # a real loop: no order to keep (load_project refuses it)
+        #: The strongly connected parts of the trigger edges: each a real loop (load_project leaves its MVs out).
+        self.trigger_loops: list[set[str]] = strongly_connected(self.upstream)
+        loop = bool(self.trigger_loops)  # no order to keep
         down: dict[str, set[str]] = {}
         for node, ups in self.upstream.items():
             for up in ups:
                 down.setdefault(up, set()).add(node)
+        #: ``(what it DEPENDS ON, the refreshable MV)``: it refreshes after them (never an insert, never a trigger).
+        self.depends: set[tuple[str, str]] = set()
+        for view in project.views.values():
+            for other in view.depends_on:
+                reads.append((other, view.ref, "depends"))
         for source, view, kind in reads:
-            self._node(source, kind)
+            if kind == "depends":
+                self.depends.add((source.fqn, view.fqn))
+                if source in project.loop_views:  # drawn to the loop's MV, which orders nothing
+                    continue
+            self._node(source, "table" if kind == "depends" else kind)
             if loop or _reaches(down, view.fqn, source.fqn):
-                self.feedback.add((source.fqn, view.fqn))
+                if kind != "depends":  # a DEPENDS ON against the flow orders nothing; it is drawn all the same
+                    self.feedback.add((source.fqn, view.fqn))
             else:
                 self.upstream[view.fqn].add(source.fqn)
                 down.setdefault(source.fqn, set()).add(view.fqn)
+        #: The trigger loops the loader left out of the project (:class:`~chmv_assets.ddl.models.TriggerLoop`), and
+        #: their edges ``(from, to)``: drawn, marked, outside :attr:`upstream`.
+        self.loops: tuple[TriggerLoop, ...] = project.loops
+        self.loop_edges: set[tuple[str, str]] = set()
+        for view in project.loop_views.values():
+            if view.trigger is not None:
+                self.loop_edges.add((view.trigger.fqn, view.ref.fqn))
+            self.loop_edges.add((view.ref.fqn, view.writes_to.fqn))
 
     def _node(self, ref: ObjectRef, kind: str) -> None:
         self.kinds.setdefault(ref.fqn, "external" if ref.database in SERVER_DATABASES else kind)
@@ -139,6 +251,11 @@ class LineageGraph:
             for up in ups:
                 down[up].add(node)
         return down
+
+    @cached_property
+    def ordered_depends(self) -> set[tuple[str, str]]:
+        """The ``DEPENDS ON`` edges that order the graph (in :attr:`upstream`; one against the flow does not)."""
+        return {(d, v) for d, v in self.depends if d in self.upstream.get(v, ())}
 
     def find_cycle(self) -> list[str] | None:
         """The nodes of one cycle in data-flow order (``a -> mv -> b -> … -> a``), first node repeated at the end.
@@ -202,6 +319,7 @@ class LineageGraph:
                 "trigger": v.trigger.fqn if v.trigger else None,
                 "dictionaries": [d.fqn for d in v.dictionaries],
                 "feedback_reads": sorted(s for s, m in self.feedback if m == v.ref.fqn),
+                "depends_on": [d.fqn for d in v.depends_on],
                 "refreshable": v.refreshable,
                 "depth": self.view_depth(v),
                 "functions": sorted(n for n in self.upstream[v.ref.fqn] if self.kinds.get(n) == "function"),
@@ -217,7 +335,30 @@ class LineageGraph:
             {"name": n, "downstream": self.impact(n)} for n, k in sorted(self.kinds.items()) if k == "function"
         ]
         kept = [{"kind": str(k.kind), "name": k.name, "location": str(k.location)} for k in self.project.kept]
-        return {"views": views, "tables": tables, "functions": functions, "kept": kept, "layers": self.layers}
+        loops = [
+            {
+                "cycle": list(loop.cycle),
+                "views": [
+                    {
+                        "name": v.ref.fqn,
+                        "trigger": v.trigger.fqn if v.trigger else None,
+                        "target": v.writes_to.fqn,
+                        "location": str(v.location),
+                    }
+                    for v in loop.views
+                ],
+                "problem": str(loop.problem()),
+            }
+            for loop in self.loops
+        ]
+        return {
+            "views": views,
+            "tables": tables,
+            "functions": functions,
+            "kept": kept,
+            "layers": self.layers,
+            "loops": loops,
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -233,14 +374,25 @@ class LineageGraph:
             "plain_view": "[[%s]]",
             "function": "(%s)",
         }
+        loop_views = sorted(r.fqn for r in self.project.loop_views)
+        ids |= {n: f"n{len(ids) + i}" for i, n in enumerate(loop_views)}
         lines = ["flowchart LR"]
         for node, kind in sorted(self.kinds.items()):
             lines.append(f"    {ids[node]}" + shape[kind] % f'"{node}"')
+        for node in loop_views:  # an MV of a trigger loop: left out of the project, drawn and marked
+            lines.append(f"    {ids[node]}" + shape["view"] % f'"{node} (trigger loop: not loaded)"' + ":::loop")
         for node in sorted(self.upstream):
             for up in sorted(self.upstream[node]):
-                lines.append(f"    {ids[up]} --> {ids[node]}")
+                arrow = "-.->|depends on|" if (up, node) in self.depends else "-->"
+                lines.append(f"    {ids[up]} {arrow} {ids[node]}")
         for up, node in sorted(self.feedback):  # a read against the flow: never fires the MV
             lines.append(f"    {ids[up]} -.->|reads| {ids[node]}")
+        for up, node in sorted(self.depends - self.ordered_depends):
+            lines.append(f"    {ids[up]} -.->|depends on| {ids[node]}")
+        for up, node in sorted(self.loop_edges):
+            lines.append(f"    {ids[up]} ==>|loop| {ids[node]}")
+        if loop_views:
+            lines.append("    classDef loop stroke:#d00,stroke-width:3px")
         return "\n".join(lines)
 
     def to_dot(self) -> str:
@@ -256,10 +408,17 @@ class LineageGraph:
         lines = ["digraph chmv {", "    rankdir=LR;"]
         for node, kind in sorted(self.kinds.items()):
             lines.append(f'    "{node}" [shape={shape[kind]}];')
+        for node in sorted(r.fqn for r in self.project.loop_views):
+            lines.append(f'    "{node}" [shape=diamond, color=red, xlabel="trigger loop: not loaded"];')
         for node in sorted(self.upstream):
             for up in sorted(self.upstream[node]):
-                lines.append(f'    "{up}" -> "{node}";')
+                style = ' [style=dotted, label="depends on"]' if (up, node) in self.depends else ""
+                lines.append(f'    "{up}" -> "{node}"{style};')
         for up, node in sorted(self.feedback):  # a read against the flow: never fires the MV
             lines.append(f'    "{up}" -> "{node}" [style=dashed, label="reads"];')
+        for up, node in sorted(self.depends - self.ordered_depends):
+            lines.append(f'    "{up}" -> "{node}" [style=dotted, label="depends on"];')
+        for up, node in sorted(self.loop_edges):
+            lines.append(f'    "{up}" -> "{node}" [color=red, label="loop"];')
         lines.append("}")
         return "\n".join(lines)

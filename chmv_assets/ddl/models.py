@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from chmv_assets.ddl.grains import Grain
-from chmv_assets.ddl.types import ClickHouseType, parse_type
+from chmv_assets.ddl.types import ClickHouseType, nested_fields, parse_type
+from chmv_assets.errors import DDLProblem
 
 
 class _Frozen(BaseModel):
@@ -126,6 +128,19 @@ class Column(_Frozen):
     def data_type(self) -> ClickHouseType:
         """The parsed type (:mod:`chmv_assets.ddl.types`); ``type`` keeps the spelling used in DDL output."""
         return parse_type(self.type)
+
+
+def stored_columns(columns: tuple[Column, ...]) -> tuple[Column, ...]:
+    """The columns as the server stores and lists them: a ``Nested`` column as one ``name.field Array(T)`` column per
+    field (``flatten_nested``, the default; their definitions are the Nested column's, not theirs)."""
+    found: list[Column] = []
+    for column in columns:
+        fields = nested_fields(column.type)
+        if fields is None:
+            found.append(column)
+        else:
+            found += [Column(name=f"{column.name}.{name}", type=f"Array({type_})") for name, type_ in fields]
+    return tuple(found)
 
 
 #: Engines that consume a stream (a broker, a queue, a directory of files): every SELECT from such a table consumes
@@ -413,6 +428,11 @@ class MaterializedView(_Frozen):
     inner_table: Table | None = None
     refreshable: bool = False
     refresh_schedule: str | None = None
+    depends_on: tuple[ObjectRef, ...] = Field(
+        default=(),
+        description="What a refreshable MV's ``REFRESH … DEPENDS ON`` names (other refreshable MVs, as the server "
+        "resolves them: unqualified names against the default database): it refreshes after them.",
+    )
     populate: bool = False
     on_cluster: str | None = None
     sources: tuple[SourceUse, ...] = ()
@@ -583,6 +603,41 @@ class StandIn(_Frozen):
         return f"{self.object}: {self.production} → {self.local}" + (f" ({self.why})" if self.why else "")
 
 
+class TriggerLoop(_Frozen):
+    """MVs that fire, directly or through a chain, on what they write: a real loop of trigger edges (an insert into
+    any of its tables fires them again; the server refuses every insert into it, ``TOO_DEEP_RECURSION``).
+
+    The loader leaves its MVs out of :attr:`Project.views` (nothing deploys, rebuilds or watches them) and keeps them
+    here, for lineage to mark, the lifecycle plan to refuse and the definitions to name; everything else loads.
+
+    Attributes:
+        cycle: One cycle through the loop in data-flow order (``db.a -> db.mv -> db.b -> … -> db.a``), the first node
+            repeated at the end.
+        views: Every MV of the loop (of its strongly connected part of the graph), in file order.
+    """
+
+    cycle: tuple[str, ...]
+    views: tuple[MaterializedView, ...]
+
+    @property
+    def refs(self) -> tuple[ObjectRef, ...]:
+        return tuple(v.ref for v in self.views)
+
+    def problem(self) -> DDLProblem:
+        """The loop as one problem: the cycle and each MV at its ``file:line``, at the first MV's position."""
+        loc = self.views[0].location
+        where = ", ".join(f"{v.ref.fqn} at {Path(v.location.file).name}:{v.location.line}" for v in self.views)
+        return DDLProblem(
+            loc.file,
+            loc.line,
+            loc.column,
+            "cycle in the MV graph: " + " -> ".join(self.cycle) + f" (a trigger loop: {where})",
+            "an MV must not fire, directly or through a chain, on the table it writes (the server refuses every "
+            "insert into such a loop: TOO_DEEP_RECURSION); read that table through JOIN or IN instead (a read never "
+            "fires it), or break the loop. chmv leaves the loop's MVs out (not deployed, no assets) and loads the rest",
+        )
+
+
 class Project(_Frozen):
     """A parsed DDL directory: every object by reference, and the configuration it was read with.
 
@@ -602,6 +657,15 @@ class Project(_Frozen):
     extra: Mapping[str, Any] = Field(default_factory=dict)
     twin: bool = False
     stand_ins: tuple[StandIn, ...] = ()
+    loops: tuple[TriggerLoop, ...] = Field(
+        default=(),
+        description="Trigger loops of the DDL: their MVs are not in ``views`` (see :class:`TriggerLoop`).",
+    )
+
+    @cached_property
+    def loop_views(self) -> dict[ObjectRef, MaterializedView]:
+        """The MVs left out of ``views`` because they are part of a trigger loop, by reference."""
+        return {v.ref: v for loop in self.loops for v in loop.views}
 
     def table(self, ref: ObjectRef) -> Table | None:
         """The table (or inner MV table) that holds ``ref``'s rows."""

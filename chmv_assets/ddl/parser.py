@@ -176,31 +176,43 @@ def load_project(
         external=externals,
     )
     _check_references(project, ctx)
-    from chmv_assets.ddl.lineage import LineageGraph
-
-    cycle = LineageGraph(project).find_cycle()
-    if cycle:
-        _loop_problem(project, cycle, ctx)
+    project = _without_loops(project, ctx)
     if ctx.problems:
         raise DDLError(ctx.problems)
     return project
 
 
-def _loop_problem(project: Project, cycle: list[str], ctx: _Context) -> None:
-    """A loop of trigger edges: the MVs in it fire on what they write (the server refuses every insert into it)."""
-    views = [project.views[r] for r in project.views if r.fqn in cycle]
-    root = Path(project.ddl_dir)
-    loc = views[0].location if views else SourceLocation(file=str(root), line=1)
-    where = ", ".join(f"{v.ref.fqn} at {Path(v.location.file).name}:{v.location.line}" for v in views)
-    ctx.problem(
-        loc.file,
-        loc.line,
-        loc.column,
-        "cycle in the MV graph: " + " -> ".join(cycle) + f" (a trigger loop: {where})",
-        "an MV must not fire, directly or through a chain, on the table it writes (the server refuses every insert "
-        "into such a loop: TOO_DEEP_RECURSION); read that table through JOIN or IN instead (a read never fires it), "
-        "or break the loop",
-    )
+def _without_loops(project: Project, ctx: _Context) -> Project:
+    """The project with the MVs of each real trigger loop left out (kept in ``loops``: one problem each, naming the
+    loop and each MV's ``file:line``, raised only with other problems; everything else loads). A loop of tables
+    alone (inserts through Buffer or Distributed tables into each other) has nothing to leave out: a problem."""
+    from chmv_assets.ddl.lineage import trigger_loops
+
+    loops, bare = trigger_loops(project)
+    for part in bare:
+        root = Path(project.ddl_dir)
+        table = next((project.tables[r] for r in project.tables if r.fqn in part), None)
+        loc = table.location if table is not None else SourceLocation(file=str(root), line=1)
+        ctx.problem(
+            loc.file,
+            loc.line,
+            loc.column,
+            "cycle in the table graph: " + ", ".join(sorted(part)) + " write into each other",
+            "an insert must not reach, through Buffer or Distributed tables, the table it started from: break the loop",
+        )
+    if not loops:
+        return project
+    for loop in loops:
+        p = loop.problem()
+        ctx.problem(p.file, p.line, p.column, p.message, p.hint)
+    left_out = {r for loop in loops for r in loop.refs}
+    views = {r: v for r, v in project.views.items() if r not in left_out}
+    # a new model, not model_copy: that would carry the cached properties of the project with the loops (its indexes)
+    fields = {name: getattr(project, name) for name in Project.model_fields}
+    loaded = Project(**(fields | {"views": views, "loops": tuple(loops)}))
+    if len(ctx.problems) == len(loops):  # only loops: the rest loads, the loops are the project's to tell
+        del ctx.problems[:]
+    return loaded
 
 
 def parse_statement(
@@ -1309,6 +1321,7 @@ def _parse_view(
         inner_table=inner_table,
         refreshable=refresh is not None,
         refresh_schedule=to_sql(refresh).removeprefix("REFRESH ").strip() if refresh is not None else None,
+        depends_on=_depends_on(refresh, ctx.default_database),
         populate=populate,
         on_cluster=cluster.this.name if cluster is not None else None,
         sources=analysis.sources,
@@ -1332,6 +1345,15 @@ def _parse_view(
         target_span=_name_span(to.this) if to is not None else None,
         cluster_span=_span(on_cluster_span(tokens)) if cluster is not None else None,
     )
+
+
+def _depends_on(refresh: exp.Expression | None, default_database: str) -> tuple[ObjectRef, ...]:
+    """What ``REFRESH … DEPENDS ON a, db.b`` names, each once (unqualified: the default database, as the server
+    resolves it against the current database)."""
+    if refresh is None:
+        return ()
+    refs = (_table_ref(t, default_database) for t in refresh.expressions if isinstance(t, exp.Table))
+    return tuple(dict.fromkeys(refs))
 
 
 def _is_real_table(table: exp.Table) -> bool:
@@ -1640,6 +1662,17 @@ def _check_references(project: Project, ctx: _Context) -> None:
                     loc.column,
                     f"{view.ref.fqn} uses dictionary {dictionary.fqn}, which is defined nowhere",
                     f"add CREATE DICTIONARY {dictionary.fqn} (…), or declare it external in chmv.toml",
+                )
+        for other in view.depends_on:
+            if other not in known:
+                ctx.problem(
+                    loc.file,
+                    loc.line,
+                    loc.column,
+                    f"{view.ref.fqn} DEPENDS ON {other.fqn}, which is defined nowhere in the DDL directory (the "
+                    "server accepts it and never refreshes the MV: its status stays MissingDependencies)",
+                    f"add the refreshable MV {other.fqn}, fix the name, or declare it external in chmv.toml "
+                    f'(external = ["{other.fqn}"])',
                 )
     for dictionary in project.dictionaries.values():
         src = dictionary.source_table

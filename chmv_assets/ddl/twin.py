@@ -147,6 +147,7 @@ def local_twin(project: Project, *, server_version: str | None = None) -> Projec
         extra=project.extra,
         twin=True,
         stand_ins=tuple(twin.stand_ins),
+        loops=project.loops,  # never deployed: as written
     )
 
 

@@ -273,3 +273,25 @@ def _precision_grows(old: str, new: str) -> bool:
     except ValueError:
         return False
     return new_p >= old_p and old_zone == new_zone
+
+
+_NESTED = re.compile(r"^\s*Nested\s*\((?P<fields>.*)\)\s*$", re.S | re.I)
+
+
+def nested_fields(type_sql: str) -> tuple[tuple[str, str], ...] | None:
+    """``Nested(a T, b U)`` → ``(("a", "T"), ("b", "U"))``: the fields of a Nested column, as the server stores them
+    (one ``name.a Array(T)`` column each, ``flatten_nested``); None for any other type."""
+    match = _NESTED.match(type_sql)
+    if match is None:
+        return None
+    fields, depth, start, text = [], 0, 0, match["fields"]
+    for i, char in enumerate(text + ","):
+        if char in "([":
+            depth += 1
+        elif char in ")]":
+            depth -= 1
+        elif char == "," and depth == 0:
+            name, _, field_type = text[start:i].strip().partition(" ")
+            fields.append((name.strip('`"'), field_type.strip()))
+            start = i + 1
+    return tuple(fields)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from clickhouse_connect.driver.client import Client
 
-from chmv_assets.ddl.models import Column, MaterializedView, ObjectRef, Project
+from chmv_assets.ddl.models import Column, MaterializedView, ObjectRef, Project, stored_columns
 from chmv_assets.ddl.parser import parse_statement
 from chmv_assets.ddl.types import canonical_type
 from chmv_assets.errors import DDLError
@@ -301,7 +301,7 @@ def _object_drift(
         repo_columns = project.dictionaries[obj].columns
     if not repo_columns:
         return items  # an external table: existence is all the repo knows
-    repo = {c.name: c.type for c in repo_columns}
+    repo = {c.name: c.type for c in stored_columns(repo_columns)}  # a Nested column: its Array columns
     for name, type_ in repo.items():
         if name not in columns:
             items.append(DriftItem(obj.fqn, "missing_column", repo=f"{name} {type_}", live="absent"))

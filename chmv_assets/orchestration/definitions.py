@@ -5,10 +5,12 @@ Nothing here opens ClickHouse, so loading the code location never contends for t
 
 from __future__ import annotations
 
+import logging
+
 from dagster import Definitions, in_process_executor
 
 from asset_checks.definitions import build_asset_checks
-from chmv_assets.ddl.loader import LoadedProject, gc_paused, require_views, twin_of
+from chmv_assets.ddl.loader import LoadedProject, gc_paused, loop_report, require_views, twin_of
 from chmv_assets.orchestration.assets import build_chmv_assets
 from chmv_assets.orchestration.health_sensor import build_health_sensor
 from chmv_assets.orchestration.jobs import build_jobs
@@ -19,6 +21,8 @@ from chmv_assets.orchestration.sweep import build_sweep
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource, clickhouse_from_env, for_project
 from spark.assets import build_spark_definitions
+
+_LOG = logging.getLogger(__name__)
 
 
 def build_definitions(
@@ -35,11 +39,16 @@ def build_definitions(
             opened in the project's ``default_database`` (:func:`resources.clickhouse.for_project`).
         translator: Hooks for asset keys, groups, partitions and metadata.
 
+    A trigger loop of the DDL (:attr:`~chmv_assets.ddl.models.Project.loops`) is left out: its MVs (and the targets
+    only they write) get no asset, check or sensor; a warning names it, and everything else is built.
+
     Raises:
-        DDLError: The DDL directory defines no materialized view.
+        DDLError: The DDL directory defines no materialized view (or only MVs of trigger loops).
         ChmvError: The resource names another session database than the project's ``default_database``.
     """
     require_views(loaded)
+    if loaded.project.loops:  # left out of the project: no assets, checks or sensors for them; the rest is built
+        _LOG.warning(loop_report(loaded.project))
     translator = translator or ChmvTranslator()
     config = loaded.config
     clickhouse = for_project(

@@ -24,7 +24,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.ddl.loader import LoadedProject, loop_report
 from chmv_assets.ddl.models import MaterializedView, ObjectRef
 from chmv_assets.ddl.twin import describe_stand_ins
 from chmv_assets.engine.ingest.landing import landing_dir
@@ -115,6 +115,12 @@ def _apply_job(loaded: LoadedProject) -> JobDefinition:
         except (DDLError, LifecycleError) as err:  # the user's to fix: say what and where, no traceback
             raise Failure(description=str(err), allow_retries=False) from None
         metadata = {"chmv/report": report.describe(), "chmv/partitions_rederived": sum(report.partitions.values())}
+        if report.refused:  # a trigger loop of the DDL: everything else was applied; the run says what to fix
+            raise Failure(
+                description=f"{report.describe()}\n{loop_report(loaded.project)}",
+                metadata=metadata,
+                allow_retries=False,
+            )
         return Output(None, metadata=metadata)
 
     @job(

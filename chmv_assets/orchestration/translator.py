@@ -133,7 +133,7 @@ class ChmvTranslator:
 
     def get_upstream(self, loaded: LoadedProject, ref: ObjectRef) -> list[ObjectRef]:
         """Sources and dictionaries of the MVs writing ``ref`` (a dictionary: its source table; a plain view: what it
-        reads)."""
+        reads); for a refreshable MV's ``DEPENDS ON`` another, that MV's target (it refreshes after it)."""
         project = loaded.project
         if ref in project.dictionaries:
             src = project.dictionaries[ref].source_table
@@ -149,6 +149,12 @@ class ChmvTranslator:
             for dictionary in view.dictionaries:
                 if (dictionary.fqn, view.ref.fqn) not in feedback:
                     ups[dictionary] = None
+            ordered = loaded.graph.ordered_depends  # a DEPENDS ON against the flow orders nothing
+            for other in view.depends_on:
+                if (other.fqn, view.ref.fqn) in ordered:
+                    before = project.views[other].writes_to if other in project.views else other
+                    if before != ref:
+                        ups[before] = None
         return list(ups)
 
     def get_partition_mapping(

@@ -27,7 +27,8 @@ def server_select(view: MaterializedView | KeptObject, project: Project) -> str:
     edits = []
     for use in view.sources:
         for span in use.spans:
-            if not any(t.token_type == TokenType.DOT for t in tokenize(sql[span.start : span.end])):
+            # in a FROM clause, as the name stands there (alone, `system` would read as the SYSTEM statement)
+            if not any(t.token_type == TokenType.DOT for t in tokenize(f"SELECT 1 FROM {sql[span.start : span.end]}")):
                 edits.append((span.start, span.start, f"{quote(use.ref.database)}."))
     sql = splice(sql, edits) if edits else sql
     functions = sql_functions(project)

@@ -31,7 +31,7 @@ def test_lineage_json():
     result = chmv("lineage", "--ddl-dir", str(EXAMPLE_DDL), "--format", "json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert set(data) == {"views", "tables", "functions", "kept", "layers"}
+    assert set(data) == {"views", "tables", "functions", "kept", "layers", "loops"}
     views = {v["name"]: v for v in data["views"]}
     assert views["analytics.mv_events_weekly"]["depth"] == 3
     assert views["analytics.hourly_endpoint_stats_mv"]["trigger"] == "analytics.api_requests"

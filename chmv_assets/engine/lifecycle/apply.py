@@ -98,6 +98,7 @@ class ApplyReport:
 
     done: list[str] = field(default_factory=list)
     resumed: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
     partitions: dict[str, int] = field(default_factory=dict)
     parity_checked: int = 0
     seconds: float = 0.0
@@ -110,6 +111,8 @@ class ApplyReport:
         )
         if self.resumed:
             text += "; resumed: " + ", ".join(self.resumed)
+        if self.refused:
+            text += "; refused (a trigger loop, not deployed): " + ", ".join(self.refused)
         return text
 
 
@@ -155,7 +158,8 @@ def apply_plan(
             opened again, in the writers' order.
 
     Raises:
-        LifecycleError: The plan has blocked changes (nothing is done), or a parity check failed.
+        LifecycleError: The plan has blocked changes (nothing is done), or a parity check failed. (Its refused
+            changes, the MVs of a trigger loop, are not made and hold nothing back: they are in the report.)
     """
     if plan.blocked:
         if opened is not None:
@@ -208,6 +212,10 @@ class _Apply:
                 entries = journal.unfinished(client)
             self._resume(entries)
             for change in self.plan.changes:
+                if change.action == Action.REFUSED:  # an MV of a trigger loop: never deployed, the rest is
+                    _LOG.warning(f"{change.headline()}: {change.blocked}")
+                    self.report.refused.append(change.name)
+                    continue
                 self._change(change)
                 self.report.done.append(f"{change.action} {change.ref.fqn}")
         finally:

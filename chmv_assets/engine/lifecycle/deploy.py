@@ -52,8 +52,9 @@ def deployment_steps(project: Project) -> list[Step]:
 
     Named collections and functions first (a function before the functions and views calling it), then databases,
     tables, dictionaries and plain views following the lineage layers (a dictionary after the table it loads from, a
-    view after what it reads); MVs downstream first, so that no insert flows into a target before the MVs reading
-    that target are attached; access control last (a role before the users and grants naming it).
+    view after what it reads, a ``Dictionary`` table after its dictionary); MVs downstream first, so that no insert
+    flows into a target before the MVs reading that target are attached (an MV reading another MV's inner table after
+    it); access control last (a role before the users and grants naming it).
     """
     graph = LineageGraph(project)
     order = [node for layer in graph.layers for node in layer]
@@ -68,12 +69,30 @@ def deployment_steps(project: Project) -> list[Step]:
     )
     steps = [Step(k.label, k.statement, k.kind, k.name) for k in early]
     steps += [Step(db.name, db.statement, key=db.name) for db in project.databases]
-    steps += [Step(n, by_name[n].statement, key=n) for n in order if n in by_name]
+    over_dictionaries = {r.fqn for r, t in project.tables.items() if any(s in project.dictionaries for s in t.reads)}
+    steps += [Step(n, by_name[n].statement, key=n) for n in order if n in by_name and n not in over_dictionaries]
     steps += [Step(n, readable[n], key=n) for n in order if n in readable]
-    steps += [Step(n, views[n].statement, key=n) for n in reversed(order) if n in views]
+    steps += [Step(n, by_name[n].statement, key=n) for n in order if n in over_dictionaries]  # Dictionary(d) tables
+    steps += [Step(n, views[n].statement, key=n) for n in downstream_first(order, project)]
     late = sorted((k for k in kept if k.kind.deploy_rank >= 0), key=lambda k: k.kind.deploy_rank)
     steps += [Step(k.label, k.statement, k.kind, k.name) for k in late]
     return steps
+
+
+def downstream_first(order: list[str], project: Project) -> list[str]:
+    """The MVs of ``order`` (topological), downstream first, except that an MV reading another MV of the project (its
+    inner table: the server needs it to exist) comes after that one."""
+    views = {r.fqn: v for r, v in project.views.items()}
+    pending = [n for n in reversed(order) if n in views]
+    reads = {n: {r.fqn for r in views[n].source_refs if r.fqn in views and r.fqn != n} for n in pending}
+    done: list[str] = []
+    placed: set[str] = set()
+    while pending:
+        ready = [n for n in pending if reads[n] <= placed] or pending[:1]  # (reads in a loop: as they come)
+        done += ready
+        placed.update(ready)
+        pending = [n for n in pending if n not in placed]
+    return done
 
 
 def apply(client: Client, project: Project) -> ApplyResult:

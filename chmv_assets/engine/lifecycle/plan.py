@@ -21,6 +21,8 @@ Actions, cheapest first:
 - ``rederive``: the target's rows derive from a target that changed (a chain): its partitions are re-derived.
 - ``drop``: an object or column that is not in the DDL any more; only with ``--allow-drop``.
 - ``manual``: what chmv will not do (a source table's structure: its history cannot be re-derived).
+- ``refused``: an MV of a trigger loop (it would fire on what it writes): never created nor changed; unlike a blocked
+  change it holds nothing else back, ``chmv apply`` makes the rest of the plan.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Action(StrEnum):
     REDERIVE = "rederive"
     DROP = "drop"
     MANUAL = "manual"
+    REFUSED = "refused"
 
     @property
     def symbol(self) -> str:
@@ -70,6 +73,7 @@ class Action(StrEnum):
             "rederive": "↻",
             "drop": "-",
             "manual": "!",
+            "refused": "✗",
         }[self.value]
 
 
@@ -149,7 +153,8 @@ class Change:
         rederive: The history re-derived because of this change.
         views: For a new version: ``(mv, beside mv)`` pairs, the MVs feeding the new version.
         next_ref: For a new version: the table built beside the target, swapped in with EXCHANGE TABLES.
-        blocked: Why chmv will not do this change (needs ``--allow-drop``, a manual migration); None if it will.
+        blocked: Why chmv will not do this change (needs ``--allow-drop``, a manual migration; for ``refused``: the
+            trigger loop); None if it will.
         diff: A unified diff of a changed SELECT (live → repo).
         clauses: For ``alter`` and a column ``drop``: the ALTER clauses (the preflight runs them on a copy).
         unfinished: The change finishes what an earlier apply started and did not finish (its journal, see
@@ -184,6 +189,7 @@ class Change:
             else "re-derive (an upstream target changed)",
             Action.DROP: f"drop {self.kind}",
             Action.MANUAL: "needs a manual migration",
+            Action.REFUSED: f"refused, the rest is applied ({self.kind} of a trigger loop)",
         }[self.action]
         return f"{self.action.symbol} {self.name}: {what}"
 
@@ -243,7 +249,13 @@ class LifecyclePlan:
 
     @property
     def blocked(self) -> tuple[Change, ...]:
-        return tuple(c for c in self.changes if c.blocked)
+        """The changes chmv will not make and that hold the whole apply back (a manual migration first…)."""
+        return tuple(c for c in self.changes if c.blocked and c.action != Action.REFUSED)
+
+    @property
+    def refused(self) -> tuple[Change, ...]:
+        """The changes chmv refuses alone (the MVs of a trigger loop): ``chmv apply`` makes every other change."""
+        return tuple(c for c in self.changes if c.action == Action.REFUSED)
 
     def rederivations(self) -> Iterator[Rederive]:
         for change in self.changes:
@@ -303,6 +315,8 @@ class LifecyclePlan:
             )
         if self.blocked:
             text += f"; {len(self.blocked)} blocked"
+        if self.refused:
+            text += f"; {len(self.refused)} refused (a trigger loop; the rest is applied)"
         return text + found
 
     def describe(self, *, markdown: bool = False) -> str:
@@ -334,7 +348,7 @@ class LifecyclePlan:
             pad = "    " if markdown else "      "
             lines += [f"{pad}{r}" for r in change.reasons]
             if change.blocked:
-                lines.append(f"{pad}BLOCKED: {change.blocked}")
+                lines.append(f"{pad}{'REFUSED' if change.action == Action.REFUSED else 'BLOCKED'}: {change.blocked}")
             for sql in change.statements:
                 one = " ".join(sql.split())
                 lines.append(f"{pad}{code}{one if len(one) <= 160 else one[:157] + '...'}{code}")

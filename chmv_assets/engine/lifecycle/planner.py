@@ -147,6 +147,7 @@ def read_state(client: Client, loaded: LoadedProject) -> ServerState:
     tables = [t for r, t in project.tables.items() if r in live]
     dictionaries = [d for r, d in project.dictionaries.items() if r in live]
     views = [v for r, v in project.views.items() if r in live]
+    views += [v for r, v in project.loop_views.items() if r in live]  # compared to refuse a change to them
     views += [v for r, v in project.plain_views.items() if r in live]
     others = [k for k in project.kept if k.kind != KeptKind.VIEW]
     kept = read_kept(client, others) if others else KeptState()
@@ -258,6 +259,7 @@ class _Planner:
             self._dictionary(ref, dictionary, self.state.live.get(ref))
         for ref, view in self.project.views.items():
             self._view(ref, view, self.state.live.get(ref))
+        self._loops()
         for obj in self.project.kept:
             self._kept_statement(obj)
         self._finish_new_versions()
@@ -335,12 +337,16 @@ class _Planner:
         drops = {"view": 0, "column": 1, "dictionary": 2, "table": 3}  # stop the writers first, tables last
 
         topological = {n: i for i, layer in enumerate(self.loaded.graph.layers) for n in layer}
+        project = self.project
+        over_dictionaries = {r for r, t in project.tables.items() if any(s in project.dictionaries for s in t.reads)}
 
         def position(c: Change) -> tuple:
             if c.action == Action.DROP:
                 return (1, drops.get(c.kind, 4), -c.layer, c.ref.fqn)
+            # a Dictionary(d) table after its dictionary (both in the layer of what the dictionary loads)
+            kind = 2.2 if c.kind == "table" and c.ref in over_dictionaries else kinds.get(c.kind, 4)
             # within a layer, what an object reads first (a Distributed after its local table, AS other after other)
-            return (0, c.layer, kinds.get(c.kind, 4), order[c.action], topological.get(c.ref.fqn, 0), c.ref.fqn)
+            return (0, c.layer, kind, order[c.action], topological.get(c.ref.fqn, 0), c.ref.fqn)
 
         return position
 
@@ -364,7 +370,7 @@ class _Planner:
             return
         if table.engine is not None and table.engine.name == "View":
             return  # a plain view: its SELECT is read at query time, nothing to migrate
-        if live.engine in ("MaterializedView", "View", "Dictionary"):
+        if live.engine in ("MaterializedView", "View") or _is_dictionary(live):  # (a Dictionary(d) table is a table)
             self.changes.append(_another_kind(ref, "table", self._layer(ref), location, live.engine, "a table"))
             return
         formatted = self.state.formatted.get(ref)
@@ -520,6 +526,46 @@ class _Planner:
                 statements=statements,
             )
             self.changes.append(self._with_rederive(change, target, why="SELECT changed"))
+
+    def _loops(self) -> None:
+        """The MVs of each trigger loop (left out of the project, :class:`~chmv_assets.ddl.models.TriggerLoop`): a
+        change that would create or change one is refused, alone (the apply makes every other change); a loop the
+        server already runs is a note."""
+        for loop in self.project.loops:
+            blocked = (
+                loop.problem().message + ": chmv never deploys a trigger loop; break it (read that table through JOIN "
+                "or IN: a read never fires the MV) and apply again"
+            )
+            refused = 0
+            for view in loop.views:
+                live = self.state.live.get(view.ref)
+                if live is None:
+                    reason = "missing on the server: creating it would deploy the loop"
+                elif (
+                    live.engine != "MaterializedView"
+                    or (view.target is not None and live.target != view.target)
+                    or select_changed(self.state.selects.get(view.ref) or view.select_sql, live.select)
+                ):
+                    reason = "differs from the server's: changing it would deploy the loop"
+                else:
+                    continue
+                refused += 1
+                self.changes.append(
+                    Change(
+                        Action.REFUSED,
+                        view.ref,
+                        "view",
+                        self.layer.get(view.writes_to.fqn, 0),
+                        reasons=(reason,),
+                        location=str(view.location),
+                        blocked=blocked,
+                    )
+                )
+            if not refused:
+                self.notes.append(
+                    f"{loop.views[0].ref.fqn}: the server runs the trigger loop {' -> '.join(loop.cycle)} as the DDL "
+                    "defines it: every insert into it fails (TOO_DEEP_RECURSION); break it in the DDL"
+                )
 
     def _finish_new_versions(self) -> None:
         """Each new version: its CREATE beside the target, a copy of every MV writing it, the re-derivation."""
@@ -927,7 +973,7 @@ class _Planner:
     def _extras(self) -> None:
         project = self.project
         known = set(project.tables) | set(project.views) | set(project.dictionaries) | set(project.external)
-        known |= set(project.plain_views)
+        known |= set(project.plain_views) | set(project.loop_views)
         extras = sorted(
             (
                 o
@@ -947,7 +993,11 @@ class _Planner:
             if not self.allow_drop:
                 self.notes.append(f"{ref.fqn}: {what}; kept (--allow-drop drops it)")
                 continue
-            kind = {"MaterializedView": "view", "View": "view", "Dictionary": "dictionary"}.get(obj.engine, "table")
+            kind = (
+                "dictionary"
+                if _is_dictionary(obj)
+                else {"MaterializedView": "view", "View": "view"}.get(obj.engine, "table")
+            )
             keyword = {"view": "VIEW", "dictionary": "DICTIONARY"}.get(kind, "TABLE")
             # An old version is dropped where its target lives; of another object the DDL says nothing: this server.
             cluster = next(
@@ -1072,6 +1122,11 @@ def rederive_now(
     if blocked is not None:
         raise ForeignRowsRefused(f"{target.fqn}: {blocked}; nothing of it was re-derived")
     return planner._rederive(target, writes, new_version=new_version)
+
+
+def _is_dictionary(live: LiveObject) -> bool:
+    """A dictionary on the server (a table of the ``Dictionary`` engine has that engine too, and is a table)."""
+    return live.engine == "Dictionary" and live.create_query.lstrip().upper().startswith("CREATE DICTIONARY")
 
 
 def _another_kind(ref: ObjectRef, kind: str, layer: int, location: str | None, live_engine: str, ddl: str) -> Change:

@@ -79,6 +79,7 @@ TABLE_HINTS = {
 DEFAULT_HINT = "fix the statement so the server accepts it (the message is the server's own); nothing was changed"
 _CODE = re.compile(r"Code: \d+\.\s*DB::Exception:\s*")
 _NAME = re.compile(r"\(([A-Z][A-Z_]+)\)")
+_APPEND = re.compile(r"\bAPPEND\b", re.IGNORECASE)
 _UNKNOWN = re.compile(r"(?:Unknown expression identifier|Missing columns:) [`']([^`']+)[`']")
 
 
@@ -276,22 +277,61 @@ class _Preflight:
     # -- running ------------------------------------------------------------------------------------
 
     def check(self) -> list[DDLProblem]:
+        self._refreshable_homes()
         self.drop_scratch()
         for database in self.scratch.values():
             self._run(f"CREATE DATABASE {quote(database)} ENGINE = Atomic")
         order = {n: i for i, layer in enumerate(self.graph.layers) for n in layer}
-        for ref in sorted(self.tables, key=lambda r: (order.get(r.fqn, 0), r.fqn)):
-            self._table(ref)
+        dictionaries = self.project.dictionaries
+        checked = {v.ref for v in self.views}  # an MV read by another is created as an MV, its inner table with it
+        tables = sorted((r for r in self.tables if r not in checked), key=lambda r: (order.get(r.fqn, 0), r.fqn))
+        table = self.project.tables.get
+        late = [r for r in tables if table(r) is not None and any(s in dictionaries for s in table(r).reads)]
+        for ref in tables:
+            if ref not in late:
+                self._table(ref)
         for ref in sorted(self.dictionaries, key=lambda r: r.fqn):
-            dictionary = self.project.dictionaries[ref]
+            dictionary = dictionaries[ref]
             self._try(
                 ref, dictionary.location, databases_renamed(renamed_statement(dictionary, self.names), self.scratch)
             )
-        for view in sorted(self.views, key=lambda v: v.ref.fqn):
+        for ref in late:  # a Dictionary(d) table: after its dictionary
+            self._table(ref)
+        for view in sorted(self.views, key=lambda v: (order.get(v.ref.fqn, 0), v.ref.fqn)):  # what an MV reads first
             self._view(view)
         for ref, clauses in self.alters:
             self._alter(ref, clauses)
         return self.problems
+
+    def _refreshable_homes(self) -> None:
+        """A refreshable MV that replaces its rows (not APPEND) lives in an Atomic or Replicated database: the server
+        refuses it in any other (the embedded engine's ``default`` is one, an ``Overlay``). The scratch databases are
+        Atomic, so it is checked here against the database it goes into: the live one, or the DDL's CREATE DATABASE."""
+        views = [v for v in self.views if v.refreshable and not _APPEND.search(v.refresh_schedule or "")]
+        if not views:
+            return
+        live = dict(self.client.query("SELECT name, engine FROM system.databases").result_rows)
+        declared = {d.name: (d.engine or "Atomic").split("(")[0].strip() for d in self.project.databases}
+        for view in views:
+            database = view.ref.database
+            engine = live.get(database) or declared.get(database)
+            if engine is None or engine in ("Atomic", "Replicated"):
+                continue
+            self.failed.add(view.ref)
+            loc = view.location
+            embedded = " (the embedded engine's `default` database is one)" if engine == "Overlay" else ""
+            self.problems.append(
+                DDLProblem(
+                    loc.file,
+                    loc.line,
+                    loc.column,
+                    f"{view.ref.fqn}: the server would refuse it: refreshable materialized views (except with APPEND) "
+                    f"only support Atomic and Replicated database engines, but database {database} has engine "
+                    f"{engine}{embedded}",
+                    "put the MV in a database of its own created with ENGINE = Atomic (CREATE DATABASE … ENGINE = "
+                    "Atomic in the DDL directory), or make it REFRESH … APPEND TO a table",
+                )
+            )
 
     def drop_scratch(self) -> None:
         for database in self.scratch.values():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from chmv_assets.ddl.models import Column, Table
+from chmv_assets.ddl.models import Column, Table, stored_columns
 from chmv_assets.ddl.types import canonical_type, converts_in_place
 from chmv_assets.sql.quoting import quote, string_literal
 
@@ -106,9 +106,9 @@ def _columns(
         if partition_by is not None:
             keys.update(partition_by.columns)
     live_columns = {c.name: c for c in b.columns}
-    repo_columns = {c.name: c for c in repo.columns}
+    repo_columns = {c.name: c for c in stored_columns(repo.columns)}
     previous: str | None = None
-    for column in a.columns:
+    for column in stored_columns(a.columns):
         original = repo_columns.get(column.name)
         definition = original.definition if original is not None and original.definition else None
         current = live_columns.get(column.name)
@@ -202,7 +202,7 @@ _WIDTHS = {
     **dict.fromkeys(("UInt64", "Int64", "Float64", "DateTime64", "Decimal64"), 8),
 }
 _WIDTH_CODECS = re.compile(r"\b(Gorilla|Delta|DoubleDelta)\((\d+)\)")
-_WORD = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)'")
+_WORD = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)'")
 _STATE_VERSION = re.compile(r"\bAggregateFunction\(\s*\d+\s*,\s*")
 
 
@@ -218,7 +218,8 @@ def _codecs(definition: str, type_sql: str) -> str:
 
 
 def _arguments(arguments: tuple[str, ...]) -> tuple[str, ...]:
-    """Engine arguments with a quoted name unquoted (``Merge('db', …)``: the server quotes what the DDL may not)."""
+    """Engine arguments with a quoted name unquoted (``Merge('db', …)``, ``Dictionary('db.d')``: the server quotes
+    what the DDL may not)."""
     return tuple(_WORD.fullmatch(a.strip()).group(1) if _WORD.fullmatch(a.strip()) else a for a in arguments)
 
 

@@ -146,7 +146,8 @@ def test_no_cycle_in_example(example):
 
 def test_json_shape_exactly_as_specified(example):
     data = json.loads(example.graph.to_json())
-    assert set(data) == {"views", "tables", "functions", "kept", "layers"}
+    assert set(data) == {"views", "tables", "functions", "kept", "layers", "loops"}
+    assert data["loops"] == []
     assert len(data["views"]) == 10
     for view in data["views"]:
         keys = {
@@ -159,6 +160,7 @@ def test_json_shape_exactly_as_specified(example):
             "depth",
             "functions",
             "feedback_reads",
+            "depends_on",
         }
         assert set(view) == keys
         assert re.fullmatch(r"[^.`\"]+\.[^.`\"]+", view["name"])  # database.name unquoted
@@ -175,6 +177,7 @@ def test_json_shape_exactly_as_specified(example):
         "depth": 3,
         "functions": [],
         "feedback_reads": [],
+        "depends_on": [],
     }
     assert {t["name"] for t in data["tables"]} == {n for n, k in example.graph.kinds.items() if k != "view"}
     assert all(isinstance(layer, list) and all(isinstance(n, str) for n in layer) for layer in data["layers"])
@@ -202,6 +205,7 @@ def test_json_inner_table_view_has_null_target_and_dictionaries(tmp_path):
         "depth": 1,
         "functions": [],
         "feedback_reads": [],
+        "depends_on": [],
     }
     assert views["d.r"]["refreshable"] is True
 
@@ -235,3 +239,110 @@ def test_targets_and_views_are_indexed_once_per_project():
     assert project.target_named("d.src") is None  # a source, not a target
     assert [v.ref.fqn for v in project.views_into(_ref("d.a"))] == ["d.mv1", "d.mv2"]
     assert [v.ref.fqn for v in project.views_from(_ref("d.src"))] == ["d.mv1", "d.mv2"]
+
+
+LOOP = """
+CREATE TABLE d.src (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE TABLE d.ok (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE MATERIALIZED VIEW d.ok_mv TO d.ok AS SELECT ts, k FROM d.src WHERE k IN (SELECT k FROM d.x);
+CREATE TABLE d.x (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE TABLE d.y (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE MATERIALIZED VIEW d.x_to_y TO d.y AS SELECT ts, k FROM d.x;
+CREATE MATERIALIZED VIEW d.y_to_x TO d.x AS SELECT ts, k + 1 AS k FROM d.y;
+CREATE TABLE d.z (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE MATERIALIZED VIEW d.y_to_z TO d.z AS SELECT ts, k FROM d.y;
+"""
+
+
+def _graph(tmp_path, ddl: str) -> LineageGraph:
+    root = tmp_path / "ddl"
+    root.mkdir()
+    (root / "a.sql").write_text(textwrap.dedent(ddl))
+    return LineageGraph(load_project(root, default_database="d"))
+
+
+def test_a_trigger_loop_is_drawn_marked_beside_the_rest(tmp_path):
+    graph = _graph(tmp_path, LOOP)
+    assert graph.find_cycle() is None and "d.x_to_y" not in graph.kinds  # the rest is a DAG, in layers
+    assert ("d.x", "d.ok_mv") in {(u, n) for n, ups in graph.upstream.items() for u in ups}  # an ordered read now
+    assert graph.impact("d.y") == ["d.y_to_z", "d.z"]  # what is loaded downstream
+    data = graph.to_dict()
+    assert sorted(v["name"] for v in data["views"]) == ["d.ok_mv", "d.y_to_z"]
+    (loop,) = data["loops"]
+    assert loop["cycle"] == ["d.x", "d.x_to_y", "d.y", "d.y_to_x", "d.x"]
+    assert [(v["name"], v["trigger"], v["target"]) for v in loop["views"]] == [
+        ("d.x_to_y", "d.x", "d.y"),
+        ("d.y_to_x", "d.y", "d.x"),
+    ]
+    assert "a trigger loop: d.x_to_y at a.sql:7, d.y_to_x at a.sql:8" in loop["problem"]
+    mermaid = graph.to_mermaid()
+    ids = dict(re.findall(r'^\s+(n\d+)\W+"([^"]+?)(?: \(trigger loop: not loaded\))?"', mermaid, re.M))
+    loop_edges = {(ids[a], ids[b]) for a, b in re.findall(r"^\s+(n\d+) ==>\|loop\| (n\d+)$", mermaid, re.M)}
+    assert loop_edges == {("d.x", "d.x_to_y"), ("d.x_to_y", "d.y"), ("d.y", "d.y_to_x"), ("d.y_to_x", "d.x")}
+    assert '{{"d.x_to_y (trigger loop: not loaded)"}}:::loop' in mermaid and "classDef loop" in mermaid
+    dot = graph.to_dot()
+    assert '"d.y_to_x" -> "d.x" [color=red, label="loop"];' in dot
+    assert '"d.x_to_y" [shape=diamond, color=red, xlabel="trigger loop: not loaded"];' in dot
+
+
+DEPENDS = """
+CREATE DATABASE d ENGINE = Atomic;
+CREATE TABLE d.src (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE TABLE d.snap (ts DateTime, n UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE TABLE d.report (ts DateTime, n UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE TABLE d.audit (ts DateTime, n UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE MATERIALIZED VIEW d.snap_mv REFRESH EVERY 1 HOUR TO d.snap AS SELECT now() AS ts, count() AS n FROM d.src;
+CREATE MATERIALIZED VIEW d.report_mv REFRESH EVERY 1 HOUR DEPENDS ON snap_mv APPEND TO d.report AS
+    SELECT now() AS ts, count() AS n FROM d.src;
+CREATE MATERIALIZED VIEW d.audit_mv REFRESH EVERY 1 DAY DEPENDS ON d.report_mv TO d.audit AS
+    SELECT now() AS ts, count() AS n FROM d.snap;
+"""
+
+
+def test_depends_on_is_a_dependency_not_a_trigger(tmp_path):
+    graph = _graph(tmp_path, DEPENDS)
+    assert graph.depends == {("d.snap_mv", "d.report_mv"), ("d.report_mv", "d.audit_mv")}
+    assert graph.ordered_depends == graph.depends and "d.snap_mv" in graph.upstream["d.report_mv"]
+    assert graph.depth["d.report"] == 2 and graph.depth["d.audit"] == 3  # after what it depends on
+    views = {v["name"]: v for v in graph.to_dict()["views"]}
+    assert views["d.report_mv"]["depends_on"] == ["d.snap_mv"] and views["d.snap_mv"]["depends_on"] == []
+    assert views["d.report_mv"]["trigger"] is None or views["d.report_mv"]["refreshable"]
+    mermaid = graph.to_mermaid()
+    ids = dict(re.findall(r'^\s+(n\d+)\W+"([^"]+)"', mermaid, re.M))
+    depends = {(ids[a], ids[b]) for a, b in re.findall(r"^\s+(n\d+) -\.->\|depends on\| (n\d+)$", mermaid, re.M)}
+    assert depends == graph.depends
+    assert ids_edge(mermaid, ids, "d.snap_mv", "d.report_mv") == "-.->|depends on|"
+    assert '"d.snap_mv" -> "d.report_mv" [style=dotted, label="depends on"];' in graph.to_dot()
+
+
+def ids_edge(mermaid: str, ids: dict[str, str], up: str, node: str) -> str:
+    back = {v: k for k, v in ids.items()}
+    (arrow,) = re.findall(rf"^\s+{back[up]} (.+) {back[node]}$", mermaid, re.M)
+    return arrow
+
+
+def test_a_depends_on_against_the_flow_is_drawn_and_orders_nothing(tmp_path):
+    """snap_mv depends on audit_mv, which reads snap_mv's target: ordering it would be a loop; it is drawn only."""
+    graph = _graph(
+        tmp_path,
+        DEPENDS.replace("REFRESH EVERY 1 HOUR TO d.snap", "REFRESH EVERY 1 HOUR DEPENDS ON d.audit_mv TO d.snap"),
+    )
+    assert ("d.audit_mv", "d.snap_mv") in graph.depends
+    assert ("d.audit_mv", "d.snap_mv") not in graph.ordered_depends and graph.find_cycle() is None
+    assert "-.->|depends on|" in graph.to_mermaid()
+
+
+def test_a_dictionary_table_reads_its_dictionary(tmp_path):
+    graph = _graph(
+        tmp_path,
+        """
+        CREATE TABLE d.codes (code String, name String) ENGINE = MergeTree ORDER BY code;
+        CREATE DICTIONARY d.code_names (code String, name String) PRIMARY KEY code
+            SOURCE(CLICKHOUSE(TABLE 'codes' DB 'd')) LIFETIME(0) LAYOUT(COMPLEX_KEY_HASHED());
+        CREATE TABLE d.code_table (code String, name String) ENGINE = Dictionary(d.code_names);
+        """,
+    )
+    assert graph.upstream["d.code_table"] == {"d.code_names"} and graph.impact("d.codes") == [
+        "d.code_names",
+        "d.code_table",
+    ]

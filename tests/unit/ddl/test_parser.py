@@ -607,15 +607,6 @@ ERROR_CASES = [
         r"d\.a is defined again with a different definition \(first at .*a\.sql:1:1\)",
         ("b.sql", 2, 1),
     ),
-    (
-        "cycle",
-        {
-            "a.sql": "CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;\nCREATE TABLE d.b (x UInt64) ENGINE = MergeTree ORDER BY x;\n"
-            "CREATE MATERIALIZED VIEW d.ab TO d.b AS SELECT x FROM d.a;\nCREATE MATERIALIZED VIEW d.ba TO d.a AS SELECT x FROM d.b;"
-        },
-        r"cycle in the MV graph: ",
-        ("a.sql", None, 1),
-    ),
 ]
 
 
@@ -634,19 +625,21 @@ def test_errors_name_file_line_column_and_fix(tmp_path, files, pattern, where):
 
 
 def test_cycle_names_the_whole_cycle(tmp_path):
-    with pytest.raises(DDLError) as info:
-        load_ddl(
-            tmp_path,
-            """
-            CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;
-            CREATE TABLE d.b (x UInt64) ENGINE = MergeTree ORDER BY x;
-            CREATE TABLE d.c (x UInt64) ENGINE = MergeTree ORDER BY x;
-            CREATE MATERIALIZED VIEW d.ab TO d.b AS SELECT x FROM d.a;
-            CREATE MATERIALIZED VIEW d.bc TO d.c AS SELECT x FROM d.b;
-            CREATE MATERIALIZED VIEW d.ca TO d.a AS SELECT x FROM d.c;
-        """,
-        )
-    message = info.value.problems[0].message
+    project = load_ddl(
+        tmp_path,
+        """
+        CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;
+        CREATE TABLE d.b (x UInt64) ENGINE = MergeTree ORDER BY x;
+        CREATE TABLE d.c (x UInt64) ENGINE = MergeTree ORDER BY x;
+        CREATE MATERIALIZED VIEW d.ab TO d.b AS SELECT x FROM d.a;
+        CREATE MATERIALIZED VIEW d.bc TO d.c AS SELECT x FROM d.b;
+        CREATE MATERIALIZED VIEW d.ca TO d.a AS SELECT x FROM d.c;
+    """,
+    )
+    (loop,) = project.loops
+    problem = loop.problem()
+    assert (Path(problem.file).name, problem.line, problem.column) == ("a.sql", 5, 1) and problem.hint
+    message = problem.message
     assert message.endswith("(a trigger loop: d.ab at a.sql:5, d.bc at a.sql:6, d.ca at a.sql:7)"), message
     cycle = message.removeprefix("cycle in the MV graph: ").partition(" (")[0].split(" -> ")
     assert cycle[0] == cycle[-1] and len(cycle) == 7
@@ -673,7 +666,7 @@ def test_all_problems_reported_together(tmp_path):
     with pytest.raises(DDLError) as info:
         load_ddl(tmp_path, files)
     messages = [p.message for p in info.value.problems]
-    assert len(messages) == 5, messages
+    assert len(messages) == 5, messages  # a trigger loop too: with other problems, every problem at once
     for pattern in ("syntax error", "defined again", "TO d.nowhere", "reads d.ghost", "cycle"):
         assert any(pattern in m for m in messages), (pattern, messages)
     assert str(info.value).startswith("5 problems in the DDL directory")
@@ -823,26 +816,62 @@ def test_reads_of_the_own_target_or_downstream_are_not_cycles(tmp_path):
     assert "-.->|reads|" in graph.to_mermaid() and 'style=dashed, label="reads"' in graph.to_dot()
 
 
-def test_a_trigger_loop_is_refused_naming_the_loop_only(tmp_path):
-    with pytest.raises(DDLError) as info:
-        load_ddl(
-            tmp_path,
-            """
-            CREATE TABLE d.src (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
-            CREATE TABLE d.ok (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
-            CREATE MATERIALIZED VIEW d.ok_mv TO d.ok AS SELECT ts, k FROM d.src WHERE k IN (SELECT k FROM d.x);
-            CREATE TABLE d.x (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
-            CREATE TABLE d.y (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
-            CREATE MATERIALIZED VIEW d.x_to_y TO d.y AS SELECT ts, k FROM d.x;
-            CREATE MATERIALIZED VIEW d.y_to_x TO d.x AS SELECT ts, k + 1 AS k FROM d.y;
-            """,
-        )
-    (problem,) = info.value.problems
+LOOP_DDL = """
+CREATE TABLE d.src (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE TABLE d.ok (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE MATERIALIZED VIEW d.ok_mv TO d.ok AS SELECT ts, k FROM d.src WHERE k IN (SELECT k FROM d.x);
+CREATE TABLE d.x (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE TABLE d.y (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE MATERIALIZED VIEW d.x_to_y TO d.y AS SELECT ts, k FROM d.x;
+CREATE MATERIALIZED VIEW d.y_to_x TO d.x AS SELECT ts, k + 1 AS k FROM d.y;
+CREATE TABLE d.z (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE MATERIALIZED VIEW d.y_to_z TO d.z AS SELECT ts, k FROM d.y;
+"""
+
+
+def test_a_trigger_loop_is_left_out_alone_and_named(tmp_path):
+    """The loop is one problem naming its MVs at file:line; everything else loads (the MV reading the loop's table
+    through IN, the MV downstream of it)."""
+    project = load_ddl(tmp_path, LOOP_DDL)
+    assert set(project.views) == {ref("d.ok_mv"), ref("d.y_to_z")}
+    (loop,) = project.loops
+    assert loop.refs == (ref("d.x_to_y"), ref("d.y_to_x")) and set(project.loop_views) == set(loop.refs)
+    problem = loop.problem()
     assert problem.message == (
         "cycle in the MV graph: d.x -> d.x_to_y -> d.y -> d.y_to_x -> d.x "
         "(a trigger loop: d.x_to_y at a.sql:7, d.y_to_x at a.sql:8)"
     )
     assert (problem.line, "TOO_DEEP_RECURSION" in problem.hint) == (7, True)
+    assert set(project.targets) == {ref("d.ok"), ref("d.z")}  # the loop's targets are nobody's target now
+
+
+def test_a_trigger_loop_with_other_problems_is_one_of_them(tmp_path):
+    with pytest.raises(DDLError) as info:
+        load_ddl(tmp_path, LOOP_DDL + "CREATE MATERIALIZED VIEW d.bad TO d.nowhere AS SELECT ts, k FROM d.src;\n")
+    messages = [p.message for p in info.value.problems]
+    assert len(messages) == 2 and messages[1].startswith("cycle in the MV graph: d.x -> d.x_to_y"), messages
+
+
+def test_every_mv_of_a_tangled_loop_is_left_out(tmp_path):
+    """Two MVs from a to b and one back: each is on a loop (the strongly connected part), all three are left out."""
+    project = load_ddl(
+        tmp_path,
+        """
+        CREATE TABLE d.a (x UInt64) ENGINE = MergeTree ORDER BY x;
+        CREATE TABLE d.b (x UInt64) ENGINE = MergeTree ORDER BY x;
+        CREATE MATERIALIZED VIEW d.ab1 TO d.b AS SELECT x FROM d.a;
+        CREATE MATERIALIZED VIEW d.ab2 TO d.b AS SELECT x + 1 AS x FROM d.a;
+        CREATE MATERIALIZED VIEW d.ba TO d.a AS SELECT x FROM d.b WHERE x < 10;
+        CREATE MATERIALIZED VIEW d.self ENGINE = MergeTree ORDER BY x AS SELECT x FROM d.self_src;
+        CREATE TABLE d.self_src (x UInt64) ENGINE = MergeTree ORDER BY x;
+        CREATE MATERIALIZED VIEW d.self_loop TO d.self_src AS SELECT x FROM d.self_src;
+        """,
+    )
+    assert set(project.views) == {ref("d.self")}
+    first, second = project.loops
+    assert first.refs == (ref("d.ab1"), ref("d.ab2"), ref("d.ba"))
+    assert first.cycle == ("d.a", "d.ab1", "d.b", "d.ba", "d.a")
+    assert second.refs == (ref("d.self_loop"),) and second.cycle == ("d.self_src", "d.self_loop", "d.self_src")
 
 
 def test_system_tables_and_a_select_without_from_need_no_external(tmp_path):
@@ -873,3 +902,23 @@ def test_system_tables_and_a_select_without_from_need_no_external(tmp_path):
     from chmv_assets.ddl.lineage import LineageGraph
 
     assert LineageGraph(project).kinds["system.tables"] == "external"
+
+
+def test_depends_on_is_read_as_the_server_resolves_it(tmp_path):
+    """``DEPENDS ON`` names refreshable MVs: unqualified against the default database (the server's current one),
+    several at once; one defined nowhere is a problem (the server would never refresh the MV)."""
+    ddl = """
+        CREATE TABLE d.t (ts DateTime) ENGINE = MergeTree ORDER BY ts;
+        CREATE MATERIALIZED VIEW e.a REFRESH EVERY 1 HOUR TO d.t AS SELECT now() AS ts;
+        CREATE MATERIALIZED VIEW d.b REFRESH EVERY 1 HOUR TO d.t AS SELECT now() AS ts;
+        CREATE MATERIALIZED VIEW e.c REFRESH EVERY 1 HOUR DEPENDS ON e.a, b APPEND TO d.t AS SELECT now() AS ts;
+        """
+    project = load_ddl(tmp_path, ddl)
+    assert project.views[ref("e.c")].depends_on == (ref("e.a"), ref("d.b"))
+    assert project.views[ref("e.c")].refresh_schedule == "EVERY 1 HOUR DEPENDS ON e.a, b APPEND"
+    assert project.views[ref("d.b")].depends_on == ()
+    with pytest.raises(DDLError) as info:
+        load_ddl(tmp_path, ddl.replace("e.a, b", "e.a, e.ghost"))
+    (problem,) = info.value.problems
+    assert problem.message.startswith("e.c DEPENDS ON e.ghost, which is defined nowhere in the DDL directory")
+    assert (problem.line, "MissingDependencies" in problem.message, "external" in problem.hint) == (5, True, True)

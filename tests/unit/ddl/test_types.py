@@ -177,3 +177,14 @@ def test_converts_in_place(old: str, new: str, in_place: bool) -> None:
     from chmv_assets.ddl.types import converts_in_place
 
     assert converts_in_place(old, new) is in_place
+
+
+def test_nested_fields() -> None:
+    from chmv_assets.ddl.types import nested_fields
+
+    assert nested_fields("Nested(At DateTime64(9), Name LowCardinality(String), `m` Map(String, UInt8))") == (
+        ("At", "DateTime64(9)"),
+        ("Name", "LowCardinality(String)"),
+        ("m", "Map(String, UInt8)"),
+    )
+    assert nested_fields("Array(Tuple(a UInt8, b String))") is None

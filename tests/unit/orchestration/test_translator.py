@@ -247,3 +247,30 @@ def test_a_subclass_overriding_one_hook_changes_the_spec(example, translator):
     base = translator.get_asset_spec(example, target)
     assert base.key == key("events_daily") and base.group_name == "analytics"
     assert spec.partitions_def == base.partitions_def and spec.description == base.description
+
+
+DEPENDS_DDL = """
+CREATE DATABASE d ENGINE = Atomic;
+CREATE TABLE d.src (ts DateTime, k UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE TABLE d.snap (ts DateTime, n UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE TABLE d.report (ts DateTime, n UInt64) ENGINE = MergeTree ORDER BY ts;
+CREATE MATERIALIZED VIEW d.snap_mv REFRESH EVERY 1 HOUR TO d.snap AS SELECT now() AS ts, count() AS n FROM d.src;
+CREATE MATERIALIZED VIEW d.report_mv REFRESH EVERY 1 HOUR DEPENDS ON d.snap_mv APPEND TO d.report AS
+    SELECT now() AS ts, count() AS n FROM d.src;
+"""
+
+
+def test_a_refreshable_target_depends_on_the_targets_of_what_its_mv_depends_on(tmp_path, translator):
+    loaded = load_ddl(tmp_path / "ok", DEPENDS_DDL, toml='default_database = "d"')
+    report = translator.get_asset_spec(loaded, ref("d.report"))
+    assert [d.asset_key for d in report.deps] == [AssetKey(["d", "src"]), AssetKey(["d", "snap"])]
+    # snap_mv DEPENDS ON report_mv too: the first in file order orders the graph, the one closing the loop does not
+    looped = DEPENDS_DDL.replace(
+        "REFRESH EVERY 1 HOUR TO d.snap", "REFRESH EVERY 1 HOUR DEPENDS ON d.report_mv TO d.snap"
+    )
+    loaded = load_ddl(tmp_path / "looped", looped, toml='default_database = "d"')
+    deps = {
+        name: [d.asset_key for d in translator.get_asset_spec(loaded, ref(f"d.{name}")).deps]
+        for name in ("snap", "report")
+    }
+    assert deps == {"snap": [AssetKey(["d", "src"]), AssetKey(["d", "report"])], "report": [AssetKey(["d", "src"])]}

@@ -57,3 +57,19 @@ def test_unqualified_tables_get_their_database(tmp_path):
         server_select(view, project)
         == "SELECT a FROM `db`.src AS s JOIN db2.dim AS d USING (a) WHERE a IN `db`.allowed"
     )
+
+
+def test_the_servers_own_tables_are_qualified_already(tmp_path):
+    """``system.one`` alone reads as the SYSTEM statement to the tokenizer: it is qualified, left as written (else the
+    server cannot format the SELECT, and every plan after an apply shows a change)."""
+    view = parse_statement(
+        "CREATE MATERIALIZED VIEW v ENGINE = Memory AS SELECT a FROM src LEFT JOIN "
+        "(SELECT toInt64(dummy) AS a FROM system.one) AS o USING (a) WHERE a IN (SELECT 1 FROM system.numbers)",
+        default_database="db",
+    )
+    from chmv_assets.ddl.models import Project
+
+    assert server_select(view, Project(ddl_dir=str(tmp_path), default_database="db")) == (
+        "SELECT a FROM `db`.src LEFT JOIN (SELECT toInt64(dummy) AS a FROM system.one) AS o USING (a) "
+        "WHERE a IN (SELECT 1 FROM system.numbers)"
+    )

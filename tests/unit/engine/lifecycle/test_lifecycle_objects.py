@@ -90,6 +90,19 @@ def test_blocked_changes_are_counted_and_said() -> None:
     assert "BLOCKED: migrate it by hand" in plan.describe()
 
 
+def test_a_refused_change_holds_nothing_back_and_is_said() -> None:
+    """An MV of a trigger loop: refused alone (not one of the changes that block the apply), printed as such."""
+    refused = Change(Action.REFUSED, ref("d.x_to_y"), "view", 1, reasons=("missing",), blocked="cycle in the MV graph")
+    create = Change(Action.CREATE, ref("d.ok"), "table", 0, statements=("CREATE TABLE d.ok …",))
+    plan = LifecyclePlan("ddl", (create, refused))
+    assert plan.blocked == () and plan.refused == (refused,) and plan.exit_code == EXIT_CHANGES
+    assert plan.summary() == "2 changes (1 create, 1 refused); 1 refused (a trigger loop; the rest is applied)"
+    text = plan.describe()
+    assert "✗ d.x_to_y: refused, the rest is applied (view of a trigger loop)" in text
+    assert "REFUSED: cycle in the MV graph" in text and "BLOCKED" not in text
+    assert json.loads(plan.to_json())["changes"][1]["action"] == "refused"
+
+
 def test_names_beside_a_target_and_the_sources_that_reach_it(example) -> None:
     assert (
         next_version_ref(ref("analytics.a-b")).name
@@ -131,3 +144,29 @@ def test_the_part_of_a_plan_touching_some_objects_is_what_fixes_their_drift(exam
     assert [c.ref for c in plan.touching([weekly]).changes] == [ref("analytics."), weekly]  # its re-derivation
     assert [c.ref for c in plan.touching([ref("analytics.mv_events_agg")]).changes][-1] == AGG  # fed through it
     assert plan.touching([ref("nowhere.x")]).changes == ()
+
+
+def test_the_deploy_order_makes_what_an_object_names_first(tmp_path) -> None:
+    """``chmv load-demo``'s deploy: a ``Dictionary(d)`` table after its dictionary; MVs downstream first, but one
+    reading another MV's inner table after it."""
+    from ddl_testing import load_ddl
+
+    from chmv_assets.engine.lifecycle.deploy import deployment_order
+
+    loaded = load_ddl(
+        tmp_path,
+        """
+        CREATE TABLE o.codes (code String, name String) ENGINE = MergeTree ORDER BY code;
+        CREATE DICTIONARY o.code_names (code String, name String) PRIMARY KEY code
+            SOURCE(CLICKHOUSE(TABLE 'codes' DB 'o')) LIFETIME(0) LAYOUT(COMPLEX_KEY_HASHED());
+        CREATE TABLE o.code_table (code String, name String) ENGINE = Dictionary(o.code_names);
+        CREATE TABLE o.src (x UInt64) ENGINE = MergeTree ORDER BY x;
+        CREATE MATERIALIZED VIEW o.first ENGINE = MergeTree ORDER BY x AS SELECT x FROM o.src;
+        CREATE MATERIALIZED VIEW o.second ENGINE = MergeTree ORDER BY x AS SELECT x FROM o.first;
+        CREATE TABLE o.out (x UInt64) ENGINE = MergeTree ORDER BY x;
+        CREATE MATERIALIZED VIEW o.third TO o.out AS SELECT x FROM o.second;
+        """,
+    )
+    names = [name for name, _ in deployment_order(loaded.project)]
+    assert names.index("o.code_names") < names.index("o.code_table")
+    assert names.index("o.first") < names.index("o.second") < names.index("o.third")

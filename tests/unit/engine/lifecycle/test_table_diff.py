@@ -96,3 +96,24 @@ def test_what_the_server_writes_out_is_no_change() -> None:
     merge = "CREATE TABLE d.m (`a` UInt8) ENGINE = Merge('d', '^t$')"
     assert diff("CREATE TABLE d.m (`a` UInt8) ENGINE = Merge(d, '^t$')", merge).empty
     assert not diff("CREATE TABLE d.m (`a` UInt8) ENGINE = Merge(d, '^u$')", merge).empty
+
+
+def test_a_nested_column_is_the_array_columns_the_server_stores() -> None:
+    """The server lists a Nested column as one ``name.field Array(T)`` column per field: no change, no drop."""
+    live = (
+        "CREATE TABLE d.n (`id` UInt64, `Events.At` Array(DateTime64(9)), `Events.Name` Array(LowCardinality(String))) "
+        "ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192"
+    )
+    repo = (
+        "CREATE TABLE d.n (`id` UInt64, `Events` Nested(At DateTime64(9), Name LowCardinality(String)) "
+        "CODEC(ZSTD(1))) ENGINE = MergeTree ORDER BY id"
+    )
+    assert diff(repo, live).empty
+    changed = diff(repo.replace("Name LowCardinality(String))", "Name LowCardinality(String), Level UInt8)"), live)
+    assert changed.structural == ("column Events.Level added (its definition could not be read verbatim)",)
+
+
+def test_a_dictionary_table_names_its_dictionary_quoted_or_not() -> None:
+    live = "CREATE TABLE d.c (`code` String) ENGINE = Dictionary('d.codes')"
+    assert diff("CREATE TABLE d.c (`code` String) ENGINE = Dictionary(d.codes)", live).empty
+    assert not diff("CREATE TABLE d.c (`code` String) ENGINE = Dictionary(d.other)", live).empty
