@@ -474,6 +474,12 @@ class MaterializedView(_Frozen):
         return self.target or self.ref
 
     @property
+    def appends(self) -> bool:
+        """A refreshable MV with ``APPEND``: each refresh adds what its SELECT yields then to the target (which keeps
+        every refresh's rows: its history is not what the SELECT yields now), instead of replacing it."""
+        return self.refreshable and "APPEND" in (self.refresh_schedule or "").upper().split()
+
+    @property
     def source_refs(self) -> tuple[ObjectRef, ...]:
         """Distinct source tables in order of first use."""
         return tuple(dict.fromkeys(s.ref for s in self.sources))

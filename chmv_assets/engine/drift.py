@@ -16,7 +16,7 @@ from chmv_assets.ddl.models import Column, MaterializedView, ObjectRef, Project,
 from chmv_assets.ddl.parser import parse_statement
 from chmv_assets.ddl.types import canonical_type
 from chmv_assets.errors import DDLError
-from chmv_assets.sql.server_form import server_select
+from chmv_assets.sql.server_form import same_structure, server_select
 
 
 @dataclass(frozen=True)
@@ -246,8 +246,11 @@ def pending_refusals(client: Client, project: Project, target: ObjectRef) -> tup
 
 
 def select_changed(repo_select: str | None, live_select: str) -> bool:
-    """The server's formatting of the repo SELECT differs from the live one (whitespace and a ``;`` aside)."""
-    return repo_select is not None and bool(live_select) and _canon(repo_select) != _canon(live_select)
+    """The server's formatting of the repo SELECT differs from the live one (whitespace, a ``;`` and redundant
+    parentheses aside: :func:`~chmv_assets.sql.server_form.same_structure`)."""
+    if repo_select is None or not live_select or _canon(repo_select) == _canon(live_select):
+        return False
+    return not same_structure(repo_select, live_select)
 
 
 def select_diff(repo_select: str, live_select: str) -> str:

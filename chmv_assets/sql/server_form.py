@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import sqlglot
+from sqlglot import exp
 from sqlglot.tokens import TokenType
 
 from chmv_assets.ddl.models import KeptObject, MaterializedView, Project, splice
@@ -177,3 +179,38 @@ def _bind(body: str, values: Mapping[str, str]) -> str:
         value = values[t.text]
         edits.append((t.start, t.end + 1, value if _alone(tokens, i, i) or _atomic(value) else f"({value})"))
     return splice(body, edits) if edits else body
+
+
+def same_structure(left: str, right: str) -> bool:
+    """Whether two SELECTs as the server formatted them differ only in redundant parentheses.
+
+    The server keeps the parentheses its own rewrites wrote: ``ALTER TABLE … MODIFY QUERY`` stores an expanded SQL
+    function's body parenthesized (``(splitByChar(…)[2]) AS section``) where ``CREATE`` stores it bare. Both are parsed
+    (sqlglot, ClickHouse dialect), every parenthesis that groups nothing is dropped and every operation is
+    parenthesized: the texts are the same query when these canonical forms are equal (``(a + b) * c`` and
+    ``a + (b * c)`` stay apart). False when either does not parse. For comparison only: nothing runs this text.
+    """
+    try:
+        return _structure(left) == _structure(right)
+    except sqlglot.errors.SqlglotError:
+        return False
+
+
+def _structure(sql: str) -> str:
+    tree = sqlglot.parse_one(sql, read="clickhouse")
+    tree = tree.transform(lambda n: n.this if isinstance(n, exp.Paren) and not isinstance(n.this, _GROUPS) else n)
+    return _grouped(tree).sql(dialect="clickhouse")
+
+
+#: What a parenthesis holds that is not a redundant grouping (a subquery).
+_GROUPS = (exp.Select, exp.Union, exp.Subquery)
+
+
+def _grouped(node: exp.Expression) -> exp.Expression:
+    """``node`` with every binary operation in it parenthesized, bottom up."""
+    for key, value in list(node.args.items()):
+        if isinstance(value, exp.Expression):
+            node.set(key, _grouped(value))
+        elif isinstance(value, list):
+            node.set(key, [_grouped(v) if isinstance(v, exp.Expression) else v for v in value])
+    return exp.Paren(this=node) if isinstance(node, exp.Binary) else node

@@ -273,6 +273,26 @@ def test_a_target_whose_mv_calls_sql_functions_is_rebuilt(deployed):
         )
 
 
+def test_a_new_select_of_an_mv_calling_sql_functions_is_applied_once(tmp_path):
+    """The server stores an expanded SQL function's body parenthesized after ``MODIFY QUERY`` (bare after ``CREATE``):
+    after the apply of a changed SELECT of ``web.section_hits_mv``, ``chmv plan`` says no changes (it planned the
+    same MODIFY QUERY again and again, and rebuilds were refused as "apply pending")."""
+    import shutil
+
+    ddl = tmp_path / "ddl"
+    shutil.copytree(SCHEMAS / "functions_views", ddl)
+    dsn = f"chdb://{tmp_path / 'chdb'}"
+    assert chmv("apply", "--ddl-dir", str(ddl), "--dsn", dsn)[0] == 0
+    sql = (ddl / "10_web.sql").read_text()
+    join = "INNER JOIN web.live_sections AS s ON s.section = path_section(v.path)\n"
+    assert join in sql
+    (ddl / "10_web.sql").write_text(sql.replace(join, join + "WHERE 1 = 1\n"))
+    code, out = chmv("apply", "--ddl-dir", str(ddl), "--dsn", dsn)
+    assert code == 0 and "1 changes made" in out, out
+    code, out = chmv("plan", "--ddl-dir", str(ddl), "--dsn", dsn)
+    assert code == 0 and "no changes" in out, out
+
+
 def test_aliases_inside_arguments_and_lambdas_run_as_written(deployed):
     resource, _ = deployed["aliases_lambdas"]
     with resource.get_client() as client:
@@ -363,6 +383,22 @@ def test_a_target_its_own_mv_reads_back_is_neither_rebuilt_nor_checked_through_i
     assert code != 0 and "which its own output feeds" in out, out
     with resource.get_client() as client:
         assert rows(client, "SELECT count() FROM feed.first_seen FINAL") == held == [(2,)]
+
+
+def test_an_append_refreshable_targets_parity_is_not_verifiable(deployed):
+    """``feed.heartbeat_mv`` refreshes with APPEND: its target keeps every refresh's ``now()``; its SELECT now never
+    recomputes that, so parity says so instead of failing every materialization (a blocking check)."""
+    from chmv_assets.engine.health.parity import parity_for_partitions
+
+    resource, _ = deployed["any_mv"]
+    loaded = load(SCHEMAS / "any_mv")
+    assert [v.ref.fqn for v in loaded.project.views.values() if v.appends] == [
+        "feed.heartbeat_mv",
+        "feed.catalog_sizes_mv",
+    ]
+    with resource.get_client() as client:
+        (result,) = parity_for_partitions(client, loaded, ObjectRef(database="feed", name="heartbeats"), [None])
+    assert result.passed and "feed.heartbeat_mv refreshes with APPEND" in (result.unverifiable or ""), result
 
 
 def test_a_new_select_of_a_dedup_mv_keeps_its_targets_history(deployed, tmp_path):

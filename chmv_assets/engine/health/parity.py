@@ -485,6 +485,12 @@ def _against_writes(
         )
     elif feedback := feedback_reads(loaded, target):
         reason = describe_feedback(target, feedback)
+    elif appending := [v.ref.fqn for v in project.views_into(target) if v.appends]:
+        reason = (
+            f"{', '.join(appending)} refresh{'es' if len(appending) == 1 else ''} with APPEND: the target keeps what "
+            "each refresh's SELECT yielded then, which its SELECT now does not recompute (a materialization appends "
+            "one more refresh)"
+        )
     if reason is not None:
         return [
             ParityResult(target.fqn, w.key if w else None, tolerance=tolerance, unverifiable=reason) for w in windows

@@ -6,7 +6,7 @@ import pytest
 
 from chmv_assets.ddl.models import MaterializedView
 from chmv_assets.ddl.parser import parse_statement
-from chmv_assets.sql.server_form import expand_functions, function_parts, server_select
+from chmv_assets.sql.server_form import expand_functions, function_parts, same_structure, server_select
 
 FUNCTIONS = {
     "clean": (("p",), "trimRight(lower(p), '/')"),
@@ -73,3 +73,23 @@ def test_the_servers_own_tables_are_qualified_already(tmp_path):
         "SELECT a FROM `db`.src LEFT JOIN (SELECT toInt64(dummy) AS a FROM system.one) AS o USING (a) "
         "WHERE a IN (SELECT 1 FROM system.numbers)"
     )
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "same"),
+    [
+        ("SELECT (splitByChar('/', p)[2]) AS s FROM t", "SELECT splitByChar('/', p)[2] AS s FROM t", True),
+        ("SELECT x FROM t WHERE (a = 1) AND (b IN (SELECT 1))", "SELECT x FROM t WHERE a = 1 AND b IN (SELECT 1)", True),
+        ("SELECT (a + b) * c FROM t", "SELECT a + (b * c) FROM t", False),
+        ("SELECT x FROM t WHERE (a = 1 OR b = 2) AND c", "SELECT x FROM t WHERE a = 1 OR (b = 2 AND c)", False),
+        ("SELECT x FROM t WHERE a = 1", "SELECT x FROM t WHERE a = 2", False),
+        ("SELECT x FROM (SELECT x FROM t)", "SELECT x FROM t", False),
+        ("SELECT (", "SELECT (", False),  # does not parse: never the same
+    ],
+    ids=["function-body", "conditions", "precedence", "boolean-precedence", "literal", "subquery", "unparsable"],
+)
+def test_same_structure_ignores_only_redundant_parentheses(left: str, right: str, same: bool) -> None:
+    """ALTER TABLE … MODIFY QUERY stores an expanded SQL function's body parenthesized where CREATE stores it bare:
+    the comparison of the DDL's SELECT with the live one must not see a change there (every plan after such an apply
+    showed a MODIFY QUERY again), and must see every other."""
+    assert same_structure(left, right) is same
