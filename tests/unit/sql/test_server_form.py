@@ -79,7 +79,11 @@ def test_the_servers_own_tables_are_qualified_already(tmp_path):
     ("left", "right", "same"),
     [
         ("SELECT (splitByChar('/', p)[2]) AS s FROM t", "SELECT splitByChar('/', p)[2] AS s FROM t", True),
-        ("SELECT x FROM t WHERE (a = 1) AND (b IN (SELECT 1))", "SELECT x FROM t WHERE a = 1 AND b IN (SELECT 1)", True),
+        (
+            "SELECT x FROM t WHERE (a = 1) AND (b IN (SELECT 1))",
+            "SELECT x FROM t WHERE a = 1 AND b IN (SELECT 1)",
+            True,
+        ),
         ("SELECT (a + b) * c FROM t", "SELECT a + (b * c) FROM t", False),
         ("SELECT x FROM t WHERE (a = 1 OR b = 2) AND c", "SELECT x FROM t WHERE a = 1 OR (b = 2 AND c)", False),
         ("SELECT x FROM t WHERE a = 1", "SELECT x FROM t WHERE a = 2", False),
