@@ -348,10 +348,42 @@ def apply_changed_select(run: Run) -> None:
         if _unchanged(run):
             run.notes.append(f"{op.id}: refused with the server as the first version has it; that version stays")
             return
+        _converged(run, loaded, op, ok=False)
     else:
         run.history.end(op, OK)
+        _converged(run, loaded, op, ok=True)
     run.redeployed(loaded)  # the new SELECT is what the DDL says now (an interrupted apply is judged against it)
     run.ddl = ddl
+
+
+def _converged(run: Run, loaded: Any, op: Op, *, ok: bool) -> None:
+    """After an apply that reported success, ``chmv plan`` of the same DDL must say no changes: a change it plans
+    again is one the apply did not make (or made in a form chmv then reads as another: every rebuild of the target is
+    then refused as "apply pending"). After one that failed past its cut-in (a re-derivation left pending), the plan
+    must not plan the new SELECT again: the server runs it."""
+    from chmv_assets.certify import checker
+    from chmv_assets.engine.lifecycle.plan import Action
+    from chmv_assets.engine.lifecycle.planner import plan_lifecycle
+
+    with run.resource.get_client() as client:
+        plan = plan_lifecycle(client, loaded, allow_drop=False, root=None)
+    changes = list(plan.changes)
+    if not ok:
+        cut_in = any(c.unfinished for c in changes)
+        changes = [c for c in changes if cut_in and c.action in (Action.MODIFY_QUERY, Action.RECREATE_VIEW)]
+    for change in changes:
+        run.found.append(
+            checker.Anomaly(
+                "d",
+                change.name,
+                "(all)",
+                f"after {op.id} (chmv apply) {'reported success' if ok else 'failed past its cut-in'}, chmv plan "
+                f"still plans {change.action.value} "
+                f"{change.name}: {'; '.join(change.reasons)[:200]}",
+                "an apply that does not converge",
+                [op.id],
+            )
+        )
 
 
 def _applied_before(run: Run) -> bool:
