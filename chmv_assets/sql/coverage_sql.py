@@ -23,7 +23,7 @@ from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, window_instant, window_reach
 from chmv_assets.ddl.types import parse_type
-from chmv_assets.sql.meta import WATERMARKS
+from chmv_assets.sql.meta import INGESTION_WATERMARKS
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.time_sql import column_zone, time_sql
 
@@ -196,14 +196,19 @@ def windows_branches(
     ]
 
 
-def watermark_branch(side: str, index: int, source_id: str, target_table: str) -> str:
-    """The newest ingestion watermark of a source (``_chmv_lo``; NULL-free epoch when there is none)."""
-    newest = "CAST(toDateTime(argMax(last_processed_ts, version), 'UTC') AS Nullable(DateTime))"
+def watermark_branch(side: str, index: int, source: ObjectRef, *, legacy: bool = False) -> str:
+    """The newest ingestion watermark of a source (``_chmv_lo``; NULL when there is none).
+
+    Args:
+        legacy: Read it from the legacy ``chmv_meta.watermarks`` (before ``chmv apply`` migrated it into typed
+            tables: :mod:`chmv_assets.sql.meta`).
+    """
+    newest = "CAST(toDateTime(argMax(watermark, version), 'UTC') AS Nullable(DateTime))"
+    relation = f"({INGESTION_WATERMARKS.legacy})" if legacy else qualified(INGESTION_WATERMARKS.ref)
     return (
         f"SELECT '{side}' AS _chmv_side, toUInt32({index}) AS _chmv_i, {_NULL_TIME} AS _chmv_k, "
         f"count() AS _chmv_n, {newest} AS _chmv_lo, {_NULL_TIME} AS _chmv_hi, now() AS _chmv_now "
-        f"FROM {qualified(WATERMARKS)} WHERE source_id = {format_query_value(source_id)} "
-        f"AND target_table = {format_query_value(target_table)}"
+        f"FROM {relation} WHERE source = {format_query_value(source.fqn)}"
     )
 
 

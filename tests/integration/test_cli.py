@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from chmv_assets.sql.meta import RECORD_TABLES
+
 pytestmark = pytest.mark.worker_seconds(70)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,9 +127,8 @@ def test_apply_is_idempotent(tmp_path):
         assert len(rows) == 26
         assert ("events_weekly", "AggregatingMergeTree") in rows
         assert ("mv_events_weekly", "MaterializedView") in rows
-        assert (
-            int(client.command("SELECT count() FROM system.tables WHERE database = 'chmv_meta'")) == 2
-        )  # watermarks, leases
+        meta = client.query("SELECT name FROM system.tables WHERE database = 'chmv_meta'").result_rows
+        assert {r[0] for r in meta} == {t.ref.name for t in RECORD_TABLES} | {"leases"}  # a typed table per record kind
 
 
 def test_rebuild_plans_then_runs_through_the_planner(tmp_path, example):

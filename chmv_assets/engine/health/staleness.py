@@ -4,15 +4,15 @@ For each MV, the newest rows of its trigger (the last ``sla + grain`` of event t
 the MV's own SELECT; the newest partition-column value that yields is what the target should hold by
 now. A target is stale when its own newest value lags that by more than the SLA. Filtering and routing
 MVs are therefore judged by the rows they actually keep, and aggregating MVs by their buckets.
-Only targets that look behind by the parts' min/max index pay for that SELECT. The watermark of ``chmv_meta.watermarks`` (written by the Spark ingestion) is compared with the
-source's newest row too.
+Only targets that look behind by the parts' min/max index pay for that SELECT. A target the landing zone loads
+(``chmv_meta.ingestion_watermarks``) has its ingestion watermark compared with its sources' newest row too.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from clickhouse_connect.driver.client import Client
 
@@ -21,7 +21,8 @@ from chmv_assets.ddl.models import MaterializedView, ObjectRef
 from chmv_assets.ddl.partitioning import partition_scheme
 from chmv_assets.engine.clients import BIG_QUERY_SETTINGS
 from chmv_assets.engine.clock import server_zone, session_zone, wall
-from chmv_assets.sql.meta import WATERMARKS
+from chmv_assets.engine.watermarks import read_watermarks
+from chmv_assets.sql.meta import INGESTION_WATERMARKS, LEGACY_WATERMARKS
 from chmv_assets.sql.parts_sql import newest_per_table_sql
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rebuild_sql import view_select
@@ -143,7 +144,8 @@ def measure_staleness(
 
     1. ``system.tables`` joined with ``system.parts``: which objects exist, and the newest value of every
        table whose PARTITION BY reads its time column (the parts' min/max index: no data is read).
-    2. The newest watermark per target (when ``chmv_meta.watermarks`` exists).
+    2. The ingestion watermarks (:func:`chmv_assets.engine.watermarks.read_watermarks`; none before chmv_meta
+       exists).
     3. One UNION ALL, only when needed: ``max()`` of the time columns the parts cannot answer, and the
        MV's own SELECT over the newest source rows for the targets that look behind, to confirm that
        what they miss is rows the MV keeps (a filtering MV legitimately trails its source).
@@ -157,7 +159,8 @@ def measure_staleness(
     zone = server_zone(client)  # every time below is the server's wall clock (chmv_assets.engine.clock)
     targets = list(targets or project.targets)
     plan = {t: probes(loaded, t) for t in targets}
-    needed = set(targets) | {s for ps in plan.values() for p in ps for s in p.view.source_refs} | {WATERMARKS}
+    needed = set(targets) | {s for ps in plan.values() for p in ps for s in p.view.source_refs}
+    needed |= {INGESTION_WATERMARKS.ref, LEGACY_WATERMARKS}
     existing: set[ObjectRef] = set()
     newest: dict[ObjectRef, datetime] = {}
     for database, name, max_time, max_date in client.query(
@@ -236,12 +239,12 @@ def measure_staleness(
         for i, v in client.query(" UNION ALL ".join(branches), settings=BIG_QUERY_SETTINGS).result_rows:
             v = wall(v, zone)
             values[slots[i]] = v if v is not None and v > _EPOCH else None
-    watermarks: dict[str, datetime] = {}
-    if WATERMARKS in existing:
-        for name, ts in client.query(
-            f"SELECT target_table, max(last_processed_ts) FROM {qualified(WATERMARKS)} FINAL GROUP BY target_table"
-        ).result_rows:
-            watermarks[name] = wall(ts, zone)
+    watermarks: dict[str, datetime | None] = {}
+    if existing & {INGESTION_WATERMARKS.ref, LEGACY_WATERMARKS}:
+        # naive UTC instants, as the server's wall clock
+        watermarks = {
+            s: wall(ts.replace(tzinfo=UTC), zone) if ts else None for s, ts in read_watermarks(client).items()
+        }
     for target, ps in plan.items():
         lag = lags[target]
         if lag.missing or not ps:

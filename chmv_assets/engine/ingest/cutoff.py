@@ -40,11 +40,6 @@ from chmv_assets.sql.quoting import qualified, quote
 _LOG = logging.getLogger(__name__)
 
 
-def ingestion_source_id(source: ObjectRef) -> str:
-    """``source_id`` of a source's ingestion watermark (its ``target_table`` is the source itself)."""
-    return f"landing:{source.fqn}"
-
-
 def crash_point(name: str) -> None:
     """Die with SIGKILL here when ``$CHMV_CRASH_AT`` names this point (used by the kill tests)."""
     if name in settings.crash_points():
@@ -151,8 +146,7 @@ def current_watermark(
     source is empty too, ``establish_at`` (a backfill's upper bound) is written instead; with neither,
     None (the first load reads the whole landing zone).
     """
-    sid = ingestion_source_id(source)
-    mark = read_watermark(client, sid, source.fqn)
+    mark = read_watermark(client, source)
     if mark is not None and (mark.last_processed_ts is not None or establish_at is None):
         return mark
     start = source_max_time(client, source, time_column) or establish_at
@@ -160,8 +154,7 @@ def current_watermark(
         return mark
     return write_watermark(
         client,
-        sid,
-        source.fqn,
+        source,
         last_processed_ts=start,
         batch_id="initial",
         status=mark.status if mark else COMMITTED,

@@ -20,7 +20,7 @@ from chmv_assets.ddl.partitioning import window_instant
 from chmv_assets.engine.clock import session_zone
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest import staging_area as staging
-from chmv_assets.engine.ingest.cutoff import cutoff_of, ingestion_source_id
+from chmv_assets.engine.ingest.cutoff import cutoff_of
 from chmv_assets.engine.watermarks import read_watermark
 from chmv_assets.sql.quoting import quote
 from chmv_assets.sql.rebuild_sql import staged_relation
@@ -67,7 +67,7 @@ def lake_relation(
     tcol = landing.time_column(loaded, source)
     column = table.column(tcol)
     tolerance = loaded.config.ingestion.late_tolerance_minutes
-    cutoff = cutoff_of(read_watermark(client, ingestion_source_id(source), source.fqn), tolerance)
+    cutoff = cutoff_of(read_watermark(client, source), tolerance)
     days = sorted({f.day for f in files})
     # Day folders are ``date=YYYY-MM-DD``: brace alternatives of digits and dashes only.
     folder = f"date={days[0]:%Y-%m-%d}" if len(days) == 1 else "date={" + ",".join(f"{d:%Y-%m-%d}" for d in days) + "}"

@@ -56,7 +56,7 @@ from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.engine import races
+from chmv_assets.engine import races, records
 from chmv_assets.engine.catalog import existing_objects
 from chmv_assets.engine.clients import ClientFactory
 from chmv_assets.engine.health.parity import parity_for_partitions
@@ -80,7 +80,6 @@ from chmv_assets.engine.rebuild.steps import race_ranges
 from chmv_assets.engine_logs import quiet
 from chmv_assets.errors import ChmvError, EngineBusyError
 from chmv_assets.sql.lifecycle_sql import cut_over_sql, discard_beside_sql, finish_swap_sql, keep_old_sql
-from chmv_assets.sql.meta import meta_ddl_for
 
 _LOG = logging.getLogger(__name__)
 
@@ -207,8 +206,7 @@ class _Apply:
             # The first hold takes the gates of the first change that needs any, for that change to carry on in it.
             first = next((g for c in self.plan.changes if (g := self._gates_for(c))), frozenset())
             with self._gated(None, *first) as client:
-                for sql in meta_ddl_for(self.project):
-                    client.command(sql)
+                records.ensure_records_for(client, self.project)  # chmv_meta, migrated from its legacy table
                 entries = journal.unfinished(client)
             self._resume(entries)
             for change in self.plan.changes:

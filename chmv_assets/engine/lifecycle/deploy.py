@@ -9,10 +9,10 @@ from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.lineage import LineageGraph
 from chmv_assets.ddl.models import KeptKind, Project
+from chmv_assets.engine import records
 from chmv_assets.engine.catalog import KeptState, read_kept
 from chmv_assets.engine.lifecycle.refusals import check_statement, refused_views
 from chmv_assets.errors import DDLError
-from chmv_assets.sql.meta import meta_ddl_for
 
 _LOG = logging.getLogger(__name__)
 
@@ -111,8 +111,7 @@ def apply(client: Client, project: Project) -> ApplyResult:
     if refused:
         raise DDLError(refused)
     kept = read_kept(client, [k for k in project.kept if k.kind != KeptKind.VIEW])
-    for sql in meta_ddl_for(project):
-        client.command(sql)
+    records.ensure_records_for(client, project)  # chmv_meta, migrated from its legacy table
     use_default_database(client, project, databases)
     for step in deployment_steps(project):
         if step.kept is not None:

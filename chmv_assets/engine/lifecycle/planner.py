@@ -73,7 +73,7 @@ from chmv_assets.sql.cluster import (
     on_cluster,
     version_keeper_path,
 )
-from chmv_assets.sql.meta import META_DATABASE, WATERMARKS
+from chmv_assets.sql.meta import APPLY_JOURNAL, LEGACY_WATERMARKS, META_DATABASE
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rewrite import renamed_statement
 from chmv_assets.sql.server_form import server_select
@@ -623,7 +623,7 @@ class _Planner:
         """The re-derivations an earlier apply started and did not finish (its journal): a target whose new SELECT
         is live while some of its partitions still hold rows of the old one is a pending change, with the partitions
         left, until an apply finishes it (unless this plan re-derives the target anyway)."""
-        if self._client is None or not existing_objects(self._client, [WATERMARKS]):
+        if self._client is None or not existing_objects(self._client, [APPLY_JOURNAL.ref, LEGACY_WATERMARKS]):
             return
         for entry in journal.unfinished(self._client):
             target = entry.target

@@ -51,7 +51,6 @@ from chmv_assets.engine.ingest.cutoff import (
     crash_point,
     current_watermark,
     cutoff_of,
-    ingestion_source_id,
     source_gate,
 )
 from chmv_assets.engine.pacing.pacer import Pacer, chunks, pacer_for, written_by_insert
@@ -175,8 +174,7 @@ def ingest(
             _LOG.info(
                 f"{source.fqn}: waited for the insert of an interrupted load still running on the server: {waited}"
             )
-        sid = ingestion_source_id(source)
-        intent = begin_load(client, sid, source.fqn, batch_id, mark)
+        intent = begin_load(client, source, batch_id, mark)
         crash_point("ingest:intent")
         inserted, newest, oldest = 0, None, None
         if rows_staged:
@@ -188,7 +186,7 @@ def ingest(
                     raise
                 # what the finished inserts loaded stays loaded (every staged row up to the last one's end)
                 rows, newest = load.done
-                commit_load(client, sid, source.fqn, batch_id, newest=newest, rows=rows, previous=intent)
+                commit_load(client, source, batch_id, newest=newest, rows=rows, previous=intent)
                 done = f"{rows} rows, every staged row up to {newest}" if newest else "nothing"
                 raise ServerBusy(
                     f"{busy}\n{source.fqn}: this load inserted {done}; the watermark says so and the next load takes "
@@ -207,7 +205,7 @@ def ingest(
                 root=root,
                 stager=stager,
             )
-        committed = commit_load(client, sid, source.fqn, batch_id, newest=newest, rows=inserted, previous=intent)
+        committed = commit_load(client, source, batch_id, newest=newest, rows=inserted, previous=intent)
         crash_point("ingest:committed")
     staging.remove(folder)
     result = IngestResult(

@@ -6,7 +6,7 @@ resumes where it stopped. A partition open to such a consumer is rebuilt with th
 read until after the swap (``ON CLUSTER`` where the consumer's DDL says so: every host consumes its share of the
 topic, and a replicated source receives every host's rows).
 
-A pause is journaled in ``chmv_meta.watermarks`` (``source_id`` ``paused:<mv>``) before the detach and closed after
+A pause is journaled in ``chmv_meta.consumer_pauses`` (the consumer, the run, ``paused``) before the detach and closed after
 the attach, so a run killed in between leaves a record: the next rebuild, whatever it rebuilds, attaches every
 consumer a dead run left paused (:func:`resume_leftovers`) before anything else.
 
@@ -23,14 +23,13 @@ from contextlib import contextmanager
 from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.models import ObjectRef, Project
-from chmv_assets.engine.watermarks import read_watermark, write_watermark
+from chmv_assets.engine import records
 from chmv_assets.sql.cluster import cluster_of, on_cluster
-from chmv_assets.sql.meta import WATERMARKS
+from chmv_assets.sql.meta import CONSUMER_PAUSES
 from chmv_assets.sql.quoting import qualified
 
 _LOG = logging.getLogger(__name__)
 
-PREFIX = "paused:"
 PAUSED = "paused"
 RESUMED = "resumed"
 
@@ -48,16 +47,9 @@ def attach_sql(project: Project, consumer: ObjectRef) -> str:
 
 
 def _mark(client: Client, consumer: ObjectRef, status: str, run: str) -> None:
-    source_id = f"{PREFIX}{consumer.fqn}"
-    write_watermark(
-        client,
-        source_id,
-        run,
-        last_processed_ts=None,
-        batch_id=run,
-        status=status,
-        previous=read_watermark(client, source_id, run),
-    )
+    key = {"consumer": consumer.fqn, "run": run}
+    previous = records.latest(client, CONSUMER_PAUSES, key)
+    records.append(client, CONSUMER_PAUSES, {**key, "status": status}, after=previous.version if previous else 0)
 
 
 @contextmanager
@@ -76,6 +68,17 @@ def paused(client: Client, project: Project, consumers: Sequence[ObjectRef], run
             _LOG.info(f"resumed the stream consumer {consumer.fqn}")
 
 
+def left_paused(client: Client, consumers: Sequence[ObjectRef], live_runs: set[str]) -> list[tuple[ObjectRef, str]]:
+    """The ``consumers`` a run no longer alive (not in ``live_runs``) left paused, with that run (one query)."""
+    if not consumers:
+        return []
+    by_name = {c.fqn: c for c in consumers}
+    found = records.current(client, CONSUMER_PAUSES, {"consumer": list(by_name)})
+    return [
+        (by_name[r["consumer"]], str(r["run"])) for r in found if r["status"] == PAUSED and r["run"] not in live_runs
+    ]
+
+
 def resume_leftovers(
     client: Client,
     project: Project,
@@ -83,18 +86,8 @@ def resume_leftovers(
     live_runs: set[str],
 ) -> list[ObjectRef]:
     """Attach the ``consumers`` that a run no longer alive (not in ``live_runs``) left paused; those attached."""
-    if not consumers:
-        return []
-    rows = client.query(
-        f"SELECT source_id, target_table FROM {qualified(WATERMARKS)} WHERE source_id IN {{ids:Array(String)}} "
-        "GROUP BY source_id, target_table HAVING argMax(status, version) = {p:String}",
-        parameters={"ids": [f"{PREFIX}{c.fqn}" for c in consumers], "p": PAUSED},
-    ).result_rows
     resumed = []
-    for source_id, run in rows:
-        if run in live_runs:
-            continue
-        consumer = next(c for c in consumers if f"{PREFIX}{c.fqn}" == source_id)
+    for consumer, run in left_paused(client, consumers, live_runs):
         client.command(attach_sql(project, consumer))
         _mark(client, consumer, RESUMED, run)
         resumed.append(consumer)

@@ -31,14 +31,15 @@ from enum import StrEnum
 from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import DatabaseError
 
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import Column, ObjectRef
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, floor_to_grain, partition_scheme, time_of
+from chmv_assets.engine import records
 from chmv_assets.engine.clock import calendar_instant, server_zone, session_zone, wall, wall_now
 from chmv_assets.engine.ingest import landing
-from chmv_assets.engine.ingest.cutoff import ingestion_source_id
 from chmv_assets.engine.timeline import floor, ttl_horizon
 from chmv_assets.sql.coverage_sql import (
     TimeMapping,
@@ -329,11 +330,17 @@ def probe(
                 sub_grain=sub if mapping.exact else None,
             )
         branches += deletes_branches(index, source)
-    branches += _watermark_branches(loaded, sources, root)
-    branches += _target_branches(live, column, scheme, timed, sub, session)
-    sql = union(branches)
+    marks = _watermark_branches(loaded, sources, root)
+    targets = _target_branches(live, column, scheme, timed, sub, session)
+    sql = union([*branches, *marks(False), *targets])
     started = time.monotonic()
-    rows = client.query(sql).result_rows
+    try:
+        rows = client.query(sql).result_rows
+    except DatabaseError as error:  # before `chmv apply` migrated chmv_meta: the watermarks are in the legacy table
+        if not marks(False) or not records.missing_table(error):
+            raise
+        sql = union([*branches, *marks(True), *targets])
+        rows = client.query(sql).result_rows
     seconds = time.monotonic() - started
     zone = server_zone(client)  # the server's wall clock, as the windows (chmv_assets.engine.clock)
     now = wall(rows[0][6], zone) if rows else wall_now(client)
@@ -371,11 +378,14 @@ def probe(
     )
 
 
-def _watermark_branches(loaded: LoadedProject, sources: list[ObjectRef], root: Path | None) -> list[str]:
-    """With a landing zone, the ingestion watermark of each trigger loaded from it."""
+def _watermark_branches(
+    loaded: LoadedProject, sources: list[ObjectRef], root: Path | None
+) -> Callable[[bool], list[str]]:
+    """With a landing zone, the ingestion watermark of each trigger loaded from it (read from the legacy table, or
+    not)."""
     ingestible = set(landing.ingestible_sources(loaded)) if root is not None else set()
-    return [
-        watermark_branch("m", index, ingestion_source_id(source), source.fqn)
+    return lambda legacy: [
+        watermark_branch("m", index, source, legacy=legacy)
         for index, source in enumerate(sources)
         if source in ingestible
     ]

@@ -46,7 +46,8 @@ from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest import staging_area as staging
 from chmv_assets.engine.ingest.cutoff import crash_point, current_watermark, cutoff_of, source_gate
 from chmv_assets.engine.pacing.pacer import pacer_for
-from chmv_assets.engine.rebuild import consumers, deferrals, leases
+from chmv_assets.engine.rebuild import backfills, consumers, deferrals, leases
+from chmv_assets.engine.rebuild.backfills import Backfill
 from chmv_assets.engine.rebuild.deferrals import Deferral
 from chmv_assets.engine.rebuild.leases import Holder, rebuild_lease
 from chmv_assets.engine.rebuild.planner import (
@@ -65,7 +66,6 @@ from chmv_assets.engine.rebuild.planner import (
 )
 from chmv_assets.engine.rebuild.steps import RebuildResult, run_step, run_steps, with_damage, written_partitions
 from chmv_assets.engine.statements import kill_filling
-from chmv_assets.engine.watermarks import COMMITTED, read_watermark, write_watermark
 from chmv_assets.errors import (
     ChmvError,
     LandingZoneError,
@@ -546,23 +546,13 @@ def _swap_staged(
     damaged: frozenset[str | None] = frozenset(),
 ) -> StepResult:
     """One Spark step: the MVs' SELECT over its staged rows and the source's after the cutoff, swapped in; its
-    watermark (``backfill:<target>``) committed."""
+    record (:mod:`chmv_assets.engine.rebuild.backfills`) kept."""
     started = time.monotonic()
     target = plan.target
     relations = {s: _relation(loaded, s, st, step.window) for s, st in staged.items()}
     r = run_step(client, loaded.project, plan, step, trigger_relation=relations.get, damaged=damaged)
     rows_staged = sum(staging.staged_rows(_window_folder(st, step.window)) for st in staged.values())
-    mark_id, mark_key = f"backfill:{target.fqn}", step.key or "all"
-    write_watermark(
-        client,
-        mark_id,
-        mark_key,
-        last_processed_ts=cutoff,
-        batch_id=batch_id,
-        status=COMMITTED,
-        rows=r.rows_written,
-        previous=read_watermark(client, mark_id, mark_key),
-    )
+    backfills.record(client, Backfill(target, step.key or backfills.WHOLE, cutoff, batch_id, r.rows_written))
     _LOG.info(
         f"{target.fqn} {step.key or '(whole table)'}: {r.method}, {rows_staged} landing rows staged, "
         f"{r.rows_written} rows written, cutoff {cutoff}"

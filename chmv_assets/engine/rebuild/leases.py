@@ -28,9 +28,10 @@ from datetime import UTC, datetime
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import DatabaseError
 
+from chmv_assets.engine import records
 from chmv_assets.engine.clients import ClientFactory
 from chmv_assets.errors import LeaseHeld
-from chmv_assets.sql.meta import LEASES, meta_ddl
+from chmv_assets.sql.meta import LEASES
 from chmv_assets.sql.quoting import qualified
 
 _LOG = logging.getLogger(__name__)
@@ -93,8 +94,7 @@ def _alive(pid: int) -> bool:
 
 def _ensure_tables(client: Client) -> None:
     """``chmv_meta`` on this server if missing (``chmv apply`` creates it where the deployment says)."""
-    for sql in meta_ddl():
-        client.command(sql)
+    records.ensure_records(client)
 
 
 def read(client: Client, leases: Sequence[str]) -> dict[str, LeaseState]:

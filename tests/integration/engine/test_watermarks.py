@@ -1,4 +1,4 @@
-"""Watermarks in chmv_meta.watermarks: versions, intent vs commit, never backwards; the source gate."""
+"""Ingestion watermarks in chmv_meta.ingestion_watermarks: versions, intent vs commit, never backwards; the source gate."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from chmv_assets.errors import EngineBusyError
 from resources.clickhouse import ClickHouseResource
 
 SRC = ObjectRef(database="analytics", name="api_requests")
+X = ObjectRef(database="landing", name="x")
+S = ObjectRef(database="s", name="t")
 
 
 @pytest.fixture
@@ -29,43 +31,43 @@ def engine(tmp_path, example):
 
 def test_watermark_is_absent_then_read_back_exactly(engine):
     with engine.get_client() as client:
-        assert read_watermark(client, "landing:x", "x") is None
+        assert read_watermark(client, X) is None
         mark = write_watermark(
             client,
-            "landing:x",
-            "x",
+            X,
             last_processed_ts=datetime(2026, 8, 1, 12, 30, 5, 250000),
             batch_id="b1",
             status="committed",
             rows=42,
         )
-        back = read_watermark(client, "landing:x", "x")
+        back = read_watermark(client, X)
     assert back == mark
     assert back.last_processed_ts == datetime(2026, 8, 1, 12, 30, 5, 250000)
 
 
 def test_intent_does_not_move_the_watermark_and_commit_never_goes_back(engine):
     with engine.get_client() as client:
-        first = commit_load(client, "s", "t", "b1", newest=datetime(2026, 8, 2), rows=10, previous=None)
-        intent = begin_load(client, "s", "t", "b2", first)
-        seen = read_watermark(client, "s", "t")
+        first = commit_load(client, S, "b1", newest=datetime(2026, 8, 2), rows=10, previous=None)
+        intent = begin_load(client, S, "b2", first)
+        seen = read_watermark(client, S)
         assert seen.interrupted and seen.last_processed_ts == datetime(2026, 8, 2) and seen.batch_id == "b2"
-        older = commit_load(client, "s", "t", "b2", newest=datetime(2026, 8, 1), rows=0, previous=intent)
+        older = commit_load(client, S, "b2", newest=datetime(2026, 8, 1), rows=0, previous=intent)
         assert older.last_processed_ts == datetime(2026, 8, 2)
-        final = read_watermark(client, "s", "t")
+        final = read_watermark(client, S)
         # Every record is kept until merges collapse them; the highest version wins regardless.
-        client.command("OPTIMIZE TABLE chmv_meta.watermarks FINAL")
-        assert read_watermark(client, "s", "t") == final
+        client.command("OPTIMIZE TABLE chmv_meta.ingestion_watermarks FINAL")
+        assert read_watermark(client, S) == final
     assert final.status == "committed" and not final.interrupted and final.version > intent.version > first.version
 
 
 def test_values_are_bound_not_spliced(engine):
-    nasty = "x'); DROP TABLE chmv_meta.watermarks; --"
+    nasty = "x'); DROP TABLE chmv_meta.ingestion_watermarks; --"
+    source = ObjectRef(database=nasty, name=nasty)
     with engine.get_client() as client:
-        write_watermark(client, nasty, nasty, last_processed_ts=None, batch_id=nasty, status="committed")
-        mark = read_watermark(client, nasty, nasty)
-        assert mark.batch_id == nasty and mark.last_processed_ts is None
-        assert int(client.command("SELECT count() FROM chmv_meta.watermarks")) == 1
+        write_watermark(client, source, last_processed_ts=None, batch_id=nasty, status="committed")
+        mark = read_watermark(client, source)
+        assert mark.batch_id == nasty and mark.last_processed_ts is None and mark.source == source
+        assert int(client.command("SELECT count() FROM chmv_meta.ingestion_watermarks")) == 1
 
 
 def test_first_watermark_starts_where_the_source_is(engine):

@@ -24,7 +24,6 @@ from spark_testing import (
 
 from chmv_assets import settings
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.engine.ingest.cutoff import ingestion_source_id
 from chmv_assets.engine.lifecycle.deploy import apply
 from chmv_assets.engine.loads.load import ingest
 from chmv_assets.engine.watermarks import read_watermark
@@ -125,7 +124,7 @@ def test_sigkill_then_rerun_ends_exact(spark, tmp_path, half_ingested, mode, poi
         count, keys = client.query(
             "SELECT count(), uniqExact(timestamp, endpoint, user_id) FROM analytics.api_requests"
         ).result_rows[0]
-        mark = read_watermark(client, ingestion_source_id(api), api.fqn)
+        mark = read_watermark(client, api)
         newest = client.query("SELECT max(timestamp) FROM analytics.api_requests").result_rows[0][0]
         shadows = int(client.command("SELECT count() FROM system.tables WHERE name LIKE '\\\\_chmv\\\\_shadow%'"))
         where = "toDate(hour) >= '2026-08-02'" if mode == "backfill" else None

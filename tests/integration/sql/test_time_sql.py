@@ -37,6 +37,7 @@ CREATE MATERIALIZED VIEW tz.hourly_mv TO tz.hourly AS
     SELECT toStartOfHour(ts) AS hour, sum(n) AS n FROM tz.events GROUP BY hour;
 """
 HOURLY = ObjectRef(database="tz", name="hourly")
+X = ObjectRef(database="landing", name="x")
 #: Kolkata wall clock: two rows before 05:30 (the UTC day's start), one after, one the next day.
 ROWS = [
     ("2026-09-01 01:00:00", 1),
@@ -70,11 +71,11 @@ def test_a_watermark_is_the_same_instant_in_a_session_of_another_zone(tmp_path, 
     instant = datetime(2026, 9, 1, 0, 0, 0, 250000)  # naive UTC, as chmv keeps watermarks
     with resource(tmp_path / "chdb", "Asia/Kolkata").get_client() as client:
         apply(client, project.project)
-        write_watermark(client, "landing:x", "x", last_processed_ts=instant, batch_id="b", status="committed")
+        write_watermark(client, X, last_processed_ts=instant, batch_id="b", status="committed")
         stored = client.query(
-            "SELECT toString(last_processed_ts, 'UTC') FROM chmv_meta.watermarks WHERE source_id = 'landing:x'"
+            "SELECT toString(watermark, 'UTC') FROM chmv_meta.ingestion_watermarks WHERE source = 'landing.x'"
         ).result_rows
-        back = read_watermark(client, "landing:x", "x")
+        back = read_watermark(client, X)
     assert stored == [("2026-09-01 00:00:00.250",)]  # 2026-08-31 18:30:00.250 when bound naive
     assert back is not None and back.last_processed_ts == instant
 

@@ -33,7 +33,7 @@ from chmv_assets.engine.lifecycle.planner import next_version_ref, old_version_r
 from chmv_assets.engine.rebuild.planner import Swap, plan_from_source
 from chmv_assets.sql.cluster import attach_view_sql, next_version_path, version_keeper_path
 from chmv_assets.sql.lifecycle_sql import cut_over_sql, discard_beside_sql, finish_swap_sql, keep_old_sql
-from chmv_assets.sql.meta import meta_ddl_for
+from chmv_assets.sql.meta import meta_ddl_for, meta_placement, migration_sql
 from chmv_assets.sql.rebuild_sql import (
     drop_shadow_sql,
     insert_sql,
@@ -265,7 +265,13 @@ def test_the_reattach_of_a_repair_carries_the_mvs_cluster():
 
 
 def test_chmv_meta_is_created_on_the_cluster_and_replicated():
-    statements = list(meta_ddl_for(load_cluster().project))
+    project = load_cluster().project
+    statements = list(meta_ddl_for(project))
     assert all(ON_MAIN.search(s) for s in statements)
-    assert re.search(r"ENGINE = ReplicatedReplacingMergeTree\(version\)", statements[1])
-    assert_golden("meta.sql", section("chmv_meta of a cluster deployment", statements))
+    assert all(re.search(r"ENGINE = ReplicatedReplacingMergeTree\(version\)", s) for s in statements[1:])
+    cluster, replicated = meta_placement(project)
+    migration = list(migration_sql(cluster, replicated=replicated, renamed="watermarks_migrated_20260901000000"))
+    assert ON_MAIN.search(migration[-1]) and not any(ON_MAIN.search(s) for s in migration[:-1])  # one copy, shared
+    text = section("chmv_meta of a cluster deployment", statements)
+    text += section("the legacy chmv_meta.watermarks copied into the typed tables, then renamed aside", migration)
+    assert_golden("meta.sql", text)

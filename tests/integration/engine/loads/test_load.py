@@ -9,7 +9,6 @@ import pyarrow.parquet as pq
 import pytest
 from spark_testing import deliver, digest, recompute, ref, with_landing, write_lake
 
-from chmv_assets.engine.ingest.cutoff import ingestion_source_id
 from chmv_assets.engine.lifecycle.deploy import apply
 from chmv_assets.engine.loads.load import ingest
 from chmv_assets.engine.watermarks import read_watermark
@@ -63,7 +62,7 @@ def test_ingestion_loads_late_rows_once_and_drops_duplicates(spark, setup, lake)
                 parameters={"w": first.watermark_after},
             )
         )
-        mark = read_watermark(client, ingestion_source_id(API), API.fqn)
+        mark = read_watermark(client, API)
         target = digest(client, loaded, ref("hourly_endpoint_stats"))
         expected = recompute(client, loaded, ref("hourly_endpoint_stats"))
     assert count == keys == distinct  # nothing lost, nothing twice
@@ -108,7 +107,7 @@ def test_bad_file_fails_the_load_naming_it_and_changes_nothing(spark, setup, lak
     with pytest.raises(LandingZoneError, match=message):
         ingest(SparkStager(spark), engine, loaded, API)
     with engine.get_client() as client:
-        mark = read_watermark(client, ingestion_source_id(API), API.fqn)
+        mark = read_watermark(client, API)
         count = int(client.command("SELECT count() FROM analytics.api_requests"))
         shadows = int(client.command("SELECT count() FROM system.tables WHERE name LIKE '\\_chmv\\_shadow%'"))
     assert mark.last_processed_ts == good.watermark_after and mark.status == "committed"
@@ -128,4 +127,4 @@ def test_corrupt_data_pages_are_reported_by_spark_with_the_file(spark, setup, la
         ingest(SparkStager(spark), engine, loaded, API)
     with engine.get_client() as client:
         assert int(client.command("SELECT count() FROM analytics.api_requests")) == 0
-        assert read_watermark(client, ingestion_source_id(API), API.fqn) is None
+        assert read_watermark(client, API) is None

@@ -23,7 +23,6 @@ from spark_testing import copy_engine, digest, recompute, ref, with_landing
 from chmv_assets import demo_data
 from chmv_assets.ddl.config import PacingConfig
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.engine.ingest.cutoff import ingestion_source_id
 from chmv_assets.engine.loads.load import ingest
 from chmv_assets.engine.pacing.pacer import pacer_for
 from chmv_assets.engine.watermarks import read_watermark
@@ -121,7 +120,7 @@ def test_a_range_run_over_many_days_of_a_new_source_is_cut_into_inserts_and_exac
     assert not [line for line in log if "waiting" in line or "refused" in line]  # an idle server: no wait
     with engine.get_client() as client:
         _assert_exact(client, loaded, distinct)
-        assert read_watermark(client, ingestion_source_id(SOURCE), SOURCE.fqn).status == "committed"
+        assert read_watermark(client, SOURCE).status == "committed"
     again = ingest(SparkStager(spark), engine, loaded, SOURCE, days=_range())
     assert again.rows_inserted == 0  # a replay inserts nothing
 
@@ -160,7 +159,7 @@ def test_a_load_that_gives_up_keeps_what_it_inserted_and_the_next_load_takes_the
         client.command("SYSTEM STOP MERGES analytics.events_agg")
         with pytest.raises(ServerBusy) as raised:  # each insert of ten days adds a part to August: the fourth waits
             ingest(SparkStager(spark), HeldClient(client), loaded, SOURCE, days=_range())
-        mark = read_watermark(client, ingestion_source_id(SOURCE), SOURCE.fqn)
+        mark = read_watermark(client, SOURCE)
         loaded_rows = int(client.command("SELECT count() FROM analytics.raw_events"))
     message = str(raised.value)
     assert "gave up after waiting" in message and "of analytics.events_agg holds 3 active parts" in message
