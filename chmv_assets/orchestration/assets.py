@@ -22,6 +22,7 @@ from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import PartitionWindow
+from chmv_assets.engine.health.recovery import RebuildVerdict
 from chmv_assets.engine.ingest.landing import ingested_sources, landing_dir
 from chmv_assets.engine.rebuild.executor import StepResult, execute, plan_for
 from chmv_assets.engine.rebuild.planner import RebuildPlan, spark_capable
@@ -147,8 +148,17 @@ def _group_asset(
                     stopped.add(key)
                     continue
                 try:
+                    # a recovery run executes the engines the sensor's planner chose (re-checked, not re-chosen)
+                    verdict = RebuildVerdict.from_tags(context.run.tags, ref) if config.engine == "auto" else None
                     plan = plan_for(
-                        clickhouse, loaded, ref, windows, engine=config.engine, root=root, force=config.force
+                        clickhouse,
+                        loaded,
+                        ref,
+                        windows,
+                        engine=config.engine,
+                        root=root,
+                        force=config.force,
+                        engines=verdict.engine_of() if verdict else None,
                     )
                     with forward_engine_logs(context):
                         results = execute(

@@ -1,8 +1,9 @@
 """Every corner of Dagster chmv reaches that is not Dagster's public API, in one place.
 
-chmv needs four things Dagster does not export: an evaluation's link to the materialization it checked (its class is
-not exported), the output name of an asset check inside a multi-asset, and two readings of the event log's
-asset-check index (history and per-partition status). Each is wrapped here with the public types it returns, so a
+chmv needs five things Dagster does not export: an evaluation's link to the materialization it checked (its class is
+not exported), the output name of an asset check inside a multi-asset, two readings of the event log's
+asset-check index (history and per-partition status), and a value kept in the instance that several sensors share
+(the daemons' key-value store). Each is wrapped here with the public types it returns, so a
 Dagster upgrade that moves one breaks this module and its test (tests/unit/orchestration/test_dagster_compat.py),
 not the check, sensor or op code that uses it.
 """
@@ -71,3 +72,17 @@ def check_partition_statuses(
             info.latest_check_event_storage_id or 0,
             info.latest_execution_status.value,  # the enum is not exported by dagster: its values are stable
         )
+
+
+def shared_value(instance: DagsterInstance, key: str) -> str | None:
+    """The value stored under ``key`` in the instance's key-value store (:func:`store_shared_value`), or None.
+
+    Sensor cursors are each sensor's own; a memory several sensors share (chmv's staleness episodes) is kept here,
+    in the store Dagster's daemons keep their cursors in.
+    """
+    return instance.daemon_cursor_storage.get_cursor_values({key}).get(key)
+
+
+def store_shared_value(instance: DagsterInstance, key: str, value: str) -> None:
+    """Store ``value`` under ``key`` (see :func:`shared_value`)."""
+    instance.daemon_cursor_storage.set_cursor_values({key: value})

@@ -5,11 +5,13 @@ repaired upstream partitions into requests, deduplicated by (target, partition).
 reads the runs in progress (:func:`in_flight`: one call to the instance per tick): a partition a queued or running
 run materializes (a recovery run, a UI backfill, a run launched by hand) is not requested again, nor are the
 partitions of a target while a ``chmv_apply`` run is queued or running. Run keys name the episode and the attempt
-(:func:`rebuild_requests`), so a request is the same request on every tick until its attempt is spent.
+(:func:`rebuild_requests`), so a request is the same request on every tick until its attempt is spent; its
+``chmv/verdict`` tag carries the engines the planner chose at the tick, which the run executes.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -26,7 +28,7 @@ from dagster import (
 from asset_checks.definitions import PARITY, check_key
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.engine.health.recovery import Decision
+from chmv_assets.engine.health.recovery import VERDICT_TAG, Decision, RebuildVerdict
 from chmv_assets.orchestration.translator import ChmvTranslator
 
 #: Statuses of a run that is still going to materialize what it selected.
@@ -104,8 +106,12 @@ class Due:
 
     decision: Decision
     partition: str | None
-    engines: str
+    verdict: RebuildVerdict
     episode: int
+
+    @property
+    def engines(self) -> str:
+        return ", ".join(sorted(set(self.verdict.engine_of().values())))
 
 
 def rebuild_requests(
@@ -117,7 +123,8 @@ def rebuild_requests(
     A range run plans and swaps every partition of it in one go (one read of the source per range, the targets'
     single-run backfill policy) and evaluates parity per partition, so each ledger entry gets its own verdict. The
     run key names the range, the episode (when its first partition started failing) and the attempts: the same
-    request whatever the tick, never a second run of one attempt.
+    request whatever the tick, never a second run of one attempt. The planner's verdicts of its partitions go with it
+    (tag ``chmv/verdict``).
     """
     partitions_def = translator.get_partitions_def(loaded, target)
     timed = isinstance(partitions_def, TimeWindowPartitionsDefinition)  # partitions named by key values: a run each
@@ -145,6 +152,7 @@ def rebuild_requests(
             "chmv/attempt": str(max(d.decision.attempt for d in group)),
             "chmv/target": target.fqn,
             "chmv/engine": ", ".join(sorted({d.engines for d in group})),
+            VERDICT_TAG: functools.reduce(RebuildVerdict.merged, (d.verdict for d in group)).to_tag(),
         }
         partition_key = first.partition
         if len(group) > 1:

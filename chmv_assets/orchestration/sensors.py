@@ -1,14 +1,16 @@
 """Sensors of chmv: watermark staleness, auto-recovery, drift. None of them executes DDL.
 
 - ``chmv_staleness``: one batched measurement per tick (chmv_assets.engine.health.staleness); a target past the SLA
-  raises an alert (once per episode).
+  raises an alert (once per episode). The episodes are one memory both this sensor and ``chmv_recovery`` keep
+  (chmv_assets.engine.health.staleness_memory, stored in the Dagster instance per server: :func:`shared_staleness`).
 - ``chmv_recovery``: the one request path of rebuilds. Partitions whose parity check failed (read from the
   instance's check evaluations: the parity sweep's, runs', manual ones), whose staleness persisted across ticks,
   or whose upstream partition was repaired, get the tiered repair of chmv_assets.engine.health.recovery: what needs DDL
   first (an MV missing or detached: a run of the ``chmv_apply`` job for those objects; a live SELECT that differs
   from the DDL: "apply pending", nothing rebuilt), then a rebuild run per range of consecutive partitions, never
-  one the planner would refuse nor one a run in progress already covers (:mod:`.requests`). Cooldown and retry
-  limit in the cursor.
+  one the planner would refuse nor one a run in progress already covers (:mod:`.requests`). One retry policy for
+  every repair (chmv_assets.engine.health.recovery.RetryPolicy), its typed ledger in the cursor; each rebuild
+  request carries the planner's verdict, which the run executes.
 - ``chmv_drift``: when the files of the DDL directory change, re-parses them, reports drift against the
   server and requests a run of the drift checks (with lint and part counts at the first tick).
 
@@ -18,7 +20,10 @@ tick catches up). Anything else raises.
 """
 
 import hashlib
+import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -49,17 +54,29 @@ from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import KEY_DELIMITER, PartitionScheme, time_of
 from chmv_assets.engine.clock import wall_now
-from chmv_assets.engine.cursors import encode_cursor
+from chmv_assets.engine.cursors import decode_cursor, encode_cursor
 from chmv_assets.engine.drift import describe_pending, drift_report
-from chmv_assets.engine.health.recovery import DdlRepair, Decision, ddl_repair, entry_key, plan, split_key
+from chmv_assets.engine.health.recovery import (
+    Action,
+    DdlRepair,
+    Decision,
+    Ledger,
+    RebuildVerdict,
+    RepairKind,
+    RetryPolicy,
+    ddl_repair,
+    entry_key,
+    split_key,
+)
 from chmv_assets.engine.health.server_health import views_off
 from chmv_assets.engine.health.staleness import TargetLag, measure_staleness
+from chmv_assets.engine.health.staleness_memory import StalenessMemory
 from chmv_assets.engine.ingest.landing import landing_dir
 from chmv_assets.engine.rebuild import deferrals
 from chmv_assets.engine.rebuild.coverage import mappings
-from chmv_assets.engine.rebuild.planner import RebuildPlan, observe, plan_rebuild, windows_covering
+from chmv_assets.engine.rebuild.planner import Engine, RebuildPlan, observe, plan_rebuild, windows_covering
 from chmv_assets.errors import DDLError
-from chmv_assets.orchestration.dagster_compat import check_partition_statuses
+from chmv_assets.orchestration.dagster_compat import check_partition_statuses, shared_value, store_shared_value
 from chmv_assets.orchestration.partitions import (
     dynamic_partitions_of,
     time_partitions_of,
@@ -74,10 +91,11 @@ from resources.clickhouse import ClickHouseResource
 AssetJob = Any
 #: Most catch-up or recovery runs one target gets per tick.
 MAX_RUNS_PER_TARGET = 24
-#: Ticks a staleness must persist before recovery acts on it.
+#: Ticks an MV must be seen detached or missing before recovery restores it.
 STALE_TICKS = 2
-#: Cursor formats (:mod:`chmv_assets.engine.cursors`): a cursor of another version is read as empty.
-STALENESS_CURSOR_VERSION = 1
+#: Cursor formats (:mod:`chmv_assets.engine.cursors`): a cursor of another version is read as empty. The staleness
+#: sensor's cursor of format 1 held its episodes (adopted into the shared memory once); format 2 holds nothing.
+STALENESS_CURSOR_VERSION = 2
 DRIFT_CURSOR_VERSION = 1
 
 
@@ -178,47 +196,60 @@ def build_staleness_sensor(loaded: LoadedProject, translator: ChmvTranslator) ->
         "(chmv_recovery requests the catch-up).",
     )
     def _staleness(context: SensorEvaluationContext, clickhouse: ClickHouseResource):
-        cursor = tick_cursor(context).of(STALENESS_CURSOR_VERSION)
+        cursor = tick_cursor(context)
         budget = TickBudget()
         try:
             with sensor_client(clickhouse, context, budget) as client:
                 lags = measure_staleness(client, loaded)
         except SensorSkip as skip:
             return SkipReason(str(skip))
-        stale_state: dict = cursor.get("stale", {})
-        missing_state: dict = cursor.get("missing", {})
-        for lag in lags:
-            fqn = lag.target.fqn
-            if lag.missing:
-                if missing_state.get(fqn) != list(lag.missing):
+        with shared_staleness(context, clickhouse) as memory:
+            if cursor.version == 1 and memory.adopt(cursor.data.get("stale", {}), cursor.data.get("missing", {})):
+                context.log.info("the staleness episodes of this sensor's former cursor are now the shared memory's")
+            observed = memory.observe(lags, time.time())
+            for fqn, lag_seconds in observed.caught_up:
+                context.log.info(f"{fqn} caught up (lag {lag_seconds:.0f}s)")
+            for lag in lags:
+                fqn = lag.target.fqn
+                if lag.missing and memory.missing_changed(fqn, lag.missing):
                     message = (
                         f"cannot measure staleness: {', '.join(lag.missing)} does not exist on the server; "
                         "deploy with `chmv apply`"
                     )
                     sink.send(Alert("stale", "error", fqn, message), context.log)
-                missing_state[fqn] = list(lag.missing)
-                continue
-            missing_state.pop(fqn, None)
-            if not lag.stale:
-                if fqn in stale_state:
-                    context.log.info(f"{fqn} caught up (lag {lag.lag_seconds:.0f}s)")
-                    stale_state.pop(fqn)
-                continue
-            if fqn not in stale_state:
-                details = {
-                    "lag_seconds": lag.lag_seconds,
-                    "watermark_lag_seconds": lag.watermark_lag_seconds,
-                    "target_max": str(lag.target_max),
-                    "expected_max": str(lag.expected_max),
-                }
-                message = "; ".join(lag.reasons) + ": chmv_recovery catches up if it persists"
-                sink.send(Alert("stale", "warning", fqn, message, details), context.log)
-                stale_state[fqn] = {"since": time.time()}
-        new_cursor = encode_cursor({"stale": stale_state, "missing": missing_state}, STALENESS_CURSOR_VERSION)
-        summary = f"{len(stale_state)} stale target(s), {len(missing_state)} not measurable"
-        return SensorResult(skip_reason=SkipReason(summary), cursor=new_cursor)
+                elif lag.stale and fqn in memory.to_alert():
+                    details = {
+                        "lag_seconds": lag.lag_seconds,
+                        "watermark_lag_seconds": lag.watermark_lag_seconds,
+                        "target_max": str(lag.target_max),
+                        "expected_max": str(lag.expected_max),
+                    }
+                    message = "; ".join(lag.reasons) + ": chmv_recovery catches up if it persists"
+                    sink.send(Alert("stale", "warning", fqn, message, details), context.log)
+                    memory.alerted(fqn)
+            summary = f"{len(memory.episodes)} stale target(s), {len(memory.missing)} not measurable"
+        return SensorResult(skip_reason=SkipReason(summary), cursor=encode_cursor({}, STALENESS_CURSOR_VERSION))
 
     return _staleness
+
+
+def staleness_key(clickhouse: ClickHouseResource) -> str:
+    """The key of one server's staleness memory in the Dagster instance (:func:`shared_staleness`)."""
+    return f"chmv/staleness/{hashlib.sha256(clickhouse.resolved_dsn.encode()).hexdigest()[:16]}"
+
+
+@contextmanager
+def shared_staleness(context: SensorEvaluationContext, clickhouse: ClickHouseResource) -> Iterator[StalenessMemory]:
+    """The staleness memory of the server ``clickhouse`` names, shared by the sensors that measure staleness: read
+    from the Dagster instance, stored back when the block completes (not when it raises: the tick is skipped)."""
+    key = staleness_key(clickhouse)
+    stored = shared_value(context.instance, key)
+    try:
+        memory = StalenessMemory.from_data(json.loads(stored) if stored else None)
+    except ValueError:
+        memory = StalenessMemory()
+    yield memory
+    store_shared_value(context.instance, key, json.dumps(memory.to_data(), separators=(",", ":")))
 
 
 def parity_outcomes(
@@ -284,46 +315,64 @@ def planned_rebuild(
     return plan_rebuild(loaded, target, [window], observations, root=root)
 
 
-#: Recovery's cursor format: another one is read as empty (the ledger starts again; verdicts are read again).
-RECOVERY_CURSOR_VERSION = 2
+#: Recovery's cursor format (:class:`_RecoveryState`): format 2 (an untyped ledger) is read into the typed one; another
+#: is read as empty but for its verdicts' watermark (the ledger starts again, with a log line saying so).
+RECOVERY_CURSOR_VERSION = 3
 
 
 @dataclass
 class _RecoveryState:
-    """Recovery's memory between ticks (its cursor)."""
+    """Recovery's memory between ticks (its cursor): the ledger is the engine's (serialized by it), the rest the
+    sensor's."""
 
     verdicts_after: int = 0
-    ledger: dict = field(default_factory=dict)
-    stale_ticks: dict = field(default_factory=dict)
-    repairs: dict = field(default_factory=dict)  # objects → {attempts, last, since, exhausted}
+    ledger: Ledger = field(default_factory=Ledger)
     alerted: dict = field(default_factory=dict)  # target fqn → the last "held" message alerted
     views_off: dict = field(default_factory=dict)  # MV fqn → consecutive ticks it was seen detached or missing
+    stale_ticks: dict = field(default_factory=dict)  # format 2's count of stale ticks, for the shared memory to adopt
 
     @classmethod
     def read(cls, context: SensorEvaluationContext) -> "_RecoveryState":
         cursor = tick_cursor(context)
         data = cursor.data
-        if cursor.version != RECOVERY_CURSOR_VERSION:  # an older format: what it holds of the verdicts and staleness
-            return cls(verdicts_after=int(data.get("verdicts_after", 0)), stale_ticks=data.get("stale_ticks", {}))
-        return cls(
-            int(data.get("verdicts_after", 0)),
-            data.get("ledger", {}),
-            data.get("stale_ticks", {}),
-            data.get("repairs", {}),
-            data.get("alerted", {}),
-            data.get("views_off", {}),
-        )
+        verdicts_after = data.get("verdicts_after", 0)
+        verdicts_after = verdicts_after if isinstance(verdicts_after, int) else 0
+        if cursor.version == RECOVERY_CURSOR_VERSION:
+            try:
+                ledger = Ledger.from_data(data.get("ledger", {}))
+            except ValueError as err:
+                context.log.warning(f"recovery: the ledger of the cursor cannot be read ({err}); it starts afresh")
+                ledger = Ledger()
+            return cls(verdicts_after, ledger, data.get("alerted", {}), data.get("views_off", {}))
+        if cursor.version == 2:  # the untyped ledger of chmv before typed ledgers
+            ledger = Ledger.from_cursor_v2(data.get("ledger", {}), data.get("repairs", {}))
+            context.log.info("recovery: a cursor of format 2 read, its ledger carried into the typed one")
+            state = cls(verdicts_after, ledger, data.get("alerted", {}), data.get("views_off", {}))
+            state.stale_ticks = data.get("stale_ticks", {})
+            return state
+        if cursor.version or cursor.unreadable:
+            context.log.warning(
+                f"recovery: a cursor of format {cursor.version or '(unreadable)'} is not read; the ledger starts afresh "
+                "(attempts and limits count from zero)"
+            )
+        return cls(verdicts_after=verdicts_after)
 
     def dumps(self) -> str:
         data = {
             "verdicts_after": self.verdicts_after,
-            "ledger": self.ledger,
-            "stale_ticks": self.stale_ticks,
-            "repairs": self.repairs,
+            "ledger": self.ledger.to_data(),
             "alerted": self.alerted,
             "views_off": self.views_off,
         }
         return encode_cursor(data, RECOVERY_CURSOR_VERSION)
+
+
+def read_ledger(cursor: str | None) -> Ledger:
+    """The ledger a recovery cursor holds (empty for another format)."""
+    decoded = decode_cursor(cursor)
+    if decoded.version != RECOVERY_CURSOR_VERSION:
+        return Ledger()
+    return Ledger.from_data(decoded.data.get("ledger", {}))
 
 
 #: Seconds of the tick's budget kept back when recovery plans rebuilds (one coverage probe each).
@@ -338,6 +387,7 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator, app
     keys_to_targets = targets_by_key(loaded, translator)
     jobs = rebuild_jobs(loaded, translator)
     applies = config.sweep.recovery_apply
+    policy = RetryPolicy(config.recovery_max_attempts, config.recovery_cooldown_minutes * 60)
 
     @sensor(
         name="chmv_recovery",
@@ -351,14 +401,15 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator, app
     def _recovery(context: SensorEvaluationContext, clickhouse: ClickHouseResource):
         budget = TickBudget()
         state = _RecoveryState.read(context)
-        ledger, stale_ticks = state.ledger, state.stale_ticks
+        ledger = state.ledger
+        rebuilds = ledger.of(RepairKind.REBUILD)
         outcomes, last_event = parity_outcomes(context, keys_to_targets, state.verdicts_after)
         failing = {k: "parity_failed" for k, passed in outcomes.items() if not passed}
         resolved = {k for k, passed in outcomes.items() if passed}
         # a partition this loop rebuilt now passes: the targets reading it re-derive the same rows next
         for key in sorted(resolved - set(failing)):
-            entry = ledger.get(key)
-            if entry is not None and int(entry.get("attempts", 0)) > 0:
+            entry = rebuilds.get(key)
+            if entry is not None and entry.attempts > 0:
                 target, partition = split_key(key)
                 for child_key in downstream_entries(loaded, translator, target, partition):
                     failing.setdefault(child_key, f"upstream_repaired:{target.fqn}")
@@ -367,50 +418,44 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator, app
         requests: list[RunRequest] = []
         try:
             with sensor_client(clickhouse, context, budget) as client:
-                for lag in measure_staleness(client, loaded):
+                lags = measure_staleness(client, loaded)
+                with shared_staleness(context, clickhouse) as memory:
+                    memory.adopt(stale_ticks=state.stale_ticks)
+                    memory.observe(lags, time.time())
+                    persistent = memory.persistent()
+                for lag in lags:
                     fqn = lag.target.fqn
-                    stale_ticks[fqn] = stale_ticks.get(fqn, 0) + 1 if lag.stale else 0
-                    if lag.stale and stale_ticks[fqn] >= STALE_TICKS:
+                    if fqn in persistent:
                         partitions_def = translator.get_partitions_def(loaded, lag.target)
                         partitions = catchup_partitions(partitions_def, lag, context.instance)
                         for partition in partitions:
                             failing.setdefault(entry_key(lag.target, partition), "stale")
                     elif not lag.stale:
-                        resolved |= {
-                            k for k, e in ledger.items() if e.get("reason") == "stale" and k.startswith(fqn + "|")
-                        }
+                        resolved |= {k for k, e in rebuilds.items() if e.reason == "stale" and k.startswith(fqn + "|")}
                 for key in due_deferrals(client, loaded):  # left until they closed, or damaged by a raced swap
                     failing.setdefault(key, "deferred")
                 budget.check("reading the drift of the failing targets")
-                open_keys = (set(ledger) - (resolved - set(failing))) | set(failing)
+                open_keys = (set(rebuilds) - (resolved - set(failing))) | set(failing)
                 # "changes": every pending change is applied, failing or not; else only what failing targets need
                 scope = set(loaded.project.targets) if applies == "changes" else {split_key(k)[0] for k in open_keys}
                 scope |= _targets_with_views_off(client, loaded, state) if applies != "never" else set()
                 repairs = _ddl_repairs(client, loaded, scope)
                 held = _held(open_keys, repairs, flight, applies)
                 now = time.time()
-                decisions = plan(
-                    ledger,
-                    failing,
-                    resolved,
-                    now,
-                    max_attempts=config.recovery_max_attempts,
-                    cooldown_seconds=config.recovery_cooldown_minutes * 60,
-                    held=held,
-                )
-                requests += _repair_requests(context, state, repairs, flight, applies, now, sink)
+                ledger.track(RepairKind.REBUILD, failing, resolved, now)
+                decisions = ledger.decide(RepairKind.REBUILD, policy, now, held)
+                requests += _repair_requests(context, ledger, repairs, flight, applies, now, sink)
                 due: dict[ObjectRef, list[Due]] = {}
                 for number, decision in enumerate(decisions):
-                    if decision.action == "rebuild" and budget.remaining() < _PLAN_RESERVE_SECONDS:
-                        waiting = [d for d in decisions[number:] if d.action == "rebuild"]
-                        for later in waiting:  # not requested: their attempt is not used
-                            ledger[later.key]["attempts"] = later.attempt - 1
-                        context.log.warning(
+                    if decision.action == Action.DUE and budget.remaining() < _PLAN_RESERVE_SECONDS:
+                        waiting = [d for d in decisions[number:] if d.action == Action.DUE]
+                        context.log.warning(  # not requested: their attempt is not used
                             f"the tick's budget is spent: {len(waiting)} rebuild(s) wait for the next tick"
                         )
                         break
                     item = _decide(context, client, decision, ledger, sink)
                     if item is not None:
+                        ledger.spend(decision, now)
                         due.setdefault(split_key(decision.key)[0], []).append(item)
                 for target, items in due.items():
                     requests += rebuild_requests(loaded, translator, jobs[target].name, target, items)
@@ -419,23 +464,23 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator, app
             return SkipReason(str(skip))
         state.verdicts_after = last_event
         if not requests:
-            summary = f"{len(ledger)} partition(s) in the recovery ledger, no run due"
+            summary = f"{len(rebuilds)} partition(s) in the recovery ledger, no run due"
             return SensorResult(skip_reason=SkipReason(summary), cursor=state.dumps())
         return SensorResult(run_requests=requests, cursor=state.dumps())
 
-    def _decide(context, client, decision: Decision, ledger: dict, sink) -> Due | None:
-        """A ``rebuild`` decision after the planner's word (a refusal is alerted, not requested); else log it."""
+    def _decide(context, client, decision: Decision, ledger: Ledger, sink) -> Due | None:
+        """A ``due`` rebuild after the planner's word (a refusal is alerted, not requested); else log it."""
         target, partition = split_key(decision.key)
         where = f"{target.fqn} partition {partition or '(all)'}"
-        if decision.action == "cooldown":
+        if decision.action == Action.COOLDOWN:
             context.log.info(f"{where}: {decision.reason}, attempt {decision.attempt} waits for the cooldown")
             return None
-        if decision.action == "held":
+        if decision.action == Action.HELD:
             context.log.info(f"{where}: waits ({decision.reason})")
             return None
-        if decision.action == "gave_up":
+        if decision.action == Action.GAVE_UP:
             return None
-        if decision.action == "exhausted":
+        if decision.action == Action.EXHAUSTED:
             message = (
                 f"{where}: recovery gave up after {decision.attempt} attempt(s) ({decision.reason}); "
                 "fix it by hand, then clear the ledger entry by a passing parity check"
@@ -444,22 +489,19 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator, app
             details = {"partition": partition, "attempts": decision.attempt, "reason": decision.reason}
             sink.send(Alert("recovery_exhausted", "error", target.fqn, message, details), context.log)
             return None
-        entry = ledger[decision.key]
         rebuild = planned_rebuild(client, loaded, translator, target, partition)
         if rebuild.refused:  # never request what the planner would refuse: the run would only fail
-            entry["attempts"] = decision.attempt - 1
-            if entry.get("refused") != rebuild.refusal():
-                entry["refused"] = rebuild.refusal()
+            if ledger.note_refusal(decision.key, rebuild.refusal()):
                 context.log.error(f"{where}: not rebuilt, the planner refuses it:\n{rebuild.refusal()}")
                 details = {"partition": partition, "reason": decision.reason}
                 sink.send(Alert("recovery_refused", "error", target.fqn, rebuild.refusal(), details), context.log)
             return None
-        entry.pop("refused", None)
+        ledger.note_refusal(decision.key, None)
         if rebuild.deferred and len(rebuild.deferred) == len(rebuild.steps):  # open to writers: it would only wait
-            entry["attempts"] = decision.attempt - 1
             context.log.info(f"{where}: {decision.reason}, not requested yet: {rebuild.deferral()}")
             return None
-        engines = ", ".join(sorted({str(step.engine) for step in rebuild.steps}))
+        verdict = rebuild_verdict(rebuild)
+        engines = ", ".join(sorted(set(verdict.engine_of().values()) or {str(s.engine) for s in rebuild.steps}))
         context.log.info(
             f"{where}: {decision.reason} → rebuild attempt {decision.attempt}/"
             f"{config.recovery_max_attempts} ({engines})"
@@ -467,18 +509,20 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator, app
         details = {"partition": partition, "engine": engines}
         message = f"{where}: {decision.reason}, rebuild attempt {decision.attempt}"
         sink.send(Alert("recovery", "info", target.fqn, message, details), context.log)
-        return Due(decision, partition, engines, int(entry.get("since", 0)))
+        episode = int(ledger.of(RepairKind.REBUILD)[decision.key].since)
+        return Due(decision, partition, verdict, episode)
 
     def _repair_requests(
         context,
-        state: _RecoveryState,
+        ledger: Ledger,
         repairs: dict[ObjectRef, DdlRepair],
         flight: InFlight,
         applies: str,
         now: float,
         sink,
     ) -> list[RunRequest]:
-        """One ``chmv_apply`` run for the objects this tick's repairs need (none while one is in progress)."""
+        """One ``chmv_apply`` run for the objects this tick's repairs need (none while one is in progress), retried
+        by the same policy as the rebuilds."""
         objects: set[ObjectRef] = set()
         why: list[str] = []
         for target, repair in sorted(repairs.items(), key=lambda kv: kv[0].fqn):
@@ -491,34 +535,32 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator, app
                 }
                 why.append(f"{target.fqn}: {repair.describe()}")
         signature = ",".join(sorted(o.fqn for o in objects))
-        state.repairs = {k: v for k, v in state.repairs.items() if k == signature}
-        if not objects or flight.apply_running():
+        reason = "; ".join(why)
+        others = [k for k in ledger.of(RepairKind.APPLY) if k != signature]
+        ledger.track(RepairKind.APPLY, {signature: reason} if objects else {}, others, now)
+        if not objects:
             return []
-        entry = state.repairs.setdefault(signature, {"attempts": 0, "last": 0.0, "since": now, "exhausted": False})
-        attempts = int(entry["attempts"])
-        if entry["exhausted"]:
-            return []
-        if attempts >= config.recovery_max_attempts:
-            entry["exhausted"] = True
+        held = {signature: "a chmv_apply run is in progress"} if flight.apply_running() else {}
+        (decision,) = ledger.decide(RepairKind.APPLY, policy, now, held)
+        if decision.action == Action.EXHAUSTED:
             message = (
-                f"the chmv_apply run restoring {signature} failed {attempts} time(s); see its runs, fix the "
+                f"the chmv_apply run restoring {signature} failed {decision.attempt} time(s); see its runs, fix the "
                 "cause, then run chmv apply"
             )
             sink.send(Alert("recovery_exhausted", "error", signature, message), context.log)
             return []
-        if attempts and now - float(entry["last"]) < config.recovery_cooldown_minutes * 60:
+        if decision.action != Action.DUE:
             return []
-        entry["attempts"], entry["last"] = attempts + 1, now
-        reason = "; ".join(why)
-        context.log.info(f"requesting a chmv_apply run for {signature} (attempt {attempts + 1}): {reason}")
+        entry = ledger.spend(decision, now)
+        context.log.info(f"requesting a chmv_apply run for {signature} (attempt {decision.attempt}): {reason}")
         sink.send(Alert("recovery", "info", signature, f"DDL repair through chmv_apply: {reason}"), context.log)
-        return [apply_request(objects, f"restore: {reason}", episode=int(entry["since"]), attempt=attempts + 1)]
+        return [apply_request(objects, f"restore: {reason}", episode=int(entry.since), attempt=decision.attempt)]
 
     def _alert_held(context, state: _RecoveryState, decisions: list[Decision], sink) -> None:
         """Alert once per target and reason why its partitions wait (a pending change, a repair)."""
         reasons: dict[str, str] = {}
         for decision in decisions:
-            if decision.action == "held" and not decision.reason.startswith("a run"):
+            if decision.action == Action.HELD and not decision.reason.startswith("a run"):
                 reasons.setdefault(split_key(decision.key)[0].fqn, decision.reason)
         for fqn, reason in reasons.items():
             if state.alerted.get(fqn) != reason:
@@ -526,6 +568,12 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator, app
         state.alerted = reasons
 
     return _recovery
+
+
+def rebuild_verdict(plan: RebuildPlan) -> RebuildVerdict:
+    """The engines ``plan`` chose for the partitions it rebuilds now (those it defers are left to the run)."""
+    chosen = tuple((s.key, str(s.engine)) for s in plan.steps if s.engine in (Engine.CLICKHOUSE, Engine.SPARK))
+    return RebuildVerdict(plan.target, chosen)
 
 
 def due_deferrals(client, loaded: LoadedProject) -> list[str]:

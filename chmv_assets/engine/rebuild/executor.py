@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -167,17 +167,21 @@ def plan_for(
     root: Path | None = None,
     force: bool = False,
     one_read: bool = False,
+    engines: Mapping[str | None, str] | None = None,
 ) -> RebuildPlan:
     """Observe the server (under the trigger gates, coverage included) and plan; nothing is changed.
 
     A plan may refuse partitions (``plan.refused``); :func:`execute` then raises before changing anything.
-    ``one_read`` as in :func:`~chmv_assets.engine.rebuild.planner.plan_rebuild`.
+    ``one_read`` and ``engines`` (engines decided before, per partition) as in
+    :func:`~chmv_assets.engine.rebuild.planner.plan_rebuild`.
     """
     gates = triggers_of(loaded.project, target)
     with source_gate(gates, holder=f"planning the rebuild of {target.fqn}"), clickhouse.get_client() as client:
         observations = observe(client, loaded, target, engine=engine, root=root, windows=windows)
         observations = replace(observations, pending=pending_refusals(client, loaded.project, target))
-    return plan_rebuild(loaded, target, windows, observations, engine=engine, root=root, force=force, one_read=one_read)
+    return plan_rebuild(
+        loaded, target, windows, observations, engine=engine, root=root, force=force, one_read=one_read, engines=engines
+    )
 
 
 def execute(

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import random
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from clickhouse_connect.driver.client import Client
 
@@ -498,6 +498,7 @@ def plan_rebuild(
     defer_open: bool = True,
     run: str | None = None,
     one_read: bool = False,
+    engines: Mapping[str | None, str] | None = None,
 ) -> RebuildPlan:
     """Decide the rebuild of ``windows`` of ``target``.
 
@@ -523,6 +524,9 @@ def plan_rebuild(
         one_read: Read the ClickHouse-engine partitions of time windows together, into one shadow (for a caller
             that runs them in batches sized to what one hold of the gates may take: ``chmv apply``); else each
             partition is read alone.
+        engines: Per partition key (None: the whole table), the engine decided before (the recovery sensor's
+            verdict, :class:`chmv_assets.engine.health.recovery.RebuildVerdict`): pinned as ``engine`` would pin it
+            for all, so the engine is not chosen again; the coverage observed now may still refuse or guard it.
 
     Raises:
         ChmvError: The target is not written by an MV of the DDL, or ``spark`` was asked for a target
@@ -539,6 +543,12 @@ def plan_rebuild(
         covered = coverage.at(window) if coverage is not None else None
         if covered is None:
             covered = _estimated(loaded, target, window, observations, root)
+        decided = (engines or {}).get(window.key if window is not None else None)
+        if decided is not None:
+            choice = choose_engine(
+                cast(EngineOption, decided), covered, lake_usable=lake_usable, force=force, root=root
+            )
+            return replace(choice, reason=f"decided by the recovery sensor: {decided}; {choice.reason}")
         return choose_engine(engine, covered, lake_usable=lake_usable, force=force, root=root)
 
     plan = _assemble(

@@ -18,7 +18,11 @@ from dagster import DagsterInstance, DagsterRunStatus
 from asset_checks.definitions import DRIFT, HEALTH, LINT, PARITY, PARTS
 from chmv_assets.alerts import sink_for
 from chmv_assets.ddl.loader import load
+from chmv_assets.engine.health.recovery import RepairKind
+from chmv_assets.engine.health.staleness_memory import StalenessMemory
+from chmv_assets.orchestration.dagster_compat import shared_value
 from chmv_assets.orchestration.definitions import build_definitions
+from chmv_assets.orchestration.sensors import read_ledger, staleness_key
 from resources.clickhouse import ClickHouseResource
 
 
@@ -98,6 +102,29 @@ def test_repeated_stale_ticks_request_each_partition_once(tmp_path: Path) -> Non
         server.shutdown()
 
 
+def test_the_staleness_and_recovery_sensors_share_one_memory_of_staleness(tmp_path: Path) -> None:
+    """A target the staleness sensor measured stale is the recovery's episode too: measured stale once more by
+    recovery, it persists, and recovery requests its catch-up at its first tick (its own second measurement is not
+    needed); the episode is alerted once, whoever measures it."""
+    loaded = load(EXAMPLE_DDL)
+    engine = make_engine(tmp_path / "chdb", loaded, rows=20_000)
+    with engine.get_client() as client:  # new audit rows, then the target loses them: it lags its source
+        client.command(
+            "INSERT INTO analytics.all_events SELECT toDateTime('2026-11-02 00:00:00') + number * 60, 'click', 'info', "
+            "1, 'a' FROM numbers(10)"
+        )
+        client.command("TRUNCATE TABLE analytics.audit_log")
+    instance = DagsterInstance.local_temp(str(tmp_path))
+    first = tick(loaded, "chmv_staleness", engine, instance, None)
+    assert "1 stale target(s)" in first.skip_message
+    (request,) = tick(loaded, "chmv_recovery", engine, instance, None).run_requests
+    assert request.tags["chmv/reason"] == "stale" and request.tags["chmv/target"] == "analytics.audit_log"
+    memory = StalenessMemory.from_data(json.loads(shared_value(instance, staleness_key(engine))))
+    (episode,) = memory.episodes.values()
+    assert memory.episodes.keys() == {"analytics.audit_log"} and episode.alerted and episode.seen == 2
+    assert "1 stale target(s)" in tick(loaded, "chmv_staleness", engine, instance, first.cursor).skip_message
+
+
 def test_a_partition_a_run_already_covers_is_not_requested_again(tmp_path: Path) -> None:
     """With no cooldown, a failed partition whose rebuild is queued is held (no attempt used) until the run ends."""
     loaded = load(EXAMPLE_DDL, recovery_cooldown_minutes=0)
@@ -123,7 +150,7 @@ def test_a_partition_a_run_already_covers_is_not_requested_again(tmp_path: Path)
         data = tick(loaded, "chmv_recovery", engine, instance, cursor)
         assert not data.run_requests
         cursor = data.cursor
-    assert json.loads(cursor)["ledger"]["analytics.error_events|2026-08-07"]["attempts"] == 1
+    assert read_ledger(cursor).of(RepairKind.REBUILD)["analytics.error_events|2026-08-07"].attempts == 1
     instance.report_run_failed(instance.get_run_by_id(queued.run_id))
     again = tick(loaded, "chmv_recovery", engine, instance, cursor)
     assert [r.tags["chmv/attempt"] for r in again.run_requests] == ["2"]

@@ -13,8 +13,9 @@ from dagster import DagsterInstance
 from asset_checks.definitions import PARITY
 from chmv_assets.ddl.loader import load
 from chmv_assets.engine.health.parity import parity_for_partition
-from chmv_assets.engine.health.recovery import plan
+from chmv_assets.engine.health.recovery import Ledger, RebuildVerdict, RepairKind
 from chmv_assets.orchestration.partitions import window_for_key
+from chmv_assets.orchestration.sensors import read_ledger
 
 pytestmark = pytest.mark.worker_seconds(40)
 
@@ -114,8 +115,8 @@ def test_recovery_limit_stops_a_permanently_failing_partition(tmp_path: Path, lo
             assert not run.success and any("the live partition holds 1 row that" in f for f in failures), failures
             run_parity(loaded_fast, engine, ERRORS, instance, "2026-08-07", "2026-08-07")
     assert attempts == ["1", "2"]
-    entry = json.loads(cursor)["ledger"]["analytics.error_events|2026-08-07"]
-    assert entry["exhausted"] is True and entry["attempts"] == 2
+    entry = read_ledger(cursor).of(RepairKind.REBUILD)["analytics.error_events|2026-08-07"]
+    assert entry.exhausted is True and entry.attempts == 2
     with engine.get_client() as client:
         assert client.command("SELECT count() FROM analytics.error_events WHERE payload = 'ghost'") == 1
 
@@ -145,32 +146,39 @@ def test_detached_mv_is_reattached_by_an_apply_run_then_the_stale_partitions_reb
     # from the partition holding the target's newest row (it may be incomplete) to the source's newest
     assert [requested(r) for r in requests] == ["2026-10-01..2026-11-01"]
     assert all(r.tags["chmv/reason"] == "stale" for r in requests)
-    for request in requests:
-        assert execute(loaded_fast, engine, instance, request).success
+    (request,) = requests
+    verdict = RebuildVerdict.from_tags(request.tags, ref("requests_enriched"))  # the planner's word at the tick
+    assert verdict is not None and verdict.engine_of() == {"2026-10-01": "clickhouse", "2026-11-01": "clickhouse"}
+    run = execute(loaded_fast, engine, instance, request)
+    assert run.success
+    plans = {e.materialization.metadata["chmv/plan"].value for e in run.get_asset_materialization_events()}
+    assert len(plans) == 1 and plans.pop().count("decided by the recovery sensor: clickhouse") == 2  # not chosen again
     with engine.get_client() as client:
         assert client.command("SELECT count() FROM analytics.requests_enriched WHERE timestamp >= '2026-11-03'") == 120
     fourth = tick(loaded_fast, "chmv_recovery", engine, instance, third.cursor)
-    assert not fourth.run_requests and json.loads(fourth.cursor)["ledger"] == {}
+    assert not fourth.run_requests and read_ledger(fourth.cursor).of(RepairKind.REBUILD) == {}
 
 
-def test_plan_cooldown_and_limit() -> None:
-    ledger: dict = {}
-    decisions = plan(ledger, {"a.b|1": "parity_failed"}, set(), 1000.0, max_attempts=2, cooldown_seconds=60)
-    assert [(d.action, d.attempt) for d in decisions] == [("rebuild", 1)]
-    decisions = plan(ledger, {"a.b|1": "parity_failed"}, set(), 1030.0, max_attempts=2, cooldown_seconds=60)
-    assert [d.action for d in decisions] == ["cooldown"]
-    assert [d.action for d in plan(ledger, {}, set(), 1100.0, max_attempts=2, cooldown_seconds=60)] == ["rebuild"]
-    assert [d.action for d in plan(ledger, {}, set(), 1200.0, max_attempts=2, cooldown_seconds=60)] == ["exhausted"]
-    assert [d.action for d in plan(ledger, {}, set(), 1300.0, max_attempts=2, cooldown_seconds=60)] == ["gave_up"]
-    plan(ledger, {}, {"a.b|1"}, 1400.0, max_attempts=2, cooldown_seconds=60)
-    assert ledger == {}
-    held = plan(
-        ledger,
-        {"a.b|2": "stale"},
-        set(),
-        1500.0,
-        max_attempts=2,
-        cooldown_seconds=60,
-        held={"a.b|2": "a run in progress already materializes it"},
+def test_the_sensor_reads_the_untyped_ledger_of_a_format_2_cursor(tmp_path: Path, loaded_fast) -> None:
+    """A cursor chmv wrote before typed ledgers: its attempts, limits and DDL repairs carry over; a cursor of an
+    unknown format starts afresh."""
+    engine = make_engine(tmp_path / "chdb", loaded_fast, rows=0)
+    instance = DagsterInstance.local_temp(str(tmp_path))
+    key = "analytics.error_events|2026-08-07"
+    old = {
+        "v": 2,
+        "verdicts_after": 0,
+        "ledger": {key: {"attempts": 2, "last": 1.0, "reason": "parity_failed", "exhausted": True, "since": 1.0}},
+        "stale_ticks": {},
+        "repairs": {"analytics.audit_mv": {"attempts": 1, "last": 1.0, "since": 1.0, "exhausted": False}},
+        "alerted": {},
+        "views_off": {},
+    }
+    data = tick(loaded_fast, "chmv_recovery", engine, instance, json.dumps(old))
+    ledger = read_ledger(data.cursor)
+    assert not data.run_requests  # exhausted: nothing more, no alert again
+    entry = ledger.of(RepairKind.REBUILD)[key]
+    assert (entry.attempts, entry.exhausted, entry.reason, entry.since) == (2, True, "parity_failed", 1.0)
+    assert (
+        read_ledger(tick(loaded_fast, "chmv_recovery", engine, instance, '{"v": 1}').cursor).entries == Ledger().entries
     )
-    assert [(d.action, d.attempt) for d in held] == [("held", 1)] and ledger["a.b|2"]["attempts"] == 0

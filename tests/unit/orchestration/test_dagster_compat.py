@@ -25,6 +25,8 @@ from chmv_assets.orchestration.dagster_compat import (
     check_output_name,
     check_partition_statuses,
     completed_evaluations,
+    shared_value,
+    store_shared_value,
     target_materialization_data,
 )
 
@@ -96,3 +98,12 @@ def test_no_other_module_reaches_these_corners() -> None:
         if corner in path.read_text()
     ]
     assert not found, found
+
+
+def test_a_shared_value_is_kept_in_the_instance_for_every_sensor(tmp_path: Path) -> None:
+    instance = DagsterInstance.local_temp(str(tmp_path))
+    assert shared_value(instance, "chmv/x") is None
+    store_shared_value(instance, "chmv/x", "one")
+    store_shared_value(instance, "chmv/x", "two")
+    assert shared_value(instance, "chmv/x") == "two"
+    assert shared_value(DagsterInstance.local_temp(str(tmp_path)), "chmv/x") == "two"  # stored, not in memory

@@ -134,6 +134,16 @@ def test_auto_picks_spark_where_the_source_no_longer_holds_the_window(lake, olde
     assert plan.landing_root == root
 
 
+def test_engines_decided_before_are_pinned_not_chosen_again(lake):
+    """A recovery run's plan takes the engines the sensor's planner chose (its verdict) per partition; a partition
+    the verdict does not name is chosen as usual."""
+    loaded, root = lake
+    decided = {DAYS[0].key: "clickhouse", DAYS[1].key: "spark"}  # auto would choose spark, spark, clickhouse
+    plan = plan_rebuild(loaded, STATS, DAYS, observed(oldest=D(2026, 9, 3, 2)), root=root, engines=decided)
+    assert [s.engine for s in plan.steps] == [Engine.CLICKHOUSE, Engine.SPARK, Engine.CLICKHOUSE]
+    assert [s.reason.startswith("decided by the recovery sensor") for s in plan.steps] == [True, True, False]
+
+
 def test_auto_stays_on_clickhouse_when_the_lake_has_nothing_earlier(lake):
     """The source starts inside 2026-09-03 but the lake has no file that arrived between the window and then."""
     loaded, root = lake
