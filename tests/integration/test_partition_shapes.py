@@ -36,9 +36,11 @@ from chmv_assets.cli import main
 from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import decode_key, encode_key
+from chmv_assets.engine.health.recovery import RepairKind
 from chmv_assets.engine.health.sweep import SweepState, decide, read_parts, seen_partitions, tracked_tables
 from chmv_assets.orchestration.definitions import build_definitions
 from chmv_assets.orchestration.live_state import evaluate_live_state
+from chmv_assets.orchestration.sensors import read_ledger
 from chmv_assets.orchestration.sweep import SWEEP_JOB, SWEEP_SENSOR
 from resources.clickhouse import ClickHouseResource
 
@@ -412,7 +414,7 @@ def test_dropped_partitions_are_swept_failed_and_recovered_one_by_one(
             client, "SELECT count() FROM fleet.readings WHERE tenant = 'globex'"
         )
     again = tick(loaded, "chmv_recovery", engine, instance, data.cursor)
-    assert not again.run_requests and json.loads(again.cursor)["ledger"] == {}
+    assert not again.run_requests and read_ledger(again.cursor).of(RepairKind.REBUILD) == {}
 
 
 def test_a_late_reading_marks_the_windows_it_maps_into_for_every_key_value(

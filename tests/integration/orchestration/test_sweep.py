@@ -14,9 +14,11 @@ from dagster import DagsterInstance, RunRequest
 
 from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.engine.health.parity import parity_for_partition
+from chmv_assets.engine.health.recovery import RepairKind
 from chmv_assets.engine.health.sweep import SweepState, read_parts, seen_partitions, tracked_tables
 from chmv_assets.orchestration.definitions import build_definitions
 from chmv_assets.orchestration.partitions import window_for_key
+from chmv_assets.orchestration.sensors import read_ledger
 from chmv_assets.orchestration.sweep import SWEEP_JOB, SWEEP_SENSOR
 
 pytestmark = pytest.mark.worker_seconds(70)
@@ -102,7 +104,7 @@ def test_a_silent_gap_in_an_old_partition_is_found_and_repaired_down_the_chain(t
         (WEEKLY.fqn, "2026-08-01"),
     ]  # (the week of Monday 27 July is before partition_start)
     last = tick(loaded, "chmv_recovery", engine, instance, cursor)
-    assert not last.run_requests and json.loads(last.cursor)["ledger"] == {}
+    assert not last.run_requests and read_ledger(last.cursor).of(RepairKind.REBUILD) == {}
     assert _chain_passes(loaded, engine, {AGG: ["2026-08-01"], DAILY: ["2026-08-12"], WEEKLY: ["2026-08-01"]})
 
     # the sweep then sees the rebuilt partitions changed and confirms them
@@ -172,8 +174,8 @@ def test_retention_after_a_gap_is_refused_not_rebuilt(tmp_path: Path, loaded) ->
         ).result_rows[0][0]
     data = tick(loaded, "chmv_recovery", engine, instance, None)
     assert not data.run_requests
-    entry = json.loads(data.cursor)["ledger"][f"{AGG.fqn}|2026-08-01"]
-    assert "rebuild refused" in entry["refused"] and entry["attempts"] == 0
+    entry = read_ledger(data.cursor).of(RepairKind.REBUILD)[f"{AGG.fqn}|2026-08-01"]
+    assert "rebuild refused" in entry.refused and entry.attempts == 0
     again = tick(loaded, "chmv_recovery", engine, instance, data.cursor)
     assert not again.run_requests
     # the sweep now reports the month not verifiable rather than failed: the source no longer holds it

@@ -23,12 +23,14 @@ from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine.drift import drift_report
 from chmv_assets.engine.health.parity import parity_for_partition
+from chmv_assets.engine.health.recovery import RepairKind
 from chmv_assets.engine.health.schema_drift import drift_markdown
 from chmv_assets.engine.lifecycle.plan import EXIT_NO_CHANGES, Action
 from chmv_assets.engine.lifecycle.planner import plan_lifecycle
 from chmv_assets.engine.rebuild.executor import plan_for, rebuild_partitions
 from chmv_assets.engine.rebuild.planner import Engine
 from chmv_assets.errors import ForeignRowsRefused, RebuildRefused
+from chmv_assets.orchestration.sensors import read_ledger
 from chmv_assets.orchestration.translator import ChmvTranslator
 
 pytestmark = pytest.mark.worker_seconds(30)
@@ -113,8 +115,8 @@ def test_a_foreign_mv_is_reported_and_its_target_never_rebuilt_over_it(engine, l
         data = tick(loaded, "chmv_recovery", engine, instance, cursor)
         assert not data.run_requests
         cursor = data.cursor
-    entry = json.loads(cursor)["ledger"]["analytics.audit_log|2026-08-01"]
-    assert FOREIGN_MV in entry["refused"] and entry["attempts"] == 0
+    entry = read_ledger(cursor).of(RepairKind.REBUILD)["analytics.audit_log|2026-08-01"]
+    assert FOREIGN_MV in entry.refused and entry.attempts == 0
     with engine.get_client() as client:
         assert count(client, AUDIT, august) == before + 100  # the foreign rows survive
         assert count(client, AUDIT, "payload = 'team'") == 100
