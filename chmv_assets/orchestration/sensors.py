@@ -74,7 +74,7 @@ from chmv_assets.engine.health.staleness_memory import StalenessMemory
 from chmv_assets.engine.ingest.landing import landing_dir
 from chmv_assets.engine.rebuild import deferrals
 from chmv_assets.engine.rebuild.coverage import mappings
-from chmv_assets.engine.rebuild.planner import Engine, RebuildPlan, observe, plan_rebuild, windows_covering
+from chmv_assets.engine.rebuild.planner import RebuildPlan, observe, plan_rebuild, windows_covering
 from chmv_assets.errors import DDLError
 from chmv_assets.orchestration.dagster_compat import check_partition_statuses, shared_value, store_shared_value
 from chmv_assets.orchestration.partitions import (
@@ -217,7 +217,7 @@ def build_staleness_sensor(loaded: LoadedProject, translator: ChmvTranslator) ->
                         "deploy with `chmv apply`"
                     )
                     sink.send(Alert("stale", "error", fqn, message), context.log)
-                elif lag.stale and fqn in memory.to_alert():
+                elif lag.stale and not memory.episodes[fqn].alerted:  # the episode's first alert
                     details = {
                         "lag_seconds": lag.lag_seconds,
                         "watermark_lag_seconds": lag.watermark_lag_seconds,
@@ -500,7 +500,7 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator, app
         if rebuild.deferred and len(rebuild.deferred) == len(rebuild.steps):  # open to writers: it would only wait
             context.log.info(f"{where}: {decision.reason}, not requested yet: {rebuild.deferral()}")
             return None
-        verdict = rebuild_verdict(rebuild)
+        verdict = RebuildVerdict.of_plan(rebuild)
         engines = ", ".join(sorted(set(verdict.engine_of().values()) or {str(s.engine) for s in rebuild.steps}))
         context.log.info(
             f"{where}: {decision.reason} → rebuild attempt {decision.attempt}/"
@@ -568,12 +568,6 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator, app
         state.alerted = reasons
 
     return _recovery
-
-
-def rebuild_verdict(plan: RebuildPlan) -> RebuildVerdict:
-    """The engines ``plan`` chose for the partitions it rebuilds now (those it defers are left to the run)."""
-    chosen = tuple((s.key, str(s.engine)) for s in plan.steps if s.engine in (Engine.CLICKHOUSE, Engine.SPARK))
-    return RebuildVerdict(plan.target, chosen)
 
 
 def due_deferrals(client, loaded: LoadedProject) -> list[str]:

@@ -27,6 +27,7 @@ from typing import Any
 
 from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.engine.drift import DriftItem
+from chmv_assets.engine.rebuild.planner import Engine, RebuildPlan
 
 
 class RepairKind(StrEnum):
@@ -223,6 +224,12 @@ class RebuildVerdict:
 
     target: ObjectRef
     engines: tuple[tuple[str | None, str], ...]
+
+    @classmethod
+    def of_plan(cls, plan: RebuildPlan) -> RebuildVerdict:
+        """The engines ``plan`` chose for the partitions it rebuilds now (those it defers are left to the run)."""
+        chosen = tuple((s.key, str(s.engine)) for s in plan.steps if s.engine in (Engine.CLICKHOUSE, Engine.SPARK))
+        return cls(plan.target, chosen)
 
     def engine_of(self) -> dict[str | None, str]:
         return dict(self.engines)
