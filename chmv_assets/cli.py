@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack, nullcontext
 
 from chmv_assets.engine_logs import engine_messages
-from chmv_assets.errors import ChmvError, DDLError
+from chmv_assets.errors import CertifyUsageError, ChmvError, DDLError
 
 PLAN_EXIT_CODES = """exit codes (for CI):
   0  no changes: the server matches the DDL directory
@@ -217,13 +217,9 @@ def _certify(args: argparse.Namespace) -> int:
     try:
         not_supported_server(args.dsn)
         result = certify(args.ddl_dir, seconds=args.seconds, seed=args.seed, faults=args.faults)
-    except DDLError:
-        raise
-    except ChmvError as err:
-        if "--faults" in str(err) or "not supported" in str(err):
-            print(f"chmv: {err}", file=sys.stderr)
-            return 2
-        raise
+    except CertifyUsageError as err:
+        print(f"chmv: {err}", file=sys.stderr)
+        return 2
     print(render(result, args.ddl_dir, args.seconds))
     if args.report:
         write_json(result, Path(args.report), args.ddl_dir, args.seconds)

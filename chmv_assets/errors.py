@@ -122,6 +122,10 @@ class ParserUnavailable(ChmvError):
     """ClickHouse's own parser (the child process the DDL layer asks where sqlglot fails) could not be asked."""
 
 
+class CertifyUsageError(ChmvError):
+    """``chmv certify`` asked for what it cannot run (an unknown fault, a server DSN): nothing was run."""
+
+
 class ServerBusy(ChmvError):
     """The server stayed too loaded for an insert (parts near their limits, merges behind) past ``[pacing]
     max_wait_seconds``, or kept refusing it ("Too many parts", a lock timeout) through every retry: nothing of that

@@ -24,7 +24,7 @@ from chmv_assets.certify.expected import SCRATCH_DB, Extra, verifiable
 from chmv_assets.certify.history import OK, UNCERTAIN, first_line
 from chmv_assets.certify.workload import DIRECT, FOREIGN, TimeSlot
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.errors import ChmvError
+from chmv_assets.errors import CertifyUsageError
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rewrite import renamed_select
 from chmv_assets.sql.time_sql import time_sql
@@ -56,7 +56,7 @@ def choose_faults(spec: str | None, seed: int) -> tuple[str, ...]:
     """The faults of a run: ``all``, ``none``, a comma list of names, or (None) each drawn by the seed.
 
     Raises:
-        ChmvError: An unknown fault name (the message lists them).
+        CertifyUsageError: An unknown fault name (the message lists them).
     """
     if spec is None:
         rng = random.Random(f"{seed}:faults")
@@ -69,7 +69,9 @@ def choose_faults(spec: str | None, seed: int) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(n.strip() for n in spec.split(",") if n.strip()))
     unknown = [n for n in names if n not in FAULTS]
     if unknown:
-        raise ChmvError(f"--faults: unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}, all, none")
+        raise CertifyUsageError(
+            f"--faults: unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}, all, none"
+        )
     return names
 
 

@@ -24,7 +24,7 @@ from chmv_assets.certify.probes import Exactness, Reader
 from chmv_assets.certify.scratch import DST_ZONE, scratch_ddl
 from chmv_assets.certify.verify import check, install_lease_log, quiesce
 from chmv_assets.certify.workload import ASYNC_NOWAIT, ASYNC_WAIT, BATCH, BUFFER, DIRECT, FOREIGN, Sequence, WriterPool
-from chmv_assets.errors import ChmvError
+from chmv_assets.errors import CertifyUsageError
 
 __all__ = ["DST_ZONE", "CertifyResult", "Run", "certify", "not_supported_server", "scratch_ddl"]
 
@@ -78,7 +78,7 @@ def certify(
 
     Raises:
         DDLError: The DDL directory is invalid (nothing is run).
-        ChmvError: An unknown fault.
+        CertifyUsageError: An unknown fault.
     """
     from chmv_assets import settings
     from chmv_assets.ddl.loader import load
@@ -230,10 +230,10 @@ def not_supported_server(dsn: str | None) -> None:
     """certify runs on a scratch embedded engine; a server DSN is refused (not supported yet).
 
     Raises:
-        ChmvError: Naming the DSN and what to do.
+        CertifyUsageError: Naming the DSN and what to do.
     """
     if dsn and not dsn.startswith("chdb:"):
-        raise ChmvError(
+        raise CertifyUsageError(
             "certify on a server is not supported yet: it runs on the schema's local twin in a scratch embedded "
             "engine (drop --dsn); a server run needs a scratch database you name, which certify does not take yet"
         )

@@ -33,6 +33,7 @@ from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.parts import newer_parts, read_partitions
+from chmv_assets.engine.server_errors import no_async_insert_queue
 from chmv_assets.sql.quoting import qualified
 
 
@@ -189,11 +190,6 @@ def buffers_into(client: Client, tables: Iterable[ObjectRef]) -> list[ObjectRef]
     return found
 
 
-#: ``SYSTEM FLUSH ASYNC INSERT QUEUE`` where the server has no queue (the embedded engine: its asynchronous inserts
-#: run in the foreground, in ``system.processes``).
-_NO_QUEUE = "not initialized"
-
-
 def flush_pending(client: Client, tables: Iterable[ObjectRef]) -> list[str]:
     """Flush what the server holds on its way into ``tables``, waiting for flushes already under way (their MVs
     included): every ``Buffer`` whose destination is one of them (``OPTIMIZE TABLE`` of a Buffer flushes it, and
@@ -220,7 +216,8 @@ def flush_pending(client: Client, tables: Iterable[ObjectRef]) -> list[str]:
                 client.command(sql)
                 break
             except Exception as error:  # noqa: BLE001 - the embedded engine has no queue; anything else is reported
-                if _NO_QUEUE in str(error):
+                # the embedded engine's asynchronous inserts run in the foreground, in system.processes
+                if no_async_insert_queue(error):
                     break
                 last = error
         else:

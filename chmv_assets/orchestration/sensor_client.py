@@ -19,6 +19,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 from dagster import SensorEvaluationContext
 
 from chmv_assets.engine.cursors import DecodedCursor, decode_cursor
+from chmv_assets.engine.server_errors import Code, is_code
 from chmv_assets.errors import EngineBusyError
 from resources.clickhouse import ClickHouseResource
 
@@ -98,7 +99,7 @@ def sensor_client(
             f"tick: {_first_line(err)}"
         ) from err
     except DatabaseError as err:
-        if "TIMEOUT_EXCEEDED" not in str(err):
+        if not is_code(err, Code.TIMEOUT_EXCEEDED):
             raise
         context.log.warning(f"a statement ran out of the tick's time: {err}")
         raise SensorSkip(

@@ -42,6 +42,7 @@ from chmv_assets.ddl.twin import (
 )
 from chmv_assets.engine.lifecycle.plan import CHMV_PREFIX, Action, LifecyclePlan
 from chmv_assets.engine.lifecycle.refusals import check_statement
+from chmv_assets.engine.server_errors import Code, named_code
 from chmv_assets.errors import ChmvError, DDLProblem, PreflightError
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.rebuild_sql import insert_sql, local_copy_sql
@@ -49,36 +50,35 @@ from chmv_assets.sql.rewrite import local_table_sql, renamed_select, renamed_sta
 
 _LOG = logging.getLogger(__name__)
 
-#: Hints per server error name: what to do about the statement the server refused.
+#: Hints per server error code: what to do about the statement the server refused.
 HINTS = {
-    "UNKNOWN_IDENTIFIER": "the SELECT reads a column its source does not have: add the column to the source's "
+    Code.UNKNOWN_IDENTIFIER: "the SELECT reads a column its source does not have: add the column to the source's "
     "CREATE TABLE in the DDL directory (chmv plans the ALTER … ADD COLUMN) or fix the SELECT",
-    "NO_SUCH_COLUMN_IN_TABLE": "a column is missing from the table the statement names: add it to that table's "
+    Code.NO_SUCH_COLUMN_IN_TABLE: "a column is missing from the table the statement names: add it to that table's "
     "CREATE TABLE, or fix the statement",
-    "THERE_IS_NO_COLUMN": "the MV's SELECT yields a column its target does not have: add it to the target's "
+    Code.THERE_IS_NO_COLUMN: "the MV's SELECT yields a column its target does not have: add it to the target's "
     "CREATE TABLE, or rename the SELECT's alias",
-    "UNKNOWN_TABLE": "a table the statement needs is neither in the DDL directory nor on the server: add its "
+    Code.UNKNOWN_TABLE: "a table the statement needs is neither in the DDL directory nor on the server: add its "
     "CREATE TABLE, or create it and list it under external in chmv.toml",
-    "UNKNOWN_FUNCTION": "the server does not know this function (its version?): use one it has",
-    "TYPE_MISMATCH": "the types do not fit: make the SELECT yield the target column's type (CAST) or change the "
+    Code.UNKNOWN_FUNCTION: "the server does not know this function (its version?): use one it has",
+    Code.TYPE_MISMATCH: "the types do not fit: make the SELECT yield the target column's type (CAST) or change the "
     "column's type",
-    "CANNOT_CONVERT_TYPE": "the SELECT's column does not convert to the target column's type: CAST it, or change "
+    Code.CANNOT_CONVERT_TYPE: "the SELECT's column does not convert to the target column's type: CAST it, or change "
     "the target column",
-    "ILLEGAL_TYPE_OF_ARGUMENT": "a function got an argument of a type it does not take: fix the expression",
-    "NO_COMMON_TYPE": "the branches of the SELECT yield types with no common type: CAST them alike",
-    "SYNTAX_ERROR": "the server cannot parse the statement: fix its syntax",
-    "BAD_ARGUMENTS": "the server refused an argument of the statement: fix it as its message says",
-    "ALTER_OF_COLUMN_IS_FORBIDDEN": "the server cannot change this column in place (a key column?): the plan "
+    Code.ILLEGAL_TYPE_OF_ARGUMENT: "a function got an argument of a type it does not take: fix the expression",
+    Code.NO_COMMON_TYPE: "the branches of the SELECT yield types with no common type: CAST them alike",
+    Code.SYNTAX_ERROR: "the server cannot parse the statement: fix its syntax",
+    Code.BAD_ARGUMENTS: "the server refused an argument of the statement: fix it as its message says",
+    Code.ALTER_OF_COLUMN_IS_FORBIDDEN: "the server cannot change this column in place (a key column?): the plan "
     "must build a new version of the table; report this to chmv",
 }
 #: Hints that differ for a table's own statement (a DEFAULT, MATERIALIZED or TTL expression, not a SELECT).
 TABLE_HINTS = {
-    "UNKNOWN_IDENTIFIER": "an expression of the table (a DEFAULT, MATERIALIZED, TTL or key) names a column the table "
+    Code.UNKNOWN_IDENTIFIER: "an expression of the table (a DEFAULT, MATERIALIZED, TTL or key) names a column the table "
     "does not have: fix the expression or add the column",
 }
 DEFAULT_HINT = "fix the statement so the server accepts it (the message is the server's own); nothing was changed"
 _CODE = re.compile(r"Code: \d+\.\s*DB::Exception:\s*")
-_NAME = re.compile(r"\(([A-Z][A-Z_]+)\)")
 _APPEND = re.compile(r"\bAPPEND\b", re.IGNORECASE)
 _UNKNOWN = re.compile(r"(?:Unknown expression identifier|Missing columns:) [`']([^`']+)[`']")
 
@@ -417,9 +417,9 @@ class _Preflight:
         message = re.sub(r"\s*\(version [^)]*\)\.?$", "", message)
         for database, scratch in self.scratch.items():
             message = message.replace(quote(scratch), quote(database)).replace(scratch, database)
-        names = _NAME.findall(message)
+        code = named_code(err)
         hints = HINTS if ref in self.project.views else {**HINTS, **TABLE_HINTS}
-        hint = _server_hint(message, hints.get(names[-1], DEFAULT_HINT) if names else DEFAULT_HINT, self.project.twin)
+        hint = _server_hint(message, hints.get(code, DEFAULT_HINT) if code else DEFAULT_HINT, self.project.twin)
         loc = location or SourceLocation(file=self.project.ddl_dir, line=1)
         line, column = loc.line, loc.column
         unknown = _UNKNOWN.search(message)

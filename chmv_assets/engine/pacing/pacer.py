@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-import re
 import threading
 import time
 import weakref
@@ -47,6 +46,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 from chmv_assets.ddl.config import PacingConfig
 from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.engine.pacing.pressure import Load, ServerLimits, read_limits, read_load, server_limits, table_limits
+from chmv_assets.engine.server_errors import Code, named_code, too_many_partitions_per_insert
 from chmv_assets.errors import NoRoomUnderGate, ServerBusy
 
 _LOG = logging.getLogger(__name__)
@@ -56,24 +56,18 @@ T = TypeVar("T")
 #: Seconds a look that found the server far from every limit is reused (see :meth:`Pacer.wait_for_room`).
 FRESH_SECONDS = 5.0
 #: Errors the server raises before an insert writes anything, worth another attempt after a pause.
-RETRYABLE = {252: "TOO_MANY_PARTS", 473: "DEADLOCK_AVOIDED", 202: "TOO_MANY_SIMULTANEOUS_QUERIES"}
-#: TOO_MANY_PARTS is also what an insert block spanning too many partitions raises: no pause fixes that.
-_NOT_RETRYABLE = ("Too many partitions for single INSERT block",)
+RETRYABLE = frozenset({Code.TOO_MANY_PARTS, Code.DEADLOCK_AVOIDED, Code.TOO_MANY_SIMULTANEOUS_QUERIES})
 
 
 def retry_reason(error: BaseException) -> str | None:
-    """The name of a server error worth retrying (see the module), or None for any other error."""
-    if not isinstance(error, DatabaseError) or isinstance(
-        error, OperationalError
-    ):  # a lost connection: it may have run
+    """The name of a server error worth retrying (see the module), or None for any other error: a lost connection
+    (it may have run), and ``TOO_MANY_PARTS`` of an insert block spanning too many partitions (no pause fixes that)."""
+    if isinstance(error, OperationalError):
         return None
-    text = str(error)
-    if any(marker in text for marker in _NOT_RETRYABLE):
+    code = named_code(error)
+    if code is None or code not in RETRYABLE or too_many_partitions_per_insert(error):
         return None
-    match = re.search(r"Code: (\d+)\.", text)
-    if match and int(match.group(1)) in RETRYABLE:
-        return RETRYABLE[int(match.group(1))]
-    return next((name for name in RETRYABLE.values() if f"({name})" in text), None)
+    return code.name
 
 
 def chunks(items: Sequence[T], limit: int) -> list[list[T]]:
@@ -401,7 +395,7 @@ class Pacer:
 
     @staticmethod
     def _advice(reason: str) -> str:
-        if reason == "DEADLOCK_AVOIDED":
+        if reason == Code.DEADLOCK_AVOIDED.name:
             return (
                 "Another statement held the table's lock (an ALTER, a long SELECT): run it again when that has "
                 "finished, or raise lock_acquire_timeout."

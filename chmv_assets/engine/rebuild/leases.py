@@ -30,6 +30,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 
 from chmv_assets.engine import records
 from chmv_assets.engine.clients import ClientFactory
+from chmv_assets.engine.server_errors import Code, is_code
 from chmv_assets.errors import LeaseHeld
 from chmv_assets.sql.meta import LEASES
 from chmv_assets.sql.quoting import qualified
@@ -104,7 +105,7 @@ def read(client: Client, leases: Sequence[str]) -> dict[str, LeaseState]:
     try:
         return _read(client, leases)
     except DatabaseError as error:
-        if "UNKNOWN_TABLE" not in str(error) and "UNKNOWN_DATABASE" not in str(error):
+        if not is_code(error, Code.UNKNOWN_TABLE, Code.UNKNOWN_DATABASE):
             raise
         _ensure_tables(client)
         return _read(client, leases)
