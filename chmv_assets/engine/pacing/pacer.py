@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import threading
 import time
 import weakref
@@ -45,6 +44,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
 from chmv_assets.ddl.config import PacingConfig
 from chmv_assets.ddl.models import ObjectRef, Project
+from chmv_assets.engine.pacing.backoff import backoff
 from chmv_assets.engine.pacing.pressure import Load, ServerLimits, read_limits, read_load, server_limits, table_limits
 from chmv_assets.engine.server_errors import Code, named_code, too_many_partitions_per_insert
 from chmv_assets.errors import NoRoomUnderGate, ServerBusy
@@ -381,9 +381,8 @@ class Pacer:
             slots.release()
 
     def _pause(self, attempt: int) -> float:
-        """The pause before look or retry ``attempt`` + 1: doubling from the base, at most the max, ±25 % jitter."""
-        base = min(self.rules.backoff_max_seconds, self.rules.backoff_base_seconds * 2 ** max(0, attempt - 1))
-        return min(self.rules.backoff_max_seconds, base * random.uniform(0.75, 1.25))
+        """The pause before look or retry ``attempt`` + 1: doubling from the base, at most the max (:func:`backoff`)."""
+        return backoff(attempt, self.rules.backoff_base_seconds, self.rules.backoff_max_seconds)
 
     def _pause_for(self, seconds: float) -> None:
         self.stats.waited_seconds += seconds

@@ -27,7 +27,6 @@ executor then only read:
 
 from __future__ import annotations
 
-import random
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -57,6 +56,7 @@ from chmv_assets.engine.clock import session_zone, wall_now
 from chmv_assets.engine.drift import describe_foreign, foreign_writers
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest.cutoff import source_min_time
+from chmv_assets.engine.pacing.backoff import backoff
 from chmv_assets.engine.rebuild.coverage import (
     Coverage,
     Facts,
@@ -132,9 +132,9 @@ class RaceRules:
         return cls(*rules, pacing or PacingConfig())
 
     def pause(self, attempt: int) -> float:
-        """Seconds to wait before read ``attempt`` (2, 3, …): doubling from ``backoff_seconds``, ±25 % jitter."""
-        base = min(MAX_BACKOFF_SECONDS, self.backoff_seconds * 2 ** max(0, attempt - 2))
-        return base * random.uniform(0.75, 1.25)
+        """Seconds to wait before read ``attempt`` (2, 3, …): doubling from ``backoff_seconds`` up to
+        :data:`MAX_BACKOFF_SECONDS` (:func:`~chmv_assets.engine.pacing.backoff.backoff`)."""
+        return backoff(attempt - 1, self.backoff_seconds, MAX_BACKOFF_SECONDS)
 
     def describe(self) -> str:
         return (
