@@ -29,7 +29,6 @@ from dagster import (
 from asset_checks.names import HEALTH
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.health.server_health import Finding, Health, Subject, assess, subjects
 from chmv_assets.orchestration.translator import ChmvTranslator
 
@@ -105,9 +104,3 @@ def _alert(finding: Finding, subject: str, **details: object) -> Alert:
     kind = "check_failed" if finding.severity == "error" else "check_warned"
     details = {"check": HEALTH, "finding": finding.kind, "object": finding.subject, "fix": finding.fix, **details}
     return Alert(kind, finding.severity, subject, str(finding), details)
-
-
-def asset_of(loaded: LoadedProject, translator: ChmvTranslator, key: AssetKey) -> ObjectRef | None:
-    """The target of a health check's asset key."""
-    subject = health_subjects(loaded, translator).get(key)
-    return subject.asset if subject else None

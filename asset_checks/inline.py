@@ -54,9 +54,6 @@ from chmv_assets.engine.lifecycle.drift_fix import DriftPlan, drift_fix_markdown
 from chmv_assets.orchestration.dagster_compat import check_output_name, target_materialization_data
 from chmv_assets.orchestration.partitions import window_for_key
 
-#: Checks declared on the target ops (blocking ones: they gate downstream assets).
-INLINE_CHECKS = (PARITY, DRIFT)
-
 
 def inline_check_specs(
     loaded: LoadedProject, key: AssetKey, ref: ObjectRef, partitions_def: PartitionsDefinition | None

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from chmv_assets.certify.expected import Fingerprint, same
-from chmv_assets.certify.history import FAILED, OK, UNCERTAIN, History, Op
+from chmv_assets.certify.history import FAILED, OK, History, Op
 
 
 @dataclass
@@ -170,10 +170,6 @@ def suspect(history: History, target: str, partition: str, a: Fingerprint | None
     if rows_a < rows_e:
         return "rows lost (a rebuild's read missed rows that reached the source)"
     return ""
-
-
-def unverified_inserts(history: History) -> int:
-    return sum(1 for o in history.ops if o.kind == "insert" and o.status == UNCERTAIN)
 
 
 def op_chain(history: History, target: str, upstream: Sequence[str] = ()) -> list[Op]:

@@ -76,9 +76,6 @@ class SourceSpec:
         names = ", ".join(quote(n) for n, _ in self.columns)
         return f"INSERT INTO {qualified(into or self.ref)} ({names}) {self.select_sql(first_seq, rows, slot, seed)}"
 
-    def id_of(self, seq: int) -> str | int:
-        return f"r{seq}" if self.id_is_string else seq
-
 
 def string_literals(loaded: LoadedProject) -> list[str]:
     """The short string literals of the MVs' SELECTs (what their filters and branches compare with)."""

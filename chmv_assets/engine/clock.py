@@ -96,11 +96,6 @@ def wall_seconds(moment: datetime) -> int:
     return int(moment.replace(tzinfo=UTC).timestamp())
 
 
-def wall_seconds_now(client: Client) -> float:
-    """The server's wall clock now, in wall seconds."""
-    return wall_now(client).replace(tzinfo=UTC).timestamp()
-
-
 def from_wall_seconds(seconds: float) -> datetime:
     """The naive wall-clock time of wall seconds."""
     return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)

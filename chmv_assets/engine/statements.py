@@ -19,7 +19,6 @@ from collections.abc import Iterable
 from clickhouse_connect.driver.client import Client
 
 from chmv_assets.errors import ChmvError
-from chmv_assets.sql.quoting import string_literal
 
 
 def statement_id(operation: str, *parts: str) -> str:
@@ -46,19 +45,6 @@ def running(client: Client, query_ids: Iterable[str]) -> list[tuple[str, float]]
         parameters={"ids": ids},
     ).result_rows
     return [(str(q), float(e)) for q, e in rows]
-
-
-def kill_sql(query_ids: Iterable[str]) -> str:
-    """``KILL QUERY WHERE query_id IN (…) SYNC``."""
-    return f"KILL QUERY WHERE query_id IN ({', '.join(string_literal(q) for q in sorted(set(query_ids)))}) SYNC"
-
-
-def kill_orphans(client: Client, query_ids: Iterable[str]) -> list[str]:
-    """Kill the statements of ``query_ids`` still running (a killed run's); the ids killed."""
-    found = [q for q, _ in running(client, query_ids)]
-    if found:
-        client.command(kill_sql(found))
-    return found
 
 
 def wait_for_orphans(client: Client, query_ids: Iterable[str], timeout: float) -> list[str]:

@@ -25,11 +25,6 @@ class ApplyResult:
     existing: list[str] = field(default_factory=list)
 
 
-def deployment_order(project: Project) -> list[tuple[str, str]]:
-    """``(name, statement)`` in deploy order (:func:`deployment_steps`)."""
-    return [(step.name, step.statement) for step in deployment_steps(project)]
-
-
 @dataclass(frozen=True)
 class Step:
     """One CREATE of a deployment.

@@ -80,12 +80,6 @@ class Total:
     exact: bool
 
 
-def readers_rows(client: Client, ref: ObjectRef, table: Table, where: str | None = None) -> int:
-    """Rows of ``ref`` (with ``table``'s engine) as a reader sees them, optionally of one partition."""
-    sql = f"SELECT count() FROM {qualified(ref)}{_final(table)}" + (f" WHERE {where}" if where else "")
-    return int(client.command(sql))
-
-
 def _final(table: Table) -> str:
     return " FINAL" if table.engine is not None and table.engine.family in COLLAPSING else ""
 
