@@ -35,10 +35,11 @@ test: install chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
-	$(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder
+	CHMV_REQUIRE_BROWSER=1 $(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder
 
 # The browser tests drive the system Chromium (Playwright cannot download browsers here): install it when
-# missing and running as root; otherwise tests/test_ui.py skips its browser test and says why.
+# missing and running as root. Under `make test` and in CI (CI set) a missing Chromium fails the browser test
+# (tests/integration/orchestration/test_ui.py), naming what to install; a bare pytest run skips it and says why.
 chromium:
 	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; fi

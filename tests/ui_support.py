@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.orchestration.translator import ChmvTranslator
@@ -287,6 +289,24 @@ def expected_partitions(dev: DagsterDev, loaded: LoadedProject, translator: Chmv
         )
     with dev.engine().get_client() as client:
         return {asset: int(client.command(sql)) for asset, sql in queries}
+
+
+def browser_required() -> bool:
+    """Whether a missing Chromium fails the browser test rather than skipping it: in CI (``CI`` set, as CI services
+    set it) and under ``make test`` (``CHMV_REQUIRE_BROWSER=1``); a developer's run without it skips, saying why."""
+    ci = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+    return ci or os.environ.get("CHMV_REQUIRE_BROWSER", "").strip() == "1"
+
+
+def require_chromium() -> None:
+    """Return when the system Chromium is there (installed now if missing and running as root); else fail the calling
+    test where :func:`browser_required`, naming what to install, or skip it saying why."""
+    reason = chromium_or_reason()
+    if reason is None:
+        return
+    if browser_required():
+        pytest.fail(f"the browser test needs the system Chromium: {reason} (`make chromium`, as root, installs it)")
+    pytest.skip(reason)
 
 
 def chromium_or_reason() -> str | None:

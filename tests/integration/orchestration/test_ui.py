@@ -21,9 +21,9 @@ from ui_support import (
     CHROMIUM_ARGS,
     TERMINAL_BACKFILL,
     DagsterDev,
-    chromium_or_reason,
     expected_partitions,
     partitioned_targets,
+    require_chromium,
     start_demo,
     stop,
     wait_for,
@@ -235,9 +235,7 @@ def _run_status(dev: DagsterDev, run_id: str) -> str:
 
 
 def test_in_a_browser(dev: DagsterDev, example, tmp_path: Path) -> None:
-    reason = chromium_or_reason()
-    if reason:
-        pytest.skip(reason)
+    require_chromium()
     from playwright.sync_api import expect, sync_playwright
 
     shots = tmp_path / "screenshots"  # never the repo
@@ -307,3 +305,27 @@ def _browse(page, dev: DagsterDev, shots: Path, expect, every: int) -> None:
     expect(page.get_by_text("100% completed").first).to_be_visible(timeout=60_000)
     assert page.get_by_text("An unexpected error occurred").count() == 0
     page.screenshot(path=str(shots / "backfill.png"))
+
+
+@pytest.mark.parametrize(
+    ("env", "outcome"),
+    [
+        ({"CI": "true"}, "failed"),
+        ({"CHMV_REQUIRE_BROWSER": "1"}, "failed"),
+        ({"CI": "false"}, "skipped"),
+        ({}, "skipped"),
+    ],
+)
+def test_a_missing_chromium_fails_in_ci_and_under_make_test(monkeypatch, env: dict[str, str], outcome: str) -> None:
+    import ui_support
+
+    for name in ("CI", "CHMV_REQUIRE_BROWSER"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(
+        ui_support, "chromium_or_reason", lambda: "/usr/bin/chromium is missing: apt-get install chromium"
+    )
+    expected = pytest.fail.Exception if outcome == "failed" else pytest.skip.Exception
+    with pytest.raises(expected, match="apt-get install chromium"):
+        ui_support.require_chromium()
