@@ -1,6 +1,6 @@
 # chmv: two commands on a fresh machine (Python 3.11+, Java 17+):
 #   make demo   - venv, install, deploy the example DDL into the embedded engine, load data, start the UI
-#   make test   - venv, install, lint and format check, the import-layer contracts, run the test suite
+#   make test   - venv, install, lint and format check, the import-layer contracts, the type checker, the test suite
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -35,6 +35,7 @@ test: install chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	CHMV_REQUIRE_BROWSER=1 $(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder
 
 # The browser tests drive the system Chromium (Playwright cannot download browsers here): install it when

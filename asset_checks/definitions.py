@@ -74,7 +74,7 @@ def previous_totals(instance: DagsterInstance | None, check_key, limit: int = CL
     totals = []
     for evaluation in completed_evaluations(instance, check_key, scan=limit + 10):
         value = evaluation.metadata.get("active_parts")
-        if value is not None:
+        if value is not None and isinstance(value.value, int | float | str):
             totals.append(int(value.value))
     return totals[:limit][::-1]
 

@@ -39,6 +39,7 @@ from dagster import (
     Output,
     PartitionsDefinition,
     PreviewWarning,
+    partition_loading_context,
 )
 
 from asset_checks.names import DRIFT, PARITY
@@ -88,7 +89,8 @@ def check_partition_keys(
         return [None]
     if context.has_partition_key or context.has_partition_key_range:
         return list(context.partition_keys)
-    last = partitions_def.get_last_partition_key(dynamic_partitions_store=context.instance)
+    with partition_loading_context(dynamic_partitions_store=context.instance):  # a key part's values are the instance's
+        last = partitions_def.get_last_partition_key()
     return [last] if last is not None else []
 
 

@@ -149,8 +149,10 @@ class AlertSink:
             )
         except (HTTPError, ValueError) as err:
             error = scrub(str(err), self.webhook)
-            what = (self.shown_webhook, alert.kind, alert.subject, self.attempts, error)
-            _LOG.error("alert webhook %s gave up on %s for %s after %d attempts: %s", *what)
+            _LOG.error(
+                "alert webhook %s gave up on %s for %s after %d attempts: %s",
+                *(self.shown_webhook, alert.kind, alert.subject, self.attempts, error),
+            )
             return False
         if 200 <= response.status < 300:
             return True

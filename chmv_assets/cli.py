@@ -164,6 +164,7 @@ def _run(args: argparse.Namespace) -> int:
         return _loops_left_out(loaded.project)
 
     from chmv_assets.ddl.twin import describe_stand_ins
+    from chmv_assets.engine.clients import command_int
     from chmv_assets.engine.lifecycle.deploy import apply
 
     assert resource is not None
@@ -195,7 +196,7 @@ def _run(args: argparse.Namespace) -> int:
                 )
                 return 0
             tables = demo_data.generate_all(args.rows)
-            existing = int(client.command("SELECT count() FROM analytics.api_requests"))
+            existing = command_int(client, "SELECT count() FROM analytics.api_requests")
             if existing:
                 print(f"load-demo: source tables already hold data ({existing} api_requests rows); not loading twice")
             else:

@@ -304,7 +304,7 @@ class Retention(_Delete):
     name = "retention"
 
     def act(self, run: Run) -> None:
-        candidates = [s for s in run.specs if s.checkable and run.loaded.project.table(s.ref).partition_by]
+        candidates = [s for s in run.specs if s.checkable and (t := run.loaded.project.table(s.ref)) and t.partition_by]
         self._delete(run, candidates, retention=True)
 
 

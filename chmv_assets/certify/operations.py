@@ -73,9 +73,9 @@ def materialize(
             run.history.end(op, OK)
         else:
             errors = [
-                step_error(e.event_specific_data.error)
+                step_error(error)
                 for e in result.all_events
-                if e.is_step_failure and e.event_specific_data and getattr(e.event_specific_data, "error", None)
+                if e.is_step_failure and (error := getattr(e.event_specific_data, "error", None))
             ]
             run.history.end(op, FAILED, error="; ".join(errors)[:600] or "the run failed")
     if run.after_rebuild is not None:

@@ -214,7 +214,7 @@ class Reader:
             except Exception:  # noqa: BLE001 - before the first partition
                 continue
             window = window_for_key(pdef, key)
-            if window is not None and window.start is not None and window.end - window.start <= timedelta(days=1):
+            if window is not None and window.start and window.end and window.end - window.start <= timedelta(days=1):
                 return target, key
         return None
 

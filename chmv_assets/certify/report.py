@@ -25,7 +25,7 @@ def render(result, ddl_dir: str, asked_seconds: float) -> str:
         f"during the run: (d) {result.checked_d} rebuild operation(s) checked right after, (f) {result.samples_f} "
         "read(s) of a partition during its rebuilds",
     ]
-    kinds = defaultdict(lambda: [0, 0, 0])
+    kinds: defaultdict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for o in history.ops:
         kinds[o.kind][
             ("ok", "failed", "uncertain").index(o.status) if o.status in ("ok", "failed", "uncertain") else 2

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from chmv_assets.certify import checker, operations
@@ -175,7 +176,7 @@ def drive(run: Run, started: float) -> CertifyResult:
         ("range", 1, lambda: operations.materialize_range(run)),
         ("sensors", 1, lambda: operations.sensors_round(run, "sensor")),
     ]
-    actions += [(f.name, f.weight, lambda f=f: f.act(run)) for f in faults if f.weight]
+    actions += [(f.name, f.weight, partial(f.act, run)) for f in faults if f.weight]
     # every fault drawn acts once before the seed's order draws it again: on a busy machine a run of 60 s has time
     # for a handful of operations after the once-per-run ones, and a fault never acted proves nothing
     once: list[tuple[str, Callable[[], object]]] = [

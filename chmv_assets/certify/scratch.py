@@ -46,7 +46,8 @@ def toml_text(data: dict[str, Any], prefix: str = "") -> str:
             return "[" + ", ".join(value(x) for x in v) + "]"
         return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
-    lines, tables = [], []
+    lines: list[tuple[str, Any]] = []
+    tables: list[tuple[str, Any]] = []
     for k, v in data.items():
         (tables if isinstance(v, dict) else lines).append((k, v))
     out = [f'"{k}" = {value(v)}' if "." in k else f"{k} = {value(v)}" for k, v in lines]

@@ -10,6 +10,7 @@ from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 
 from chmv_assets import settings
 from chmv_assets.errors import DDLError, DDLProblem
@@ -345,7 +346,7 @@ def load_config(ddl_dir: str | Path, **overrides: object) -> ChmvConfig:
         raise DDLError(problems, where=f"in {path}; nothing was loaded") from err
 
 
-def _problem(path: Path, text: str, error: dict, *, overridden: set[str]) -> DDLProblem:
+def _problem(path: Path, text: str, error: ErrorDetails, *, overridden: set[str]) -> DDLProblem:
     """A validation error at the line and column of its key in chmv.toml (line 1 when the file does not set it)."""
     keys = [str(k) for k in error["loc"]]
     key = ".".join(keys)

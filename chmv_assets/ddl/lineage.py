@@ -192,8 +192,8 @@ class LineageGraph:
                     self._edge(source, ref, "table")
                 else:
                     reads.append((source, ref, "table"))
-            for dictionary in view.dictionaries:
-                reads.append((dictionary, ref, "dictionary"))
+            for used in view.dictionaries:
+                reads.append((used, ref, "dictionary"))
             if view.target is not None:
                 self._edge(ref, view.target, "table")
         callers = [(k.ref.fqn if k.ref else k.name, k.functions) for k in project.kept if k.functions]
@@ -214,18 +214,18 @@ class LineageGraph:
         for view in project.views.values():
             for other in view.depends_on:
                 reads.append((other, view.ref, "depends"))
-        for source, view, kind in reads:
+        for source, reader, kind in reads:
             if kind == "depends":
-                self.depends.add((source.fqn, view.fqn))
+                self.depends.add((source.fqn, reader.fqn))
                 if source in project.loop_views:  # drawn to the loop's MV, which orders nothing
                     continue
             self._node(source, "table" if kind == "depends" else kind)
-            if loop or _reaches(down, view.fqn, source.fqn):
+            if loop or _reaches(down, reader.fqn, source.fqn):
                 if kind != "depends":  # a DEPENDS ON against the flow orders nothing; it is drawn all the same
-                    self.feedback.add((source.fqn, view.fqn))
+                    self.feedback.add((source.fqn, reader.fqn))
             else:
-                self.upstream[view.fqn].add(source.fqn)
-                down.setdefault(source.fqn, set()).add(view.fqn)
+                self.upstream[reader.fqn].add(source.fqn)
+                down.setdefault(source.fqn, set()).add(reader.fqn)
         #: The trigger loops the loader left out of the project (:class:`~chmv_assets.ddl.models.TriggerLoop`), and
         #: their edges ``(from, to)``: drawn, marked, outside :attr:`upstream`.
         self.loops: tuple[TriggerLoop, ...] = project.loops

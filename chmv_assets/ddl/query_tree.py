@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from chmv_assets.ddl.grains import TRUNCATION_FUNCTIONS
+from chmv_assets.ddl.grains import TRUNCATION_FUNCTIONS, Grain
 from chmv_assets.ddl.models import AggregateCall, ObjectRef, OutputColumn, SourceRole, SourceUse, Span
 from chmv_assets.ddl.select_facts import AGGREGATES, SelectFacts, is_dictionary_function, split_combinators
 from chmv_assets.ddl.sql_text import TableMention, select_layout, table_mentions, tokenize
@@ -317,20 +317,20 @@ def analyze_query_tree(dump: str, select_sql: str, default_database: str) -> Sel
                 joined += [ref_of(t) for t in real if t.node is node]
 
     dictionaries = []
-    for function in tree.functions:
-        if is_dictionary_function(function.attrs.get("function_name", "")):
-            args = function.arguments()
+    for call in tree.functions:
+        if is_dictionary_function(call.attrs.get("function_name", "")):
+            args = call.arguments()
             name = _string(args[0].attrs.get("constant_value")) if args and args[0].kind == "CONSTANT" else None
             if name:
-                database, _, table = name.rpartition(".")
-                dictionaries.append(ObjectRef(database=database or default_database, name=table))
+                database, _, dictionary = name.rpartition(".")
+                dictionaries.append(ObjectRef(database=database or default_database, name=dictionary))
 
     first = tree.branches[0]
     layout = select_layout(tokens)
     projection = first.section("PROJECTION")
     items = projection.items() if projection is not None else []
     texts = [select_sql[a:b] for a, b in layout.items] if len(layout.items) == len(items) else [None] * len(items)
-    aliases = {}
+    aliases: dict[str, ObjectRef] = {}
     for table in real:
         if any(table.node is n for n in first.walk()):
             aliases.setdefault(table.node.attrs.get("alias") or table.name.rsplit(".", 1)[-1], ref_of(table))
@@ -459,7 +459,7 @@ def _column_sources(
             yield (ref.fqn, column)
 
 
-def _truncation(item: Node) -> tuple[str, str | None] | None:
+def _truncation(item: Node) -> tuple[str, Grain | None] | None:
     if item.kind == "IDENTIFIER":
         return (item.attrs.get("identifier", "").rsplit(".", 1)[-1], None)
     if item.kind == "FUNCTION":

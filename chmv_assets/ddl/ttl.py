@@ -104,7 +104,7 @@ def _interval(node: exp.Expression, column: Column | None) -> tuple[int, str] | 
         result = (_int(node.name), "DAY" if column.data_type.is_date else "SECOND")
     if result is None or result[0] is None or result[1] not in UNITS:
         return None
-    return (-result[0] if negative else result[0]), result[1]  # type: ignore[return-value]
+    return (-result[0] if negative else result[0]), result[1]
 
 
 def _int(text: str) -> int | None:

@@ -440,12 +440,12 @@ class _Twin:
         model = parse_statement(
             statement, default_database=self.project.default_database, origin=f"{obj.location} (local twin)"
         )
-        assert model is not None and type(model) is type(obj), (statement, model)
         update: dict = {"location": obj.location}
         if getattr(obj, "description", None) is not None:
             update["description"] = obj.description
         if keep_engine:  # a stream table stays a stream in the model: chmv never reads it
             update["engine"] = obj.engine
+        assert model is not None and type(model) is type(obj), (statement, model)
         return model.model_copy(update=update)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import Enum
 from functools import cache, lru_cache
 
 from sqlglot import exp
@@ -185,7 +186,7 @@ def _aggregate(node: exp.DataType) -> AggregateFunctionType:
 
 
 @cache
-def _base_name(kind: exp.DataType.Type) -> str:
+def _base_name(kind: Enum) -> str:
     name = to_sql(exp.DataType(this=kind, nullable=False))
     return SPELLING.get(name, name)
 

@@ -1,5 +1,5 @@
 """What engine operations need to open ClickHouse: anything with ``get_client()`` (the Dagster resource is one); the
-settings of a statement that binds many names."""
+settings of a statement that binds many names; a one-number answer, typed."""
 
 from __future__ import annotations
 
@@ -15,6 +15,12 @@ BIG_QUERY_SETTINGS = {
     "max_ast_elements": 10_000_000,
     "max_expanded_ast_elements": 10_000_000,
 }
+
+
+def command_int(client: Client, sql: str) -> int:
+    """The whole number a one-value statement answers (``SELECT count() …``): ``Client.command`` answers a number, a
+    string, rows or a summary, by what the statement returns."""
+    return int(str(client.command(sql)))
 
 
 class ClientFactory(Protocol):

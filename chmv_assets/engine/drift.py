@@ -84,7 +84,8 @@ def read_live(
     databases = sorted(set(databases))
     if not databases:
         return {}
-    where, parameters = "database IN {dbs:Array(String)}", {"dbs": databases}
+    where = "database IN {dbs:Array(String)}"
+    parameters: dict[str, object] = {"dbs": databases}
     if names is not None:
         where += " AND (database, name) IN {refs:Array(Tuple(String, String))}"
         parameters["refs"] = sorted({(r.database, r.name) for r in names})

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
@@ -217,11 +218,11 @@ def newer_parts(client: Client, blocks: Mapping[ObjectRef, Mapping[str, int]]) -
     return found
 
 
-def _query(client: Client, sql: str, params: dict) -> list[tuple]:
+def _query(client: Client, sql: str, params: dict) -> Sequence[Sequence[Any]]:
     return client.query(sql, parameters=params, settings=BIG_QUERY_SETTINGS).result_rows
 
 
-def _owners(tables: Iterable[ObjectRef], rows: list[tuple]) -> dict[tuple[str, str], ObjectRef]:
+def _owners(tables: Iterable[ObjectRef], rows: Sequence[Sequence[Any]]) -> dict[tuple[str, str], ObjectRef]:
     """``(database, table as system.parts names it) → table`` for ``tables``: itself, and for an MV without TO whose
     uuid came back in ``rows`` (``'m'`` rows), its inner table (``.inner_id.<uuid>`` in an Atomic database,
     ``.inner.<name>`` in an Ordinary one). Built once per read: no model is built or hashed per row."""

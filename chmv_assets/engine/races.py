@@ -115,7 +115,8 @@ def _unquote(identifier: str) -> str:
 def insert_target(query: str, current_database: str) -> ObjectRef | None:
     """The table an ``INSERT`` statement writes (its database, else ``current_database``); None for anything else (a
     ``SELECT``, ``INSERT INTO FUNCTION …``)."""
-    match = _INSERT_INTO.match(query[_COMMENTS.match(query).end() :])  # type: ignore[union-attr]
+    comments = _COMMENTS.match(query)  # matches every text: at least its empty start
+    match = _INSERT_INTO.match(query[comments.end() if comments else 0 :])
     if match is None or (match["second"] is None and match["first"].upper() == "FUNCTION"):
         return None
     if match["second"] is None:

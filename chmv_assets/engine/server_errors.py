@@ -65,7 +65,7 @@ def named_code(error: BaseException) -> Code | None:
     """:func:`server_code` as one of the named :class:`Code` s, or None (not the server's, or a code chmv does not
     act on)."""
     code = server_code(error)
-    return Code(code) if code in Code._value2member_map_ else None
+    return Code(code) if code is not None and code in Code._value2member_map_ else None
 
 
 def is_code(error: BaseException, *codes: Code) -> bool:

@@ -1,7 +1,7 @@
 """Build Dagster assets from a parsed project: targets are partitioned, sources and dictionaries upstream."""
 
 from collections.abc import Iterator, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from dagster import (
     AssetExecutionContext,
@@ -183,7 +183,7 @@ def _group_asset(
         if failures:
             raise ChmvError("rebuild failed for " + "; ".join(failures))
 
-    kwargs = {
+    kwargs: dict[str, Any] = {
         "specs": specs,
         "check_specs": check_specs,
         "name": name,

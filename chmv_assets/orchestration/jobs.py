@@ -7,6 +7,7 @@ preflights and applies only the changes that touch them, after re-attaching thos
 
 from contextlib import ExitStack
 from dataclasses import replace
+from typing import Any
 
 from clickhouse_connect.driver.client import Client
 from dagster import (
@@ -79,7 +80,10 @@ def _apply_job(loaded: LoadedProject) -> JobDefinition:
         context.log.info(
             ("re-attach " + ", ".join(v.ref.fqn for v in attach) + "; " if attach else "") + plan.describe()
         )
-        metadata = {"chmv/plan": MetadataValue.md(text), "chmv/changes": len(plan.changes) + len(attach)}
+        metadata: dict[str, Any] = {
+            "chmv/plan": MetadataValue.md(text),
+            "chmv/changes": len(plan.changes) + len(attach),
+        }
         metadata["chmv/summary"] = plan.summary() if not attach else f"{len(attach)} to re-attach; {plan.summary()}"
         if objects:
             metadata["chmv/objects"] = ", ".join(sorted(r.fqn for r in objects))
@@ -114,7 +118,10 @@ def _apply_job(loaded: LoadedProject) -> JobDefinition:
                     )
         except (DDLError, LifecycleError) as err:  # the user's to fix: say what and where, no traceback
             raise Failure(description=str(err), allow_retries=False) from None
-        metadata = {"chmv/report": report.describe(), "chmv/partitions_rederived": sum(report.partitions.values())}
+        metadata: dict[str, Any] = {
+            "chmv/report": report.describe(),
+            "chmv/partitions_rederived": sum(report.partitions.values()),
+        }
         if report.refused:  # a trigger loop of the DDL: everything else was applied; the run says what to fix
             raise Failure(
                 description=f"{report.describe()}\n{loop_report(loaded.project)}",

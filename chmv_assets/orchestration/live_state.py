@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
-from typing import Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from clickhouse_connect.driver.client import Client
@@ -429,7 +429,7 @@ def _new_keys(keyed: dict[str, set[str]], instance: DagsterInstance | None) -> d
 
 def _event(item: Tracked, partition: str | None, unit: Tally) -> AssetMaterialization:
     rows_key = "dagster/partition_row_count" if partition is not None else "dagster/row_count"
-    metadata = {
+    metadata: dict[str, Any] = {
         rows_key: MetadataValue.int(unit.rows),
         "chmv/parts": MetadataValue.int(unit.parts),
         "chmv/bytes_on_disk": MetadataValue.int(unit.bytes),

@@ -127,8 +127,9 @@ def rebuild_requests(
     (tag ``chmv/verdict``).
     """
     partitions_def = translator.get_partitions_def(loaded, target)
-    timed = isinstance(partitions_def, TimeWindowPartitionsDefinition)  # partitions named by key values: a run each
-    order = {k: i for i, k in enumerate(partitions_def.get_partition_keys())} if timed else {}
+    # partitions named by key values: a run each
+    timed = isinstance(partitions_def, TimeWindowPartitionsDefinition)
+    order = {k: i for i, k in enumerate(partitions_def.get_partition_keys())} if timed and partitions_def else {}
     items = sorted(due, key=lambda d: order.get(d.partition or "", -1))
     ranges: list[list[Due]] = []
     for item in items:

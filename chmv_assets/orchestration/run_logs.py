@@ -10,13 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from dagster import OpExecutionContext, SensorEvaluationContext
+from dagster import AssetExecutionContext, OpExecutionContext, SensorEvaluationContext
 
 from chmv_assets.engine_logs import LineHandler, engine_logs_to
 
 
 @contextmanager
-def forward_engine_logs(context: OpExecutionContext | SensorEvaluationContext) -> Iterator[None]:
+def forward_engine_logs(
+    context: OpExecutionContext | AssetExecutionContext | SensorEvaluationContext,
+) -> Iterator[None]:
     """Forward chmv's log records (INFO and up) of this thread to ``context.log`` while the block runs.
 
     Only the thread that entered the block: an op's, or a sensor tick's (a code server evaluates sensors side by side

@@ -111,7 +111,7 @@ def catchup_partitions(partitions_def, lag: TargetLag, instance: DagsterInstance
     if time is None or lag.expected_max is None:
         return []
     start = lag.target_max or lag.expected_max
-    keys = []
+    keys: list[str | None] = []
     for key in time.get_partition_keys():
         window = time.time_window_for_partition_key(key)
         if window.end.replace(tzinfo=None) > start and window.start.replace(tzinfo=None) <= lag.expected_max:
@@ -145,7 +145,7 @@ def rebuild_jobs(loaded: LoadedProject, translator: ChmvTranslator) -> dict[Obje
 
 def _rebuild_jobs(loaded: LoadedProject, translator: ChmvTranslator) -> dict[ObjectRef, AssetJob]:
     groups: dict[str, list[ObjectRef]] = {}
-    defs: dict[str, object] = {}
+    defs: dict[str, PartitionsDefinition | None] = {}
     for target in loaded.project.targets:
         partitions_def = translator.get_partitions_def(loaded, target)
         name = f"chmv_rebuild_{_job_suffix(translator.get_partition_scheme(loaded, target), target, partitions_def)}"
@@ -300,6 +300,7 @@ def downstream_entries(
         else:
             mapping = mappings(loaded, child).get(target)
             back = mapping.reach if mapping is not None else timedelta(0)
+            assert window.start is not None and window.end is not None  # time_of: a time window
             windows = windows_covering(loaded, child, window.start - back, window.end - timedelta(microseconds=1))
         keys += [entry_key(child, w.key if w else None) for w in windows]
     return keys

@@ -100,7 +100,7 @@ def build_sweep(loaded: LoadedProject, translator: ChmvTranslator) -> tuple[Sens
                     checked += 1
                     context.log.info(result.describe())
                     context.log_event(
-                        parity_evaluation(
+                        parity_evaluation(  # type: ignore[arg-type]  # log_event takes a check evaluation; its hint omits it
                             key, partition, result, records.get(partition), metadata={"chmv/checked_by": SWEEP_SENSOR}
                         )
                     )
@@ -168,8 +168,9 @@ def build_sweep(loaded: LoadedProject, translator: ChmvTranslator) -> tuple[Sens
             },
         )
         known = _known_partitions(loaded, translator, decision.items)
-        cursor = _write(decision.state, inflight)
-        return SensorResult(run_requests=[request], cursor=cursor, dynamic_partitions_requests=known)
+        return SensorResult(
+            run_requests=[request], cursor=_write(decision.state, inflight), dynamic_partitions_requests=known
+        )
 
     return _sweep, sweep_job
 
@@ -182,7 +183,7 @@ def _known_partitions(
     keys: dict[str, list[str]] = defaultdict(list)
     for item in items:
         dynamic = dynamic_partitions_of(translator.get_partitions_def(loaded, item.target))
-        if dynamic is not None and item.window is not None and item.window.keyed:
+        if dynamic is not None and dynamic.name and item.window is not None and item.window.keyed:
             keys[dynamic.name].append(encode_key(item.window.values))
     return [AddDynamicPartitionsRequest(name, sorted(set(values))) for name, values in keys.items()]
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from chmv_assets.ddl.models import ObjectRef, Project, Table
+from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table
 from chmv_assets.sql.quoting import qualified, quote, string_literal
 
 #: The suffix of the Keeper path of a new version: ``…/t`` → ``…/t__chmv_v2`` → ``…/t__chmv_v3``.
@@ -90,7 +90,8 @@ def deployment_cluster(project: Project) -> str | None:
 
     chmv's own objects (``chmv_meta``) follow it. A directory that names several clusters gets the first one.
     """
-    for obj in (*project.tables.values(), *project.views.values()):
+    objects: list[Table | MaterializedView] = [*project.tables.values(), *project.views.values()]
+    for obj in objects:
         if obj.on_cluster:
             return obj.on_cluster
     return None

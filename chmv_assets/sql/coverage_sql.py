@@ -75,7 +75,8 @@ class TimeMapping:
         return not self.reach
 
     def source_range(self, window: PartitionWindow) -> tuple[datetime, datetime]:
-        """``[lo, hi)`` of the trigger's time column holding every row that maps into ``window``."""
+        """``[lo, hi)`` of the trigger's time column holding every row that maps into ``window`` (a timed one)."""
+        assert window.start is not None and window.end is not None, window
         return window.start, window.end + self.reach
 
 

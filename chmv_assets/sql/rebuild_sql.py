@@ -235,7 +235,7 @@ def span_holds_all_sql(
     """
     bounds = _source_range(view, project, scheme, span, zone)
     source = project.table(view.trigger) if view.trigger is not None else None
-    if bounds is None or source is None or source.partition_call is None:
+    if bounds is None or source is None or source.partition_call is None or view.trigger is None:
         return None
     col, lower, upper = bounds
     if source.partition_call.column != col.name:

@@ -43,10 +43,11 @@ def renamed_statement(
     Raises:
         ChmvError: A name or a clause to replace has no recorded span (a statement not read by chmv's parser).
     """
+    label = obj.ref.fqn if obj.ref is not None else getattr(obj, "name", "")
     edits: list[tuple[int, int, str]] = []
     if keeper_path is not None:
         if not isinstance(obj, Table) or obj.keeper_path_span is None:
-            raise ChmvError(f"cannot give {obj.ref.fqn} a Keeper path of its own: its engine has no written path")
+            raise ChmvError(f"cannot give {label} a Keeper path of its own: its engine has no written path")
         edits.append((obj.keeper_path_span.start, obj.keeper_path_span.end, string_literal(keeper_path)))
     cluster_span = obj.cluster_span if isinstance(obj, Table | MaterializedView | KeptObject) else None
     if local and cluster_span is not None:
@@ -56,7 +57,7 @@ def renamed_statement(
         if ref not in names:
             return
         if span is None:
-            raise ChmvError(f"cannot rename {what} {ref.fqn} in the statement of {obj.ref.fqn}: no position recorded")
+            raise ChmvError(f"cannot rename {what} {ref.fqn} in the statement of {label}: no position recorded")
         edits.append((span.start, span.end, qualified(names[ref])))
 
     if obj.ref is not None:

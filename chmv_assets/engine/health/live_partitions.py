@@ -114,10 +114,10 @@ def days_to_recount(partitions: Sequence[Partition], before: Mapping[str, str]) 
     dropped = set(before) - {p.partition_id for p in partitions}
     if not moved and not dropped:
         return False, None
-    spans = [p.span for p in moved]
-    if dropped or any(s is None for s in spans):
+    spans = [p.span for p in moved if p.span is not None]
+    if dropped or len(spans) < len(moved):
         return True, None
-    return True, (min(s[0] for s in spans), max(s[1] for s in spans))  # type: ignore[index]
+    return True, (min(s[0] for s in spans), max(s[1] for s in spans))
 
 
 @dataclass(frozen=True)

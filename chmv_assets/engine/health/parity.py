@@ -235,11 +235,12 @@ def _recomputes(
     recomputes = []
     for view in views:
         relation = None
-        source = project.table(view.trigger) if view.trigger else None
-        if source is not None and source.engine is not None and source.engine.family in SELF_DEDUP_ENGINES:
-            relation = f"{qualified(view.trigger)} FINAL"
-        if trigger_relations and view.trigger in trigger_relations:
-            relation = trigger_relations[view.trigger]
+        trigger = view.trigger
+        source = project.table(trigger) if trigger else None
+        if trigger and source is not None and source.engine is not None and source.engine.family in SELF_DEDUP_ENGINES:
+            relation = f"{qualified(trigger)} FINAL"
+        if trigger and trigger_relations and trigger in trigger_relations:
+            relation = trigger_relations[trigger]
         select = range_select(
             view, project, table, scheme, windows, zone=zone, trigger_relation=relation, only_windows=only_windows
         )
@@ -363,7 +364,7 @@ def _parity_for_partitions(
     if coverage_first:
         try:
             coverage = observe_coverage(client, loaded, target_ref, live, windows, root)
-            lost = [w for w in windows if (c := coverage.at(w)) is not None and c.loss_observed]
+            lost = [w for w in windows if w is not None and (c := coverage.at(w)) is not None and c.loss_observed]
             deleted = {w.key: c.deletions for w in windows if w is not None and (c := coverage.at(w)) is not None}
         except (ClickHouseError, ChmvError) as err:  # coverage is an aid here: without it, check as before
             notes = (f"coverage not observed ({str(err).strip().splitlines()[0][:200]})",)
@@ -394,14 +395,14 @@ def _parity_for_partitions(
                 target_ref.fqn, window.key, tolerance=config.tolerance, error=_first_line(err), sql=sql
             )
         by_source = []
-    names = [name for name, _a, _e in measures_for(table, project.views_into(target_ref))]
+    names = tuple(name for name, _a, _e in measures_for(table, project.views_into(target_ref)))
     for window in by_source:
         actual = rows.get(("actual", window.key)) or (0.0,) * len(names)
         expected = rows.get(("expected", window.key)) or (0.0,) * len(names)
         measures = tuple(
             Measure(n, float(e or 0), float(a or 0)) for n, e, a in zip(names, expected, actual, strict=True)
         )
-        in_grace = window.wall_end > now - timedelta(minutes=config.grace_minutes)
+        in_grace = window.wall_end is not None and window.wall_end > now - timedelta(minutes=config.grace_minutes)
         results[window.key] = _doubted(
             ParityResult(target_ref.fqn, window.key, measures, config.tolerance, in_grace, sql=sql, notes=notes),
             deleted.get(window.key),

@@ -72,7 +72,7 @@ class PartitionSeen:
     @classmethod
     def from_json(cls, data: list) -> PartitionSeen:
         span = tuple(data[2]) if data[2] else WHOLE
-        return cls(int(data[0]), int(data[1]), span, int(data[3]), str(data[4]) if len(data) > 4 else "")  # type: ignore[arg-type]
+        return cls(int(data[0]), int(data[1]), span, int(data[3]), str(data[4]) if len(data) > 4 else "")
 
 
 @dataclass
@@ -283,7 +283,7 @@ class _Marker:
         if scheme.grain is None:
             return {None}
         if any(r is WHOLE for r in ranges):  # every window the target holds
-            ranges = [r for r in ranges if r is not WHOLE] + [p.span for p in held if p.span is not WHOLE]
+            ranges = [*(r for r in ranges if r is not WHOLE), *(p.span for p in held if p.span is not WHOLE)]
         out: set[PartitionWindow | None] = set()
         for first, last in ranges:  # type: ignore[misc]
             out.update(windows_between(scheme.grain, self.first, _when(first) - margin, _when(last), self.zone))

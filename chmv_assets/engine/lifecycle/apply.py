@@ -399,6 +399,7 @@ class _Apply:
             if batches.done:
                 self._rederived(client, target, writes)
         while not batches.done:
+            assert rederive is not None  # batches only start with a re-derivation
             self.pause(f"rebuilt {rederive.plan.live.fqn} up to {batches.last}")
             with self._gated(target) as client:
                 self._batch(client, target, rederive.plan, batches)

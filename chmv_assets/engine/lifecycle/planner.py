@@ -146,16 +146,17 @@ def read_state(client: Client, loaded: LoadedProject) -> ServerState:
     live = read_live(client, wanted)
     tables = [t for r, t in project.tables.items() if r in live]
     dictionaries = [d for r, d in project.dictionaries.items() if r in live]
-    views = [v for r, v in project.views.items() if r in live]
+    views: list[MaterializedView | KeptObject] = [v for r, v in project.views.items() if r in live]
     views += [v for r, v in project.loop_views.items() if r in live]  # compared to refuse a change to them
     views += [v for r, v in project.plain_views.items() if r in live]
     others = [k for k in project.kept if k.kind != KeptKind.VIEW]
     kept = read_kept(client, others) if others else KeptState()
-    texts = [o.statement for o in (*tables, *dictionaries, *others)]
+    modeled_objects: list[Table | Dictionary] = [*tables, *dictionaries]
+    texts = [o.statement for o in (*modeled_objects, *others)]
     formatted_all = format_queries(client, texts, single_line=True) if texts else []
     selects_all = format_queries(client, [server_select(v, project) for v in views]) if views else []
     modeled = len(tables) + len(dictionaries)
-    formatted = {o.ref: f for o, f in zip((*tables, *dictionaries), formatted_all[:modeled], strict=True)}
+    formatted = {o.ref: f for o, f in zip(modeled_objects, formatted_all[:modeled], strict=True)}
     kept_formatted = {(k.kind, k.name): f for k, f in zip(others, formatted_all[modeled:], strict=True)}
     selects = {v.ref: f for v, f in zip(views, selects_all, strict=True) if v.ref is not None}
     foreign = foreign_writers(client, project, project.targets)
@@ -487,6 +488,7 @@ class _Planner:
         repo_select = self.state.selects.get(ref)
         changed = select_changed(repo_select or view.select_sql, live.select)
         diff = select_diff(repo_select or view.select_sql, live.select) if changed else ""
+        statements: tuple[str, ...]
         if view.target is not None and live.target is not None and live.target != view.target:
             statements = (drop_view_sql(ref, view.on_cluster), view.statement)
             change = Change(
@@ -630,6 +632,7 @@ class _Planner:
             if entry.kind != "rederive" or target in self.rederived or target in self.new_versions:
                 continue
             done = journal.rederived(self._client, target, entry.version)
+            blocked: str | None
             try:
                 rederive = self._rederive(target, None, new_version=False)
             except ChmvError as err:
@@ -756,13 +759,17 @@ class _Planner:
     def _windows(self, target: ObjectRef, scheme: PartitionScheme, triggers: list[ObjectRef]) -> list[PartitionWindow]:
         """The partitions of ``target`` that its triggers hold rows for (from their parts' time ranges)."""
         assert scheme.grain is not None
-        since = until = None
+        since: datetime | None = None
+        until: datetime | None = None
         for source in triggers:
             parts = [p for p in self.state.parts.get(source, ()) if p.rows]
             if not parts:
                 continue
-            if all(p.start is not None for p in parts):
-                low, high = min(p.start for p in parts), max(p.end for p in parts) - timedelta(seconds=1)  # type: ignore[type-var]
+            low: datetime | None
+            high: datetime | None
+            spans = [(p.start, p.end) for p in parts if p.start is not None and p.end is not None]
+            if len(spans) == len(parts):
+                low, high = min(s for s, _ in spans), max(e for _, e in spans) - timedelta(seconds=1)
             else:
                 low, high = self._source_range(target, scheme, source)
                 if low is None or high is None:
@@ -788,10 +795,15 @@ class _Planner:
         return {s: int(target_reach(self.project, target, scheme, s).total_seconds()) for s in triggers}
 
     def _derivable(
-        self, target: ObjectRef, triggers: list[ObjectRef], windows: list[PartitionWindow], reach: dict[ObjectRef, int]
-    ) -> tuple[list[PartitionWindow], list[PartitionWindow]]:
+        self,
+        target: ObjectRef,
+        triggers: list[ObjectRef],
+        windows: list[PartitionWindow | None],
+        reach: dict[ObjectRef, int],
+    ) -> tuple[list[PartitionWindow | None], list[PartitionWindow | None]]:
         """The windows the sources hold rows for; and those where only the target does (rebuilt, they would empty)."""
-        keep, skip = [], []
+        keep: list[PartitionWindow | None] = []
+        skip: list[PartitionWindow | None] = []
         for window in windows:
             source_rows = self._rows(triggers, window, reach)
             if source_rows is None or source_rows > 0:
@@ -822,15 +834,17 @@ class _Planner:
         total = 0.0
         for table in tables:
             # the parts' times are wall clocks: so is the window here
-            end = window.wall_end + timedelta(seconds=(reach or {}).get(table, 0)) if window is not None else None
+            start = window.wall_start if window is not None else None
+            end = window.wall_end if window is not None else None
+            end = end + timedelta(seconds=(reach or {}).get(table, 0)) if end is not None else None
             for part in self.state.parts.get(table, ()):
                 if window is None:
                     total += part.rows
                 elif part.start is None or part.end is None:
                     return None
                 else:
-                    assert end is not None
-                    overlap = (min(part.end, end) - max(part.start, window.wall_start)).total_seconds()  # type: ignore[type-var]
+                    assert start is not None and end is not None
+                    overlap = (min(part.end, end) - max(part.start, start)).total_seconds()
                     span = (part.end - part.start).total_seconds() or 1.0
                     total += part.rows * max(0.0, overlap) / span
         return total
@@ -840,7 +854,7 @@ class _Planner:
         target: ObjectRef,
         windows: list[PartitionWindow | None],
         new_version: bool,
-        skipped: list[PartitionWindow],
+        skipped: list[PartitionWindow | None],
     ) -> tuple[tuple[str, ...], int]:
         """Partitions of the live target outside the re-derived ones (the sources no longer hold their rows)."""
         if windows and windows[0] is None:

@@ -286,7 +286,7 @@ class _Preflight:
         checked = {v.ref for v in self.views}  # an MV read by another is created as an MV, its inner table with it
         tables = sorted((r for r in self.tables if r not in checked), key=lambda r: (order.get(r.fqn, 0), r.fqn))
         table = self.project.tables.get
-        late = [r for r in tables if table(r) is not None and any(s in dictionaries for s in table(r).reads)]
+        late = [r for r in tables if (t := table(r)) is not None and any(s in dictionaries for s in t.reads)]
         for ref in tables:
             if ref not in late:
                 self._table(ref)
@@ -310,7 +310,7 @@ class _Preflight:
         views = [v for v in self.views if v.refreshable and not _APPEND.search(v.refresh_schedule or "")]
         if not views:
             return
-        live = dict(self.client.query("SELECT name, engine FROM system.databases").result_rows)
+        live = {str(n): str(e) for n, e in self.client.query("SELECT name, engine FROM system.databases").result_rows}
         declared = {d.name: (d.engine or "Atomic").split("(")[0].strip() for d in self.project.databases}
         for view in views:
             database = view.ref.database

@@ -220,7 +220,7 @@ def _codecs(definition: str, type_sql: str) -> str:
 def _arguments(arguments: tuple[str, ...]) -> tuple[str, ...]:
     """Engine arguments with a quoted name unquoted (``Merge('db', …)``, ``Dictionary('db.d')``: the server quotes
     what the DDL may not)."""
-    return tuple(_WORD.fullmatch(a.strip()).group(1) if _WORD.fullmatch(a.strip()) else a for a in arguments)
+    return tuple(m.group(1) if (m := _WORD.fullmatch(a.strip())) else a for a in arguments)
 
 
 def _same_type(a: str, b: str) -> bool:

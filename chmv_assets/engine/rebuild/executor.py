@@ -396,12 +396,12 @@ def _gated(
                 left = [s for s in left if s.key not in done]
                 _LOG.info(f"{busy}; {_keys(left)} left")
         if time.monotonic() - started > plan.races.pacing.max_wait_seconds:
-            busy = ServerBusy(
+            no_room = ServerBusy(
                 f"{plan.target.fqn} {_keys(left)}: the server had no room for the read under the write gates of "
                 f"{names} for [pacing] max_wait_seconds={plan.races.pacing.max_wait_seconds:g}; nothing of these "
                 "partitions was written now. Run it again once merges have caught up."
             )
-            raise with_damage(busy, sorted(damaged, key=str))
+            raise with_damage(no_room, sorted(damaged, key=str))
         with clickhouse.get_client() as c:  # no gate held: ingestion into the sources goes on meanwhile
             pacer_for(c, plan.races.pacing).wait_for_room(
                 f"{plan.target.fqn} {_keys(left)}: waiting without the write gates of {names}",
@@ -595,8 +595,8 @@ def _stage_source(
     tcol = landing.time_column(loaded, source)
     lateness = timedelta(minutes=loaded.config.ingestion.max_lateness_minutes)
     # the landing zone's event times are naive: the windows' wall clocks
-    since = min(w.wall_start for w in windows if w is not None) if per_window else None
-    before = max(w.wall_end for w in windows if w is not None) if per_window else None
+    since = min(_wall(w.wall_start) for w in windows if w is not None) if per_window else None
+    before = max(_wall(w.wall_end) for w in windows if w is not None) if per_window else None
     upper = min(t for t in (before, cutoff) if t is not None) if (before or cutoff) else None
     files = landing.list_files(
         plan.landing_root, source, arrived_after=since, arrived_before=upper + lateness if upper is not None else None
@@ -623,9 +623,15 @@ def _stage_source(
     return _Staged(source, folder, columns, cutoff, per_window, rows_read)
 
 
+def _wall(bound: datetime | None) -> datetime:
+    """A bound of a window staged per window (a timed one: it has both)."""
+    assert bound is not None
+    return bound
+
+
 def _window_folder(st: _Staged, window: PartitionWindow | None) -> Path:
     if st.per_window and window is not None:
-        return st.folder / f"{staging.PARTITION_COLUMN}={staging.window_key(window.wall_start)}"
+        return st.folder / f"{staging.PARTITION_COLUMN}={staging.window_key(_wall(window.wall_start))}"
     return st.folder
 
 
@@ -634,7 +640,7 @@ def _relation(loaded: LoadedProject, source: ObjectRef, st: _Staged, window: Par
     table = loaded.project.table(source)
     assert table is not None
     if st.per_window and window is not None:
-        glob = staging.staged_glob(st.folder, staging.window_key(window.wall_start))
+        glob = staging.staged_glob(st.folder, staging.window_key(_wall(window.wall_start)))
     elif st.per_window:
         glob = str(st.folder / "*" / "*.parquet")
     else:

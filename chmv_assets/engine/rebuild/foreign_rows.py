@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table
+from chmv_assets.engine.clients import command_int
 from chmv_assets.engine.rebuild.planner import PartitionStep, RebuildPlan
 from chmv_assets.engine.rebuild.shrink_guard import COLLAPSING
 from chmv_assets.errors import NOT_SWAPPED, ForeignRowsRefused
@@ -120,11 +121,10 @@ def check_foreign_rows(
     where = f"({step.partition_filter}) AND " if step.partition_filter else ""
     within = f" WHERE {step.partition_filter}" if step.partition_filter else ""
     fingerprint = rows.fingerprint()
-    foreign = int(
-        client.command(
-            f"SELECT count() FROM {qualified(plan.live)}{final} WHERE {where}{fingerprint} NOT IN "
-            f"(SELECT {fingerprint} FROM {qualified(shadow)}{final}{within})"
-        )
+    foreign = command_int(
+        client,
+        f"SELECT count() FROM {qualified(plan.live)}{final} WHERE {where}{fingerprint} NOT IN "
+        f"(SELECT {fingerprint} FROM {qualified(shadow)}{final}{within})",
     )
     if foreign:
         where_text = f"partition {step.key}" if step.key else "whole table"

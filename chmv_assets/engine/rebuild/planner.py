@@ -923,11 +923,10 @@ def closes_at(
     """When no row of ``window`` can arrive any more from writers chmv does not control: the window's end, its
     :func:`reach` and ``[writers] close_after_minutes``. None for an unpartitioned target and a partition of a key alone
     (no time window: it never closes)."""
-    if window is None or window.end is None:
+    end = window.wall_end if window is not None else None
+    if end is None:
         return None
-    return (
-        window.wall_end + reach(loaded, target, scheme) + timedelta(minutes=loaded.config.writers.close_after_minutes)
-    )
+    return end + reach(loaded, target, scheme) + timedelta(minutes=loaded.config.writers.close_after_minutes)
 
 
 def _open_step(
@@ -1024,4 +1023,4 @@ def windows_covering(
         return [keyed_window(v) for v in values]
     first = datetime.strptime(loaded.config.partition_start, "%Y-%m-%d")
     windows = windows_between(scheme.grain, first, since - margin, until + margin, loaded.config.timezone)
-    return with_values(windows, values) if scheme.keyed else list(windows)
+    return [*with_values(windows, values)] if scheme.keyed else [*windows]

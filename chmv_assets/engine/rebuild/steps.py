@@ -24,6 +24,7 @@ from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
 from chmv_assets.engine import races
 from chmv_assets.engine.catalog import live_table
+from chmv_assets.engine.clients import command_int
 from chmv_assets.engine.clock import session_zone
 from chmv_assets.engine.ingest.cutoff import crash_point
 from chmv_assets.engine.pacing.pacer import chunks, pacer_for
@@ -162,7 +163,7 @@ def _refresh(client: Client, project: Project, plan: RebuildPlan) -> RebuildResu
         for sql in (f"SYSTEM REFRESH VIEW {qualified(view.ref)}", f"SYSTEM WAIT VIEW {qualified(view.ref)}"):
             statements.append(sql)
             client.command(sql)
-    rows = int(client.command(f"SELECT count() FROM {qualified(plan.target)}"))
+    rows = command_int(client, f"SELECT count() FROM {qualified(plan.target)}")
     return RebuildResult(plan.target.fqn, None, "refresh", rows, time.monotonic() - started, statements)
 
 
@@ -255,7 +256,7 @@ class _Read:
     def fill(self, steps: Sequence[PartitionStep]) -> _Shadow:
         """The shadow of ``steps``, filled by every MV's own SELECT (the caller drops it)."""
         started = time.monotonic()
-        plan, statements = self.plan, []
+        plan, statements = self.plan, list[str]()
         shadow, create = steps[0].shadow, steps[0].create_shadow
         assert shadow is not None and create is not None
         # room on the server before the shadow exists: a run that gives up waiting leaves nothing behind; only the
@@ -335,7 +336,7 @@ class _Read:
         one step's only; else by partition, in one scan."""
         if len(steps) == 1 and (kept or steps[0].partition_filter is None):
             found = read_partitions(self.client, [shadow]).get(shadow, [])
-            rows = int(self.client.command(f"SELECT count() FROM {qualified(shadow)}"))
+            rows = command_int(self.client, f"SELECT count() FROM {qualified(shadow)}")
             return [rows], [[p.partition_id for p in found if p.rows]]
         filters = [s.partition_filter for s in steps]
         assert all(filters)
@@ -344,8 +345,8 @@ class _Read:
             + ", ".join(f"countIf({f})" for f in filters)
             + f" FROM {qualified(shadow)} GROUP BY _partition_id"
         ).result_rows
-        rows = [sum(int(r[i + 1]) for r in per_partition) for i in range(len(steps))]
-        return rows, [[str(r[0]) for r in per_partition if r[i + 1]] for i in range(len(steps))]
+        counts = [sum(int(r[i + 1]) for r in per_partition) for i in range(len(steps))]
+        return counts, [[str(r[0]) for r in per_partition if r[i + 1]] for i in range(len(steps))]
 
 
 def written_partitions(
@@ -358,7 +359,8 @@ def written_partitions(
         v is None or not v.startswith("tuple(") or v == "tuple()" for v in values
     ):
         return None
-    ids = client.query("SELECT [" + ", ".join(f"partitionId{v.removeprefix('tuple')}" for v in values) + "]")  # type: ignore[union-attr]
+    named = [v for v in values if v is not None]  # every one (the check above)
+    ids = client.query("SELECT [" + ", ".join(f"partitionId{v.removeprefix('tuple')}" for v in named) + "]")
     return {live: [str(i) for i in ids.result_rows[0][0]]}
 
 

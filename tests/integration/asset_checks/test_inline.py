@@ -152,3 +152,27 @@ def test_a_failed_blocking_check_stops_the_downstream_target_of_the_same_op(tmp_
     assert verdicts == {(KEYS[0], PARITY): True, (KEYS[0], DRIFT): False}
     failure = next(e for e in result.all_events if e.is_step_failure).event_specific_data.error.to_string()
     assert "chain.t2: not rebuilt, its upstream chain.t1 failed in this run" in failure
+
+
+@pytest.mark.parametrize("shape", ["time", "time_and_key"])
+def test_a_run_without_a_partition_checks_the_newest_one(shape: str) -> None:
+    """A check run that names no partition (the checks alone) checks the newest partition, a key part's values read
+    from the instance (the previous call passed the instance to a method that takes none: a TypeError)."""
+    from dagster import (
+        DailyPartitionsDefinition,
+        DynamicPartitionsDefinition,
+        MultiPartitionsDefinition,
+        build_asset_context,
+    )
+
+    from asset_checks.inline import check_partition_keys
+
+    days = DailyPartitionsDefinition(start_date="2026-01-01", end_date="2026-01-05")
+    partitions_def = days
+    instance = DagsterInstance.ephemeral()
+    if shape == "time_and_key":
+        partitions_def = MultiPartitionsDefinition({"day": days, "key": DynamicPartitionsDefinition(name="k")})
+        instance.add_dynamic_partitions("k", ["eu", "us"])
+    expected = "2026-01-04" if shape == "time" else "2026-01-04|us"
+    assert check_partition_keys(build_asset_context(instance=instance), partitions_def) == [expected]
+    assert check_partition_keys(build_asset_context(instance=instance), None) == [None]
