@@ -151,7 +151,7 @@ def test_the_deploy_order_makes_what_an_object_names_first(tmp_path) -> None:
     reading another MV's inner table after it."""
     from ddl_testing import load_ddl
 
-    from chmv_assets.engine.lifecycle.deploy import deployment_order
+    from chmv_assets.engine.lifecycle.deploy import deployment_steps
 
     loaded = load_ddl(
         tmp_path,
@@ -167,6 +167,6 @@ def test_the_deploy_order_makes_what_an_object_names_first(tmp_path) -> None:
         CREATE MATERIALIZED VIEW o.third TO o.out AS SELECT x FROM o.second;
         """,
     )
-    names = [name for name, _ in deployment_order(loaded.project)]
+    names = [step.name for step in deployment_steps(loaded.project)]
     assert names.index("o.code_names") < names.index("o.code_table")
     assert names.index("o.first") < names.index("o.second") < names.index("o.third")
