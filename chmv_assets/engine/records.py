@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -27,6 +27,8 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import DatabaseError
 
 from chmv_assets.ddl.models import Project
+from chmv_assets.engine.clients import command_int
+from chmv_assets.engine.server_errors import Code, is_code
 from chmv_assets.sql.meta import (
     LEGACY_RENAMED_PREFIX,
     LEGACY_WATERMARKS,
@@ -93,7 +95,7 @@ def latest(client: Client, table: RecordTable, key: Mapping[str, Any]) -> Record
     where, parameters = _where(table, key)
     columns = ", ".join(table.names)
 
-    def query(relation: str) -> list:
+    def query(relation: str) -> Sequence[Sequence[Any]]:
         return client.query(
             f"SELECT {columns}, version FROM {relation} WHERE {where} ORDER BY version DESC LIMIT 1",
             parameters=parameters,
@@ -114,7 +116,7 @@ def current(client: Client, table: RecordTable, where: Mapping[str, Any] | None 
     values = [name for name in table.names if name not in table.key]
     latest_values = "".join(f", argMax({name}, version) AS _v{n}" for n, name in enumerate(values))
 
-    def query(relation: str) -> list:
+    def query(relation: str) -> Sequence[Sequence[Any]]:
         return client.query(
             f"SELECT {keys}{latest_values}, min(version) AS _first, max(version) AS _last FROM {relation} "
             f"WHERE {condition} GROUP BY {keys} ORDER BY _first",
@@ -152,7 +154,7 @@ def migrate_legacy(client: Client, cluster: str | None = None, *, replicated: bo
     ``chmv_meta.watermarks_migrated_<UTC time>``; how many rows it held (0: there was none to migrate)."""
     if not _legacy_exists(client):
         return 0
-    count = int(client.command(f"SELECT count() FROM {qualified(LEGACY_WATERMARKS)}"))
+    count = command_int(client, f"SELECT count() FROM {qualified(LEGACY_WATERMARKS)}")
     renamed = f"{LEGACY_RENAMED_PREFIX}{datetime.now(UTC):%Y%m%d%H%M%S}"
     *copies, rename = migration_sql(cluster, replicated=replicated, renamed=renamed)
     for sql in copies:
@@ -172,8 +174,7 @@ def migrate_legacy(client: Client, cluster: str | None = None, *, replicated: bo
 
 def missing_table(error: Exception) -> bool:
     """The server says a table or database does not exist."""
-    text = str(error)
-    return "UNKNOWN_TABLE" in text or "UNKNOWN_DATABASE" in text
+    return is_code(error, Code.UNKNOWN_TABLE, Code.UNKNOWN_DATABASE)
 
 
 def _legacy_exists(client: Client) -> bool:
@@ -185,7 +186,9 @@ def _legacy_exists(client: Client) -> bool:
     )
 
 
-def _read(client: Client, table: RecordTable, query) -> list:
+def _read(
+    client: Client, table: RecordTable, query: Callable[[str], Sequence[Sequence[Any]]]
+) -> Sequence[Sequence[Any]]:
     """``query`` over the typed table, or over the legacy table's rows of this kind while the typed one does not
     exist yet (before the migration)."""
     try:
