@@ -74,6 +74,8 @@ def write_json(result, path: Path, ddl_dir: str, asked_seconds: float) -> None:
         "rows": result.rows,
         "ops_per_second": round(result.ops / max(result.seconds, 1e-9), 2),
         "rows_per_second": round(result.rows / max(result.seconds, 1e-9), 1),
+        "targets": result.targets,
+        "partitions": result.partitions,
         "checked_d": result.checked_d,
         "samples_f": result.samples_f,
         "anomalies": [a.to_dict() for a in result.anomalies],
