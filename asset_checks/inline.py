@@ -53,7 +53,6 @@ from chmv_assets.engine.health.verdicts import ParityResult
 from chmv_assets.engine.ingest.landing import landing_dir
 from chmv_assets.engine.lifecycle.drift_fix import DriftPlan, drift_fix_markdown, plan_for_drift
 from chmv_assets.orchestration.dagster_compat import check_output_name, target_materialization_data
-from chmv_assets.orchestration.partitions import window_for_key
 
 
 def inline_check_specs(
@@ -233,7 +232,8 @@ def evaluate_inline_checks(
     sink = sink_for(loaded.config.alert_webhook)
     if PARITY in names:
         partitions = check_partition_keys(context, partitions_def)
-        results = [parity_for_partition(client, loaded, ref, window_for_key(partitions_def, p)) for p in partitions]
+        partitioning = loaded.partitioning(ref)  # the one codec of keys
+        results = [parity_for_partition(client, loaded, ref, partitioning.window_of(p)) for p in partitions]
         targets = latest_materializations(context.instance, key, partitions)
         outcome.events.append(
             Output(None, output_name=check_output_name(context.assets_def, AssetCheckKey(key, PARITY)))

@@ -30,7 +30,6 @@ from chmv_assets.ddl.models import ObjectRef  # noqa: E402
 from chmv_assets.engine.clock import session_zone  # noqa: E402
 from chmv_assets.engine.health.parity import parity_sql  # noqa: E402
 from chmv_assets.engine.health.staleness import measure_staleness  # noqa: E402
-from chmv_assets.orchestration.partitions import window_for_key  # noqa: E402
 from chmv_assets.orchestration.translator import ChmvTranslator  # noqa: E402
 from chmv_assets.sql.quoting import qualified  # noqa: E402
 
@@ -82,8 +81,7 @@ def bench_parity(workdir: Path) -> None:
     with engine.get_client() as client:
         for name, key in CASES:
             target = ObjectRef(database="analytics", name=name)
-            pdef = TRANSLATOR.get_partitions_def(loaded, target)
-            window = window_for_key(pdef, key)
+            window = loaded.partitioning(target).window_of(key)
             table = loaded.project.table(target)
             (view,) = loaded.project.views_into(target)
             from chmv_assets.ddl.partitioning import partition_scheme

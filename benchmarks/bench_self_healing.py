@@ -123,7 +123,7 @@ def bench_rows(workdir: Path) -> None:
         exact = 0
         for item in decision.items:  # baseline: the partitions' rows, counted (target partition + source range)
             table = loaded.project.table(item.target)
-            scheme = TRANSLATOR.get_partition_scheme(loaded, item.target)
+            scheme = TRANSLATOR.get_partitioning(loaded, item.target)
             exact += int(
                 client.command(
                     f"SELECT count() FROM {qualified(item.target)} WHERE ({table.partition_by.sql}) = "

@@ -156,7 +156,7 @@ def phase_single(work: Path) -> dict:
                 f"(SELECT * FROM {file_relation(str(landing_root) + '/{' + days + '}/*.parquet', source, columns)} "
                 f"LIMIT 1 BY {keys})"
             )
-            plan = plan_from_source(loaded.project, target, [window], live, zone=session_zone(client))
+            plan = plan_from_source(loaded, target, [window], live, zone=session_zone(client))
             run_step(client, loaded.project, plan, plan.steps[0], trigger_relation=lambda ref, r=rel: r)
     ch_seconds = time.monotonic() - started
     spark.stop()

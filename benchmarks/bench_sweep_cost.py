@@ -77,10 +77,7 @@ def bench_sweep(engine, loaded, repeats: int = 3) -> None:
 
 def bench_coverage(engine, loaded, repeats: int = 5) -> None:
     from chmv_assets.ddl.models import ObjectRef
-    from chmv_assets.orchestration.partitions import window_for_key
-    from chmv_assets.orchestration.translator import ChmvTranslator
 
-    translator = ChmvTranslator()
     cases = [
         ("events_agg", ["2026-08-01", "2026-09-01", "2026-10-01"]),
         ("hourly_endpoint_stats", [f"2026-09-{d:02d}" for d in range(1, 31)]),
@@ -90,7 +87,7 @@ def bench_coverage(engine, loaded, repeats: int = 5) -> None:
     with engine.get_client() as client:
         for name, keys in cases:
             target = ObjectRef(database="analytics", name=name)
-            windows = [window_for_key(translator.get_partitions_def(loaded, target), k) for k in keys]
+            windows = [loaded.partitioning(target).window_of(k) for k in keys]
             figures = {}
             for label, finer in (("buckets", True), ("windows", False)):
                 coverage.sub_grain_of = original if finer else (lambda *_a, **_k: None)

@@ -289,7 +289,6 @@ def _loops_left_out(project) -> int:
 def _rebuild(args: argparse.Namespace, loaded, resource) -> int:
     """``chmv rebuild``: the same planner and executor as the target assets."""
     from chmv_assets.ddl.models import ObjectRef
-    from chmv_assets.ddl.partitioning import partition_scheme, window_for_partition_key
     from chmv_assets.engine.ingest.landing import landing_dir
     from chmv_assets.engine.rebuild.executor import execute, plan_for
 
@@ -304,13 +303,10 @@ def _rebuild(args: argparse.Namespace, loaded, resource) -> int:
             f"{args.target} is not an MV target of {args.ddl_dir}; targets: "
             + ", ".join(t.fqn for t in loaded.project.targets)
         )
-    table = loaded.project.table(target)
-    scheme = partition_scheme(table, loaded.project.views_into(target)) if table is not None else None
-    if args.partition and (scheme is None or not scheme.partitioned):
+    partitioning = loaded.partitioning(target)  # the keys are Dagster's: the partitioning's one codec reads them
+    if args.partition and not partitioning.partitioned:
         raise ChmvError(f"{target.fqn} is unpartitioned: drop --partition to rebuild the whole table")
-    zone = loaded.config.timezone  # Dagster's partition calendar: the keys are its
-    windows = [window_for_partition_key(scheme, key, zone, target.fqn) for key in args.partition] if scheme else [None]
-    windows = windows or [None]
+    windows = [partitioning.window(key) for key in args.partition] or [None]
     root = landing_dir(loaded)
     plan = plan_for(resource, loaded, target, windows, engine=args.engine, root=root, force=args.force)
     if args.dry_run:

@@ -9,23 +9,21 @@ from dagster import (
     AssetsDefinition,
     AssetSelection,
     BackfillPolicy,
-    DailyPartitionsDefinition,
     Definitions,
     MaterializeResult,
+    TimeWindowPartitionsDefinition,
     define_asset_job,
     multi_asset,
 )
 from dagster_pyspark import LazyPySparkResource
 
-from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.ddl.partitioning import PartitionScheme
 from chmv_assets.engine.ingest.landing import ingested_sources, landing_dir
 from chmv_assets.engine.loads.load import ingest
 from chmv_assets.orchestration.partitions import partitions_definition
 from chmv_assets.orchestration.run_logs import forward_engine_logs
-from chmv_assets.orchestration.translator import ChmvTranslator
+from chmv_assets.orchestration.translator import ChmvTranslator, daily_partitioning
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
 from spark.session import session_of, spark_conf
 from spark.staging import SparkStager
@@ -34,12 +32,10 @@ from spark.staging import SparkStager
 INGEST_JOB = "chmv_ingest"
 
 
-def ingestion_partitions(loaded: LoadedProject) -> DailyPartitionsDefinition:
+def ingestion_partitions(loaded: LoadedProject) -> TimeWindowPartitionsDefinition:
     """One partition per landing-zone arrival day (``date=YYYY-MM-DD`` folders): the daily targets' definition."""
-    daily = partitions_definition(
-        PartitionScheme(grain=Grain.DAY), loaded.config.partition_start, loaded.config.timezone
-    )
-    assert isinstance(daily, DailyPartitionsDefinition)
+    daily = partitions_definition(daily_partitioning(loaded))
+    assert isinstance(daily, TimeWindowPartitionsDefinition)
     return daily
 
 

@@ -42,7 +42,9 @@ def stage(
     Args:
         after / at_or_before: ``time > after`` and ``time <= at_or_before`` (watermark and cutoff).
         since / before: ``time >= since`` and ``time < before`` (a backfill's range).
-        partition_grain: ``hour``/``day``/``month``: write one sub-folder per window of the time column.
+        partition_grain: ``hour``/``day``/``month``: write one sub-folder per UTC window of the time column (the
+            session is in UTC; a partition window reads the folders it meets:
+            :func:`chmv_assets.engine.ingest.staging_area.window_keys`).
 
     Raises:
         LandingZoneError: Spark could not read a file (corrupt data pages); the message names it.

@@ -14,7 +14,6 @@ from ui_support import DagsterDev, wait_for
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.health.parity import parity_for_partition
-from chmv_assets.orchestration.partitions import window_for_key
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
 
@@ -79,9 +78,7 @@ def chain_exact(dsn: str, loaded: LoadedProject, translator: ChmvTranslator | No
     translator = translator or ChmvTranslator()
     with ClickHouseResource(dsn=dsn).get_client() as client:
         return all(
-            parity_for_partition(
-                client, loaded, target, window_for_key(translator.get_partitions_def(loaded, target), key)
-            ).passed
+            parity_for_partition(client, loaded, target, loaded.partitioning(target).window_of(key)).passed
             for target, key in GAP_PARTITIONS.items()
         )
 

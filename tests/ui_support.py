@@ -268,7 +268,7 @@ def expected_partitions(dev: DagsterDev, loaded: LoadedProject, translator: Chmv
     grains = {"hour": "toStartOfHour", "day": "toDate", "month": "toStartOfMonth"}
     queries = []
     for target in partitioned_targets(loaded, translator):
-        scheme = translator.get_partition_scheme(loaded, target)
+        scheme = translator.get_partitioning(loaded, target)
         column = quote(scheme.column or "")
         queries.append(
             (

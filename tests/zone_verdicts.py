@@ -36,7 +36,6 @@ def main(workdir: Path) -> dict:
     from chmv_assets.engine.health.sweep import SweepState, decide
     from chmv_assets.engine.rebuild.coverage import observe_coverage
     from chmv_assets.orchestration.live_state import evaluate_live_state
-    from chmv_assets.orchestration.partitions import window_for_key
 
     loaded = load(EXAMPLE_DDL)
     engine = make_engine(workdir / "chdb", loaded, rows=20_000)
@@ -44,7 +43,7 @@ def main(workdir: Path) -> dict:
     out: dict = {}
 
     def windows(target: ObjectRef, keys: list[str]):
-        return [window_for_key(TRANSLATOR.get_partitions_def(loaded, target), k) for k in keys]
+        return [loaded.partitioning(target).window_of(k) for k in keys]
 
     agg, audit = ObjectRef(database="analytics", name="events_agg"), ObjectRef(database="analytics", name="audit_log")
     with engine.get_client() as client:

@@ -386,13 +386,12 @@ class HungConnection(Fault):
 
     def act(self, run: Run) -> None:
         from chmv_assets.engine.rebuild.executor import execute, plan_for
-        from chmv_assets.orchestration.partitions import window_for_key
 
         target = run.rng.choice(run.targets)
         key, ok = run.partition_key(target, run.slots["closed"])
         if not ok:
             return
-        window = window_for_key(run.partitions_def(target), key)
+        window = run.loaded.partitioning(target).window_of(key)
         factory = HangingFactory(run.resource, after=run.rng.randrange(3, 25), limit=HANG_SECONDS)
         op = run.history.begin(
             "rebuild_hung", "chmv", [f"{target.fqn}|{key}" if key else target.fqn], hang_after=factory.after

@@ -156,19 +156,16 @@ def partition_ids(
 ) -> list[str]:
     """The ClickHouse partition ids of ``tables`` holding the rows of the Dagster ``keys`` of ``target`` (every
     partition for an unpartitioned run)."""
-    from chmv_assets.ddl.partitioning import partition_scheme
     from chmv_assets.engine.clock import session_zone
-    from chmv_assets.orchestration.partitions import window_for_key
     from chmv_assets.sql.rebuild_sql import partition_filter
 
     table = run.loaded.project.table(target)
-    pdef = run.partitions_def(target)
+    scheme = run.loaded.partitioning(target)
     filters: list[str] = []
-    if table is not None and table.partition_by is not None and pdef is not None and None not in keys:
-        scheme = partition_scheme(table, run.loaded.project.views_into(target))
+    if table is not None and table.partition_by is not None and scheme.partitioned and None not in keys:
         zone = session_zone(client)
         for key in keys:
-            window = window_for_key(pdef, key)
+            window = scheme.window_of(key)
             if window is not None:
                 filters.append(f"({partition_filter(table, scheme, window, zone=zone)})")
     where = f" WHERE {' OR '.join(filters)}" if filters else ""
@@ -200,8 +197,6 @@ class Reader:
         """A target and a key whose window lies in the frozen slot (a day or shorter)."""
         from dagster import TimeWindowPartitionsDefinition
 
-        from chmv_assets.orchestration.partitions import window_for_key
-
         slot = self.run.slots["frozen"]
         targets = [t for t in self.run.targets if verifiable(self.run.loaded, t)]
         self.run.rng.shuffle(targets)
@@ -213,7 +208,7 @@ class Reader:
                 key = pdef.get_partition_key_for_timestamp(slot.start + slot.span // 2)
             except Exception:  # noqa: BLE001 - before the first partition
                 continue
-            window = window_for_key(pdef, key)
+            window = self.run.loaded.partitioning(target).window_of(key)
             if window is not None and window.start and window.end and window.end - window.start <= timedelta(days=1):
                 return target, key
         return None

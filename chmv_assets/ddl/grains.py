@@ -140,27 +140,6 @@ TRUNCATION_FUNCTIONS: dict[str, Grain] = {
     "toStartOfQuarter": Grain.QUARTER,
     "toStartOfYear": Grain.YEAR,
 }
-#: PARTITION BY functions of one time column (and no other argument) that map onto Dagster time-window partitions.
-#: ``toStartOfWeek``, ``toStartOfInterval`` and ``intDiv`` of a Unix time take arguments: see
-#: :func:`chmv_assets.ddl.partitioning.element_grain`.
-PARTITION_FUNCTIONS: dict[str, Grain] = {
-    "toYYYYMM": Grain.MONTH,
-    "toStartOfMonth": Grain.MONTH,
-    "toDate": Grain.DAY,
-    "toDate32": Grain.DAY,
-    "toYYYYMMDD": Grain.DAY,
-    "toStartOfDay": Grain.DAY,
-    "toStartOfHour": Grain.HOUR,
-    "toStartOfMinute": Grain.MINUTE,
-    "toStartOfFiveMinutes": Grain.FIVE_MINUTES,
-    "toStartOfFiveMinute": Grain.FIVE_MINUTES,
-    "toStartOfTenMinutes": Grain.TEN_MINUTES,
-    "toStartOfFifteenMinutes": Grain.FIFTEEN_MINUTES,
-    "toMonday": Grain.WEEK,
-    "toStartOfQuarter": Grain.QUARTER,
-    "toStartOfYear": Grain.YEAR,
-    "toYear": Grain.YEAR,
-}
 
 
 def grain_of_interval(count: int, unit: str) -> Grain | None:

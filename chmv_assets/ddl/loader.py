@@ -28,6 +28,7 @@ from chmv_assets.ddl.config import CONFIG_FILE, ChmvConfig, load_config
 from chmv_assets.ddl.lineage import LineageGraph
 from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.ddl.parser import load_project
+from chmv_assets.ddl.partitioning import TargetPartitioning, target_partitioning
 from chmv_assets.ddl.server_grammar import grammar_version
 from chmv_assets.ddl.twin import local_twin
 from chmv_assets.ddl.writers import SourceWriters, source_writers, undefined_writer_names
@@ -60,6 +61,38 @@ class LoadedProject:
     @cached_property
     def graph(self) -> LineageGraph:
         return LineageGraph(self.project)
+
+    @cached_property
+    def partitionings(self) -> Mapping[ObjectRef, TargetPartitioning]:
+        """Every MV target's partitioning (:class:`~chmv_assets.ddl.partitioning.TargetPartitioning`), decided once
+        per load from its PARTITION BY, in the partition calendar of chmv.toml (``timezone``, ``partition_start``);
+        a translator's ``get_partitioning`` hook replaces some (:meth:`with_partitionings`)."""
+        zone, start = self.config.timezone, self.config.partition_start
+        return MappingProxyType({t: target_partitioning(self.project, t, zone, start) for t in self.project.targets})
+
+    def partitioning(self, ref: ObjectRef) -> TargetPartitioning:
+        """How ``ref`` is partitioned: the one object every reader of its partitions reads (the Dagster definition, op
+        and job names, keys, windows, SQL predicates, catch-up and run ranges). A table that is not a target (a
+        source) gets its own, derived once too; anything else is unpartitioned."""
+        found = self.partitionings.get(ref)
+        if found is not None:
+            return found
+        config = self.config
+        return self.derived(
+            ("chmv/partitioning", ref),
+            lambda: target_partitioning(self.project, ref, config.timezone, config.partition_start),
+        )
+
+    def with_partitionings(self, partitionings: Mapping[ObjectRef, TargetPartitioning]) -> LoadedProject:
+        """This project with ``partitionings`` in place of its targets' own (what a translator's hook decides), read
+        by both Dagster and the engine; ``self`` when they change nothing."""
+        if all(self.partitioning(ref) == p for ref, p in partitionings.items()):
+            return self
+        changed = LoadedProject(config=self.config, project=self.project)
+        changed.__dict__["partitionings"] = MappingProxyType({**self.partitionings, **partitionings})
+        if "graph" in self.__dict__:  # the lineage is the project's: shared
+            changed.__dict__["graph"] = self.graph
+        return changed
 
     @cached_property
     def time_columns(self) -> Mapping[ObjectRef, str]:

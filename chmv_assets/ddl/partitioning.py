@@ -1,120 +1,92 @@
-"""How a target table is partitioned, derived from its parsed PARTITION BY (no Dagster, no client).
+"""How a target table is partitioned, decided once per target (no Dagster, no client).
 
-A PARTITION BY has a **time part** (an element that truncates a time column to a grain: ``toYYYYMM(day)``,
-``toMonday(d)``, ``toStartOfInterval(ts, INTERVAL 6 HOUR)``, ``intDiv(toUnixTimestamp(ts), 3600)``) and a **key
-part** (every other element: ``region`` of ``(toYYYYMM(day), region)``, ``tenant`` of ``PARTITION BY tenant``):
+A PARTITION BY has a **time part** (an element that truncates a time column to windows a registered time shape names:
+``toYYYYMM(day)``, ``toMonday(d)``, ``toStartOfInterval(ts, INTERVAL 6 HOUR)``, ``intDiv(toUnixTimestamp(ts), 3600)``)
+and a **key part** (every other element: ``region`` of ``(toYYYYMM(day), region)``, ``tenant`` of ``PARTITION BY
+tenant``): time alone, time × key, a key alone or neither, each a shape of :mod:`chmv_assets.ddl.shapes`.
 
-- time alone: time-window partitions (one per window of the grain);
-- time and key: one partition per window and value of the key (Dagster: a multi-partitions definition of the
-  windows and of the key's values the server holds);
-- key alone: one partition per value of the key the server holds (Dagster: dynamic partitions).
+:func:`partition_scheme` is the one place that reads a PARTITION BY into a :class:`PartitionScheme`; the loaded project
+keeps one :class:`TargetPartitioning` per target (the scheme in the partition calendar: the zone and first day of
+chmv.toml; :meth:`chmv_assets.ddl.loader.LoadedProject.partitioning`), and everything that names, enumerates, decodes
+or writes a partition reads that object: the Dagster partitions definition, op and job names, keys (the one codec:
+:meth:`TargetPartitioning.window`, for Dagster, the CLI, the sweep and recovery), windows, SQL predicates
+(:mod:`chmv_assets.sql.rebuild_sql`), catch-up and run ranges (:meth:`TargetPartitioning.windows`).
 
-The Dagster partitions definitions are built from this in ``chmv_assets.orchestration.partitions``; the windows here
-use the same keys (``2026-09-01`` for days, weeks, months, quarters and years, ``2026-09-01-13:00`` below a day,
+Keys: ``2026-09-01`` for days, weeks, months, quarters and years, ``2026-09-01-13:00`` below a day,
 ``2026-11-01-01:00-0500`` for the second of a wall-clock hour a fall-back repeats, ``2026-09-01|eu`` for a window and a
-key, ``eu`` for a key alone: :func:`encode_key`), so the engine layer can name and read partitions without Dagster.
-
-A window's bounds are **instants**: aware datetimes at the UTC offset of the partition calendar's zone (``timezone``
-in chmv.toml), so the wall clock Dagster names is ``start.replace(tzinfo=None)`` and the offset says which occurrence
-of a repeated wall time it is (``2026-11-01 01:00-04:00`` and ``01:00-05:00`` in New York). Windows of a day or more
-are calendar spans (a day of 23 or 25 hours across a DST change); windows below a day are the instants at which the
-wall clock meets the grain, as ClickHouse's ``toStartOfHour``/``toStartOfInterval`` compute them: an hour a fall-back
-repeats is two windows, an hour a spring-forward skips none. :func:`window_instant` turns a bound into the instant of
-the zone a column computes in, for SQL.
+key, ``eu`` for a key alone. A window's bounds are **instants** (:mod:`chmv_assets.ddl.instants`): aware datetimes at
+the UTC offset of the partition calendar's zone, so an hour a fall-back repeats is two windows, an hour a
+spring-forward skips none.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta, timezone, tzinfo
-from functools import lru_cache
-from urllib.parse import unquote
-from zoneinfo import ZoneInfoNotFoundError
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
 
-from clickhouse_connect.driver.tzutil import resolve_zone
-
-from chmv_assets.ddl.grains import PARTITION_FUNCTIONS, Grain, grain_of_interval
+from chmv_assets.ddl.grains import Grain
+from chmv_assets.ddl.instants import at_wall, in_zone, instant, repeated, window_instant, zone_info
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, PartitionCall, Project, Table
+from chmv_assets.ddl.shapes import PartitionShape, TimeShape, read_time_shape, time_shape, whole_shape
+from chmv_assets.ddl.windows import (
+    KEY_DELIMITER,
+    VALUES_DELIMITER,
+    PartitionWindow,
+    decode_key,
+    encode_key,
+    keyed_window,
+    time_of,
+    with_values,
+)
 from chmv_assets.errors import PartitionKeyError
 
-#: Dagster's partition key format per grain.
-KEY_FORMATS = {grain: grain.key_format for grain in Grain if grain.is_partition_grain}
-#: Between the time part's key and the key part's in the key of a partition that has both (Dagster's multi-partition
-#: key delimiter: the time dimension's name sorts first, see ``chmv_assets.orchestration.partitions``).
-KEY_DELIMITER = "|"
-#: Between the values of a key part of several elements (``(tenant, region)`` → ``acme/eu``).
-VALUES_DELIMITER = "/"
-#: Characters a key value cannot carry as they are in a Dagster partition key (the delimiters, what Dagster refuses in
-#: a multi-partition key, the escape itself): written ``%XX``.
-_ESCAPED = frozenset("%|,[]/")
-#: Functions a time column goes through before ``intDiv`` counts its seconds (``intDiv(toUnixTimestamp(ts), 3600)``).
-_UNIX_SECONDS = frozenset({"toUnixTimestamp", "toUInt32", "toInt32", "toUInt64", "toInt64"})
+__all__ = [
+    "KEY_DELIMITER",
+    "VALUES_DELIMITER",
+    "PartitionScheme",
+    "PartitionWindow",
+    "TargetPartitioning",
+    "at_wall",
+    "decode_key",
+    "element_grain",
+    "encode_key",
+    "floor_to_grain",
+    "in_zone",
+    "instant",
+    "key_values",
+    "keyed_window",
+    "next_start",
+    "partition_of",
+    "partition_scheme",
+    "partition_start",
+    "partition_values",
+    "repeated",
+    "target_partitioning",
+    "target_reach",
+    "time_of",
+    "window_at",
+    "window_for_partition_key",
+    "window_instant",
+    "window_key",
+    "window_reach",
+    "windows_between",
+    "with_values",
+    "zone_info",
+]
 
-
-@dataclass(frozen=True)
-class PartitionWindow:
-    """One partition of a target: its Dagster key, the ``[start, end)`` window of its time part (instants at the
-    partition calendar's UTC offset: its wall clock and which occurrence of it, see the module's docstring) and the
-    values of its key part.
-
-    Attributes:
-        key: The Dagster partition key.
-        start: The window's start, aware; None for a partition of a key alone (no time part).
-        end: The window's end, aware; None likewise.
-        values: The key part's values, one per key element, as the server holds them (``("eu",)``); empty without
-            a key part.
-    """
-
-    key: str
-    start: datetime | None
-    end: datetime | None
-    values: tuple[str, ...] = ()
-
-    @property
-    def wall_start(self) -> datetime | None:
-        """The start's wall clock (naive): what a time the server gives as its wall clock (``now``, a part's oldest
-        row) is compared with."""
-        return self.start.replace(tzinfo=None) if self.start is not None else None
-
-    @property
-    def wall_end(self) -> datetime | None:
-        """The end's wall clock (naive); where a fall-back makes it no later than the start's (the first of a
-        repeated hour ends at the second's start), the start's plus the window's length."""
-        if self.start is None or self.end is None:
-            return None
-        start, end = self.start.replace(tzinfo=None), self.end.replace(tzinfo=None)
-        return end if end > start else start + (self.end - self.start)
-
-    @property
-    def timed(self) -> bool:
-        """The partition has a time window (a time part)."""
-        return self.start is not None
-
-    @property
-    def keyed(self) -> bool:
-        """The partition has key values (a key part)."""
-        return bool(self.values)
-
-    def time_window(self) -> PartitionWindow:
-        """The window of the time part alone (keyed by it): what coverage and the sweep measure time on."""
-        if not self.keyed:
-            return self
-        return PartitionWindow(key=self.key.partition(KEY_DELIMITER)[0], start=self.start, end=self.end)
-
-
-def time_of(window: PartitionWindow | None) -> PartitionWindow | None:
-    """The time window of ``window`` (its time part), None for the whole table or a partition of a key alone."""
-    return window.time_window() if window is not None and window.timed else None
+#: The first day of the partitions where chmv.toml names none (``partition_start``'s own default is its).
+EPOCH_START = "1970-01-01"
 
 
 @dataclass(frozen=True)
 class PartitionScheme:
-    """How a target table is partitioned, as far as Dagster is concerned.
+    """How a table is partitioned, read from its PARTITION BY (:func:`partition_scheme`).
 
     Attributes:
-        grain: The time part's grain (``hour``, ``day``, ``week``, ``month``, ``6 hour``…); None without a time part.
+        grain: The time part's grain (``hour``, ``day``, ``week``, ``month``, ``6 hour``…): its windows are those of
+            :attr:`time`; None without a time part.
         column: The target column the time part reads.
         note: What the asset's metadata says about a PARTITION BY that is not partitioned as it may look (a time
             function chmv does not read as time, a partition column an MV aggregates).
@@ -131,9 +103,24 @@ class PartitionScheme:
     key_elements: tuple[int, ...] = ()
 
     @property
+    def time(self) -> TimeShape | None:
+        """The time part's shape (its windows' arithmetic and keys), None without a time part."""
+        return time_shape(self.grain) if self.grain is not None else None
+
+    @property
+    def shape(self) -> PartitionShape:
+        """The whole PARTITION BY's shape: unpartitioned, time alone, a key alone, time × key."""
+        return whole_shape(self.grain is not None, bool(self.keys))
+
+    @property
     def partitioned(self) -> bool:
         """The target is partitioned (by time, by a key or both): it is rebuilt, checked and swept per partition."""
         return self.grain is not None or bool(self.keys)
+
+    @property
+    def timed(self) -> bool:
+        """The PARTITION BY has a time part: its partitions are named by windows."""
+        return self.grain is not None
 
     @property
     def keyed(self) -> bool:
@@ -153,11 +140,11 @@ class PartitionScheme:
 
 
 def partition_scheme(table: Table, views: tuple[MaterializedView, ...] = ()) -> PartitionScheme:
-    """Derive the Dagster partitioning of a target from its parsed PARTITION BY and the MVs that write it.
+    """Read a table's PARTITION BY (and the MVs that write it) into its scheme: the one place that decides it.
 
-    The time part is the first element that truncates a time column to a grain Dagster can name (and that no MV
-    computes with an aggregate); every other element is the key part. A target is unpartitioned only without a
-    PARTITION BY (or with ``tuple()``).
+    The time part is the first element a registered time shape reads on a time column (and that no MV computes with
+    an aggregate); every other element is the key part. A target is unpartitioned only without a PARTITION BY (or
+    with ``tuple()``).
     """
     fragment = table.partition_by
     elements = table.partition_elements
@@ -204,13 +191,8 @@ def partition_scheme(table: Table, views: tuple[MaterializedView, ...] = ()) -> 
 
 
 def element_grain(call: PartitionCall | None, table: Table) -> Grain | None:
-    """The grain of a PARTITION BY element that truncates a time column (None for anything else).
-
-    ``toYYYYMM``/``toStartOfMonth`` (month), ``toDate``/``toYYYYMMDD``/``toStartOfDay``/a bare ``Date`` (day),
-    ``toStartOfHour`` and the minute truncations, ``toMonday``/``toStartOfWeek(c, <a Monday mode>)`` (week),
-    ``toStartOfQuarter``, ``toStartOfYear``/``toYear``, ``toStartOfInterval(c, INTERVAL n unit)`` where a grain has
-    those windows, ``intDiv(toUnixTimestamp(c), seconds)`` where a grain of a day or less is that long.
-    """
+    """The grain of a PARTITION BY element on a time column that a registered time shape reads
+    (:func:`chmv_assets.ddl.shapes.read_time_shape`), None for anything else."""
     if call is None:
         return None
     column = table.column(call.column)
@@ -219,24 +201,13 @@ def element_grain(call: PartitionCall | None, table: Table) -> Grain | None:
     if not column.type.strip():  # an MV's inner table: its columns are the SELECT's, of types the DDL does not say
         if call.function is None:  # a bare column of unknown type: its values are the key
             return None
+        is_date = False
     elif not column.data_type.is_time:
         return None
-    elif call.function is None:
-        return Grain.DAY if column.data_type.is_date else None
-    if call.inner is not None:
-        if call.function != "intDiv" or call.inner not in _UNIX_SECONDS or len(call.arguments) != 1:
-            return None
-        seconds = _integer(call.arguments[0])
-        return next((g for g in Grain if g.fixed and g.seconds == seconds), None)
-    if not call.arguments:
-        return PARTITION_FUNCTIONS.get(call.function)
-    if call.function == "toStartOfWeek" and len(call.arguments) == 1:
-        mode = _integer(call.arguments[0])
-        return Grain.WEEK if mode is not None and mode % 2 == 1 else None  # odd modes start weeks on Monday
-    if call.function == "toStartOfInterval" and len(call.arguments) == 1:
-        count, _, unit = call.arguments[0].partition(" ")
-        return grain_of_interval(int(count), unit) if count.isdigit() else None
-    return None
+    else:
+        is_date = column.data_type.is_date
+    shape = read_time_shape(call, is_date)
+    return shape.grain if shape is not None else None
 
 
 def _looks_like_time(call: PartitionCall | None, table: Table) -> bool:
@@ -245,8 +216,154 @@ def _looks_like_time(call: PartitionCall | None, table: Table) -> bool:
     return call is not None and call.function is not None and column is not None and column.data_type.is_time
 
 
-def _integer(text: str) -> int | None:
-    return int(text) if text.isdigit() else None
+@dataclass(frozen=True)
+class TargetPartitioning(PartitionScheme):
+    """A target's partitioning, decided once per load (:meth:`chmv_assets.ddl.loader.LoadedProject.partitioning`):
+    its scheme in the partition calendar. Every reader of a partition reads this object: the Dagster definition, op
+    and job names, the keys and their windows, the SQL predicates, catch-up and run ranges.
+
+    Attributes:
+        target: The table (None: a partitioning of no table, e.g. the daily ingestion assets').
+        zone: The partition calendar's zone (chmv.toml ``timezone``): Dagster's, and the windows' UTC offsets.
+        start: The first day of the partitions (chmv.toml ``partition_start``, ``YYYY-MM-DD``).
+    """
+
+    target: ObjectRef | None = None
+    zone: str = "UTC"
+    start: str = EPOCH_START
+
+    @classmethod
+    def of(
+        cls, scheme: PartitionScheme, target: ObjectRef | None = None, zone: str = "UTC", start: str = EPOCH_START
+    ) -> TargetPartitioning:
+        """``scheme`` in the calendar of ``zone`` from ``start``, for ``target``."""
+        own = {f.name: getattr(scheme, f.name) for f in fields(PartitionScheme)}
+        return cls(**own, target=target, zone=zone, start=start)
+
+    @property
+    def scheme(self) -> PartitionScheme:
+        """The PARTITION BY's scheme alone (no calendar, no target)."""
+        return PartitionScheme(**{f.name: getattr(self, f.name) for f in fields(PartitionScheme)})
+
+    @property
+    def first(self) -> datetime:
+        """The first day of the partitions (a wall clock of :attr:`zone`)."""
+        return datetime.strptime(self.start, "%Y-%m-%d")
+
+    @property
+    def family(self) -> str:
+        """The name of the ops of targets partitioned so (``rebuild_<family>_targets``: ``hourly``, ``daily``,
+        ``weekly``, ``monthly``, ``timewindow``, ``multi``, ``dynamic``, ``whole``)."""
+        return self.shape.family(self)
+
+    @property
+    def job_suffix(self) -> str:
+        """The name of the rebuild job of targets partitioned so (``chmv_rebuild_<suffix>``: ``day``, ``6_hour``,
+        ``unpartitioned``; a target with a key part has a job of its own, ``month__analytics__sales``)."""
+        return self.shape.job_suffix(self)
+
+    # --- keys ------------------------------------------------------------------------------------------------------
+
+    def window(self, key: str) -> PartitionWindow:
+        """The partition a Dagster partition key names (``2026-09-01``, ``2026-09-01-13:00``,
+        ``2026-11-01-01:00-0500``, ``2026-09-01|eu``, ``eu``): the one decoder of keys (Dagster's runs, the CLI, the
+        sweep, recovery).
+
+        Raises:
+            PartitionKeyError: The key is not one of the target's, naming the target and the forms it takes.
+        """
+        return _decoded(self, str(key), self.target.fqn if self.target is not None else None)
+
+    def window_of(self, key: str | None) -> PartitionWindow | None:
+        """:meth:`window` of a key; None for none, or for an unpartitioned target (the whole table)."""
+        if not key or not self.partitioned:
+            return None
+        return self.window(key)
+
+    # --- ranges ----------------------------------------------------------------------------------------------------
+
+    def time_windows(self, since: datetime, until: datetime) -> list[PartitionWindow]:
+        """The time windows (from :attr:`start`) meeting ``[since, until]``: naive values are wall clocks of
+        :attr:`zone` (``since`` its first occurrence, ``until`` its last)."""
+        if self.time is None:
+            return []
+        return self.time.windows_between(self.first, since, until, self.zone)
+
+    def windows(
+        self,
+        since: datetime,
+        until: datetime,
+        margin: timedelta = timedelta(0),
+        values: Sequence[tuple[str, ...]] = (),
+    ) -> list[PartitionWindow | None]:
+        """The partitions whose windows meet ``[since - margin, until + margin]`` (run and catch-up ranges).
+
+        With a key part, a partition per window (if any) and key value of ``values`` (the values the caller knows of,
+        e.g. the server's partitions); without ``values``, ``[None]`` (the whole table), as for an unpartitioned
+        target.
+        """
+        return self.shape.windows(self, since - margin, until + margin, [tuple(v) for v in values])
+
+    @property
+    def opening(self) -> datetime:
+        """The start of the first window: the one holding :attr:`start` (as chmv's Dagster definitions start);
+        :attr:`start` itself without a time part."""
+        if self.time is None:
+            return at_wall(self.first, self.zone)
+        return self.time.first_start(self.first, self.zone)
+
+    def occurrence(self, wall: datetime, moment: datetime | None) -> datetime:
+        """A partition's start as the server names it (``wall``, naive: its value, or its oldest row's wall clock) as
+        an instant of the calendar: the occurrence ``moment`` (an instant among its rows, aware) is in where a
+        fall-back repeats that wall clock (the two ``01:00`` hours of a night in New York are two partitions), else
+        the first."""
+        first = at_wall(wall, self.zone)
+        if moment is None or self.time is None:
+            return first
+        held = self.time.floor(moment, self.zone)
+        return held if held.replace(tzinfo=None) == self.time.floor(first, self.zone).replace(tzinfo=None) else first
+
+    def window_holding(self, moment: datetime) -> PartitionWindow | None:
+        """The time window holding ``moment`` (an instant, or a wall clock of :attr:`zone`: its first occurrence),
+        None without a time part."""
+        if self.time is None:
+            return None
+        return self.time.window_at(self.time.floor(moment, self.zone), self.zone)
+
+    # --- ClickHouse partitions -------------------------------------------------------------------------------------
+
+    def key_values(self, value: str) -> tuple[str, ...]:
+        """The key part of a ClickHouse partition's value (``system.parts.partition``)."""
+        return key_values(self, partition_values(value, self.elements))
+
+    def held_keys(self, values: Iterable[str]) -> list[tuple[str, ...]]:
+        """The distinct key-part values of ClickHouse partitions (their ``system.parts.partition``), first seen first."""
+        return list(dict.fromkeys(self.key_values(v) for v in values))
+
+    def partition_of(self, value: str, oldest: datetime | None) -> PartitionWindow | None:
+        """The partition a ClickHouse partition of the target is: its key values from its value
+        (``system.parts.partition``), its window from the oldest time its rows hold (the parts' min/max index: an
+        instant, exact for an hour a fall-back repeats; or a wall clock of :attr:`zone`, its first occurrence). None
+        for an unpartitioned target, or a time window whose rows' time is not known."""
+        return self.shape.partition_of(self, self.key_values(value) if self.keyed else (), oldest)
+
+
+def _decoded(p: TargetPartitioning, key: str, name: str | None) -> PartitionWindow:
+    try:
+        return p.shape.decode(p, key)
+    except ValueError as err:
+        shape = p.describe() if p.column or p.keys else str(p.grain)
+        raise PartitionKeyError(name, key, shape, p.shape.forms(p), str(err)) from err
+
+
+def target_partitioning(
+    project: Project, ref: ObjectRef, zone: str = "UTC", start: str = EPOCH_START
+) -> TargetPartitioning:
+    """The partitioning of table ``ref`` of ``project`` (unpartitioned where it is not a table): what the loaded
+    project keeps per target (:meth:`chmv_assets.ddl.loader.LoadedProject.partitioning`)."""
+    table = project.table(ref)
+    scheme = partition_scheme(table, project.views_into(ref)) if table is not None else PartitionScheme(grain=None)
+    return TargetPartitioning.of(scheme, ref, zone, start)
 
 
 # --- reach -------------------------------------------------------------------------------------------------------
@@ -280,25 +397,7 @@ def target_reach(
     return max((window_reach(v, scheme) for v in views), default=timedelta(0))
 
 
-# --- keys --------------------------------------------------------------------------------------------------------
-
-
-def encode_key(values: Sequence[str]) -> str:
-    """The Dagster key of key-part values: each value as it is, but for ``%|,[]/``, control characters and ``...``
-    (written ``%XX``), joined by ``/``; an empty value is ``%``. :func:`decode_key` reads it back."""
-    return VALUES_DELIMITER.join(_escape(v) for v in values)
-
-
-def _escape(value: str) -> str:
-    if value == "":
-        return "%"
-    text = "".join(f"%{ord(c):02X}" if c in _ESCAPED or ord(c) < 32 or ord(c) == 127 else c for c in value)
-    return text.replace(".", "%2E") if "..." in text else text  # Dagster refuses "..." in a key
-
-
-def decode_key(text: str) -> tuple[str, ...]:
-    """The key-part values of a Dagster key written by :func:`encode_key`."""
-    return tuple("" if part == "%" else unquote(part) for part in text.split(VALUES_DELIMITER))
+# --- ClickHouse partitions -------------------------------------------------------------------------------------------
 
 
 def partition_values(text: str, elements: int) -> tuple[str, ...]:
@@ -346,23 +445,6 @@ def key_values(scheme: PartitionScheme, values: Sequence[str]) -> tuple[str, ...
     return tuple(values[i] for i in scheme.key_elements if i < len(values))
 
 
-def partition_of(
-    scheme: PartitionScheme, value: str, oldest: datetime | None, zone: str = "UTC"
-) -> PartitionWindow | None:
-    """The partition a ClickHouse partition of the target is: its key values from its value
-    (``system.parts.partition``), its window from the oldest time its rows hold (the parts' min/max index: the wall
-    clock of ``zone``, the partition calendar's, or an instant). None for an unpartitioned target, or a time window
-    whose rows' time is not known."""
-    if not scheme.partitioned:
-        return None
-    values = key_values(scheme, partition_values(value, scheme.elements))
-    if scheme.grain is None:
-        return keyed_window(values)
-    if oldest is None:
-        return None
-    return window_at(floor_to_grain(oldest, scheme.grain, zone), scheme.grain, values, zone)
-
-
 def partition_start(value: str, oldest: datetime | None = None) -> datetime | None:
     """The start of a ClickHouse partition from its value (``system.parts.partition``: ``202609``, ``20260915``,
     ``2026-09-15 10:00:00``), naive, in the server's time zone.
@@ -380,231 +462,61 @@ def partition_start(value: str, oldest: datetime | None = None) -> datetime | No
         return oldest
 
 
-# --- instants ----------------------------------------------------------------------------------------------------
+def partition_of(
+    scheme: PartitionScheme, value: str, oldest: datetime | None, zone: str = "UTC"
+) -> PartitionWindow | None:
+    """:meth:`TargetPartitioning.partition_of` of ``scheme`` in the calendar of ``zone``."""
+    return _calendar(scheme, zone).partition_of(value, oldest)
 
 
-@lru_cache(maxsize=64)
-def zone_info(zone: str) -> tzinfo:
-    """The ``tzinfo`` of a zone name as ClickHouse spells it (an IANA name, ``UTC`` and its aliases, or
-    ``Fixed/UTC+05:30:00``)."""
-    try:
-        return resolve_zone(zone)
-    except ZoneInfoNotFoundError as err:
-        raise ValueError(f"{zone!r} is not a time zone (an IANA name: 'UTC', 'America/New_York')") from err
-
-
-def in_zone(instant: datetime, zone: str) -> datetime:
-    """``instant`` (aware) at the UTC offset ``zone`` has then: the wall clock of ``zone`` and its offset."""
-    local = instant.astimezone(UTC).astimezone(zone_info(zone))  # through UTC: a wall clock a gap skips moves on
-    return local.replace(tzinfo=timezone(local.utcoffset() or timedelta(0)), fold=0)
-
-
-def at_wall(wall: datetime, zone: str, fold: int = 0) -> datetime:
-    """The instant the wall clock ``wall`` (naive) of ``zone`` names, at its UTC offset (:func:`in_zone`): the first
-    occurrence of a time a fall-back repeats (``fold=1``: the second); a time a spring-forward skips is read at the
-    offset before it (``02:30`` in New York on 2026-03-08 is ``03:30-04:00``), as ClickHouse reads it."""
-    return in_zone(wall.replace(tzinfo=zone_info(zone), fold=fold), zone)
-
-
-def instant(value: datetime, zone: str, fold: int = 0) -> datetime:
-    """An aware value as it is (at ``zone``'s offset), a naive one as a wall clock of ``zone`` (:func:`at_wall`)."""
-    return in_zone(value, zone) if value.tzinfo is not None else at_wall(value, zone, fold)
-
-
-def window_instant(bound: datetime, zone: str) -> datetime:
-    """A window bound (:class:`PartitionWindow`) as the instant of the zone a column computes in: the bound itself
-    where that zone has the same offset at the same wall clock (the calendar is that zone: the occurrence is kept),
-    else the bound's wall clock read in ``zone``. A naive bound is a wall clock of ``zone``."""
-    if bound.tzinfo is None:
-        return at_wall(bound, zone)
-    wall = bound.replace(tzinfo=None)
-    offset = bound.utcoffset()
-    for fold in (0, 1):
-        candidate = at_wall(wall, zone, fold)
-        if candidate.utcoffset() == offset and candidate.replace(tzinfo=None) == wall:
-            return candidate
-    return at_wall(wall, zone)
-
-
-def repeated(start: datetime, zone: str) -> bool:
-    """``start`` (aware) is the second occurrence of a wall-clock time a fall-back repeats in ``zone``."""
-    return at_wall(in_zone(start, zone).replace(tzinfo=None), zone) != start
-
-
-# --- windows -----------------------------------------------------------------------------------------------------
+# --- windows of a grain (its time shape's, :mod:`chmv_assets.ddl.shapes`) --------------------------------------------
 
 
 def floor_to_grain(value: datetime, grain: str, zone: str = "UTC") -> datetime:
-    """The start of the partition of ``grain`` that holds ``value`` (aware: an instant; naive: a wall clock of
-    ``zone``, its first occurrence), at ``zone``'s offset."""
-    grain = Grain(grain)
-    moment = instant(value, zone)
-    wall = Grain(grain).floor(moment.replace(tzinfo=None))
-    candidates = [at_wall(wall, zone, fold) for fold in (0, 1)]
-    return max((c for c in candidates if c <= moment), default=candidates[0])
+    """The start of the window of ``grain`` holding ``value`` (aware: an instant; naive: a wall clock of ``zone``, its
+    first occurrence), at ``zone``'s offset."""
+    return time_shape(grain).floor(value, zone)
 
 
 def next_start(start: datetime, grain: str, zone: str = "UTC") -> datetime:
-    """The start of the partition after the one starting at ``start`` (aware, or a wall clock of ``zone``).
-
-    From a day up, the next calendar boundary; below a day, the next instant at which the wall clock meets the grain
-    (the second ``01:00`` after the first on a fall-back night, ``03:00`` after ``01:00`` on a spring-forward night).
-    """
-    grain = Grain(grain)
-    begin = instant(start, zone)
-    wall = begin.replace(tzinfo=None)
-    following = at_wall(grain.next_start(grain.floor(wall)), zone)
-    if grain.order >= Grain.DAY.order or (following - begin) == timedelta(seconds=grain.seconds):
-        return following
-    # an offset change lies between: the nearest instant after ``begin`` whose wall clock is on the grain
-    step = timedelta(seconds=grain.seconds)
-    reach = 4 * 3600 // grain.seconds + 1  # offsets change by less than 4 hours
-    candidates = (
-        at_wall(grain.floor(wall) + step * k, zone, fold) for k in range(-reach, reach + 1) for fold in (0, 1)
-    )
-    return min((c for c in candidates if c > begin), default=following)
+    """The start of the window of ``grain`` after the one starting at ``start`` (aware, or a wall clock of ``zone``)."""
+    return time_shape(grain).next_start(start, zone)
 
 
 def window_key(start: datetime, grain: str, zone: str = "UTC") -> str:
-    """The Dagster key of the window of ``grain`` starting at ``start`` (aware): its wall clock in Dagster's format,
-    and, below a day, the UTC offset after it where a fall-back repeats that wall clock and this is the second
-    (``2026-11-01-01:00-0500``, Dagster's ``dst_safe_strftime``; windows of several hours never start in a repeated
-    hour)."""
-    grain = Grain(grain)
-    fmt = KEY_FORMATS[grain]
-    local = in_zone(start, zone)
-    if grain.seconds <= Grain.HOUR.seconds and repeated(start, zone):
-        fmt += "%z"
-    return local.strftime(fmt)
+    """The Dagster key of the window of ``grain`` starting at ``start`` (aware)."""
+    return time_shape(grain).key(start, zone)
 
 
 def window_at(start: datetime, grain: str, values: Sequence[str] = (), zone: str = "UTC") -> PartitionWindow:
-    """The window of ``grain`` starting at ``start`` (a partition boundary: aware, or a wall clock of ``zone``), with
-    its Dagster key; with the key part's ``values``, the partition of that window and those values."""
-    begin = instant(start, zone)
-    key = window_key(begin, grain, zone)
-    if values:
-        key = f"{key}{KEY_DELIMITER}{encode_key(values)}"
-    return PartitionWindow(key=key, start=begin, end=next_start(begin, grain, zone), values=tuple(values))
-
-
-def keyed_window(values: Sequence[str]) -> PartitionWindow:
-    """The partition of a key alone with these values (no time part)."""
-    return PartitionWindow(key=encode_key(values), start=None, end=None, values=tuple(values))
+    """The window of ``grain`` starting at ``start`` (a boundary: aware, or a wall clock of ``zone``), with its Dagster
+    key; with the key part's ``values``, the partition of that window and those values."""
+    return time_shape(grain).window_at(start, zone, values)
 
 
 def windows_between(
     grain: str, first_start: datetime, since: datetime, until: datetime, zone: str = "UTC"
 ) -> list[PartitionWindow]:
-    """The partitions of ``grain`` (none before ``first_start``) whose windows intersect ``[since, until]``.
-
-    Naive values are wall clocks of ``zone``: ``since`` its first occurrence, ``until`` its last, so a wall-clock
-    range meeting an hour a fall-back repeats covers both windows of it. The first partition is the one holding
-    ``first_start`` (a monthly ``partition_start = "2026-08-15"`` starts at ``2026-08-01``, a yearly one at
-    ``2026-01-01``), as in chmv's Dagster definitions (:func:`chmv_assets.orchestration.partitions.partitions_definition`).
-    """
-    first = floor_to_grain(instant(first_start, zone), grain, zone)
-    low, high = instant(since, zone), instant(until, zone, fold=1)
-    cursor = floor_to_grain(max(low, first), grain, zone)
-    out = []
-    while cursor <= high:
-        window = window_at(cursor, grain, zone=zone)
-        out.append(window)
-        cursor = window.end  # type: ignore[assignment]
-    return out
-
-
-def with_values(windows: Sequence[PartitionWindow], keys: Sequence[Sequence[str]]) -> list[PartitionWindow]:
-    """Each time window once per key-part values (a time × key target's partitions of those windows)."""
-    return [
-        replace(w, key=f"{w.key}{KEY_DELIMITER}{encode_key(k)}", values=tuple(k)) if w.start is not None else w
-        for w in windows
-        for k in keys
-    ]
+    """The windows of ``grain`` (from the one holding ``first_start``) meeting ``[since, until]``
+    (:meth:`chmv_assets.ddl.shapes.TimeShape.windows_between`)."""
+    return time_shape(grain).windows_between(first_start, since, until, zone)
 
 
 def window_for_partition_key(
     scheme: PartitionScheme | str, key: str, zone: str = "UTC", target: str | None = None
 ) -> PartitionWindow:
-    """The partition of a Dagster partition key of ``scheme`` (``2026-09-01``, ``2026-09-01-13:00``,
-    ``2026-11-01-01:00-0500``, ``2026-09-01|eu``, ``eu``) in the partition calendar of ``zone``; a grain names a
-    scheme of time alone. The one decoder of keys: Dagster's windows are the same (``tests/unit/orchestration``).
+    """:meth:`TargetPartitioning.window` of ``scheme`` (a grain names a scheme of time alone) in the calendar of
+    ``zone``.
 
     Raises:
         PartitionKeyError: The key is not one of the scheme's, naming ``target`` and the forms it takes.
     """
     if isinstance(scheme, str):
         scheme = PartitionScheme(grain=Grain(scheme))
-    try:
-        return _window_for_key(scheme, key, zone)
-    except ValueError as err:
-        shape = scheme.describe() if scheme.column or scheme.keys else str(scheme.grain)
-        raise PartitionKeyError(target, key, shape, _forms(scheme), str(err)) from err
+    return _decoded(_calendar(scheme, zone), key, target)
 
 
-def _window_for_key(scheme: PartitionScheme, key: str, zone: str) -> PartitionWindow:
-    if scheme.grain is None:
-        if not scheme.keyed:
-            raise ValueError("the target is unpartitioned")
-        return keyed_window(_checked(scheme, decode_key(key), key))
-    time_key, delimiter, rest = key.partition(KEY_DELIMITER)
-    if scheme.keyed and not delimiter:
-        raise ValueError(f"it names a window without the key's values (expected <window>{KEY_DELIMITER}<values>)")
-    if delimiter and not scheme.keyed:
-        raise ValueError("it names key values: the target has no key part (expected a window)")
-    start = _decode_time(time_key, scheme.grain, zone)
-    window = window_at(start, scheme.grain, zone=zone)
-    if window.key != time_key:
-        raise ValueError(f"no {scheme.grain} window starts there in {zone}; the nearest: {window.key}")
-    return replace(window, key=key, values=_checked(scheme, decode_key(rest), key)) if scheme.keyed else window
-
-
-def _decode_time(text: str, grain: Grain, zone: str) -> datetime:
-    """The instant a window's key names: its wall clock in ``zone``, at the offset it carries if it carries one (the
-    second of a repeated hour)."""
-    fmt = KEY_FORMATS[grain]
-    try:
-        wall = datetime.strptime(text, fmt)
-    except ValueError:
-        if grain.seconds > Grain.HOUR.seconds:
-            raise ValueError("not a date in the format of the windows' keys") from None
-        try:
-            aware = datetime.strptime(text, fmt + "%z")
-        except ValueError:
-            raise ValueError("not a window's start in the format of the windows' keys") from None
-        found = in_zone(aware, zone)
-        if found.replace(tzinfo=None) != aware.replace(tzinfo=None):
-            raise ValueError(f"{zone} is never at UTC{aware:%z} at that wall clock") from None
-        return found
-    start = floor_to_grain(wall, grain, zone)
-    if start.replace(tzinfo=None) != wall:
-        raise ValueError(
-            f"no {grain} window starts there in {zone}; the one holding it: {window_key(start, grain, zone)}"
-        )
-    return start
-
-
-def _forms(scheme: PartitionScheme) -> str:
-    """The forms a key of ``scheme`` takes, with examples."""
-    if scheme.grain is None:
-        return f"the key's values joined by {VALUES_DELIMITER!r} (acme, acme/eu)"
-    grain = Grain(scheme.grain)
-    if grain.seconds <= Grain.HOUR.seconds:
-        window = (
-            "a window's start, YYYY-MM-DD-HH:MM (2026-09-01-13:00); the second of a wall-clock hour a fall-back "
-            "repeats carries its UTC offset (2026-11-01-01:00-0500)"
-        )
-    elif grain.seconds < Grain.DAY.seconds:
-        window = "a window's start, YYYY-MM-DD-HH:MM (2026-09-01-18:00)"
-    else:
-        window = f"a window's first day, YYYY-MM-DD ({'2026-08-31' if grain is Grain.WEEK else '2026-09-01'})"
-    return f"{window}, then {KEY_DELIMITER}<key values> (2026-09-01|eu)" if scheme.keyed else window
-
-
-def _checked(scheme: PartitionScheme, values: tuple[str, ...], key: str) -> tuple[str, ...]:
-    if len(values) != len(scheme.keys):
-        raise ValueError(
-            f"{key} names {len(values)} value(s); the key part {', '.join(scheme.keys)} has "
-            f"{len(scheme.keys)} (values joined by {VALUES_DELIMITER!r})"
-        )
-    return values
+def _calendar(scheme: PartitionScheme, zone: str) -> TargetPartitioning:
+    if isinstance(scheme, TargetPartitioning) and scheme.zone == zone:
+        return scheme
+    return TargetPartitioning.of(scheme, None, zone)

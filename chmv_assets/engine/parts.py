@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
@@ -52,6 +52,7 @@ class Part:
         first: Wall seconds of its oldest row by the partition key's time column; 0: not indexed by time.
         last: Of its newest row.
         value: Its partition's value (``system.parts.partition``).
+        first_instant: Unix seconds of its oldest row by a ``DateTime`` partition key (0: a ``Date`` key, or none).
     """
 
     partition_id: str
@@ -62,6 +63,12 @@ class Part:
     first: int
     last: int
     value: str = ""
+    first_instant: int = 0
+
+    @property
+    def oldest(self) -> datetime | None:
+        """Its oldest row's time as an instant (aware, UTC), None where the key has no ``DateTime``."""
+        return _instant(self.first_instant)
 
     @property
     def span(self) -> Span:
@@ -88,6 +95,7 @@ class Partition:
         max_block: The newest block number of its parts (an insert or a swap takes a new block; a merge does not).
         first: Wall seconds of the oldest row of its parts holding rows, by the partition key's time; 0: no time.
         last: Of the newest row.
+        first_instant: Unix seconds of that oldest row by a ``DateTime`` partition key (0: a ``Date`` key, or none).
     """
 
     partition_id: str
@@ -99,11 +107,18 @@ class Partition:
     max_block: int
     first: int = 0
     last: int = 0
+    first_instant: int = 0
 
     @property
     def span(self) -> Span:
         """``(first, last)``, None when its parts are not indexed by time."""
         return (self.first, self.last) if self.first > 0 else None
+
+    @property
+    def oldest(self) -> datetime | None:
+        """Its oldest row's time as an instant (aware, UTC), None where the key has no ``DateTime``: it tells the two
+        wall-clock hours of a fall-back night apart."""
+        return _instant(self.first_instant)
 
     def window(self) -> tuple[datetime, datetime] | None:
         """``[start, end)`` of its rows as the server's naive wall clock (end: a second past the newest row's time);
@@ -111,6 +126,10 @@ class Partition:
         if self.first <= 0:
             return None
         return from_wall_seconds(self.first), from_wall_seconds(self.last) + timedelta(seconds=1)
+
+
+def _instant(seconds: int) -> datetime | None:
+    return datetime.fromtimestamp(seconds, UTC) if seconds > 0 else None
 
 
 def views_without_to(project: Project, tables: Iterable[ObjectRef]) -> list[ObjectRef]:
@@ -142,10 +161,10 @@ def read_parts(
     rows = _query(client, sql, params)
     wanted = _owners(tables, rows)
     out: dict[ObjectRef, list[Part]] = {t: [] for t in tables}
-    for kind, database, table, pid, value, n_rows, lo_block, hi_block, version, first, last in rows:
+    for kind, database, table, pid, value, n_rows, lo_block, hi_block, version, first, last, moment in rows:
         ref = wanted.get((database, table))
         if kind == "p" and ref is not None:
-            out[ref].append(Part(pid, n_rows, lo_block, hi_block, version, max(first, 0), last, value))
+            out[ref].append(Part(pid, n_rows, lo_block, hi_block, version, max(first, 0), last, value, max(moment, 0)))
     return out
 
 
@@ -185,7 +204,7 @@ def read_partitions(
     rows = _query(client, " UNION ALL ".join(branches), params)
     every = databases is not None
     wanted = {} if every else _owners([*tables, *dictionaries], rows)
-    for kind, database, table, pid, value, n_rows, parts, size, newest, block, first, last in rows:
+    for kind, database, table, pid, value, n_rows, parts, size, newest, block, first, last, moment in rows:
         if kind == "m":
             continue
         ref = wanted.get((database, table))
@@ -194,7 +213,7 @@ def read_partitions(
                 continue
             ref = wanted[(database, table)] = ObjectRef(database=database, name=table)
             out[ref] = []
-        out[ref].append(Partition(pid, value, n_rows, parts, size, newest, block, max(first, 0), last))
+        out[ref].append(Partition(pid, value, n_rows, parts, size, newest, block, max(first, 0), last, max(moment, 0)))
     return out
 
 

@@ -21,13 +21,13 @@ from asset_checks.inline import evaluate_inline_checks, inline_check_specs
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.names import safe_name
-from chmv_assets.ddl.partitioning import PartitionWindow
+from chmv_assets.ddl.partitioning import PartitionWindow, TargetPartitioning
 from chmv_assets.engine.health.recovery import RebuildVerdict
 from chmv_assets.engine.ingest.landing import ingested_sources, landing_dir
 from chmv_assets.engine.rebuild.executor import StepResult, execute, plan_for
 from chmv_assets.engine.rebuild.planner import RebuildPlan, spark_capable
 from chmv_assets.errors import ChmvError
-from chmv_assets.orchestration.partitions import dynamic_partitions_of, window_for_key
+from chmv_assets.orchestration.partitions import dynamic_partitions_of
 from chmv_assets.orchestration.run_logs import forward_engine_logs
 from chmv_assets.orchestration.translator import ChmvTranslator, check_distinct_keys
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
@@ -35,12 +35,12 @@ from spark.session import session_of
 from spark.staging import SparkStager
 
 
-def partition_windows(context: AssetExecutionContext) -> list[PartitionWindow | None]:
-    """The partitions a run materializes (a single-run backfill covers a range), or ``[None]``."""
+def partition_windows(context: AssetExecutionContext, partitioning: TargetPartitioning) -> list[PartitionWindow | None]:
+    """The partitions a run materializes (a single-run backfill covers a range), or ``[None]``: its keys decoded by the
+    target's partitioning (the one codec of keys)."""
     if not (context.has_partition_key or context.has_partition_key_range):
         return [None]
-    partitions_def = context.assets_def.partitions_def
-    return [window_for_key(partitions_def, key) for key in context.partition_keys]
+    return [partitioning.window_of(key) for key in context.partition_keys]
 
 
 class RebuildConfig(Config):
@@ -90,10 +90,9 @@ def target_groups(loaded: LoadedProject, translator: ChmvTranslator) -> list[tup
     return [(with_spark, refs) for (_, with_spark, _), refs in groups.items()]
 
 
-def _group_name(specs: list[AssetSpec], index: int, with_spark: bool) -> str:
-    partitions_def = specs[0].partitions_def
-    grain = type(partitions_def).__name__.removesuffix("PartitionsDefinition").lower() if partitions_def else "whole"
-    if dynamic_partitions_of(partitions_def) is not None:  # partitions of its own: an op of its own, named for it
+def _group_name(partitioning: TargetPartitioning, specs: list[AssetSpec], index: int, with_spark: bool) -> str:
+    grain = partitioning.family
+    if dynamic_partitions_of(specs[0].partitions_def) is not None:  # partitions of its own: an op of its own
         grain = f"{grain}_{safe_name('__'.join(specs[0].key.path))}"
     return f"rebuild_{grain}_targets" + ("_spark" if with_spark else "") + (f"_{index}" if index else "")
 
@@ -112,10 +111,11 @@ def build_target_assets(loaded: LoadedProject, translator: ChmvTranslator) -> li
     assets, names = [], set()
     for with_spark, group in target_groups(loaded, translator):
         specs = [translator.get_asset_spec(loaded, ref) for ref in group]
-        name = _group_name(specs, 0, with_spark)
+        partitioning = loaded.partitioning(group[0])  # the op's targets share their partitions
+        name = _group_name(partitioning, specs, 0, with_spark)
         index = 1
         while name in names:
-            name, index = _group_name(specs, index, with_spark), index + 1
+            name, index = _group_name(partitioning, specs, index, with_spark), index + 1
         names.add(name)
         assets.append(_group_asset(loaded, group, specs, name, root, with_spark))
     return assets
@@ -133,7 +133,6 @@ def _group_asset(
     backfill_policy = BackfillPolicy.single_run() if timed else None
 
     def run(context: AssetExecutionContext, config: RebuildConfig, clickhouse: ClickHouseResource):
-        windows = partition_windows(context)
         stager = SparkStager(lambda: session_of(context.resources.pyspark)) if with_spark else None
         selected_checks = context.selected_asset_check_keys
         failures: list[str] = []
@@ -150,6 +149,7 @@ def _group_asset(
                 try:
                     # a recovery run executes the engines the sensor's planner chose (re-checked, not re-chosen)
                     verdict = RebuildVerdict.from_tags(context.run.tags, ref) if config.engine == "auto" else None
+                    windows = partition_windows(context, loaded.partitioning(ref))
                     plan = plan_for(
                         clickhouse,
                         loaded,

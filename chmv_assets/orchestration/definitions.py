@@ -18,7 +18,7 @@ from chmv_assets.orchestration.live_state import build_live_state_sensor
 from chmv_assets.orchestration.maintenance import build_maintenance
 from chmv_assets.orchestration.sensors import build_sensors, rebuild_jobs
 from chmv_assets.orchestration.sweep import build_sweep
-from chmv_assets.orchestration.translator import ChmvTranslator
+from chmv_assets.orchestration.translator import ChmvTranslator, translated
 from resources.clickhouse import ClickHouseResource, clickhouse_from_env, for_project
 from spark.assets import build_spark_definitions
 
@@ -37,7 +37,8 @@ def build_definitions(
         loaded: The parsed DDL directory and its configuration.
         clickhouse: The resource; default: ``$CHMV_CLICKHOUSE_DSN`` or the embedded engine. Its sessions are
             opened in the project's ``default_database`` (:func:`resources.clickhouse.for_project`).
-        translator: Hooks for asset keys, groups, partitions and metadata.
+        translator: Hooks for asset keys, groups, partitions and metadata; its ``get_partitioning`` partitions the
+            project every asset, check, sensor and job reads (:func:`~chmv_assets.orchestration.translator.translated`).
 
     A trigger loop of the DDL (:attr:`~chmv_assets.ddl.models.Project.loops`) is left out: its MVs (and the targets
     only they write) get no asset, check or sensor; a warning names it, and everything else is built.
@@ -59,6 +60,7 @@ def build_definitions(
     )
     if clickhouse.is_embedded:  # what the embedded engine runs: the local twin of the DDL (docs/any-schema.md)
         loaded = twin_of(loaded)
+    loaded = translated(loaded, translator)  # its partitioning hook: for the Dagster half and the SQL half alike
     with gc_paused():
         return _assemble(loaded, clickhouse, translator)
 

@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any, Literal
-from zoneinfo import ZoneInfo
 
 from clickhouse_connect.driver.client import Client
 from dagster import (
@@ -46,14 +45,13 @@ from dagster import (
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
-    TimeWindowPartitionsDefinition,
     sensor,
 )
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.ddl.partitioning import KEY_DELIMITER, PartitionScheme, encode_key, key_values, partition_values
-from chmv_assets.engine.clock import from_wall_seconds
+from chmv_assets.ddl.partitioning import KEY_DELIMITER, TargetPartitioning, encode_key
+from chmv_assets.engine.clock import calendar_instant, from_wall_seconds, session_zone
 from chmv_assets.engine.health.live_partitions import (
     DayCount,
     LiveMemory,
@@ -67,7 +65,7 @@ from chmv_assets.engine.health.live_partitions import (
     source_blocks,
 )
 from chmv_assets.engine.parts import Partition
-from chmv_assets.orchestration.partitions import dynamic_partitions_of, time_partitions_of
+from chmv_assets.orchestration.partitions import dynamic_partitions_of
 from chmv_assets.orchestration.sensor_client import SensorSkip, sensor_client
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
@@ -88,18 +86,17 @@ class Tracked:
         key: The asset key.
         ref: The table (or dictionary, or MV without TO) it stands for.
         kind: ``target``, ``ingested`` (a daily Spark ingestion asset), ``source`` or ``dictionary``.
-        partitions_def: The asset's time partitions (a time × key target's windows), None without.
+        partitioning: How its partitions are named: a target's partitioning (its windows, its key part's values),
+            the days of an ingested source; None for an unpartitioned asset.
         time_column: The event-time column of an ingested source (its days are counted on it).
-        scheme: A target's partitioning, when it has a key part (its values name the partitions).
         dynamic: The dynamic partitions its key values are added to.
     """
 
     key: AssetKey
     ref: ObjectRef
     kind: Literal["target", "ingested", "source", "dictionary"]
-    partitions_def: TimeWindowPartitionsDefinition | None = None
+    partitioning: TargetPartitioning | None = None
     time_column: str | None = None
-    scheme: PartitionScheme | None = None
     dynamic: str | None = None
 
 
@@ -148,20 +145,19 @@ def tracked_assets(loaded: LoadedProject, translator: ChmvTranslator) -> list[Tr
     """Every asset of the code location backed by a table or dictionary: targets, ingested and external sources."""
     from chmv_assets.engine.ingest.landing import ingested_sources, time_column
     from chmv_assets.orchestration.assets import external_upstream
-    from spark.assets import ingestion_partitions
+    from chmv_assets.orchestration.translator import daily_partitioning
 
     project = loaded.project
     out = []
     for ref in project.targets:
-        partitions_def = translator.get_asset_spec(loaded, ref).partitions_def
-        dynamic = dynamic_partitions_of(partitions_def)
-        scheme = translator.get_partition_scheme(loaded, ref) if dynamic is not None else None
-        time = time_partitions_of(partitions_def)
+        partitioning = loaded.partitioning(ref)
+        dynamic = dynamic_partitions_of(translator.get_asset_spec(loaded, ref).partitions_def)
         key = translator.get_asset_key(ref)
-        out.append(Tracked(key, ref, "target", time, scheme=scheme, dynamic=dynamic.name if dynamic else None))
+        kept = partitioning if partitioning.partitioned else None
+        out.append(Tracked(key, ref, "target", kept, dynamic=dynamic.name if dynamic else None))
     ingested = ingested_sources(loaded)
     if ingested:
-        daily = ingestion_partitions(loaded)
+        daily = daily_partitioning(loaded)
         for ref in ingested:
             out.append(Tracked(translator.get_asset_key(ref), ref, "ingested", daily, time_column(loaded, ref)))
     for ref in external_upstream(loaded, translator):
@@ -187,44 +183,49 @@ class _Counted:
 
 
 class _Keys:
-    """Partition keys of time partitions definitions, for instants, cached for one tick.
+    """Partition keys of partitionings' time windows, for the start of a ClickHouse partition, cached for one tick
+    (the targets of one grain share the cache); None outside the partitions Dagster names (before ``partition_start``,
+    after the current window). The keys are the partitioning's own (:mod:`chmv_assets.ddl.shapes`).
 
-    Equal definitions (every monthly target of a project) share the cache: Dagster's cron arithmetic is
-    the expensive part of a tick.
+    Args:
+        session: The zone the server names the parts' times in (their instants are read in the partition calendar).
+        now: The current instant (the last partition is the one holding it, as Dagster's ``end_offset=1``).
     """
 
-    def __init__(self) -> None:
-        self._cache: dict[tuple[TimeWindowPartitionsDefinition, datetime], str | None] = {}
-        self._bounds: dict[TimeWindowPartitionsDefinition, tuple[float, float] | None] = {}
+    def __init__(self, session: str = "UTC", now: datetime | None = None) -> None:
+        self.session = session
+        self.now = now or datetime.now(UTC)
+        self._cache: dict[tuple, str | None] = {}
 
-    def key(self, partitions_def: TimeWindowPartitionsDefinition, start: datetime) -> str | None:
-        """The key of the partition holding ``start`` (naive, in the definition's time zone), None outside it."""
-        cached = (partitions_def, start)
+    def key(self, partitioning: TargetPartitioning, start: datetime) -> str | None:
+        """The key of the window holding ``start``: an instant (aware), or the server's wall clock (naive: its first
+        occurrence)."""
+        cached = (partitioning.time, partitioning.zone, partitioning.start, start)
         if cached not in self._cache:
-            stamp = start.replace(tzinfo=ZoneInfo(partitions_def.timezone)).timestamp()
-            bounds = self._bounds_of(partitions_def)
-            inside = bounds is not None and bounds[0] <= stamp < bounds[1]
-            self._cache[cached] = partitions_def.get_partition_key_for_timestamp(stamp) if inside else None
+            window = partitioning.window_holding(start)
+            found = window.start if window is not None else None
+            inside = found is not None and partitioning.opening <= found <= self.now
+            self._cache[cached] = window.key if inside and window is not None else None
         return self._cache[cached]
 
-    def _bounds_of(self, partitions_def: TimeWindowPartitionsDefinition) -> tuple[float, float] | None:
-        if partitions_def not in self._bounds:
-            first, last = partitions_def.get_first_partition_window(), partitions_def.get_last_partition_window()
-            self._bounds[partitions_def] = (first.start.timestamp(), last.end.timestamp()) if first and last else None
-        return self._bounds[partitions_def]
+    def local(self, partitioning: TargetPartitioning, moment: datetime | None) -> datetime | None:
+        """An instant the server gave (a part's oldest row) in the partition calendar
+        (:func:`~chmv_assets.engine.clock.calendar_instant`)."""
+        return calendar_instant(moment, self.session, partitioning.zone) if moment is not None else None
 
 
 def _units(tracked: Tracked, parts: list[Partition], keys: _Keys) -> tuple[dict[str, Tally], int]:
     """``partition key ("" when unpartitioned) -> tally`` for a target, source or dictionary; and the parts outside."""
     units: dict[str, Tally] = {}
     outside = 0
+    p = tracked.partitioning
     for part in parts:
         key: str | None = ""
-        if tracked.scheme is not None:  # a key part: its values name the partition
-            key = _keyed(tracked, part, keys)
-        elif tracked.partitions_def is not None:
+        if p is not None and p.keyed:  # a key part: its values name the partition
+            key = _keyed(p, part, keys)
+        elif p is not None:  # its value names its start (the oldest row's instant tells which of a repeated hour)
             start = partition_start(part)
-            key = keys.key(tracked.partitions_def, start) if start is not None else None
+            key = keys.key(p, p.occurrence(start, keys.local(p, part.oldest))) if start is not None else None
         if key is None:
             outside += 1
             continue
@@ -232,15 +233,16 @@ def _units(tracked: Tracked, parts: list[Partition], keys: _Keys) -> tuple[dict[
     return units, outside
 
 
-def _keyed(tracked: Tracked, part: Partition, keys: _Keys) -> str | None:
+def _keyed(partitioning: TargetPartitioning, part: Partition, keys: _Keys) -> str | None:
     """The Dagster key of a ClickHouse partition of a target with a key part (None: outside its windows)."""
-    assert tracked.scheme is not None
-    values = key_values(tracked.scheme, partition_values(part.value, tracked.scheme.elements))
-    if tracked.partitions_def is None:
-        return encode_key(values)
-    span = part.span
-    window = keys.key(tracked.partitions_def, from_wall_seconds(span[0])) if span is not None else None
-    return f"{window}{KEY_DELIMITER}{encode_key(values)}" if window is not None else None
+    values = encode_key(partitioning.key_values(part.value))
+    if not partitioning.timed:
+        return values
+    oldest = keys.local(partitioning, part.oldest)  # the instant of its oldest row: exact across a fall-back
+    if oldest is None and part.span is not None:
+        oldest = from_wall_seconds(part.span[0])  # a Date key: its wall clock
+    window = keys.key(partitioning, oldest) if oldest is not None else None
+    return f"{window}{KEY_DELIMITER}{values}" if window is not None else None
 
 
 @dataclass(frozen=True)
@@ -304,7 +306,7 @@ def evaluate_live_state(
     began = time.perf_counter()
     counted = _Counted(client)
     tracked = tracked if tracked is not None else tracked_assets(loaded, translator)
-    scan = _Scan(LiveMemory.loads(cursor), TickReport(tracked=len(tracked)))
+    scan = _Scan(LiveMemory.loads(cursor), TickReport(tracked=len(tracked)), _Keys(session_zone(client)))
     tables = [t.ref for t in tracked if t.kind != "dictionary"]
     dictionaries = [t.ref for t in tracked if t.kind == "dictionary"]
     state = read_live_partitions(counted, loaded.project, tables, dictionaries)  # type: ignore[arg-type]
@@ -321,14 +323,14 @@ def evaluate_live_state(
 class _Scan:
     """One tick's comparison of the live state with the cursor: what changed, and the next cursor."""
 
-    def __init__(self, previous: LiveMemory, report: TickReport):
+    def __init__(self, previous: LiveMemory, report: TickReport, keys: _Keys):
         self.seen_assets = previous.assets
         self.seen_sources = previous.sources
         self.new = LiveMemory()
         self.new_assets, self.new_sources = self.new.assets, self.new.sources
         self.changed: dict[AssetKey, dict[str, tuple[Tally, str]]] = {}  # asset -> partition -> (tally, fingerprint)
         self.report = report
-        self.keys = _Keys()
+        self.keys = keys
         self.keyed: dict[str, set[str]] = {}  # dynamic partitions definition -> key values the server holds
 
     def tables(self, tracked: list[Tracked], state: dict[ObjectRef, list[Partition]]) -> list[_DayRequest]:
@@ -371,9 +373,7 @@ class _Scan:
             seen = self.new_assets[name]
             counted_days = set()
             for day, n_rows in days.get(item.ref, {}).items():
-                partition = (
-                    self.keys.key(item.partitions_def, datetime.fromisoformat(day)) if item.partitions_def else None
-                )
+                partition = self.keys.key(item.partitioning, datetime.fromisoformat(day)) if item.partitioning else None
                 if partition is None:
                     self.report.outside += 1
                     continue

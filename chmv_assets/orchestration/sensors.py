@@ -51,8 +51,7 @@ from asset_checks.definitions import DRIFT, LINT, PARITY, PARTS, check_key, targ
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.ddl.names import safe_name
-from chmv_assets.ddl.partitioning import KEY_DELIMITER, PartitionScheme, time_of
+from chmv_assets.ddl.partitioning import TargetPartitioning, decode_key, time_of
 from chmv_assets.engine.clock import wall_now
 from chmv_assets.engine.cursors import decode_cursor, encode_cursor
 from chmv_assets.engine.drift import describe_pending, drift_report
@@ -77,11 +76,7 @@ from chmv_assets.engine.rebuild.coverage import mappings
 from chmv_assets.engine.rebuild.planner import RebuildPlan, observe, plan_rebuild, windows_covering
 from chmv_assets.errors import DDLError
 from chmv_assets.orchestration.dagster_compat import check_partition_statuses, shared_value, store_shared_value
-from chmv_assets.orchestration.partitions import (
-    dynamic_partitions_of,
-    time_partitions_of,
-    window_for_key,
-)
+from chmv_assets.orchestration.partitions import dynamic_name
 from chmv_assets.orchestration.requests import Due, InFlight, apply_request, in_flight, rebuild_requests
 from chmv_assets.orchestration.sensor_client import SensorSkip, TickBudget, sensor_client, tick_cursor
 from chmv_assets.orchestration.translator import ChmvTranslator
@@ -99,27 +94,33 @@ STALENESS_CURSOR_VERSION = 2
 DRIFT_CURSOR_VERSION = 1
 
 
-def catchup_partitions(partitions_def, lag: TargetLag, instance: DagsterInstance | None = None) -> list[str | None]:
-    """The partition keys between the target's newest value and what it should hold (None: unpartitioned).
+def catchup_partitions(
+    partitioning: TargetPartitioning,
+    lag: TargetLag,
+    instance: DagsterInstance | None = None,
+    now: datetime | None = None,
+) -> list[str | None]:
+    """The partition keys between the target's newest value and what it should hold (None: unpartitioned), from the
+    target's partitioning (:meth:`~chmv_assets.ddl.partitioning.TargetPartitioning.windows`), as far as the partition
+    holding ``now`` (Dagster's last).
 
     A time × key target: those windows for every key value Dagster knows (``instance``'s dynamic partitions); a key
     alone: none (which value lags is not measured: the parity sweep finds the partitions whose sources changed).
     """
-    if partitions_def is None:
+    if not partitioning.partitioned:
         return [None]
-    time = time_partitions_of(partitions_def)
-    if time is None or lag.expected_max is None:
+    if not partitioning.timed or lag.expected_max is None:
         return []
-    start = lag.target_max or lag.expected_max
-    keys: list[str | None] = []
-    for key in time.get_partition_keys():
-        window = time.time_window_for_partition_key(key)
-        if window.end.replace(tzinfo=None) > start and window.start.replace(tzinfo=None) <= lag.expected_max:
-            keys.append(key)
-    dynamic = dynamic_partitions_of(partitions_def)
-    if dynamic is not None:
-        values = dynamic.get_partition_keys(dynamic_partitions_store=instance) if instance is not None else []
-        keys = [f"{k}{KEY_DELIMITER}{v}" for k in keys for v in values]
+    values: list[tuple[str, ...]] = []
+    if partitioning.keyed:
+        assert partitioning.target is not None
+        known = instance.get_dynamic_partitions(dynamic_name(partitioning.target)) if instance is not None else []
+        values = [decode_key(v) for v in known]
+        if not values:
+            return []
+    now = now or datetime.now(UTC)
+    windows = partitioning.windows(lag.target_max or lag.expected_max, lag.expected_max, values=values)
+    keys: list[str | None] = [w.key for w in windows if w is not None and w.start is not None and w.start <= now]
     return keys[-MAX_RUNS_PER_TARGET:]
 
 
@@ -148,7 +149,7 @@ def _rebuild_jobs(loaded: LoadedProject, translator: ChmvTranslator) -> dict[Obj
     defs: dict[str, PartitionsDefinition | None] = {}
     for target in loaded.project.targets:
         partitions_def = translator.get_partitions_def(loaded, target)
-        name = f"chmv_rebuild_{_job_suffix(translator.get_partition_scheme(loaded, target), target, partitions_def)}"
+        name = f"chmv_rebuild_{loaded.partitioning(target).job_suffix}"
         while name in defs and defs[name] != partitions_def:
             name += "_"
         defs[name] = partitions_def
@@ -163,17 +164,6 @@ def _rebuild_jobs(loaded: LoadedProject, translator: ChmvTranslator) -> dict[Obj
         )
         jobs.update({t: job for t in targets})
     return jobs
-
-
-def _job_suffix(scheme: PartitionScheme, target: ObjectRef, partitions_def: PartitionsDefinition | None) -> str:
-    """``day``, ``6_hour``, ``unpartitioned``; a target whose partitions are named by its key values has a job of its
-    own (``month__analytics__sales``)."""
-    if partitions_def is None:
-        return "unpartitioned"
-    grain = scheme.grain.value.replace(" ", "_") if scheme.grain is not None else "key"
-    if dynamic_partitions_of(partitions_def) is None:
-        return grain
-    return f"{grain}__{safe_name(target.database)}__{safe_name(target.name)}"
 
 
 def _jobs(loaded: LoadedProject, translator: ChmvTranslator) -> list[AssetJob]:
@@ -286,12 +276,12 @@ def downstream_entries(
     rollup of a day lands in the week starting up to 6 days before it (the window's start moves back by
     the truncation's length). Grandchildren follow once the children pass (their own repair).
     """
-    window = window_for_key(translator.get_partitions_def(loaded, target), partition) if partition else None
-    window = time_of(window)  # a child's windows follow the parent's time window (a key alone: the whole table)
+    window = time_of(loaded.partitioning(target).window_of(partition))  # a child's windows follow the parent's time
+    # window (a key alone: the whole table)
     children = dict.fromkeys(v.writes_to for v in loaded.project.views_from(target) if v.trigger == target)
     keys = []
     for child in children:
-        if translator.get_partition_scheme(loaded, child).keyed:
+        if loaded.partitioning(child).keyed:
             continue  # partitions named by key values: the sweep checks the ones whose source changed
         if window is None:
             windows = windows_covering(loaded, child, datetime(1970, 1, 2), datetime(2106, 1, 1))
@@ -310,7 +300,7 @@ def planned_rebuild(
     client, loaded: LoadedProject, translator: ChmvTranslator, target: ObjectRef, partition: str | None
 ) -> RebuildPlan:
     """What a rebuild of the partition would do now: the same planner (and coverage) the run will use."""
-    window = window_for_key(translator.get_partitions_def(loaded, target), partition) if partition else None
+    window = loaded.partitioning(target).window_of(partition)
     root = landing_dir(loaded)
     observations = observe(client, loaded, target, root=root, windows=[window])
     return plan_rebuild(loaded, target, [window], observations, root=root)
@@ -427,8 +417,8 @@ def build_recovery_sensor(loaded: LoadedProject, translator: ChmvTranslator, app
                 for lag in lags:
                     fqn = lag.target.fqn
                     if fqn in persistent:
-                        partitions_def = translator.get_partitions_def(loaded, lag.target)
-                        partitions = catchup_partitions(partitions_def, lag, context.instance)
+                        partitioning = loaded.partitioning(lag.target)
+                        partitions = catchup_partitions(partitioning, lag, context.instance)
                         for partition in partitions:
                             failing.setdefault(entry_key(lag.target, partition), "stale")
                     elif not lag.stale:

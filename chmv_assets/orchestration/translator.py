@@ -29,15 +29,17 @@ from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import Column, Dictionary, MaterializedView, ObjectRef, Table
 from chmv_assets.ddl.names import safe_name
-from chmv_assets.ddl.partitioning import PartitionScheme, partition_scheme
+from chmv_assets.ddl.partitioning import TargetPartitioning
 from chmv_assets.engine.health.staleness import freshness_window
 from chmv_assets.engine.ingest.landing import is_ingested
 from chmv_assets.errors import DDLError, DDLProblem
 from chmv_assets.orchestration.partitions import TIME_DIMENSION, partitions_definition, time_partitions_of
 from chmv_assets.sql.quoting import qualified
 
-#: The partitioning of a source's daily Spark ingestion asset (spark.assets).
-DAILY = PartitionScheme(grain=Grain.DAY)
+
+def daily_partitioning(loaded: LoadedProject) -> TargetPartitioning:
+    """The partitioning of a source's daily Spark ingestion asset (spark.assets): days of the partition calendar."""
+    return TargetPartitioning(grain=Grain.DAY, zone=loaded.config.timezone, start=loaded.config.partition_start)
 
 
 class ChmvTranslator:
@@ -63,18 +65,22 @@ class ChmvTranslator:
         """One group per database (its name through :func:`~chmv_assets.ddl.names.safe_name`)."""
         return safe_name(ref.database)
 
-    def get_partition_scheme(self, loaded: LoadedProject, ref: ObjectRef) -> PartitionScheme:
-        """How the target is partitioned, from its PARTITION BY."""
-        table = loaded.project.table(ref)
-        if table is None:
-            return PartitionScheme(grain=None)
-        return partition_scheme(table, loaded.project.views_into(ref))
+    def get_partitioning(self, loaded: LoadedProject, ref: ObjectRef) -> TargetPartitioning:
+        """How the target is partitioned: the loaded project's object, from its PARTITION BY
+        (:meth:`~chmv_assets.ddl.loader.LoadedProject.partitioning`).
+
+        Override it to partition a target otherwise: the Definitions are built over the project with what it returns
+        (:func:`translated`), so the Dagster partitions, the keys, the windows and the SQL that rebuilds and checks a
+        partition all follow it. The SQL swaps ClickHouse partitions: a partitioning that does not match the
+        PARTITION BY (``dataclasses.replace`` of the default) can only coarsen it, e.g. to ``grain=None, keys=()``
+        (the whole table rebuilt and checked at once).
+        """
+        return loaded.partitioning(ref)
 
     def get_partitions_def(self, loaded: LoadedProject, ref: ObjectRef) -> PartitionsDefinition | None:
-        """Partitions from PARTITION BY: time windows starting at ``partition_start``; windows × the key's values, or
-        the key's values alone, where it has a key part (:mod:`chmv_assets.orchestration.partitions`)."""
-        scheme = self.get_partition_scheme(loaded, ref)
-        return partitions_definition(scheme, loaded.config.partition_start, loaded.config.timezone, target=ref)
+        """Partitions of :meth:`get_partitioning`: time windows starting at ``partition_start``; windows × the key's
+        values, or the key's values alone, where it has a key part (:mod:`chmv_assets.orchestration.partitions`)."""
+        return partitions_definition(self.get_partitioning(loaded, ref))
 
     def get_description(self, loaded: LoadedProject, ref: ObjectRef) -> str | None:
         """The SQL comment above the CREATE statement, then what writes the table."""
@@ -118,9 +124,9 @@ class ChmvTranslator:
             ):
                 if value:
                     meta[f"chmv/{key}"] = value
-            scheme = self.get_partition_scheme(loaded, ref)
-            if scheme.note:
-                meta["chmv/partitioning_note"] = scheme.note
+            partitioning = self.get_partitioning(loaded, ref)
+            if partitioning.note:
+                meta["chmv/partitioning_note"] = partitioning.note
         views = project.views_into(ref)
         if views:
             meta["chmv/materialized_views"] = MetadataValue.md(
@@ -178,7 +184,7 @@ class ChmvTranslator:
         if loaded.project.views_into(upstream):
             upstream_def = self.get_partitions_def(loaded, upstream)
         elif is_ingested(loaded, upstream):  # with a landing zone, a daily ingestion asset (spark.assets)
-            upstream_def = partitions_definition(DAILY, loaded.config.partition_start, loaded.config.timezone)
+            upstream_def = partitions_definition(daily_partitioning(loaded))
         else:
             return None
         if upstream_def is None:
@@ -249,6 +255,15 @@ def _spec(translator: ChmvTranslator, loaded: LoadedProject, ref: ObjectRef) -> 
         freshness_policy=translator.get_freshness_policy(loaded, ref),
         kinds={"clickhouse", kind},
     )
+
+
+def translated(loaded: LoadedProject, translator: ChmvTranslator) -> LoadedProject:
+    """``loaded`` with each target partitioned as ``translator.get_partitioning`` says: the one object the Dagster half
+    (partitions, ops, jobs, sensors) and the SQL half (rebuilds, checks, sweeps) of the Definitions read. ``loaded``
+    itself where the hook changes nothing."""
+    if type(translator).get_partitioning is ChmvTranslator.get_partitioning:
+        return loaded
+    return loaded.with_partitionings({t: translator.get_partitioning(loaded, t) for t in loaded.project.targets})
 
 
 def asset_objects(loaded: LoadedProject, translator: ChmvTranslator) -> list[ObjectRef]:

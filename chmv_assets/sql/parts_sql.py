@@ -8,7 +8,9 @@ come back in the same statement (:func:`inner_views_branch`) so the caller maps 
 
 Time is the parts' min/max index of the partition key's time column, read as **wall seconds**
 (:mod:`chmv_assets.engine.clock`): ``min_time``/``max_time`` for a ``DateTime`` key, else ``min_date``/``max_date`` (a
-``Date`` key: the first day's midnight to the last day's last second); 0 when the key has no time. The partition's
+``Date`` key: the first day's midnight to the last day's last second); 0 when the key has no time. The oldest row's
+time is read as an instant too (``first_instant``, Unix seconds of ``min_time``; 0 for a ``Date`` key or none): it tells
+the two wall-clock hours of a fall-back night apart, which wall seconds do not. The partition's
 value is ``system.parts.partition`` as the server prints it (``202609``, ``(202609,'eu')``, ``tuple()``).
 """
 
@@ -28,9 +30,9 @@ ACTIVE_IN_DATABASES = "active AND database IN {dbs:Array(String)}"
 #: The first columns of every row of the statements below: what it is (``'p'``: parts), of which table and partition.
 _LEADING = ("kind", "database", "table", "partition_id", "value", "rows")
 #: The columns of every row of :func:`parts_sql` (one active part).
-PART_COLUMNS = (*_LEADING, "min_block", "max_block", "data_version", "first", "last")
+PART_COLUMNS = (*_LEADING, "min_block", "max_block", "data_version", "first", "last", "first_instant")
 #: The columns of every row of :func:`partitions_sql` (the active parts of one partition, folded).
-PARTITION_COLUMNS = (*_LEADING, "parts", "bytes", "newest", "max_block", "first", "last")
+PARTITION_COLUMNS = (*_LEADING, "parts", "bytes", "newest", "max_block", "first", "last", "first_instant")
 
 
 def _filter(*, inner: bool, whole_databases: bool) -> str:
@@ -52,13 +54,19 @@ def time_span_sql(min_time: str, max_time: str, min_date: str, max_date: str) ->
     )
 
 
+def instant_sql(min_time: str) -> str:
+    """``Int64`` Unix seconds of the oldest row by a min/max index (an instant); 0 for a key without a ``DateTime``."""
+    return f"if(toUnixTimestamp({min_time}) > 0, toInt64(toUnixTimestamp({min_time})), 0)"
+
+
 def parts_sql(*, inner: bool = False) -> str:
     """One row per active part of the bound tables: :data:`PART_COLUMNS`, ``kind`` ``'p'``."""
     first, last = time_span_sql("min_time", "max_time", "min_date", "max_date")
     return (
         "SELECT 'p' AS kind, database, table, partition_id, partition AS value, rows, "
         "toInt64(min_block_number) AS min_block, toInt64(max_block_number) AS max_block, "
-        f"toInt64(data_version) AS version, {first} AS first, {last} AS last "
+        f"toInt64(data_version) AS version, {first} AS first, {last} AS last, "
+        f"{instant_sql('min_time')} AS first_instant "
         f"FROM system.parts WHERE {_filter(inner=inner, whole_databases=False)}"
     )
 
@@ -78,7 +86,8 @@ def partitions_sql(*, inner: bool = False, whole_databases: bool = False) -> str
         "SELECT 'p' AS kind, database, table, partition_id, any(partition) AS value, sum(rows) AS held_rows, "
         "count() AS held_parts, sum(bytes_on_disk) AS held_bytes, "
         "toInt64(toUnixTimestamp(max(modification_time))) AS newest, "
-        f"toInt64(max(max_block_number)) AS max_block, {first} AS first, {last} AS last "
+        f"toInt64(max(max_block_number)) AS max_block, {first} AS first, {last} AS last, "
+        f"{instant_sql('minIf(min_time, rows > 0)')} AS first_instant "
         f"FROM system.parts WHERE {_filter(inner=inner, whole_databases=whole_databases)} "
         "GROUP BY database, table, partition_id"
     )
@@ -128,6 +137,7 @@ _EMPTY = {
     "data_version": "toInt64(0)",
     "first": "toInt64(0)",
     "last": "toInt64(0)",
+    "first_instant": "toInt64(0)",
 }
 
 
@@ -170,6 +180,7 @@ __all__ = [
     "PARTITION_COLUMNS",
     "PART_COLUMNS",
     "dictionaries_branch",
+    "instant_sql",
     "inner_views_branch",
     "newer_parts_sql",
     "newest_per_table_sql",

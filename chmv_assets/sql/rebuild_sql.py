@@ -54,36 +54,49 @@ def partition_expression(target: Table, scheme: PartitionScheme, window: Partiti
     (``toYYYYMM(CAST('2026-09-01' AS Date))``), its key part replaced by the partition's values
     (``(toYYYYMM(CAST('2026-09-01' AS Date)), 'eu')``; a value is a string literal, which the server converts to the
     element's type). ``zone``: the session's time zone (:func:`chmv_assets.engine.clock.session_zone`), the zone of the
-    window's wall clock where the partition column declares none."""
-    assert target.partition_by is not None
-    fragment = target.partition_by
-    if not scheme.keyed:
-        assert scheme.column is not None and window.start is not None
-        return fragment.substitute({scheme.column: _time_value(target, scheme, window, zone)})
-    return splice(fragment.sql, _partition_edits(target, scheme, window, zone))
+    window's wall clock where the partition column declares none. Its form is the shape's
+    (:meth:`chmv_assets.ddl.shapes.PartitionShape.sql_expression`)."""
+    return scheme.shape.sql_expression(_PartitionSql(target, scheme, window, zone))
 
 
 def partition_tuple(target: Table, scheme: PartitionScheme, window: PartitionWindow | None, *, zone: str) -> str:
     """The partition a swap replaces or drops: ``tuple(<the PARTITION BY's value on the partition>)`` — one value per
     element (``tuple(toYYYYMM(CAST('2026-09-01' AS Date)), 'eu')``), ``tuple()`` for an unpartitioned target or the
     whole table."""
-    if window is None or target.partition_by is None or not scheme.partitioned:
+    if window is None or target.partition_by is None:
         return "tuple()"
-    if not scheme.keyed:
-        return f"tuple({partition_expression(target, scheme, window, zone=zone)})"
-    return f"tuple({', '.join(_element_values(target, scheme, window, zone))})"
+    return scheme.shape.sql_tuple(_PartitionSql(target, scheme, window, zone))
 
 
 def partition_filter(target: Table, scheme: PartitionScheme, window: PartitionWindow, *, zone: str) -> str:
     """The predicate on the target's columns (or an MV's output) that holds for the rows of the partition exactly:
     ``(<PARTITION BY>) = (<its value>)``; element by element where there is a key part
     (``(toYYYYMM(day)) = (toYYYYMM(…)) AND (region) = ('eu')``)."""
-    assert target.partition_by is not None
-    if not scheme.keyed:
-        return f"({target.partition_by.sql}) = ({partition_expression(target, scheme, window, zone=zone)})"
-    texts = _element_texts(target)
-    values = _element_values(target, scheme, window, zone)
-    return " AND ".join(f"({text}) = ({value})" for text, value in zip(texts, values, strict=True))
+    return scheme.shape.sql_filter(_PartitionSql(target, scheme, window, zone))
+
+
+class _PartitionSql:
+    """The SQL values of one partition of ``target`` that a shape writes its predicate with
+    (:class:`chmv_assets.ddl.shapes.PartitionSql`)."""
+
+    def __init__(self, target: Table, scheme: PartitionScheme, window: PartitionWindow, zone: str):
+        assert target.partition_by is not None
+        self.target, self.scheme, self.window, self.zone = target, scheme, window, zone
+        self.whole = target.partition_by.sql
+
+    def substituted(self) -> str:
+        assert self.target.partition_by is not None and self.scheme.column is not None
+        value = _time_value(self.target, self.scheme, self.window, self.zone)
+        return self.target.partition_by.substitute({self.scheme.column: value})
+
+    def spliced(self) -> str:
+        return splice(self.whole, _partition_edits(self.target, self.scheme, self.window, self.zone))
+
+    def texts(self) -> list[str]:
+        return _element_texts(self.target)
+
+    def values(self) -> list[str]:
+        return _element_values(self.target, self.scheme, self.window, self.zone)
 
 
 def _time_value(target: Table, scheme: PartitionScheme, window: PartitionWindow, zone: str) -> str:

@@ -115,21 +115,22 @@ def test_one_asset_per_target_with_the_partitions_of_its_shape(loaded: LoadedPro
         assert isinstance(partitions_def, TimeWindowPartitionsDefinition)
         return partitions_def.cron_schedule, partitions_def.fmt, partitions_def.get_first_partition_key()
 
-    assert isinstance(partitions("weekly_load"), WeeklyPartitionsDefinition)
     # weeks from Monday: the first holds partition_start (2025-01-01, a Wednesday)
+    assert partitions("weekly_load") == WeeklyPartitionsDefinition("2024-12-30", day_offset=1, end_offset=1)
     assert windows(partitions("weekly_load")) == ("0 0 * * 1", "%Y-%m-%d", "2024-12-30")
     assert windows(partitions("quarterly_devices")) == ("0 0 1 */3 *", "%Y-%m-%d", "2025-01-01")
     assert windows(partitions("yearly_tenants")) == ("0 0 1 1 *", "%Y-%m-%d", "2025-01-01")
-    assert isinstance(partitions("daily_devices"), DailyPartitionsDefinition)  # toYYYYMMDD(day)
-    assert isinstance(partitions("temperatures"), DailyPartitionsDefinition)  # intDiv(toUnixTimestamp(ts), 86400)
+    days = DailyPartitionsDefinition("2025-01-01", end_offset=1)  # Dagster's own: equal to chmv's of its cron
+    assert partitions("daily_devices") == days  # toYYYYMMDD(day)
+    assert partitions("temperatures") == days  # intDiv(toUnixTimestamp(ts), 86400)
     assert windows(partitions("shift_load")) == ("0 */6 * * *", "%Y-%m-%d-%H:%M", "2025-01-01-00:00")
     regional = partitions("regional_days")
     assert isinstance(regional, MultiPartitionsDefinition)
     dimensions = {d.name: d.partitions_def for d in regional.partitions_defs}
-    assert isinstance(dimensions["date"], MonthlyPartitionsDefinition)
+    assert dimensions["date"] == MonthlyPartitionsDefinition("2025-01-01", end_offset=1)
     assert dimensions["key"] == DynamicPartitionsDefinition(name="chmv:fleet.regional_days")
     buckets = {d.name: d.partitions_def for d in partitions("device_buckets").partitions_defs}
-    assert isinstance(buckets["date"], WeeklyPartitionsDefinition)
+    assert buckets["date"] == WeeklyPartitionsDefinition("2024-12-30", day_offset=1, end_offset=1)
     assert partitions("tenant_totals") == DynamicPartitionsDefinition(name="chmv:fleet.tenant_totals")
     assert partitions("regional_years") == DynamicPartitionsDefinition(name="chmv:fleet.regional_years")
     assert partitions("device_latest") is None  # no PARTITION BY: unpartitioned, as its DDL says

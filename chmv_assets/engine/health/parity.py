@@ -33,7 +33,7 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table
-from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, partition_scheme, time_of
+from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, time_of
 from chmv_assets.engine import races
 from chmv_assets.engine.catalog import existing_objects, live_table
 from chmv_assets.engine.clock import session_zone, wall_now
@@ -157,7 +157,7 @@ def parity_sql(
     if table is None:
         raise ChmvError(f"{target.fqn} is not defined in the DDL directory")
     views = project.views_into(target)
-    scheme = partition_scheme(table, views)
+    scheme = loaded.partitioning(target)
     if not scheme.partitioned:
         window = None
     actual_cols, expected_cols = _measure_columns(table, views)
@@ -193,7 +193,7 @@ def partitions_parity_sql(
     if table is None or table.partition_by is None:
         raise ChmvError(f"{target.fqn} is not a partitioned table defined in the DDL directory")
     views = project.views_into(target)
-    scheme = partition_scheme(table, views)
+    scheme = loaded.partitioning(target)
     actual_cols, expected_cols = _measure_columns(table, views)
     key = f"({table.partition_by.sql})"
     keep = " OR ".join(f"{key} = ({partition_expression(table, scheme, w, zone=zone)})" for w in windows)
@@ -327,7 +327,7 @@ def _parity_for_partitions(
         or table.partition_by is None
         or any(w is None for w in windows)
         or any(v.refreshable for v in project.views_into(target_ref))
-        or _one_by_one(partition_scheme(table, project.views_into(target_ref)))
+        or _one_by_one(loaded.partitioning(target_ref))
     )
     if one_by_one:
         return _parity_each(
@@ -373,7 +373,7 @@ def _parity_for_partitions(
             client, loaded, target_ref, [window], now=now, root=root, live=live, pending=()
         )[0]
     by_source = [w for w in windows if w is not None and w.key not in results]
-    scheme = partition_scheme(table, project.views_into(target_ref))
+    scheme = loaded.partitioning(target_ref)
     sql, rows = "", {}  # (side, partition key) -> figures
     try:
         if by_source:
@@ -500,7 +500,7 @@ def _against_writes(
     triggers = triggers_of(project, target)
     if table is None or not triggers:
         return evaluate(list(windows))
-    scheme = partition_scheme(table, project.views_into(target))
+    scheme = loaded.partitioning(target)
     names = sorted({r for t in triggers for r in (t, *loaded.writers(t).roots)}, key=lambda r: r.fqn)
     results: dict[int, ParityResult] = {}
     pending = list(range(len(windows)))

@@ -18,7 +18,6 @@ from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import MaterializedView, ObjectRef
-from chmv_assets.ddl.partitioning import partition_scheme
 from chmv_assets.engine.clients import BIG_QUERY_SETTINGS
 from chmv_assets.engine.clock import server_zone, session_zone, wall
 from chmv_assets.engine.watermarks import read_watermarks
@@ -113,10 +112,7 @@ def trigger_time_column(loaded: LoadedProject, ref: ObjectRef) -> str | None:
     configured = loaded.config.ingestion.time_columns.get(ref.fqn)
     if configured:
         return configured
-    table = loaded.project.table(ref)
-    if table is None:
-        return None
-    return partition_scheme(table, loaded.project.views_into(ref)).column
+    return loaded.partitioning(ref).column
 
 
 def probes(loaded: LoadedProject, target: ObjectRef) -> list[Probe]:
@@ -224,7 +220,7 @@ def measure_staleness(
             continue
         table = project.table(target)
         assert table is not None
-        scheme = partition_scheme(table, project.views_into(target))
+        partitioning = loaded.partitioning(target)
         for n, probe in enumerate(ps):
             lookback = sla + min(probe.grain_seconds, 3600)
             tail = (
@@ -232,7 +228,7 @@ def measure_staleness(
                 f"FROM {qualified(probe.trigger)}) - INTERVAL {int(lookback)} SECOND"
             )
             select = view_select(
-                probe.view, project, table, scheme, None, zone=session_zone(client), trigger_where=tail
+                probe.view, project, table, partitioning, None, zone=session_zone(client), trigger_where=tail
             )
             branch("expected", (target, n), quote(probe.target_column), f"({select})")
     if branches:

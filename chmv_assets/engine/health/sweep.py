@@ -30,19 +30,8 @@ from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.ddl.partitioning import (
-    PartitionScheme,
-    PartitionWindow,
-    key_values,
-    keyed_window,
-    partition_of,
-    partition_scheme,
-    partition_values,
-    window_for_partition_key,
-    windows_between,
-    with_values,
-)
-from chmv_assets.engine.clock import server_zone, wall_seconds
+from chmv_assets.ddl.partitioning import PartitionWindow, TargetPartitioning, keyed_window, with_values
+from chmv_assets.engine.clock import calendar_instant, server_zone, session_zone, wall_seconds
 from chmv_assets.engine.cursors import encode_cursor, read_cursor
 from chmv_assets.engine.parts import Part, Span, views_without_to
 from chmv_assets.engine.parts import read_parts as read_active_parts
@@ -65,14 +54,23 @@ class PartitionSeen:
     span: Range
     rows: int
     value: str = ""
+    instant: int = 0  # Unix seconds of its oldest row by a DateTime key (0: unknown): which 01:00 of a fall-back
+
+    @property
+    def oldest(self) -> datetime | None:
+        """Its oldest row's time as an instant (aware, UTC), None where unknown."""
+        return datetime.fromtimestamp(self.instant, UTC) if self.instant > 0 else None
 
     def to_json(self) -> list:
-        return [self.max_block, self.mutated, list(self.span) if self.span else None, self.rows, self.value]
+        span = list(self.span) if self.span else None
+        return [self.max_block, self.mutated, span, self.rows, self.value, *([self.instant] if self.instant else [])]
 
     @classmethod
     def from_json(cls, data: list) -> PartitionSeen:
         span = tuple(data[2]) if data[2] else WHOLE
-        return cls(int(data[0]), int(data[1]), span, int(data[3]), str(data[4]) if len(data) > 4 else "")
+        value = str(data[4]) if len(data) > 4 else ""
+        instant = int(data[5]) if len(data) > 5 else 0
+        return cls(int(data[0]), int(data[1]), span, int(data[3]), value, instant)
 
 
 @dataclass
@@ -183,7 +181,10 @@ def _fold(parts: list[Part]) -> PartitionSeen:
     timed = [p.span for p in held if p.span is not WHOLE]
     span = (min(f for f, _ in timed), max(t for _, t in timed)) if timed and len(timed) == len(held) else WHOLE
     rows = sum(p.rows for p in parts)
-    return PartitionSeen(max(p.max_block for p in parts), max(p.mutated for p in parts), span, rows, parts[0].value)
+    instant = min((p.first_instant for p in held if p.first_instant > 0), default=0)
+    return PartitionSeen(
+        max(p.max_block for p in parts), max(p.mutated for p in parts), span, rows, parts[0].value, instant
+    )
 
 
 def dirty_ranges(parts: list[Part], before: dict[str, PartitionSeen] | None) -> list[Range]:
@@ -231,24 +232,30 @@ def _when(seconds: int) -> datetime:
 class _Marker:
     """Maps the changes of targets and sources onto target partitions."""
 
-    def __init__(self, loaded: LoadedProject):
+    def __init__(self, loaded: LoadedProject, session: str = "UTC"):
         self.loaded = loaded
-        self.first = datetime.strptime(loaded.config.partition_start, "%Y-%m-%d")
-        self.zone = loaded.config.timezone  # the partition calendar's: windows are named as Dagster names them
+        self.session = session  # the zone the server names the parts' times in
 
     def target_windows(self, target: ObjectRef, changes: _Changes, held: list[Part]) -> set[PartitionWindow | None]:
         """The target's partitions that its own changes touch: the windows of its dirty ranges, or, with a key part,
-        the partitions its changed ClickHouse partitions are (one each)."""
-        scheme = _scheme(self.loaded, target)
-        if not scheme.keyed:
-            return self._covering(scheme, changes.ranges, held, margin=timedelta(0))
+        the partitions its changed ClickHouse partitions are (one each: the window of its oldest row's instant, so
+        each 01:00 hour of a fall-back night is its own)."""
+        partitioning = self.loaded.partitioning(target)
+        if not partitioning.keyed:
+            return self._covering(partitioning, changes.ranges, held, margin=timedelta(0))
         out: set[PartitionWindow | None] = set()
         for seen in changes.partitions:
-            oldest = _when(seen.span[0]) if seen.span is not WHOLE else None
-            window = partition_of(scheme, seen.value, oldest, self.zone)
-            if window is not None and (window.wall_start is None or window.wall_start >= self.first):
+            window = partitioning.partition_of(seen.value, self._oldest(partitioning, seen))
+            if window is not None and (window.start is None or window.start >= partitioning.opening):
                 out.add(window)
         return out
+
+    def _oldest(self, partitioning: TargetPartitioning, seen: PartitionSeen) -> datetime | None:
+        """The oldest time of a ClickHouse partition's rows: its instant in the partition calendar where the server
+        gave one, else its wall clock (the first of a repeated hour)."""
+        if seen.oldest is not None:
+            return calendar_instant(seen.oldest, self.session, partitioning.zone)
+        return _when(seen.span[0]) if seen.span is not WHOLE else None
 
     def source_windows(
         self, target: ObjectRef, source: ObjectRef, ranges: list[Range], held: list[Part]
@@ -257,55 +264,43 @@ class _Marker:
         for every key value the target holds)."""
         if not ranges:
             return set()
-        scheme = _scheme(self.loaded, target)
+        partitioning = self.loaded.partitioning(target)
         mapping = mappings(self.loaded, target).get(source)
-        table = self.loaded.project.table(source)
-        column = partition_scheme(table).column if table is not None and table.partition_by is not None else None
+        column = self.loaded.partitioning(source).column  # what the source's parts' min/max index is on
         margin = timedelta(0)
         if mapping is None or column is None or column != mapping.column:
             ranges = [WHOLE]  # cannot map: every held window
         else:
             margin = mapping.reach
-        if not scheme.keyed:
-            return self._covering(scheme, ranges, held, margin)
-        keys = held_keys(scheme, [p.value for p in held])
-        if scheme.grain is None:
+        if not partitioning.keyed:
+            return self._covering(partitioning, ranges, held, margin)
+        keys = partitioning.held_keys(p.value for p in held)
+        if not partitioning.timed:
             return {keyed_window(k) for k in keys}
-        times = self._covering(scheme, ranges, held, margin)
+        times = self._covering(partitioning, ranges, held, margin)
         return set(with_values([w for w in times if w is not None and w.start], keys))
 
     def _covering(
-        self, scheme: PartitionScheme, ranges: list[Range], held: list[Part], margin: timedelta
+        self, partitioning: TargetPartitioning, ranges: list[Range], held: list[Part], margin: timedelta
     ) -> set[PartitionWindow | None]:
-        """The time windows ``ranges`` touch (every window the target holds for a range that is the whole table)."""
+        """The time windows ``ranges`` touch (every window the target holds for a range that is the whole table); a
+        range's wall clocks cover both windows of an hour a fall-back repeats."""
         if not ranges:
             return set()
-        if scheme.grain is None:
+        if not partitioning.timed:
             return {None}
         if any(r is WHOLE for r in ranges):  # every window the target holds
             ranges = [*(r for r in ranges if r is not WHOLE), *(p.span for p in held if p.span is not WHOLE)]
         out: set[PartitionWindow | None] = set()
         for first, last in ranges:  # type: ignore[misc]
-            out.update(windows_between(scheme.grain, self.first, _when(first) - margin, _when(last), self.zone))
+            out.update(partitioning.time_windows(_when(first) - margin, _when(last)))
         return out
 
 
-def held_keys(scheme: PartitionScheme, values: Iterable[str]) -> list[tuple[str, ...]]:
-    """The distinct key-part values of ClickHouse partitions (``system.parts.partition`` values), in first-seen order."""
-    return list(dict.fromkeys(key_values(scheme, partition_values(v, scheme.elements)) for v in values))
-
-
 def window_of(loaded: LoadedProject, target: ObjectRef, key: str | None) -> PartitionWindow | None:
-    """The partition of a Dagster partition key of ``target`` (None: the whole table, or an unpartitioned target)."""
-    scheme = _scheme(loaded, target)
-    if not key or not scheme.partitioned:
-        return None
-    return window_for_partition_key(scheme, key, loaded.config.timezone, target.fqn)
-
-
-def _scheme(loaded: LoadedProject, target: ObjectRef) -> PartitionScheme:
-    table = loaded.project.table(target)
-    return partition_scheme(table, loaded.project.views_into(target)) if table is not None else PartitionScheme(None)
+    """The partition of a Dagster partition key of ``target`` (None: the whole table, or an unpartitioned target):
+    :meth:`~chmv_assets.ddl.partitioning.TargetPartitioning.window_of`, the one codec of keys."""
+    return loaded.partitioning(target).window_of(key)
 
 
 def _overlapping(parts: list[Part], lo: int, hi: int) -> int:
@@ -358,7 +353,7 @@ def decide(
     parts = read_parts(client, loaded, tables)
     offset = server_zone(client).utcoffset(datetime.fromtimestamp(now, UTC))
     now += offset.total_seconds() if offset is not None else 0.0  # wall seconds from here on
-    marker = _Marker(loaded)
+    marker = _Marker(loaded, session_zone(client))
     grace = loaded.config.parity.grace_minutes * 60
     changes = {ref: _changes(parts[ref], state.tables.get(ref.fqn)) for ref in tables}
     known = {t.fqn for t in targets}

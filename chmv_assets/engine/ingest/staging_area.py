@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow.parquet as pq
 from clickhouse_connect.driver.binding import format_query_value
 
 from chmv_assets import settings
+from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.models import ObjectRef, Table
 from chmv_assets.ddl.names import refs_slug
 from chmv_assets.sql.quoting import quote
 
-#: Column Spark adds to split a backfill's staging by target partition (``_chmv_p=YYYYMMDDHH``).
+#: Column Spark adds to split a backfill's staging by window (``_chmv_p=YYYYMMDDHH``): the start of the UTC hour, day
+#: or month of each row's event time (the landing zone's times are UTC; Spark's session is in UTC).
 PARTITION_COLUMN = "_chmv_p"
 
 
@@ -41,9 +43,18 @@ def staging_dir(kind: str, refs: Sequence[ObjectRef], batch_id: str) -> Path:
     return staging_root() / kind / refs_slug(refs) / batch_id
 
 
-def window_key(start: datetime) -> str:
-    """Folder key of a partition window, as Spark's ``date_format(…, 'yyyyMMddHH')`` writes it."""
-    return f"{start:%Y%m%d%H}"
+def window_keys(start: datetime, end: datetime, grain: str) -> list[str]:
+    """The folders a partition window ``[start, end)`` (instants, aware) reads: the key of every UTC window of ``grain``
+    meeting it, as Spark's ``date_format(date_trunc(grain, ts), 'yyyyMMddHH')`` names the folder of a row (one for a
+    UTC calendar; a New York day meets two UTC days, a Kolkata hour two UTC hours). The two 01:00 hours of a fall-back
+    night are two UTC hours: each window reads its own folder."""
+    unit = Grain(grain)
+    low, high = start.astimezone(UTC).replace(tzinfo=None), end.astimezone(UTC).replace(tzinfo=None)
+    cursor, keys = unit.floor(low), []
+    while cursor < high:
+        keys.append(f"{cursor:%Y%m%d%H}")
+        cursor = unit.next_start(cursor)
+    return keys
 
 
 def ts_literal(value: datetime) -> str:
@@ -56,10 +67,17 @@ def staged_rows(folder: Path) -> int:
     return sum(pq.read_metadata(p).num_rows for p in folder.rglob("*.parquet")) if folder.is_dir() else 0
 
 
-def staged_glob(folder: Path, key: str | None = None) -> str:
-    """The glob ClickHouse reads: one window's sub-folder, every sub-folder, or the folder itself."""
-    if key is not None:
-        return str(folder / f"{PARTITION_COLUMN}={key}" / "*.parquet")
+def window_folders(folder: Path, keys: Sequence[str]) -> list[Path]:
+    """The sub-folders of ``keys`` (:func:`window_keys`)."""
+    return [folder / f"{PARTITION_COLUMN}={key}" for key in keys]
+
+
+def staged_glob(folder: Path, keys: Sequence[str] | None = None) -> str:
+    """The glob ClickHouse reads: the sub-folders of ``keys`` (a window's: :func:`window_keys`; one missing holds no
+    row), or the folder itself."""
+    if keys:
+        alternatives = keys[0] if len(keys) == 1 else "{" + ",".join(keys) + "}"  # digits only: no glob escapes
+        return str(folder / f"{PARTITION_COLUMN}={alternatives}" / "*.parquet")
     return str(folder / "*.parquet")
 
 

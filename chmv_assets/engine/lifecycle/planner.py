@@ -27,10 +27,8 @@ from chmv_assets.ddl.parser import parse_statement
 from chmv_assets.ddl.partitioning import (
     PartitionScheme,
     PartitionWindow,
-    floor_to_grain,
-    partition_scheme,
+    TargetPartitioning,
     target_reach,
-    windows_between,
 )
 from chmv_assets.engine.catalog import KeptState, existing_objects, read_kept
 from chmv_assets.engine.clock import calendar_mismatch, session_zone
@@ -719,8 +717,7 @@ class _Planner:
         triggers = [s for s in triggers_of(project, target) if not project.is_stream(s)]
         if not views or not triggers or not any(state.rows(s) for s in triggers):
             return None
-        table = project.table(target)
-        scheme = partition_scheme(table, views) if table is not None else PartitionScheme(grain=None)
+        scheme = self.loaded.partitioning(target)
         # a key part's partitions are re-derived with the whole table (each partition of the shadow swapped in)
         if any(v.refreshable for v in views) or scheme.grain is None or scheme.keyed:
             windows: list[PartitionWindow | None] = [None]
@@ -756,7 +753,9 @@ class _Planner:
         outside, lost = self._kept(target, windows, new_version, kept)
         return Rederive(target, plan, estimates, outside, lost)
 
-    def _windows(self, target: ObjectRef, scheme: PartitionScheme, triggers: list[ObjectRef]) -> list[PartitionWindow]:
+    def _windows(
+        self, target: ObjectRef, scheme: TargetPartitioning, triggers: list[ObjectRef]
+    ) -> list[PartitionWindow]:
         """The partitions of ``target`` that its triggers hold rows for (from their parts' time ranges)."""
         assert scheme.grain is not None
         since: datetime | None = None
@@ -783,9 +782,10 @@ class _Planner:
             until = high if until is None else max(until, high)
         if since is None or until is None:
             return []
-        zone = self.loaded.config.timezone  # the parts' times are wall clocks; the windows are named in the calendar
-        first = floor_to_grain(since, scheme.grain, zone)
-        return windows_between(scheme.grain, first, since, until, zone)
+        # the parts' times are wall clocks; the windows are named in the calendar, from the first the sources hold
+        assert scheme.time is not None
+        first = scheme.time.floor(since, scheme.zone)
+        return scheme.time.windows_between(first, since, until, scheme.zone)
 
     def _reach(self, target: ObjectRef, scheme: PartitionScheme, triggers: list[ObjectRef]) -> dict[ObjectRef, int]:
         """Per trigger, how far past a window's end its rows may still map into the window, in seconds

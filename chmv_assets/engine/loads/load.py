@@ -39,10 +39,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from chmv_assets import settings
-from chmv_assets.ddl.grains import PARTITION_FUNCTIONS, Grain
+from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.ddl.models import ObjectRef, Project, Table
-from chmv_assets.ddl.partitioning import partition_scheme, target_reach
+from chmv_assets.ddl.models import ObjectRef, Table
+from chmv_assets.ddl.partitioning import target_reach
 from chmv_assets.engine.clients import ClientFactory
 from chmv_assets.engine.clock import server_zone, session_zone, wall
 from chmv_assets.engine.ingest import landing
@@ -249,7 +249,7 @@ class _Load:
         self.pacer, self.loaded, self.table, self.folder = pacer, loaded, table, folder
         self.columns, self.tcol, self.keys = columns, tcol, keys
         self.watch = written_by_insert(loaded.project, table.ref)
-        self.unit = "Hour" if hourly(loaded.project, self.watch) else "Day"
+        self.unit = "Hour" if hourly(loaded, self.watch) else "Day"
         #: (rows, newest event time) the finished inserts loaded
         self.done: tuple[int, datetime | None] = (0, None)
 
@@ -316,7 +316,7 @@ class _Load:
             table = project.table(ref)
             if table is None:
                 continue
-            scheme = partition_scheme(table, project.views_into(ref))
+            scheme = self.loaded.partitioning(ref)
             if ref == source:
                 margin = timedelta(0)
             elif any(v.trigger == source for v in project.views_into(ref)):
@@ -339,18 +339,14 @@ class _Load:
         return written
 
 
-def hourly(project: Project, tables: list[ObjectRef]) -> bool:
-    """Whether a partition of one of ``tables`` may hold less than a day: partitioned by hour, or by an expression chmv
-    cannot read as a time grain (then an hour is the safe unit)."""
+def hourly(loaded: LoadedProject, tables: list[ObjectRef]) -> bool:
+    """Whether a partition of one of ``tables`` may hold less than a day: partitioned by windows shorter than a day,
+    or by anything else than time windows alone (a key part: then an hour is the safe unit), as its partitioning says
+    (:meth:`~chmv_assets.ddl.loader.LoadedProject.partitioning`)."""
     for ref in tables:
-        table = project.table(ref)
-        if table is None or table.partition_by is None or table.partition_by.sql.strip() in ("", "tuple()"):
+        partitioning = loaded.partitioning(ref)
+        if not partitioning.partitioned:
             continue
-        call = table.partition_call
-        column = table.column(call.column) if call is not None else None
-        if call is None or (call.function is None and not (column is not None and column.data_type.is_date)):
-            return True
-        grain = PARTITION_FUNCTIONS.get(call.function) if call.function else Grain.DAY
-        if grain is None or grain.order < Grain.DAY.order:
+        if partitioning.grain is None or partitioning.keyed or partitioning.grain.order < Grain.DAY.order:
             return True
     return False

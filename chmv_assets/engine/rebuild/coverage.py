@@ -36,7 +36,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import Column, ObjectRef
-from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, floor_to_grain, partition_scheme, time_of
+from chmv_assets.ddl.partitioning import PartitionWindow, TargetPartitioning, floor_to_grain, time_of
 from chmv_assets.engine import records
 from chmv_assets.engine.clock import calendar_instant, server_zone, session_zone, wall, wall_now
 from chmv_assets.engine.ingest import landing
@@ -262,9 +262,8 @@ def triggers(loaded: LoadedProject, target: ObjectRef) -> list[ObjectRef]:
     return list(dict.fromkeys(v.trigger for v in loaded.project.views_into(target) if v.trigger is not None))
 
 
-def _scheme(loaded: LoadedProject, target: ObjectRef) -> PartitionScheme:
-    table = loaded.project.table(target)
-    return partition_scheme(table, loaded.project.views_into(target)) if table is not None else PartitionScheme(None)
+def _scheme(loaded: LoadedProject, target: ObjectRef) -> TargetPartitioning:
+    return loaded.partitioning(target)
 
 
 def mappings(loaded: LoadedProject, target: ObjectRef) -> dict[ObjectRef, TimeMapping]:
@@ -394,7 +393,7 @@ def _watermark_branches(
 def _target_branches(
     live: ObjectRef,
     column: Column | None,
-    scheme: PartitionScheme,
+    scheme: TargetPartitioning,
     timed: list[PartitionWindow],
     sub: Grain | None,
     zone: str,

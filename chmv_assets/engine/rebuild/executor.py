@@ -29,15 +29,15 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
 from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.ddl.partitioning import PartitionWindow
+from chmv_assets.ddl.models import Column, ObjectRef
+from chmv_assets.ddl.partitioning import PartitionWindow, window_instant
 from chmv_assets.engine.catalog import live_table
 from chmv_assets.engine.clients import ClientFactory
 from chmv_assets.engine.clock import session_zone, wall_now
@@ -74,7 +74,7 @@ from chmv_assets.errors import (
     RebuildRefused,
     ServerBusy,
 )
-from chmv_assets.sql.rebuild_sql import drop_shadow_sql, run_of_shadow, shadows_pattern, staged_relation
+from chmv_assets.sql.rebuild_sql import drop_shadow_sql, run_of_shadow, shadows_pattern, staged_relation, window_zone
 
 _LOG = logging.getLogger(__name__)
 
@@ -121,6 +121,8 @@ class _Staged:
     cutoff: datetime | None
     per_window: bool
     rows_read: int
+    grain: str | None = None  # the windows' (a folder per UTC window of it: staging_area.window_keys)
+    zone: str = "UTC"  # the zone whose instants the windows' bounds are, for this source's rows
 
 
 def rebuild_partitions(
@@ -555,7 +557,7 @@ def _swap_staged(
     target = plan.target
     relations = {s: _relation(loaded, s, st, step.window) for s, st in staged.items()}
     r = run_step(client, loaded.project, plan, step, trigger_relation=relations.get, damaged=damaged)
-    rows_staged = sum(staging.staged_rows(_window_folder(st, step.window)) for st in staged.values())
+    rows_staged = sum(staging.staged_rows(f) for st in staged.values() for f in _window_folders(st, step.window))
     backfills.record(client, Backfill(target, step.key or backfills.WHOLE, cutoff, batch_id, r.rows_written))
     _LOG.info(
         f"{target.fqn} {step.key or '(whole table)'}: {r.method}, {rows_staged} landing rows staged, "
@@ -594,9 +596,10 @@ def _stage_source(
     assert plan.landing_root is not None
     tcol = landing.time_column(loaded, source)
     lateness = timedelta(minutes=loaded.config.ingestion.max_lateness_minutes)
-    # the landing zone's event times are naive: the windows' wall clocks
-    since = min(_wall(w.wall_start) for w in windows if w is not None) if per_window else None
-    before = max(_wall(w.wall_end) for w in windows if w is not None) if per_window else None
+    # the landing zone's event times are UTC (naive): the windows' instants, in the zone their rows are computed in
+    zone = _window_zone(loaded, plan, table.column(tcol))
+    since = min(_utc(w.start, zone) for w in windows if w is not None and w.start) if per_window else None
+    before = max(_utc(w.end, zone) for w in windows if w is not None and w.end) if per_window else None
     upper = min(t for t in (before, cutoff) if t is not None) if (before or cutoff) else None
     files = landing.list_files(
         plan.landing_root, source, arrived_after=since, arrived_before=upper + lateness if upper is not None else None
@@ -606,7 +609,7 @@ def _stage_source(
     folder = staging.staging_dir("backfill", [plan.target, source], batch_id)
     _LOG.info(
         f"{plan.target.fqn}: Spark stages {source.fqn} from {len(files)} landing files ({rows_read} rows), "
-        f"event time in [{since}, {before}) and <= cutoff {cutoff}"
+        f"event time in [{since}, {before}) UTC and <= cutoff {cutoff}"
     )
     if files:
         stager(
@@ -620,27 +623,42 @@ def _stage_source(
             before=before,
             partition_grain=plan.scheme.grain if per_window else None,
         )
-    return _Staged(source, folder, columns, cutoff, per_window, rows_read)
+    grain = str(plan.scheme.grain) if per_window and plan.scheme.grain is not None else None
+    return _Staged(source, folder, columns, cutoff, per_window, rows_read, grain, zone)
 
 
-def _wall(bound: datetime | None) -> datetime:
-    """A bound of a window staged per window (a timed one: it has both)."""
-    assert bound is not None
-    return bound
+def _window_zone(loaded: LoadedProject, plan: RebuildPlan, column: Column | None) -> str:
+    """The zone the rows of a trigger (its time column ``column``) map into the plan's windows in (:func:`~chmv_assets.sql.rebuild_sql.window_zone`:
+    the target column's, else the trigger column's, else the session's); UTC where the session is not known."""
+    if not plan.zone:
+        return "UTC"
+    return window_zone(loaded.project.table(plan.target), plan.scheme, column, plan.zone)
 
 
-def _window_folder(st: _Staged, window: PartitionWindow | None) -> Path:
-    if st.per_window and window is not None:
-        return st.folder / f"{staging.PARTITION_COLUMN}={staging.window_key(_wall(window.wall_start))}"
-    return st.folder
+def _utc(bound: datetime, zone: str) -> datetime:
+    """A window bound as the naive UTC time the landing zone's event times are compared with."""
+    return window_instant(bound, zone).astimezone(UTC).replace(tzinfo=None)
+
+
+def _window_keys(st: _Staged, window: PartitionWindow | None) -> list[str] | None:
+    """The staging sub-folders of ``window`` (None: the whole staging folder)."""
+    if not st.per_window or window is None or window.start is None or window.end is None or st.grain is None:
+        return None
+    return staging.window_keys(window_instant(window.start, st.zone), window_instant(window.end, st.zone), st.grain)
+
+
+def _window_folders(st: _Staged, window: PartitionWindow | None) -> list[Path]:
+    keys = _window_keys(st, window)
+    return staging.window_folders(st.folder, keys) if keys is not None else [st.folder]
 
 
 def _relation(loaded: LoadedProject, source: ObjectRef, st: _Staged, window: PartitionWindow | None) -> str:
     """``(landing rows <= cutoff UNION ALL source rows > cutoff)`` standing in for the trigger table."""
     table = loaded.project.table(source)
     assert table is not None
-    if st.per_window and window is not None:
-        glob = staging.staged_glob(st.folder, staging.window_key(_wall(window.wall_start)))
+    keys = _window_keys(st, window)
+    if keys is not None:
+        glob = staging.staged_glob(st.folder, keys)
     elif st.per_window:
         glob = str(st.folder / "*" / "*.parquet")
     else:
@@ -690,7 +708,7 @@ def repair_interrupted_load(
         windows = windows_covering(loaded, ref, since, until, margin=timedelta(days=7))
         races = RaceRules.of(loaded.config.rebuild, loaded.config.pacing)
         live, zone = live_table(client, project, ref), session_zone(client)
-        plan = plan_from_source(project, ref, windows, live, zone=zone, races=races)
+        plan = plan_from_source(loaded, ref, windows, live, zone=zone, races=races)
         execute(plan, loaded, client=client)
         done += [f"{ref.fqn}/{s.key or 'all'}" for s in plan.steps]
     return done

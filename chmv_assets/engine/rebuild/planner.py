@@ -40,16 +40,7 @@ from clickhouse_connect.driver.client import Client
 from chmv_assets.ddl.config import PacingConfig, RebuildSettings
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef, Project, Table
-from chmv_assets.ddl.partitioning import (
-    PartitionScheme,
-    PartitionWindow,
-    keyed_window,
-    partition_scheme,
-    target_reach,
-    window_reach,
-    windows_between,
-    with_values,
-)
+from chmv_assets.ddl.partitioning import PartitionWindow, TargetPartitioning, target_reach, window_reach
 from chmv_assets.ddl.writers import SourceWriters
 from chmv_assets.engine.catalog import live_table
 from chmv_assets.engine.clock import session_zone, wall_now
@@ -221,7 +212,7 @@ class RebuildPlan:
     Attributes:
         target: The target asset's table (or inner-table MV).
         live: The table that physically holds the rows (the inner table of an MV without TO).
-        scheme: The target's partitioning.
+        scheme: The target's partitioning (the loaded project's: :meth:`LoadedProject.partitioning`).
         steps: One per partition, in the order given.
         gates: The trigger sources whose write gate every step holds (ingestion waits meanwhile).
         downstream: Targets further down a chain that read this one (rebuilt after it by callers
@@ -240,7 +231,7 @@ class RebuildPlan:
 
     target: ObjectRef
     live: ObjectRef
-    scheme: PartitionScheme
+    scheme: TargetPartitioning
     steps: tuple[PartitionStep, ...]
     gates: tuple[ObjectRef, ...]
     downstream: tuple[ObjectRef, ...] = ()
@@ -552,7 +543,7 @@ def plan_rebuild(
         return choose_engine(engine, covered, lake_usable=lake_usable, force=force, root=root)
 
     plan = _assemble(
-        loaded.project,
+        loaded,
         target,
         windows,
         observations.live,
@@ -771,7 +762,7 @@ def _refusal(covered: WindowCoverage, root: Path | None, *, asked: str = "", lak
 
 
 def plan_from_source(
-    project: Project,
+    loaded: LoadedProject,
     target: ObjectRef,
     windows: Sequence[PartitionWindow | None],
     live: ObjectRef,
@@ -785,7 +776,7 @@ def plan_from_source(
     is the session's time zone (:func:`chmv_assets.engine.clock.session_zone`), ``one_read`` as in
     :func:`plan_rebuild`."""
     return _assemble(
-        project,
+        loaded,
         target,
         windows,
         live,
@@ -799,7 +790,7 @@ def plan_from_source(
 
 
 def _assemble(
-    project: Project,
+    loaded: LoadedProject,
     target: ObjectRef,
     windows: Sequence[PartitionWindow | None],
     live: ObjectRef,
@@ -816,6 +807,7 @@ def _assemble(
     """The plan of ``windows``: a step per partition with the engine ``choose`` gives it (one refresh step for a
     refreshable MV)."""
     run = run or new_run_token()
+    project = loaded.project
     views = project.views_into(target)
     if not views:
         raise ChmvError(f"{target.fqn} is not written by any materialized view in the DDL directory")
@@ -823,7 +815,7 @@ def _assemble(
     refreshable = any(v.refreshable for v in views)
     if table is None and not refreshable:
         raise ChmvError(f"{target.fqn} is not defined in the DDL directory")
-    scheme = partition_scheme(table, views) if table is not None else PartitionScheme(grain=None)
+    scheme = loaded.partitioning(target)
     if refreshable:
         step = PartitionStep(None, Engine.REFRESH, Swap.REFRESH, None, (), "refreshable MV: the server recomputes it")
         return RebuildPlan(target, live, scheme, (step,), (), downstream, root, run=run, races=races, zone=zone)
@@ -854,7 +846,7 @@ def _assemble(
 def _rebuild_step(
     table: Table,
     live: ObjectRef,
-    scheme: PartitionScheme,
+    scheme: TargetPartitioning,
     window: PartitionWindow | None,
     choice: EngineChoice,
     relations: tuple[TriggerRelation, ...],
@@ -891,7 +883,7 @@ def _relation(
     project: Project,
     target: ObjectRef,
     source: ObjectRef,
-    scheme: PartitionScheme,
+    scheme: TargetPartitioning,
     window: PartitionWindow | None,
     *,
     lake: bool,
@@ -911,14 +903,14 @@ def new_run_token() -> str:
     return secrets.token_hex(4)
 
 
-def reach(loaded: LoadedProject, target: ObjectRef, scheme: PartitionScheme) -> timedelta:
+def reach(loaded: LoadedProject, target: ObjectRef, scheme: TargetPartitioning) -> timedelta:
     """How far past a window's end a trigger row may still map into the window (a week that starts in one month and
     ends in the next): :func:`chmv_assets.ddl.partitioning.target_reach`."""
     return target_reach(loaded.project, target, scheme)
 
 
 def closes_at(
-    loaded: LoadedProject, target: ObjectRef, scheme: PartitionScheme, window: PartitionWindow | None
+    loaded: LoadedProject, target: ObjectRef, scheme: TargetPartitioning, window: PartitionWindow | None
 ) -> datetime | None:
     """When no row of ``window`` can arrive any more from writers chmv does not control: the window's end, its
     :func:`reach` and ``[writers] close_after_minutes``. None for an unpartitioned target and a partition of a key alone
@@ -974,8 +966,9 @@ def staged_per_window(
 ) -> bool:
     """Whether each partition's trigger rows are exactly the rows whose event time falls in its window.
 
-    Then Spark stages one folder per partition (and reads only the range's files); otherwise one folder
-    for the whole range, and every partition's SELECT reads all of it.
+    Then Spark stages one folder per UTC window of the grain (and reads only the range's files), and each partition's
+    SELECT reads the folders its window meets (:func:`chmv_assets.engine.ingest.staging_area.window_keys`); otherwise
+    one folder for the whole range, and every partition's SELECT reads all of it.
     """
     if not windows or any(w is None for w in windows):
         return False
@@ -984,7 +977,7 @@ def staged_per_window(
     if table is None:
         return False
     views = project.views_into(target)
-    scheme = partition_scheme(table, views)
+    scheme = loaded.partitioning(target)
     if scheme.grain not in ("hour", "day", "month") or scheme.column is None or scheme.keyed:
         return False
     tcol = landing.time_column(loaded, source)
@@ -1015,12 +1008,4 @@ def windows_covering(
     the caller knows of, e.g. from the server's partitions); without ``values``, ``[None]`` (the whole table), as for
     an unpartitioned target.
     """
-    table = loaded.project.table(target)
-    scheme = partition_scheme(table, loaded.project.views_into(target)) if table is not None else None
-    if scheme is None or not scheme.partitioned or (scheme.keyed and not values):
-        return [None]
-    if scheme.grain is None:
-        return [keyed_window(v) for v in values]
-    first = datetime.strptime(loaded.config.partition_start, "%Y-%m-%d")
-    windows = windows_between(scheme.grain, first, since - margin, until + margin, loaded.config.timezone)
-    return [*with_values(windows, values)] if scheme.keyed else [*windows]
+    return loaded.partitioning(target).windows(since, until, margin, values)

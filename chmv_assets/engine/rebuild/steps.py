@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from clickhouse_connect.driver.client import Client
 
+from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project
 from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
 from chmv_assets.engine import races
@@ -69,7 +70,7 @@ class RebuildResult:
 
 def rebuild(
     client: Client,
-    project: Project,
+    loaded: LoadedProject,
     target: ObjectRef,
     window: PartitionWindow | None,
 ) -> RebuildResult:
@@ -77,7 +78,8 @@ def rebuild(
 
     The planner's ClickHouse-engine plan of one partition, run on ``client``; see :func:`run_steps`.
     """
-    plan = plan_from_source(project, target, [window], live_table(client, project, target), zone=session_zone(client))
+    project = loaded.project
+    plan = plan_from_source(loaded, target, [window], live_table(client, project, target), zone=session_zone(client))
     return run_step(client, project, plan, plan.steps[0])
 
 

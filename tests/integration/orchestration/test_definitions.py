@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from pathlib import Path
 
 import pytest
+from conftest import make_engine
 from dagster import (
     AssetKey,
     DailyPartitionsDefinition,
@@ -24,7 +26,7 @@ from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
 
 TARGETS = {
-    # target: (partitions class or None, upstream assets)
+    # target: (Dagster's partitions class of its grain or None, upstream assets)
     "hourly_endpoint_stats": (DailyPartitionsDefinition, {"api_requests"}),
     "requests_enriched": (MonthlyPartitionsDefinition, {"raw_requests"}),
     "entity_latest": (None, {"raw_webhooks"}),
@@ -69,8 +71,9 @@ def test_target_assets_partitions_and_deps(asset_graph, target):
     if partitions_cls is None:
         assert node.partitions_def is None
     else:
-        assert type(node.partitions_def) is partitions_cls
-        assert node.partitions_def.get_first_partition_key() == "2026-08-01"  # partition_start of chmv.toml
+        # Dagster's own definition of the grain (chmv's is the TimeWindowPartitionsDefinition of its cron: equal)
+        assert node.partitions_def == partitions_cls("2026-08-01", end_offset=1)  # partition_start of chmv.toml
+        assert node.partitions_def.get_first_partition_key() == "2026-08-01"
     assert node.parent_keys == {key(u) for u in upstream}
     assert node.group_name == "analytics"
 
@@ -149,7 +152,8 @@ def test_fan_in_dictionaries_hourly_and_a_key_alone(tmp_path):
     # a key alone: partitioned by the values the server holds (unpartitioned only where the DDL says so)
     assert isinstance(odd.partitions_def, DynamicPartitionsDefinition) and odd.partitions_def.name == "chmv:app.odd"
     inner = graph.get(AssetKey(["app", "inner_mv"]))
-    assert isinstance(inner.partitions_def, DailyPartitionsDefinition) and inner.parent_keys == {AssetKey(["app", "b"])}
+    assert inner.partitions_def.cron_schedule == DailyPartitionsDefinition("2026-01-01").cron_schedule
+    assert inner.parent_keys == {AssetKey(["app", "b"])}
 
 
 def test_translator_subclass_overrides_keys_everywhere(example):
@@ -212,3 +216,42 @@ def test_chmv_apply_job_runs(tmp_path, example):
         names = {r[0] for r in client.query("SELECT name FROM system.tables WHERE database = 'analytics'").result_rows}
     assert {"events_weekly", "mv_events_weekly", "hourly_endpoint_stats_mv", "api_requests"} <= names
     assert job.execute_in_process().success  # idempotent
+
+
+class WholeErrors(ChmvTranslator):
+    """Partitions ``analytics.error_events`` (daily in its DDL) by nothing: rebuilt and checked whole."""
+
+    def get_partitioning(self, loaded, ref: ObjectRef):
+        found = super().get_partitioning(loaded, ref)
+        if ref != ObjectRef(database="analytics", name="error_events"):
+            return found
+        return dataclasses.replace(found, grain=None, column=None, keys=(), key_elements=())
+
+
+def test_the_translators_partitioning_is_the_one_both_halves_read(tmp_path: Path, example) -> None:
+    """The hook's partitioning is the Definitions' project's (``translated``): the Dagster half (the asset's
+    partitions, its op and its rebuild job) and the SQL half (the plan a run executes, its swaps) read the same object.
+    Before, the hook changed only the Dagster partitions: the run decoded no key, and the engine rebuilt per day."""
+    engine = make_engine(tmp_path / "chdb", example, rows=3000)
+    errors = ObjectRef(database="analytics", name="error_events")
+    defs = build_definitions(example, clickhouse=engine, translator=WholeErrors())
+    graph = defs.get_repository_def().asset_graph
+    assert graph.get(key("error_events")).partitions_def is None  # the Dagster half
+    assert graph.get(key("audit_log")).partitions_def is not None  # (the others as their DDL says)
+    job = defs.resolve_job_def("chmv_rebuild_unpartitioned")  # its job: the unpartitioned targets'
+    assert key("error_events") in job.asset_layer.executable_asset_keys
+    recompute = "SELECT timestamp, level, payload FROM analytics.all_events WHERE level = 'error' ORDER BY ALL"
+    rows = "SELECT timestamp, level, payload FROM analytics.error_events ORDER BY ALL"
+    with engine.get_client() as client:
+        expected = client.query(recompute).result_rows
+        client.command("TRUNCATE TABLE analytics.error_events")
+    result = job.execute_in_process(asset_selection=[key("error_events")], raise_on_error=False)
+    assert result.success
+    (materialization,) = [m for m in result.get_asset_materialization_events() if m.asset_key == key("error_events")]
+    metadata = materialization.materialization.metadata
+    assert materialization.materialization.partition is None
+    assert "partitioning: unpartitioned" in metadata["chmv/plan"].value  # the SQL half: one whole-table rebuild
+    assert metadata["chmv/partitions"].value == 1 and "| all |" in metadata["chmv/progress"].value
+    with engine.get_client() as client:
+        assert client.query(rows).result_rows == expected and expected
+    assert example.partitioning(errors).grain == "day"  # the project as loaded is not changed

@@ -9,6 +9,7 @@ import pytest
 from chmv_check_helpers import TRANSLATOR, engine_held_by_another_process, ref, tick
 from conftest import make_engine
 from dagster import AssetCheckKey, AssetKey, AssetSelection, DagsterInstance, materialize
+from dst_testing import dst_project
 
 from asset_checks.names import PARITY
 from chmv_assets import demo_data
@@ -194,6 +195,42 @@ def test_hourly_fan_in_dictionary_inner_mv_and_external_sources(tmp_path: Path) 
     assert sum(m["dagster/partition_row_count"].value for m in got["odd"].values()) == 12
     assert got["a"][None]["dagster/row_count"].value == 12 and got["dim"][None]["dagster/row_count"].value == 2
     assert got["names"][None]["dagster/row_count"].value == 2  # the dictionary's loaded elements
+
+
+#: Per zone, the hourly keys of the night and their rows (Kolkata's hours start at :30 UTC).
+NIGHT_KEYS = {
+    "America/New_York": {
+        "2026-11-01-00:00": 60,
+        "2026-11-01-01:00": 60,
+        "2026-11-01-01:00-0500": 60,
+        "2026-11-01-02:00": 60,
+    },
+    "Asia/Kolkata": {
+        "2026-11-01-09:00": 30,
+        "2026-11-01-10:00": 60,
+        "2026-11-01-11:00": 60,
+        "2026-11-01-12:00": 60,
+        "2026-11-01-13:00": 30,
+    },
+}
+
+
+@pytest.mark.parametrize("zone", list(NIGHT_KEYS))
+def test_each_hour_of_a_fall_back_night_is_reported_under_its_own_key(tmp_path: Path, zone: str) -> None:
+    """The live state of an hourly target and of an hourly × region target: each ClickHouse partition under the key
+    of the window its rows are in, told apart by the instant of its oldest row (``system.parts``' min/max index).
+    Before, both 01:00 hours of New York's night were counted under ``2026-11-01-01:00`` (120 rows), the second key
+    reported nothing, and the hourly × region target's keys were read from the parts' wall clocks."""
+    loaded, engine = dst_project(tmp_path, zone)
+    with engine.get_client() as client:
+        result = evaluate_live_state(client, loaded, TRANSLATOR, None)
+    got: dict[str, dict[str, int]] = {}
+    for event in result.events:
+        if event.asset_key.path[0] == "dst" and event.partition is not None:
+            rows = event.metadata["dagster/partition_row_count"].value
+            got.setdefault(event.asset_key.path[-1], {})[event.partition] = rows
+    assert got["hourly"] == NIGHT_KEYS[zone]
+    assert got["regional"] == {f"{k}|eu": n for k, n in NIGHT_KEYS[zone].items()}
 
 
 def test_busy_engine_skips_the_tick_with_the_reason(tmp_path: Path, example) -> None:

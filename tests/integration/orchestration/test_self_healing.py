@@ -140,12 +140,11 @@ import json
 from chmv_assets.engine.health.parity import parity_for_partitions
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.orchestration.partitions import window_for_key
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
 
 loaded, audit = load(__DDL__), ObjectRef(database="analytics", name="audit_log")
-window = window_for_key(ChmvTranslator().get_partitions_def(loaded, audit), "2026-08-01")
+window = loaded.partitioning(audit).window("2026-08-01")
 with ClickHouseResource(dsn=__DSN__).get_client() as client:
     if __INSERT__:
         client.command(__INSERT__)

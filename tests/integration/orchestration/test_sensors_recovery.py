@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from chmv_check_helpers import TRANSLATOR, evaluations, execute, ref, requested, run_parity, tick
+from chmv_check_helpers import evaluations, execute, ref, requested, run_parity, tick
 from conftest import EXAMPLE_DDL, make_engine
 from dagster import DagsterInstance
 
@@ -14,7 +14,6 @@ from asset_checks.definitions import PARITY
 from chmv_assets.ddl.loader import load
 from chmv_assets.engine.health.parity import parity_for_partition
 from chmv_assets.engine.health.recovery import Ledger, RebuildVerdict, RepairKind
-from chmv_assets.orchestration.partitions import window_for_key
 from chmv_assets.orchestration.sensors import read_ledger
 
 pytestmark = pytest.mark.worker_seconds(40)
@@ -82,11 +81,11 @@ def test_a_live_select_that_differs_from_the_ddl_is_apply_pending_never_a_repair
         assert _live_select(client) == live_select  # requesting is all the tick did
     run = execute(applying, engine, instance, request)
     assert run.success
-    pdef = TRANSLATOR.get_partitions_def(loaded_fast, ERRORS)
+    errors = loaded_fast.partitioning(ERRORS)
     with engine.get_client() as client:
         assert "throwIf" not in _live_select(client)
         for key in ["2026-08-02", "2026-08-03", "2026-08-04", "2026-08-05"]:
-            result = parity_for_partition(client, loaded_fast, ERRORS, window_for_key(pdef, key))
+            result = parity_for_partition(client, loaded_fast, ERRORS, errors.window(key))
             assert result.passed and result.unverifiable is None, result.describe()
         assert client.command("SELECT count() FROM analytics.error_events WHERE payload = 'late'") == 28
 

@@ -11,13 +11,13 @@ import pytest
 from chmv_check_helpers import TRANSLATOR, engine_held_by_another_process, execute, ref, requested, tick
 from conftest import EXAMPLE_DDL, make_engine
 from dagster import DagsterInstance, RunRequest
+from dst_testing import REGIONAL, dst_project
 
 from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.engine.health.parity import parity_for_partition
 from chmv_assets.engine.health.recovery import RepairKind
-from chmv_assets.engine.health.sweep import SweepState, read_parts, seen_partitions, tracked_tables
+from chmv_assets.engine.health.sweep import SweepState, decide, read_parts, seen_partitions, tracked_tables
 from chmv_assets.orchestration.definitions import build_definitions
-from chmv_assets.orchestration.partitions import window_for_key
 from chmv_assets.orchestration.sensors import read_ledger
 from chmv_assets.orchestration.sweep import SWEEP_JOB, SWEEP_SENSOR
 
@@ -61,9 +61,7 @@ def _verdicts(result) -> dict[tuple[str, str | None], bool]:
 def _chain_passes(loaded: LoadedProject, engine, partitions: dict) -> bool:
     with engine.get_client() as client:
         return all(
-            parity_for_partition(
-                client, loaded, target, window_for_key(TRANSLATOR.get_partitions_def(loaded, target), key)
-            ).passed
+            parity_for_partition(client, loaded, target, loaded.partitioning(target).window_of(key)).passed
             for target, keys in partitions.items()
             for key in keys
         )
@@ -187,3 +185,25 @@ def test_retention_after_a_gap_is_refused_not_rebuilt(tmp_path: Path, loaded) ->
             "SELECT count() FROM analytics.events_agg WHERE toYYYYMM(event_date) = 202608"
         ).result_rows[0][0]
     assert after == before > 0
+
+
+#: Per zone, the key of the hour holding 2026-11-01 06:30 UTC (New York: the second 01:00, EST).
+SECOND_HOUR = {"America/New_York": "2026-11-01-01:00-0500|eu", "Asia/Kolkata": "2026-11-01-12:00|eu"}
+
+
+@pytest.mark.parametrize("zone", list(SECOND_HOUR))
+def test_a_change_of_an_hour_and_a_key_marks_that_hour_across_a_fall_back(tmp_path: Path, zone: str) -> None:
+    """A ClickHouse partition of an hourly × region target that changed marks the partition its rows are in, told
+    by the instant of its oldest row: in New York the second 01:00 hour, not the first (as it did before, reading
+    the parts' wall clock)."""
+    loaded, engine = dst_project(tmp_path, zone)
+    regional = REGIONAL
+    with engine.get_client() as client:
+        first = decide(client, loaded, [regional], SweepState(), now=1.8e9, max_partitions=0, max_rows=10**12)
+        client.command(
+            "INSERT INTO dst.regional SELECT toDateTime('2026-11-01 06:30:00', 'UTC'), 'eu', 1"
+        )  # a write into the second 01:00 hour alone
+        second = decide(client, loaded, [regional], first.state, now=1.8e9 + 600, max_partitions=0, max_rows=10**12)
+    before, after = first.state.pending[regional.fqn], second.state.pending[regional.fqn]
+    assert SECOND_HOUR[zone] in before  # the cold start marked every hour once
+    assert {k for k, v in after.items() if before.get(k) != v} == {SECOND_HOUR[zone]}

@@ -133,10 +133,7 @@ def test_every_partitioned_target_backfills_through_the_ui_mutation(dev: Dagster
     targets = partitioned_targets(example, TRANSLATOR)
     keys = dev.graphql(PARTITION_KEYS, {"keys": [{"path": _path(t)} for t in targets]})["assetNodes"]
     newest = {tuple(n["assetKey"]["path"]): n["partitionKeysByDimension"][0]["partitionKeys"][-3:] for n in keys}
-    assert {type(TRANSLATOR.get_partitions_def(example, t)).__name__ for t in SINGLE_LAUNCHES} == {
-        "DailyPartitionsDefinition",
-        "MonthlyPartitionsDefinition",
-    }
+    assert {example.partitioning(t).grain for t in SINGLE_LAUNCHES} == {"day", "month"}
     launches = [
         (f"{t.fqn} (newest 3)", {"assetSelection": [{"path": _path(t)}], "partitionNames": newest[tuple(_path(t))]})
         for t in SINGLE_LAUNCHES

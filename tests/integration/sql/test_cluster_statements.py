@@ -144,7 +144,7 @@ def test_an_unpartitioned_replicated_target_is_swapped_by_its_partition_not_exch
     shadow = shadow_ref(target, None)
     scheme = partition_scheme(table, (view,))
     with resource.get_client() as client:
-        plan = plan_from_source(project, target, [None], target, zone=session_zone(client))
+        plan = plan_from_source(loaded, target, [None], target, zone=session_zone(client))
         partition = plan.steps[0].partition  # the planner's choice for this target
         replace = swap_sql(target, shadow, partition)
         assert replace.endswith("REPLACE PARTITION tuple() FROM `shop`.`_chmv_shadow_customer_totals_all`")

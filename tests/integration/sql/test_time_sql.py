@@ -89,7 +89,7 @@ def test_a_window_of_a_column_with_its_own_zone_is_its_wall_clock_whatever_the_s
             "INSERT INTO tz.events VALUES " + ", ".join(f"(toDateTime('{t}', 'Asia/Kolkata'), {n})" for t, n in ROWS)
         )
         client.command("TRUNCATE TABLE tz.hourly")  # the target lost everything: rebuild one Kolkata day
-        result = rebuild(client, project.project, HOURLY, window_at(datetime(2026, 9, 1), "day"))
+        result = rebuild(client, project, HOURLY, window_at(datetime(2026, 9, 1), "day"))
         held = client.query(
             "SELECT _partition_id, toString(hour, 'Asia/Kolkata'), n FROM tz.hourly FINAL ORDER BY hour"
         ).result_rows

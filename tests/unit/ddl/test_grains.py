@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from chmv_assets.ddl.grains import PARTITION_FUNCTIONS, TRUNCATION_FUNCTIONS, Grain, grain_of_interval
+from chmv_assets.ddl.grains import TRUNCATION_FUNCTIONS, Grain, grain_of_interval
 
 
 def test_values_are_the_strings_chmv_has_always_used() -> None:
@@ -135,7 +135,5 @@ def test_partition_keys() -> None:
     assert {g.key_format for g in (Grain.DAY, Grain.WEEK, Grain.QUARTER, Grain.YEAR)} == {"%Y-%m-%d"}
 
 
-def test_function_tables_map_onto_the_enum() -> None:
+def test_the_truncation_table_maps_onto_the_enum() -> None:
     assert TRUNCATION_FUNCTIONS["toStartOfHour"] is Grain.HOUR and TRUNCATION_FUNCTIONS["toMonday"] is Grain.WEEK
-    assert PARTITION_FUNCTIONS["toYYYYMM"] is Grain.MONTH and PARTITION_FUNCTIONS["toYYYYMMDD"] is Grain.DAY
-    assert all(g.is_partition_grain for g in PARTITION_FUNCTIONS.values())

@@ -48,7 +48,6 @@ TIME_CASES = [
     ("toStartOfQuarter", "d Date", "toStartOfQuarter(d)", "quarter", "d"),
     ("toStartOfYear", "ts DateTime", "toStartOfYear(ts)", "year", "ts"),
     ("toYear", "d Date", "toYear(d)", "year", "d"),
-    ("toStartOfFifteenMinutes", "ts DateTime", "toStartOfFifteenMinutes(ts)", "15 minute", "ts"),
     ("interval-6-hours", "ts DateTime", "toStartOfInterval(ts, INTERVAL 6 HOUR)", "6 hour", "ts"),
     ("interval-30-minutes", "ts DateTime", "toStartOfInterval(ts, INTERVAL 30 minute)", "30 minute", "ts"),
     ("interval-1-week", "d Date", "toStartOfInterval(d, INTERVAL 1 WEEK)", "week", "d"),

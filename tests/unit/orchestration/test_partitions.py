@@ -1,4 +1,5 @@
-"""Dagster partitions definitions agree with the windows the engine layer computes without Dagster."""
+"""Dagster partitions definitions agree with the windows the engine layer computes without Dagster: Dagster's own
+windows of its keys (read here through Dagster, the one place that does) are the partitioning's."""
 
 from __future__ import annotations
 
@@ -13,42 +14,73 @@ from dagster import (
     MonthlyPartitionsDefinition,
     MultiPartitionKey,
     MultiPartitionsDefinition,
-    StaticPartitionsDefinition,
+    TimeWindowPartitionsDefinition,
+    WeeklyPartitionsDefinition,
 )
 
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, window_for_partition_key, windows_between
-from chmv_assets.orchestration.partitions import (
-    dynamic_partitions_of,
-    partitions_definition,
-    time_partitions_of,
-    window_for_key,
+from chmv_assets.ddl.partitioning import (
+    PartitionWindow,
+    TargetPartitioning,
+    in_zone,
+    window_for_partition_key,
+    windows_between,
 )
+from chmv_assets.ddl.shapes import TimeShape, time_shapes
+from chmv_assets.orchestration.partitions import dynamic_partitions_of, partitions_definition, time_partitions_of
 
 NOW = datetime(2026, 9, 17, 13, 30, tzinfo=UTC)
 HOUR = timedelta(hours=1)
 
-# (grain, partition_start, expected class, first key, last key at NOW: the current partition is included)
+
+def calendar(grain, start: str = "1970-01-01", zone: str = "UTC", **fields) -> TargetPartitioning:
+    """A partitioning of ``grain`` (None: none) from ``start`` in ``zone``."""
+    return TargetPartitioning(grain=Grain(grain) if grain else None, start=start, zone=zone, **fields)
+
+
+def window_for_key(definition, key: str) -> PartitionWindow:
+    """Dagster's own window of a key of a time-window definition: what the partitioning's decoder must agree with."""
+    tw = definition.time_window_for_partition_key(key)
+    return PartitionWindow(key, in_zone(tw.start, definition.timezone), in_zone(tw.end, definition.timezone))
+
+
+# (grain, partition_start, Dagster's own definition of it, first key, last key at NOW: the current one included)
 GRAINS = [
-    ("hour", "2026-09-10", HourlyPartitionsDefinition, "2026-09-10-00:00", "2026-09-17-13:00"),
-    ("day", "2026-08-01", DailyPartitionsDefinition, "2026-08-01", "2026-09-17"),
-    ("month", "2025-01-01", MonthlyPartitionsDefinition, "2025-01-01", "2026-09-01"),
+    (
+        "hour",
+        "2026-09-10",
+        HourlyPartitionsDefinition("2026-09-10-00:00", end_offset=1),
+        "2026-09-10-00:00",
+        "2026-09-17-13:00",
+    ),
+    ("day", "2026-08-01", DailyPartitionsDefinition("2026-08-01", end_offset=1), "2026-08-01", "2026-09-17"),
+    (  # partition_start a Saturday: the first week is the one holding it
+        "week",
+        "2026-08-01",
+        WeeklyPartitionsDefinition("2026-07-27", day_offset=1, end_offset=1),
+        "2026-07-27",
+        "2026-09-14",
+    ),
+    ("month", "2025-01-01", MonthlyPartitionsDefinition("2025-01-01", end_offset=1), "2025-01-01", "2026-09-01"),
 ]
 
 
-@pytest.mark.parametrize(("grain", "start", "cls", "first", "last"), GRAINS, ids=[g[0] for g in GRAINS])
-def test_partitions_definition_per_grain(grain, start, cls, first, last):
-    definition = partitions_definition(PartitionScheme(grain=grain, column="ts"), start)
-    assert type(definition) is cls
-    assert definition.timezone == "UTC"
+@pytest.mark.parametrize(("grain", "start", "dagsters", "first", "last"), GRAINS, ids=[g[0] for g in GRAINS])
+def test_partitions_definition_per_grain(grain, start, dagsters, first, last):
+    """Every time shape's definition is Dagster's ``TimeWindowPartitionsDefinition`` of its cron schedule: equal to
+    Dagster's own class of the grain where there is one (Dagster compares, hashes and snapshots them alike)."""
+    definition = partitions_definition(calendar(grain, start, column="ts"))
+    assert type(definition) is TimeWindowPartitionsDefinition and definition == dagsters
+    assert hash(definition) == hash(dagsters) and definition.timezone == "UTC"
     keys = definition.get_partition_keys(current_time=NOW)
     assert (keys[0], keys[-1]) == (first, last)
+    assert keys == dagsters.get_partition_keys(current_time=NOW)
 
 
 def test_unpartitioned_scheme_has_no_definition():
-    assert partitions_definition(PartitionScheme(grain=None), "2026-08-01") is None
-    assert partitions_definition(PartitionScheme(grain=None, note="PARTITION BY k …"), "2026-08-01") is None
+    assert partitions_definition(calendar(None, "2026-08-01")) is None
+    assert partitions_definition(calendar(None, "2026-08-01", note="PARTITION BY k …")) is None
 
 
 @pytest.mark.parametrize(
@@ -64,7 +96,7 @@ def test_unpartitioned_scheme_has_no_definition():
     ids=["hourly", "daily", "daily-across-leap-day", "monthly", "monthly-start-mid-month", "monthly-start-on-a-31st"],
 )
 def test_window_for_key_agrees_with_windows_between(grain, start):
-    definition = partitions_definition(PartitionScheme(grain=grain, column="ts"), start)
+    definition = partitions_definition(calendar(grain, start, column="ts"))
     now = NOW if not start.startswith("2028") else datetime(2028, 3, 2, 5, tzinfo=UTC)
     dagster_windows = [window_for_key(definition, k) for k in definition.get_partition_keys(current_time=now)]
     first = datetime.strptime(start, "%Y-%m-%d")
@@ -90,7 +122,7 @@ def test_across_dst_every_key_decodes_to_dagsters_window_and_the_windows_tile_ti
     the engine's decoder of keys are one set of windows; the windows follow each other without a gap or an overlap."""
     first = night - timedelta(days=1) if grain.order <= Grain.DAY.order else night.replace(day=1) - timedelta(days=35)
     until = night + timedelta(days=1, hours=12)
-    definition = partitions_definition(PartitionScheme(grain=grain, column="ts"), f"{first:%Y-%m-%d}", zone)
+    definition = partitions_definition(calendar(grain, f"{first:%Y-%m-%d}", zone, column="ts"))
     keys = definition.get_partition_keys(current_time=until.replace(tzinfo=ZoneInfo(zone)))
     ours = windows_between(grain, first, first, until, zone)  # the current window included, as in Dagster
     assert [w.key for w in ours] == keys
@@ -132,65 +164,63 @@ def test_across_dst_every_key_decodes_to_dagsters_window_and_the_windows_tile_ti
     ids=["hour", "last-hour-of-day", "last-day-of-month", "february"],
 )
 def test_window_for_key(grain, key, expected):
-    definition = partitions_definition(PartitionScheme(grain=grain, column="ts"), "2026-01-01")
-    window = window_for_key(definition, key)
+    window = calendar(grain, "2026-01-01", column="ts").window(key)
     assert (window.key, window.wall_start, window.wall_end) == (expected.key, expected.start, expected.end)
     assert window.start == expected.start.replace(tzinfo=UTC) and window.end == expected.end.replace(tzinfo=UTC)
 
 
-def test_window_for_key_without_time_partitions_is_none():
-    daily = partitions_definition(PartitionScheme(grain="day", column="ts"), "2026-01-01")
-    assert window_for_key(None, "2026-09-01") is None
-    assert window_for_key(daily, None) is None
-    assert window_for_key(StaticPartitionsDefinition(["a", "b"]), "a") is None
+def test_window_of_no_key_or_of_an_unpartitioned_target_is_none():
+    assert calendar("day", "2026-01-01").window_of(None) is None
+    assert calendar(None).window_of("2026-09-01") is None
 
 
 def test_equal_schemes_share_one_definition():
     """Thousands of targets of one grain share one (immutable) definition instead of thousands of equal ones."""
-    daily = partitions_definition(PartitionScheme(grain="day", column="ts"), "2026-01-01")
-    assert partitions_definition(PartitionScheme(grain=Grain.DAY, column="other"), "2026-01-01") is daily
-    assert partitions_definition(PartitionScheme(grain="day", column="ts"), "2026-02-01") is not daily
-    assert partitions_definition(PartitionScheme(grain="day", column="ts"), "2026-01-01", "Europe/Paris") is not daily
-    assert partitions_definition(PartitionScheme(grain="month", column="ts"), "2026-01-01") is not daily
+    daily = partitions_definition(calendar("day", "2026-01-01", column="ts"))
+    assert partitions_definition(calendar(Grain.DAY, "2026-01-01", column="other")) is daily
+    assert partitions_definition(calendar("day", "2026-02-01", column="ts")) is not daily
+    assert partitions_definition(calendar("day", "2026-01-01", "Europe/Paris", column="ts")) is not daily
+    assert partitions_definition(calendar("month", "2026-01-01", column="ts")) is not daily
 
 
-@pytest.mark.parametrize("grain", [g for g in Grain if g not in (Grain.HOUR, Grain.DAY, Grain.MONTH)])
-def test_every_grain_has_windows_agreeing_with_the_engine_layers(grain: Grain) -> None:
-    """Weeks from Monday, quarters, years and intervals: Dagster's cron names the windows chmv computes itself."""
+@pytest.mark.parametrize("shape", time_shapes(), ids=lambda s: s.grain.value)
+def test_every_time_shape_has_windows_agreeing_with_the_engine_layers(shape: TimeShape) -> None:
+    """Every registered time shape (hours, days, weeks from Monday, months, quarters, years, intervals): Dagster's
+    windows of its cron schedule are the windows chmv computes itself."""
+    grain = shape.grain
     start = "2026-09-15" if grain.fixed else "2025-01-01"
-    definition = partitions_definition(PartitionScheme(grain=grain, column="ts"), start)
+    definition = partitions_definition(calendar(grain, start, column="ts"))
     first = datetime.strptime(start, "%Y-%m-%d")
     now = (first + 40.5 * timedelta(seconds=grain.seconds) if grain.fixed else datetime(2028, 3, 2)).replace(tzinfo=UTC)
     dagster_windows = [window_for_key(definition, k) for k in definition.get_partition_keys(current_time=now)]
     assert dagster_windows == windows_between(grain, first, first, now.replace(tzinfo=None))
-    assert len(dagster_windows) > 1 and definition.fmt == grain.key_format
+    assert len(dagster_windows) > 1 and definition.fmt == grain.key_format and definition.cron_schedule == shape.cron
 
 
 def test_a_key_part_gets_multi_or_dynamic_partitions_of_its_own_target() -> None:
     target = ObjectRef(database="d", name="by_region")
-    monthly = PartitionScheme(grain="month", column="day", keys=("region",), key_elements=(1,))
-    multi = partitions_definition(monthly, "2026-01-01", target=target)
+    monthly = calendar("month", "2026-01-01", column="day", keys=("region",), key_elements=(1,), target=target)
+    multi = partitions_definition(monthly)
     assert isinstance(multi, MultiPartitionsDefinition)
     assert [d.name for d in multi.partitions_defs] == ["date", "key"]  # the window's key first in "2026-09-01|eu"
-    assert time_partitions_of(multi) is partitions_definition(PartitionScheme(grain="month"), "2026-01-01")
+    assert time_partitions_of(multi) is partitions_definition(calendar("month", "2026-01-01"))
     assert dynamic_partitions_of(multi) == DynamicPartitionsDefinition(name="chmv:d.by_region")
-    alone = partitions_definition(PartitionScheme(grain=None, keys=("region",)), "2026-01-01", target=target)
+    alone = partitions_definition(calendar(None, "2026-01-01", keys=("region",), target=target))
     assert alone == DynamicPartitionsDefinition(name="chmv:d.by_region") and time_partitions_of(alone) is None
     with pytest.raises(ValueError, match="named for their target"):
-        partitions_definition(monthly, "2026-01-01")
+        partitions_definition(calendar("month", "2026-01-01", column="day", keys=("region",), key_elements=(1,)))
 
 
-def test_window_for_key_of_multi_and_dynamic_partitions() -> None:
+def test_the_partitioning_decodes_the_keys_of_multi_and_dynamic_partitions() -> None:
+    """Dagster hands a run of a time × key target a ``MultiPartitionKey``: the partitioning decodes it as its text."""
     target = ObjectRef(database="d", name="t")
-    multi = partitions_definition(
-        PartitionScheme(grain="month", column="day", keys=("region",), key_elements=(1,)), "2026-01-01", target=target
-    )
+    monthly = calendar("month", "2026-01-01", column="day", keys=("region",), key_elements=(1,), target=target)
     sep, oct = datetime(2026, 9, 1, tzinfo=UTC), datetime(2026, 10, 1, tzinfo=UTC)
     expected = PartitionWindow("2026-09-01|a%7Cb", sep, oct, ("a|b",))
-    assert window_for_key(multi, "2026-09-01|a%7Cb") == expected
-    assert window_for_key(multi, MultiPartitionKey({"date": "2026-09-01", "key": "a%7Cb"})) == expected
-    dynamic = partitions_definition(PartitionScheme(grain=None, keys=("k",)), "2026-01-01", target=target)
-    assert window_for_key(dynamic, "acme/eu") == PartitionWindow("acme/eu", None, None, ("acme", "eu"))
+    assert monthly.window("2026-09-01|a%7Cb") == expected
+    assert monthly.window(MultiPartitionKey({"date": "2026-09-01", "key": "a%7Cb"})) == expected
+    dynamic = calendar(None, "2026-01-01", keys=("k", "r"), key_elements=(0, 1), target=target)
+    assert dynamic.window("acme/eu") == PartitionWindow("acme/eu", None, None, ("acme", "eu"))
 
 
 @pytest.mark.parametrize(
@@ -206,6 +236,9 @@ def test_window_for_key_of_multi_and_dynamic_partitions() -> None:
 )
 def test_the_first_partition_holds_partition_start(grain: str, start: str, first: str) -> None:
     """Rows from ``partition_start`` on belong to a partition the UI can materialize: the window holding it comes
-    first (a yearly target starting 2026-05-01 had 2027-01-01 as its first key: all of 2026 was unreachable)."""
-    pdef = partitions_definition(PartitionScheme(grain=Grain(grain)), start)
+    first (a yearly target starting 2026-05-01 had 2027-01-01 as its first key: all of 2026 was unreachable); the
+    partitioning's own first window is the same."""
+    p = calendar(grain, start)
+    pdef = partitions_definition(p)
     assert pdef is not None and pdef.get_first_partition_key() == first
+    assert p.time_windows(p.first, p.first)[0].key == first and p.opening.strftime("%Y-%m-%d") == first

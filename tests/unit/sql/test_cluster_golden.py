@@ -54,7 +54,7 @@ LIVE_PATHS = (
 def rebuild_statements(loaded, target, window, *, live=None, empty: bool = False) -> list[str]:
     """The statements :func:`chmv_assets.engine.rebuild.steps.run_step` sends for one step, in its order."""
     project = loaded.project
-    plan = plan_from_source(project, target, [window], live or target, run="5eed", zone="UTC")
+    plan = plan_from_source(loaded, target, [window], live or target, run="5eed", zone="UTC")
     (step,) = plan.steps
     table = project.table(target)
     statements = [drop_shadow_sql(step.shadow), step.create_shadow]
@@ -115,7 +115,7 @@ def test_rebuild_of_a_partition_keeps_the_swap_on_this_server_and_gives_shadows_
         == "ALTER TABLE `shop`.`customer_totals` REPLACE PARTITION tuple() FROM `shop`.`_chmv_shadow_customer_totals_all_r5eed`"
     )
     assert (
-        plan_from_source(loaded.project, ref("shop.customer_totals"), [None], ref("shop.customer_totals"), zone="UTC")
+        plan_from_source(loaded, ref("shop.customer_totals"), [None], ref("shop.customer_totals"), zone="UTC")
         .steps[0]
         .swap
         == Swap.REPLACE_PARTITION

@@ -5,13 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from chmv_check_helpers import TRANSLATOR, ref
+from chmv_check_helpers import ref
 from conftest import make_engine
 
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.health.parity import measures_for, parity_for_partition, parity_for_partitions
-from chmv_assets.orchestration.partitions import window_for_key
 
 SHOP_TARGET = ObjectRef(database="shop", name="daily_revenue")
 DEDUP_DDL = """
@@ -29,12 +28,14 @@ def test_every_example_target_passes(tmp_path: Path, example) -> None:
     engine = make_engine(tmp_path / "chdb", example, rows=20_000)
     with engine.get_client() as client:
         for target in example.project.targets:
-            partitions_def = TRANSLATOR.get_partitions_def(example, target)
+            partitioning = example.partitioning(target)
             keys = (
-                [None] if partitions_def is None else ["2026-08-02" if "Daily" in str(partitions_def) else "2026-09-01"]
+                [None]
+                if not partitioning.partitioned
+                else ["2026-08-02" if partitioning.grain == "day" else "2026-09-01"]
             )
             for key in keys:
-                result = parity_for_partition(client, example, target, window_for_key(partitions_def, key))
+                result = parity_for_partition(client, example, target, example.partitioning(target).window_of(key))
                 assert result.passed and result.expected > 0, result.describe()
 
 
@@ -46,12 +47,11 @@ def test_partitions_in_one_query_equal_one_by_one(tmp_path: Path, example) -> No
         client.command("ALTER TABLE analytics.hourly_endpoint_stats DROP PARTITION tuple(toDate('2026-08-02'))")
         checked = 0
         for target in example.project.targets:
-            partitions_def = TRANSLATOR.get_partitions_def(example, target)
-            if partitions_def is None:
+            if not example.partitioning(target).partitioned:
                 continue
-            daily = "Daily" in str(partitions_def)
+            daily = example.partitioning(target).grain == "day"
             keys = ["2026-08-01", "2026-08-02", "2026-08-04"] if daily else ["2026-08-01", "2026-10-01"]
-            windows = [window_for_key(partitions_def, key) for key in keys]
+            windows = [example.partitioning(target).window_of(key) for key in keys]
             grouped = parity_for_partitions(client, example, target, windows)
             alone = [parity_for_partition(client, example, target, w) for w in windows]
             assert [(r.partition, r.measures, r.within_tolerance, r.error) for r in grouped] == [
@@ -63,10 +63,7 @@ def test_partitions_in_one_query_equal_one_by_one(tmp_path: Path, example) -> No
             client,
             example,
             ref("hourly_endpoint_stats"),
-            [
-                window_for_key(TRANSLATOR.get_partitions_def(example, ref("hourly_endpoint_stats")), k)
-                for k in ("2026-08-01", "2026-08-02")
-            ],
+            [example.partitioning(ref("hourly_endpoint_stats")).window(k) for k in ("2026-08-01", "2026-08-02")],
         )
     assert checked >= 5
     assert [r.within_tolerance for r in lost] == [True, False] and lost[1].actual == 0 < lost[1].expected
@@ -82,10 +79,10 @@ def test_measures_follow_the_engine(example) -> None:
 
 def test_grace_period_for_the_newest_partition(tmp_path: Path, example) -> None:
     engine = make_engine(tmp_path / "chdb", example, rows=20_000)
-    pdef = TRANSLATOR.get_partitions_def(example, ref("error_events"))
+    errors = example.partitioning(ref("error_events"))
     with engine.get_client() as client:
         client.command("INSERT INTO analytics.error_events VALUES ('2026-08-07 01:00:00', 'error', 'ghost')")
-        window = window_for_key(pdef, "2026-08-07")
+        window = errors.window("2026-08-07")
         late = parity_for_partition(client, example, ref("error_events"), window, now=datetime(2026, 8, 8, 0, 5))
         assert late.in_grace and late.passed and not late.within_tolerance
         later = parity_for_partition(client, example, ref("error_events"), window, now=datetime(2026, 8, 9))
@@ -104,10 +101,10 @@ def test_replacing_source_with_duplicates_shows_the_overcount(tmp_path: Path) ->
                 "INSERT INTO shop.orders SELECT toDateTime('2026-09-10 12:00:00') + number, number, 5 FROM numbers(10)",
                 settings={"insert_deduplicate": 0},
             )
-        pdef = TRANSLATOR.get_partitions_def(loaded, SHOP_TARGET)
-        result = parity_for_partition(client, loaded, SHOP_TARGET, window_for_key(pdef, "2026-09-01"))
+        shop = loaded.partitioning(SHOP_TARGET)
+        result = parity_for_partition(client, loaded, SHOP_TARGET, shop.window("2026-09-01"))
         grouped = parity_for_partitions(
-            client, loaded, SHOP_TARGET, [window_for_key(pdef, k) for k in ("2026-09-01", "2026-10-01")]
+            client, loaded, SHOP_TARGET, [shop.window(k) for k in ("2026-09-01", "2026-10-01")]
         )
     assert not result.passed
     assert (result.measures[0].name, result.expected, result.actual) == ("countMerge(orders)", 10.0, 20.0)
@@ -118,7 +115,7 @@ def test_a_group_by_mv_into_a_merge_tree_is_judged_by_what_batching_does_not_cha
     """events_agg (GROUP BY into a plain MergeTree) gets one row per group per insert block: rows are no verdict."""
     engine = make_engine(tmp_path / "chdb", example, rows=0)
     agg = ref("events_agg")
-    window = window_for_key(TRANSLATOR.get_partitions_def(example, agg), "2026-08-01")
+    window = example.partitioning(agg).window("2026-08-01")
     rows = (
         "INSERT INTO analytics.raw_events SELECT toDateTime('2026-08-03 10:00:00') + number * 7, number % 3, "
         "'click', number FROM numbers({first}, {n})"

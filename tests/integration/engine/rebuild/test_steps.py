@@ -189,9 +189,9 @@ def test_rebuilt_partition_equals_independent_recompute(engine, example, target_
             )
         assert rows(client, finalized, **params) != expected
 
-        first = rebuild(client, example.project, target, win)
+        first = rebuild(client, example, target, win)
         assert rows(client, finalized, **params) == expected
-        second = rebuild(client, example.project, target, win)
+        second = rebuild(client, example, target, win)
         assert rows(client, finalized, **params) == expected
         assert other_partitions(client, target, partition_id) == untouched
 
@@ -234,7 +234,7 @@ def test_partitions_rebuilt_in_one_read_equal_their_recomputes(engine, example, 
                 f"ALTER TABLE analytics.{target_name} DROP PARTITION ID {{p:String}}", parameters={"p": partition_id}
             )
         plan = plan_from_source(
-            example.project,
+            example,
             target,
             windows,
             live_table(client, example.project, target),
@@ -275,7 +275,7 @@ def test_a_span_holding_every_source_row_is_read_without_the_time_predicate(engi
         expected = {w.key: rows(client, recompute, lo=w.start, hi=w.end) for w in windows}
         live = live_table(client, example.project, target)
         for chosen, pruned in ((windows, False), (windows[1:], True)):
-            plan = plan_from_source(example.project, target, chosen, live, zone=session_zone(client), one_read=True)
+            plan = plan_from_source(example, target, chosen, live, zone=session_zone(client), one_read=True)
             results = run_steps(client, example.project, plan, plan.steps)
             (insert,) = [s for s in results[0].statements if s.startswith("INSERT INTO")]
             assert ("`timestamp` >= toDateTime(" in insert) is pruned, insert
@@ -303,9 +303,7 @@ def test_a_guarded_partition_of_one_read_that_would_shrink_stops_there(engine, e
             parameters={"lo": second.start, "hi": second.end},
         )
         live = live_table(client, example.project, target)
-        plan = plan_from_source(
-            example.project, target, [first, second], live, zone=session_zone(client), one_read=True
-        )
+        plan = plan_from_source(example, target, [first, second], live, zone=session_zone(client), one_read=True)
         guarded = replace(plan, steps=tuple(replace(s, guard="the test says so") for s in plan.steps))
         with pytest.raises(
             ShrinkRefused, match=f"partition {second.key}: the rebuild would leave {good[second.key]:,}"
@@ -314,7 +312,7 @@ def test_a_guarded_partition_of_one_read_that_would_shrink_stops_there(engine, e
         assert int(client.command(count, parameters={"lo": first.start, "hi": first.end})) == good[first.key]
         assert int(client.command(count, parameters={"lo": second.start, "hi": second.end})) == 2 * good[second.key]
         assert int(client.command("SELECT count() FROM system.tables WHERE name LIKE '\\_chmv\\_shadow\\_%'")) == 0
-        rebuild(client, example.project, target, second)  # unguarded: back to correct for the other tests
+        rebuild(client, example, target, second)  # unguarded: back to correct for the other tests
         assert int(client.command(count, parameters={"lo": second.start, "hi": second.end})) == good[second.key]
 
 
@@ -346,7 +344,7 @@ def test_unpartitioned_replacing_target_rebuilds_whole_table(engine, example):
         )
         assert latest_by_entity()[1][1] == "garbage"
         for _ in range(2):
-            result = rebuild(client, example.project, target, None)
+            result = rebuild(client, example, target, None)
             got = latest_by_entity()
             assert set(got) == set(expected)
             for entity, (updated_at, payload) in got.items():
@@ -354,10 +352,7 @@ def test_unpartitioned_replacing_target_rebuilds_whole_table(engine, example):
             assert (result.method, result.partition) == ("replace", None)
             assert any("REPLACE PARTITION tuple() FROM" in s for s in result.statements)
         # A window passed for an unpartitioned target rebuilds the whole table.
-        assert (
-            rebuild(client, example.project, target, window(example, ref("audit_log"), "2026-09-01")).method
-            == "replace"
-        )
+        assert rebuild(client, example, target, window(example, ref("audit_log"), "2026-09-01")).method == "replace"
         assert int(client.command("SELECT count() FROM system.tables WHERE name LIKE '_chmv_shadow_%'")) == 0
 
 
@@ -370,7 +365,7 @@ def test_empty_source_partition_drops_the_target_partition(engine, example):
             "sumState(toUInt64(7)), uniqState(toUInt64(1)), quantileState(0.99)(toUInt32(1))"
         )
         before = int(client.command("SELECT count() FROM analytics.hourly_endpoint_stats"))
-        result = rebuild(client, example.project, target, win)
+        result = rebuild(client, example, target, win)
         assert (result.method, result.rows_written) == ("drop", 0)
         assert (
             int(client.command("SELECT count() FROM analytics.hourly_endpoint_stats WHERE toDate(hour) = '2026-12-01'"))
@@ -414,7 +409,7 @@ def test_replace_partition_is_atomic_for_readers(engine, example):
                     parameters=params,
                 )
                 sampled_more(len(samples))  # the reader sees the corrupted (doubled) partition
-                rebuild(client, example.project, target, win)
+                rebuild(client, example, target, win)
                 sampled_more(len(samples))  # and the rebuilt one
     finally:
         stop.set()
@@ -485,7 +480,7 @@ def test_fan_in_target_rebuilds_from_every_view(shop):
         assert {r[1] for r in expected} == {"web", "store"}
         client.command("ALTER TABLE shop.sales_daily DROP PARTITION 202604")
         for _ in range(2):
-            result = rebuild(client, loaded.project, target, window(loaded, target, "2026-04-01"))
+            result = rebuild(client, loaded, target, window(loaded, target, "2026-04-01"))
             assert sorted(rows(client, finalized)) == expected
         assert sum("INSERT INTO `shop`.`_chmv_shadow_sales_daily_20260401_r" in s for s in result.statements) == 2
 
@@ -503,7 +498,7 @@ def test_inner_table_view_rebuilds(shop):
         expected = rows(client, recompute)
         client.command("INSERT INTO shop.sku_counts SELECT * FROM shop.sku_counts")  # doubles every partition
         assert rows(client, finalized) != expected
-        result = rebuild(client, loaded.project, target, window(loaded, target, "2026-03-01"))
+        result = rebuild(client, loaded, target, window(loaded, target, "2026-03-01"))
         assert rows(client, finalized) == expected
         assert result.method == "replace" and ".inner" in result.statements[-2]
         # April was not rebuilt: still doubled.
@@ -519,7 +514,7 @@ def test_refreshable_view_materializes_by_system_refresh(shop):
         expected = rows(client, "SELECT sku, sum(qty) FROM shop.web_orders GROUP BY sku ORDER BY sku")
         client.command("INSERT INTO shop.web_orders VALUES ('2026-06-01 00:00:00', 'sku-new', 11)")
         client.command("INSERT INTO shop.sku_totals VALUES ('garbage', 1)")
-        result = rebuild(client, loaded.project, target, None)
+        result = rebuild(client, loaded, target, None)
         assert result.method == "refresh"
         assert result.statements == [
             "SYSTEM REFRESH VIEW `shop`.`sku_totals_mv`",
@@ -534,7 +529,7 @@ def test_refreshable_view_materializes_by_system_refresh(shop):
 def test_rebuild_errors_are_clear(example, engine):
     missing = "analytics.api_requests is not written by any materialized view"
     with engine.get_client() as client, pytest.raises(ChmvError, match=missing):
-        rebuild(client, example.project, ref("api_requests"), None)
+        rebuild(client, example, ref("api_requests"), None)
 
 
 def test_inner_table_not_deployed_is_a_clear_error(shop, tmp_path):
@@ -545,4 +540,4 @@ def test_inner_table_not_deployed_is_a_clear_error(shop, tmp_path):
         empty.get_client() as client,
         pytest.raises(ChmvError, match=r"inner table of shop.sku_counts not found: .*chmv apply"),
     ):
-        rebuild(client, loaded.project, target, window(loaded, target, "2026-03-01"))
+        rebuild(client, loaded, target, window(loaded, target, "2026-03-01"))

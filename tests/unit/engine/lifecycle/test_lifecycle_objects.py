@@ -42,7 +42,7 @@ def test_an_empty_plan_exits_0_and_says_no_changes() -> None:
 
 def test_a_plan_renders_layer_by_layer_with_its_re_derivations(example) -> None:
     windows = [window_at(datetime(2026, 8, 1), "month"), window_at(datetime(2026, 9, 1), "month")]
-    rebuild = plan_from_source(example.project, AGG, windows, next_version_ref(AGG), zone="UTC")
+    rebuild = plan_from_source(example, AGG, windows, next_version_ref(AGG), zone="UTC")
     rederive = Rederive(
         AGG,
         rebuild,
@@ -119,7 +119,7 @@ def test_names_beside_a_target_and_the_sources_that_reach_it(example) -> None:
 
 def test_the_part_of_a_plan_touching_some_objects_is_what_fixes_their_drift(example) -> None:
     daily, weekly, mv = ref("analytics.events_daily"), ref("analytics.events_weekly"), ref("analytics.mv_events_daily")
-    rebuild = plan_from_source(example.project, weekly, [window_at(datetime(2026, 8, 1), "month")], weekly, zone="UTC")
+    rebuild = plan_from_source(example, weekly, [window_at(datetime(2026, 8, 1), "month")], weekly, zone="UTC")
     changes = (
         Change(Action.CREATE_DATABASE, ref("analytics."), "database", -1, statements=("CREATE DATABASE analytics",)),
         Change(Action.CREATE_DATABASE, ref("shop."), "database", -1, statements=("CREATE DATABASE shop",)),

@@ -88,15 +88,15 @@ def test_an_insert_into_a_source_writes_the_chain_below_it(example) -> None:
 
 def test_ingestion_cuts_by_hour_where_a_table_it_writes_is_partitioned_by_hour(example, tmp_path: Path) -> None:
     project = example.project
-    assert not hourly(project, written_by_insert(project, _ref("analytics.api_requests")))  # daily and monthly
+    assert not hourly(example, written_by_insert(project, _ref("analytics.api_requests")))  # daily and monthly
     (tmp_path / "a.sql").write_text(
         "CREATE TABLE a.src (ts DateTime, n UInt64) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY ts;\n"
         "CREATE TABLE a.hourly (hour DateTime, n UInt64) ENGINE = SummingMergeTree PARTITION BY toStartOfHour(hour) "
         "ORDER BY hour;\nCREATE MATERIALIZED VIEW a.mv TO a.hourly AS SELECT toStartOfHour(ts) AS hour, sum(n) AS n "
         "FROM a.src GROUP BY hour;\n"
     )
-    project = load(tmp_path).project
-    assert hourly(project, written_by_insert(project, _ref("a.src")))
+    loaded = load(tmp_path)
+    assert hourly(loaded, written_by_insert(loaded.project, _ref("a.src")))
 
 
 def _pacer(**rules) -> Pacer:

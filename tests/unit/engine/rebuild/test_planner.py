@@ -63,7 +63,8 @@ def test_clickhouse_engine_reads_each_window_of_the_source(example):
         example, STATS, DAYS[:2], Observations(live=STATS, zone="UTC"), engine="clickhouse", run="0a1b2c3d"
     )
     view = example.project.views_into(STATS)[0]
-    scheme = PartitionScheme(grain="day", column="hour")
+    scheme = example.partitioning(STATS)
+    assert scheme.scheme == PartitionScheme(grain="day", column="hour")
     assert plan == RebuildPlan(
         target=STATS,
         live=STATS,
@@ -206,7 +207,7 @@ def test_spark_for_a_chain_target_whose_trigger_the_lake_does_not_cover(lake):
 def test_unpartitioned_target_is_one_partition_swap_of_the_whole_table(example):
     target, source = ref("analytics.entity_latest"), ref("analytics.raw_webhooks")
     plan = plan_rebuild(example, target, DAYS, Observations(live=target, zone="UTC"), engine="clickhouse", run="feed")
-    assert plan.scheme == PartitionScheme(grain=None)
+    assert plan.scheme.scheme == PartitionScheme(grain=None)
     assert plan.steps == (
         PartitionStep(
             None,
@@ -262,7 +263,7 @@ def test_refreshable_view_is_one_refresh_step(tmp_path):
         PartitionStep(None, Engine.REFRESH, Swap.REFRESH, None, (), "refreshable MV: the server recomputes it"),
     )
     assert plan.gates == ()
-    assert plan.scheme == PartitionScheme(grain="day", column="day")
+    assert plan.scheme.scheme == PartitionScheme(grain="day", column="day")
 
 
 @pytest.mark.parametrize(
@@ -388,7 +389,7 @@ def test_plans_are_frozen_hashable_and_equal_when_decided_alike(lake):
 
 
 def test_plan_from_source_is_all_clickhouse(example):
-    plan = plan_from_source(example.project, STATS, DAYS, STATS, zone="UTC")
+    plan = plan_from_source(example, STATS, DAYS, STATS, zone="UTC")
     asked = plan_rebuild(example, STATS, DAYS, Observations(live=STATS, zone="UTC"), engine="clickhouse", run=plan.run)
     assert plan.steps == tuple(dataclasses.replace(s, reason="from the source table") for s in asked.steps)
     assert [s.engine for s in plan.steps] == [Engine.CLICKHOUSE] * 3
@@ -419,7 +420,8 @@ def test_scheme_in_the_plan_is_the_targets(example):
     plan = plan_rebuild(
         example, target, [window_at(D(2026, 9, 1), "month")], Observations(live=target, zone="UTC"), engine="clickhouse"
     )
-    assert plan.scheme == partition_scheme(example.project.table(target), example.project.views_into(target))
+    assert plan.scheme is example.partitioning(target)  # the loaded project's one object
+    assert plan.scheme.scheme == partition_scheme(example.project.table(target), example.project.views_into(target))
 
 
 def test_each_step_carries_its_swap_partition_rows_and_shadow_statement(example):
