@@ -14,6 +14,7 @@ from datetime import datetime
 
 from chmv_assets.ddl.shapes import (
     Day,
+    FifteenMinutes,
     FiveMinutes,
     Hour,
     Interval,
@@ -81,6 +82,14 @@ SHAPES = [
         "2026-09-01-13:10",
         D(2026, 9, 1, 13, 10),
         D(2026, 9, 1, 13, 20),
+    ),
+    ShapeCase(
+        "toStartOfFifteenMinutes(ts)",
+        "ts DateTime",
+        FifteenMinutes,
+        "2026-09-01-13:15",
+        D(2026, 9, 1, 13, 15),
+        D(2026, 9, 1, 13, 30),
     ),
     ShapeCase(
         "(toYYYYMM(ts), region)",

@@ -366,6 +366,14 @@ class TenMinutes(FixedInterval):
     functions = ("toStartOfTenMinutes",)
 
 
+@register
+class FifteenMinutes(FixedInterval):
+    """``toStartOfFifteenMinutes(c)``."""
+
+    fixed_grain = Grain.FIFTEEN_MINUTES
+    functions = ("toStartOfFifteenMinutes",)
+
+
 def read_time_shape(call: PartitionCall, is_date: bool) -> TimeShape | None:
     """The time shape of a PARTITION BY element on a time column: the first registered class that reads it."""
     for cls in _TIME_SHAPES:
