@@ -8,7 +8,7 @@ import pytest
 from conftest import EXAMPLE_DDL
 
 from chmv_assets.ddl.loader import load
-from chmv_assets.engine.health.lint import lint_project
+from chmv_assets.engine.health.lint import RULES, lint_project
 
 BAD_DDL = """
 CREATE DATABASE IF NOT EXISTS shop ENGINE = Atomic;
@@ -272,3 +272,10 @@ def test_each_rule_finds_its_pattern_alone_with_its_reason_and_fix(
     findings = lint_project(load(tmp_path, lint=budgets))
     assert [(f.rule, f.subject, f.reason, f.fix) for f in findings] == [(rule, *e) for e in expected]
     assert all(f.location.startswith(str(tmp_path / "s.sql")) for f in findings)
+
+
+def test_every_rule_has_its_row_and_a_name_of_its_own() -> None:
+    ids = [rule.id for rule in RULES]
+    assert len(set(ids)) == len(ids)
+    assert ids == [row.id for row in RULE_ROWS]  # one row per rule, in the rules' order
+    assert all(rule.checks and rule.message and rule.fix for rule in RULES)
