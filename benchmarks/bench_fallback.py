@@ -31,7 +31,7 @@ os.environ["CHMV_PARSE_CACHE"] = "0"
 from bench_definitions import generate  # noqa: E402
 
 from chmv_assets.ddl.loader import gc_paused, load  # noqa: E402
-from chmv_assets.ddl.parser import load_project  # noqa: E402
+from chmv_assets.ddl.parsing.project import load_project  # noqa: E402
 from chmv_assets.ddl.server_grammar import server_grammar  # noqa: E402
 
 #: The rewrite that makes an MV unreadable for sqlglot and leaves its result alone: an alias inside an argument.

@@ -51,7 +51,7 @@ from lineage_testing import (  # noqa: E402
     user_databases,
 )
 
-from chmv_assets.ddl.parser import load_project  # noqa: E402
+from chmv_assets.ddl.parsing.project import load_project  # noqa: E402
 from chmv_assets.ddl.sql_text import split_statements  # noqa: E402
 from chmv_assets.errors import DDLError  # noqa: E402
 from resources.clickhouse import ClickHouseResource  # noqa: E402

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.ddl.models import MaterializedView, Table
-from chmv_assets.ddl.parser import parse_statement
+from chmv_assets.ddl.parsing.statements import parse_statement
 from chmv_assets.ddl.sql_text import split_statements
 from chmv_assets.engine.drift import LiveObject
 from chmv_assets.engine.lifecycle.plan import LifecyclePlan

@@ -201,9 +201,23 @@ def execute_request(run: Run, request: Any, actor: str, *, sensor: str) -> None:
             result = job.execute_in_process(
                 run_config=request.run_config, instance=run.dagster_instance(), tags=tags, raise_on_error=False
             )
-        run.history.end(op, OK if result.success else FAILED)
+        if result.success:
+            run.history.end(op, OK)
+        else:
+            run.history.end(op, FAILED, error=_step_error(result))
     except Exception as err:  # noqa: BLE001 - recorded
         run.history.end(op, FAILED, error=first_line(err))
+
+
+def _step_error(result: Any) -> str:
+    """The first failed step's error of an in-process run, as chmv raised it."""
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data.error is not None:
+            error = event.step_failure_data.error
+            while error.cause is not None:
+                error = error.cause
+            return f"{error.cls_name}: {error.message.strip().splitlines()[0][:400]}"
+    return "the run failed"
 
 
 def maintain(run: Run) -> None:

@@ -27,7 +27,7 @@ from chmv_assets import settings
 from chmv_assets.ddl.config import CONFIG_FILE, ChmvConfig, load_config
 from chmv_assets.ddl.lineage import LineageGraph
 from chmv_assets.ddl.models import ObjectRef, Project
-from chmv_assets.ddl.parser import load_project
+from chmv_assets.ddl.parsing.project import load_project
 from chmv_assets.ddl.partitioning import TargetPartitioning, target_partitioning
 from chmv_assets.ddl.server_grammar import grammar_version
 from chmv_assets.ddl.twin import local_twin

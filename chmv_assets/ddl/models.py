@@ -590,6 +590,10 @@ class KeptObject(_Frozen):
         return f"{self.kind} {self.name}"
 
 
+#: The model of one CREATE statement (:func:`chmv_assets.ddl.parsing.statements.parse_statement`).
+StatementModel = Table | Dictionary | MaterializedView | Database | KeptObject
+
+
 class StandIn(_Frozen):
     """What the local twin runs in place of a production object (:mod:`chmv_assets.ddl.twin`).
 

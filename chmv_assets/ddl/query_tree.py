@@ -5,7 +5,8 @@ SELECT before analysis, in labelled sections (``PROJECTION``, ``JOIN TREE``, ``W
 needed. It has no positions, so what chmv splices or shows verbatim comes from the SELECT's tokens: where each table
 is named (:func:`~chmv_assets.ddl.sql_text.table_mentions`, matched to the tree's tables in written order) and the
 text of each SELECT-list and GROUP BY item (:func:`~chmv_assets.ddl.sql_text.select_layout`). The facts are those
-:func:`chmv_assets.ddl.parser` derives from sqlglot's tree (:class:`~chmv_assets.ddl.select_facts.SelectFacts`).
+:func:`chmv_assets.ddl.parsing.select.analyze_select` derives from sqlglot's tree
+(:class:`~chmv_assets.ddl.select_facts.SelectFacts`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from chmv_assets.ddl.grains import TRUNCATION_FUNCTIONS, Grain
-from chmv_assets.ddl.models import AggregateCall, ObjectRef, OutputColumn, SourceRole, SourceUse, Span
-from chmv_assets.ddl.select_facts import AGGREGATES, SelectFacts, is_dictionary_function, split_combinators
+from chmv_assets.ddl.models import AggregateCall, ObjectRef, OutputColumn, Span
+from chmv_assets.ddl.select_facts import (
+    AGGREGATES,
+    SelectFacts,
+    SourceUses,
+    is_dictionary_function,
+    source_role,
+    split_combinators,
+)
 from chmv_assets.ddl.sql_text import TableMention, select_layout, table_mentions, tokenize
 
 #: ``IN`` and its kin: a bare name as their second argument is a table (``k IN db.allowed``).
@@ -284,26 +292,17 @@ def analyze_query_tree(dump: str, select_sql: str, default_database: str) -> Sel
     heads = {id(tree.leftmost(b)) for b in tree.branches[1:]} if len(tree.branches) > 1 else set()
     blocks = {*heads, id(trigger_node)}
 
-    uses: dict[ObjectRef, dict] = {}
+    uses = SourceUses()
     for table in real:
         ref = ref_of(table)
-        if ref == trigger:
-            role = SourceRole.TRIGGER
-        elif id(table.node) in heads:
-            role = SourceRole.UNION_BRANCH
-        else:
-            role = SourceRole.READ_WHOLE
-        entry = uses.setdefault(ref, {"role": role, "spans": [], "aliased": [], "block": []})
-        if table.mention is not None:
-            entry["spans"].append(Span(start=table.mention.start, end=table.mention.end))
-            entry["aliased"].append(table.after_in or "alias" in table.node.attrs)
-            entry["block"].append(id(table.node) in blocks)
-    sources = tuple(
-        SourceUse(
-            ref=r, role=u["role"], spans=tuple(u["spans"]), has_alias=tuple(u["aliased"]), block=tuple(u["block"])
+        mention = table.mention
+        uses.add(
+            ref,
+            source_role(ref, trigger, id(table.node) in heads),
+            Span(start=mention.start, end=mention.end) if mention is not None else None,
+            aliased=table.after_in or "alias" in table.node.attrs,
+            block=id(table.node) in blocks,
         )
-        for r, u in sorted(uses.items(), key=lambda kv: kv[1]["role"] != SourceRole.TRIGGER)
-    )
 
     joined: list[ObjectRef] = []
     for join in tree.joins():
@@ -356,7 +355,7 @@ def analyze_query_tree(dump: str, select_sql: str, default_database: str) -> Sel
             )
         )
     return SelectFacts(
-        sources=sources,
+        sources=uses.sources(),
         trigger=trigger,
         dictionaries=tuple(dict.fromkeys(dictionaries)),
         group_by=tuple(select_sql[a:b] for a, b in layout.group_by),

@@ -1,14 +1,15 @@
 """What chmv derives from an MV's (or a plain view's) SELECT, whichever parser read it, and the aggregate names.
 
-:mod:`chmv_assets.ddl.parser` derives :class:`SelectFacts` from sqlglot's tree; where sqlglot cannot read the SELECT,
-:mod:`chmv_assets.ddl.query_tree` derives the same facts from ClickHouse's own query tree.
+:mod:`chmv_assets.ddl.parsing.select` derives :class:`SelectFacts` from sqlglot's tree; where sqlglot cannot read the
+SELECT, :mod:`chmv_assets.ddl.query_tree` derives the same facts from ClickHouse's own query tree. Both collect the
+tables read in a :class:`SourceUses`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from chmv_assets.ddl.models import AggregateCall, ObjectRef, OutputColumn, SourceUse
+from chmv_assets.ddl.models import AggregateCall, ObjectRef, OutputColumn, SourceRole, SourceUse, Span
 
 #: Aggregate combinators, longest first so ``MergeState`` strips as one unit.
 COMBINATORS = (
@@ -121,3 +122,45 @@ class SelectFacts:
     self_join: bool
     has_order_by: bool
     functions: tuple[str, ...] = ()
+
+
+def source_role(ref: ObjectRef, trigger: ObjectRef | None, union_head: bool) -> SourceRole:
+    """The role of a table the SELECT names: its trigger, the left-most table of a UNION branch, or read whole."""
+    if ref == trigger:
+        return SourceRole.TRIGGER
+    return SourceRole.UNION_BRANCH if union_head else SourceRole.READ_WHOLE
+
+
+@dataclass
+class _Use:
+    role: SourceRole
+    spans: list[Span] = field(default_factory=list)
+    aliased: list[bool] = field(default_factory=list)
+    block: list[bool] = field(default_factory=list)
+
+
+class SourceUses:
+    """The tables a SELECT reads, each once: its role (where it is first met decides) and every place it is named."""
+
+    def __init__(self) -> None:
+        self._uses: dict[ObjectRef, _Use] = {}
+
+    def add(self, ref: ObjectRef, role: SourceRole, span: Span | None = None, *, aliased: bool, block: bool) -> None:
+        """``ref`` met in the SELECT; ``span``: where it is named (relative to the SELECT), when known.
+
+        Args:
+            aliased: The name there has an alias (or stands where none is allowed: ``k IN db.t``).
+            block: The insert block stands in there (the left-most FROM of the query or of a UNION branch).
+        """
+        use = self._uses.setdefault(ref, _Use(role))
+        if span is not None:
+            use.spans.append(span)
+            use.aliased.append(aliased)
+            use.block.append(block)
+
+    def sources(self) -> tuple[SourceUse, ...]:
+        """Every table read, the trigger first, the others in the order they were met."""
+        return tuple(
+            SourceUse(ref=r, role=u.role, spans=tuple(u.spans), has_alias=tuple(u.aliased), block=tuple(u.block))
+            for r, u in sorted(self._uses.items(), key=lambda kv: kv[1].role != SourceRole.TRIGGER)
+        )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import threading
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 
@@ -28,8 +28,8 @@ def to_sql(node) -> str:
     return _GENERATOR.generate(node, copy=False)
 
 
-# Keywords that end a clause of CREATE TABLE / CREATE MATERIALIZED VIEW at parenthesis depth 0.
-_CLAUSE_STOPS = {
+#: Keywords that end a clause of CREATE TABLE / CREATE MATERIALIZED VIEW at parenthesis depth 0.
+CLAUSE_STOPS = {
     "ORDER",
     "PRIMARY",
     "SAMPLE",
@@ -145,6 +145,18 @@ _CLOSE = (TokenType.R_PAREN, TokenType.R_BRACKET)
 _STARTERS = (TokenType.SELECT, TokenType.WITH, TokenType.L_PAREN)
 
 
+def nesting(tokens: Iterable[Token]) -> Iterator[tuple[int, Token, int]]:
+    """Each token with its index and the depth of parentheses and brackets after it: ``(`` and ``[`` stand inside
+    what they open, ``)`` and ``]`` outside what they close, a word at depth 0 is at the statement's own level."""
+    depth = 0
+    for i, token in enumerate(tokens):
+        if token.token_type in _OPEN:
+            depth += 1
+        elif token.token_type in _CLOSE:
+            depth -= 1
+        yield i, token, depth
+
+
 def clauses(tokens: list[Token]) -> dict[str, tuple[int, int]]:
     """Spans ``[start, end)`` of the depth-0 clauses named in :data:`TABLE_CLAUSES`, in one pass.
 
@@ -164,7 +176,7 @@ def clauses(tokens: list[Token]) -> dict[str, tuple[int, int]]:
         elif depth == 0:
             word = _word(token).split(" ")[0]
             ttl_move = open_phrase == "TTL" and word == "TO" and i + 1 < n and _word(tokens[i + 1]) in _TTL_TARGETS
-            if word in _CLAUSE_STOPS and not ttl_move:
+            if word in CLAUSE_STOPS and not ttl_move:
                 as_select = kind == TokenType.ALIAS and i + 1 < n and tokens[i + 1].token_type in _STARTERS
                 if open_phrase is not None and i > body_start:
                     found.setdefault(open_phrase, (tokens[body_start].start, last_end))
@@ -205,13 +217,8 @@ def _phrase_length(tokens: list[Token], i: int, phrase: str) -> int:
 
 def select_start(tokens: list[Token]) -> int | None:
     """Offset of the SELECT (or WITH, or parenthesis) after the depth-0 ``AS`` of a CREATE … AS SELECT."""
-    depth = 0
-    for i, token in enumerate(tokens):
-        if token.token_type in (TokenType.L_PAREN, TokenType.L_BRACKET):
-            depth += 1
-        elif token.token_type in (TokenType.R_PAREN, TokenType.R_BRACKET):
-            depth -= 1
-        elif depth == 0 and token.token_type == TokenType.ALIAS and i + 1 < len(tokens):
+    for i, token, depth in nesting(tokens):
+        if depth == 0 and token.token_type == TokenType.ALIAS and i + 1 < len(tokens):
             nxt = tokens[i + 1]
             if nxt.token_type in (TokenType.SELECT, TokenType.WITH, TokenType.L_PAREN):
                 return nxt.start
@@ -279,17 +286,15 @@ def on_cluster_span(tokens: list[Token]) -> tuple[int, int] | None:
     = …`` there is not a cluster clause).
     """
     stop = select_start(tokens)
-    depth = 0
-    for i, token in enumerate(tokens):
+    for i, token, depth in nesting(tokens):
         if stop is not None and token.start >= stop:
             return None
-        kind = token.token_type
-        if kind in _OPEN:
-            depth += 1
-        elif kind in _CLOSE:
-            depth -= 1
-        elif (
-            depth == 0 and kind == TokenType.ON and i > 0 and i + 2 < len(tokens) and _word(tokens[i + 1]) == "CLUSTER"
+        if (
+            depth == 0
+            and token.token_type == TokenType.ON
+            and i > 0
+            and i + 2 < len(tokens)
+            and _word(tokens[i + 1]) == "CLUSTER"
         ):
             return tokens[i - 1].end + 1, tokens[i + 2].end + 1
     return None
@@ -330,16 +335,10 @@ def engine_string_arguments(tokens: list[Token]) -> list[tuple[int, int]]:
     """Spans ``[start, end)`` of the leading string-literal arguments of the depth-0 ``ENGINE = name(…)``, quotes
     included (the Keeper path and replica name of ``ReplicatedMergeTree('/p', '{replica}')``)."""
     stop = select_start(tokens)
-    depth = 0
-    for i, token in enumerate(tokens):
+    for i, token, depth in nesting(tokens):
         if stop is not None and token.start >= stop:
             break
-        kind = token.token_type
-        if kind in _OPEN:
-            depth += 1
-        elif kind in _CLOSE:
-            depth -= 1
-        elif depth == 0 and _word(token) == "ENGINE":
+        if depth == 0 and _word(token) == "ENGINE":
             j = i + 1
             if j < len(tokens) and tokens[j].token_type == TokenType.EQ:
                 j += 1

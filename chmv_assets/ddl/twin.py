@@ -39,7 +39,7 @@ from chmv_assets.ddl.models import (
     StandIn,
     Table,
 )
-from chmv_assets.ddl.parser import parse_statement
+from chmv_assets.ddl.parsing.statements import parse_statement
 from chmv_assets.ddl.sql_text import clauses, on_cluster_span, select_start, tokenize
 
 #: Virtual columns of each stream engine, as ``(name, type, value when not inserted)``: a consumer MV may read them.

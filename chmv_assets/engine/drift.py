@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.models import Column, MaterializedView, ObjectRef, Project, stored_columns
-from chmv_assets.ddl.parser import parse_statement
+from chmv_assets.ddl.parsing.statements import parse_statement
 from chmv_assets.ddl.types import canonical_type
 from chmv_assets.errors import DDLError
 from chmv_assets.sql.server_form import same_structure, server_select

@@ -45,17 +45,20 @@ def build_maintenance(loaded: LoadedProject) -> tuple[SensorDefinition, JobDefin
                 merged = merge_late_partitions(client, loaded.project, rules, pacing=loaded.config.pacing, until=until)
         table = "\n".join(
             f"| {m.partition.table.fqn} | {m.partition.partition_id} | {m.partition.parts} | "
-            f"{m.parts_after} | {m.seconds:.1f} |"
+            f"{m.parts_after} | {m.seconds:.1f} | {m.skipped or ''} |"
             for m in merged
         )
+        done = [m for m in merged if m.skipped is None]
         yield Output(
             None,
             metadata={
-                "chmv/partitions_merged": len(merged),
-                "chmv/parts_before": sum(m.partition.parts for m in merged),
-                "chmv/parts_after": sum(m.parts_after for m in merged),
+                "chmv/partitions_merged": len(done),
+                "chmv/partitions_skipped": len(merged) - len(done),
+                "chmv/parts_before": sum(m.partition.parts for m in done),
+                "chmv/parts_after": sum(m.parts_after for m in done),
                 "chmv/merged": MetadataValue.md(
-                    "| table | partition | parts before | after | seconds |\n|---|---|---|---|---|\n" + table
+                    "| table | partition | parts before | after | seconds | not merged: why |\n|---|---|---|---|---|---|\n"
+                    + table
                     if merged
                     else "nothing to merge"
                 ),

@@ -14,7 +14,7 @@ import pytest
 from chmv_assets.cli import main
 from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.ddl.parser import parse_statement
+from chmv_assets.ddl.parsing.statements import parse_statement
 from chmv_assets.ddl.twin import local_twin
 from chmv_assets.engine.lifecycle.planner import plan_lifecycle
 from chmv_assets.engine.lifecycle.preflight import preflight

@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
 from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from chmv_assets.ddl.config import MaintenanceConfig, PacingConfig
 from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.engine.clock import from_wall_seconds, wall_now
 from chmv_assets.engine.pacing.pacer import pacer_for
 from chmv_assets.engine.parts import read_partitions
+from chmv_assets.engine.server_errors import Code, is_code
 from chmv_assets.engine.statements import statement_id
 from chmv_assets.sql.health_sql import optimize_sql
 
@@ -49,11 +51,12 @@ class LatePartition:
 
 @dataclass(frozen=True)
 class Merged:
-    """What one merge did."""
+    """What one merge did (``skipped``: why it did not merge, the partition left for the next window)."""
 
     partition: LatePartition
     parts_after: int
     seconds: float
+    skipped: str | None = None
 
 
 def merging_targets(project: Project) -> list[ObjectRef]:
@@ -126,12 +129,16 @@ def merge_late_partitions(
         + "".join(f"\n- {p}" for p in partitions)
     )
     merged: list[Merged] = []
+    cancelled: dict[ObjectRef, str] = {}  # tables whose merges the server cancels (stopped): not tried again
     for number, partition in enumerate(partitions, start=1):
         if until is not None and wall_now(client) >= until:
             _LOG.info(
                 f"the quiet window ended at {until}: {len(partitions) - number + 1} partition(s) wait for the next one"
             )
             break
+        if partition.table in cancelled:
+            merged.append(Merged(partition, partition.parts, 0.0, cancelled[partition.table]))
+            continue
         started = time.monotonic()
         sql = optimize_sql(partition.table, partition.partition_id)
         query_id = statement_id("optimize", partition.table.fqn, partition.partition_id)
@@ -140,7 +147,21 @@ def merge_late_partitions(
             client.command(sql, settings={"query_id": query_id, "optimize_throw_if_noop": 0})
 
         # the merge pool and the concurrency cap hold it; its own parts (why it is merged) never do
-        pacer.run(f"{partition.table.fqn} partition {partition.partition_id}: OPTIMIZE FINAL", statement, watch=())
+        try:
+            pacer.run(f"{partition.table.fqn} partition {partition.partition_id}: OPTIMIZE FINAL", statement, watch=())
+        except ClickHouseError as error:
+            if not is_code(error, Code.ABORTED):
+                raise
+            # ``SYSTEM STOP MERGES`` on the table (an operator's, a migration's): every merge of it is cancelled
+            why = (
+                f"the server cancelled the merge ({' '.join(str(error).split())[:160]}): merges of "
+                f"{partition.table.fqn} are stopped (SYSTEM STOP MERGES) or an ALTER cancelled them; its partitions "
+                "are left for the next window"
+            )
+            _LOG.warning(f"{partition}: {why}")
+            cancelled[partition.table] = why
+            merged.append(Merged(partition, partition.parts, time.monotonic() - started, why))
+            continue
         held = read_partitions(client, [partition.table])[partition.table]
         after = sum(p.parts for p in held if p.partition_id == partition.partition_id)
         done = Merged(partition, after, time.monotonic() - started)

@@ -23,7 +23,7 @@ from clickhouse_connect.driver.client import Client
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import Dictionary, KeptKind, KeptObject, MaterializedView, ObjectRef, Table
 from chmv_assets.ddl.names import safe_name
-from chmv_assets.ddl.parser import parse_statement
+from chmv_assets.ddl.parsing.statements import parse_statement
 from chmv_assets.ddl.partitioning import (
     PartitionScheme,
     PartitionWindow,

@@ -28,6 +28,7 @@ PROVOKED = {
     Code.TOO_MANY_PARTS: "INSERT INTO d.p VALUES (now(), 1)",
     Code.NO_COMMON_TYPE: "SELECT [1, 'a']",
     Code.ALTER_OF_COLUMN_IS_FORBIDDEN: "ALTER TABLE d.t MODIFY COLUMN ts String",
+    Code.ABORTED: "OPTIMIZE TABLE d.p FINAL",  # its merges stopped (SYSTEM STOP MERGES): the server cancels them
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from chmv_assets.ddl.lineage import LineageGraph
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, SourceLocation, SourceRole, SourceUse, Table
-from chmv_assets.ddl.parser import load_project
+from chmv_assets.ddl.parsing.project import load_project
 
 CHAIN = [
     "analytics.raw_events",

@@ -9,7 +9,8 @@ import pytest
 
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.models import ObjectRef, PartitionCall
-from chmv_assets.ddl.parser import load_project, parse_statement
+from chmv_assets.ddl.parsing.project import load_project
+from chmv_assets.ddl.parsing.statements import parse_statement
 from chmv_assets.ddl.partitioning import partition_scheme, window_at, windows_between
 from chmv_assets.errors import DDLError
 

@@ -10,7 +10,9 @@ import pytest
 from sqlglot import exp
 
 from chmv_assets.ddl.models import ObjectRef, SourceRole
-from chmv_assets.ddl.parser import load_project, parse_statement, split_combinators
+from chmv_assets.ddl.parsing.project import load_project
+from chmv_assets.ddl.parsing.statements import parse_statement
+from chmv_assets.ddl.select_facts import split_combinators
 from chmv_assets.errors import DDLError
 
 EXAMPLE_DDL = Path(__file__).resolve().parents[3] / "examples" / "ddl"

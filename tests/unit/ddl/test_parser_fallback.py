@@ -11,7 +11,8 @@ import pytest
 
 from chmv_assets.ddl.lineage import LineageGraph
 from chmv_assets.ddl.models import KeptKind, MaterializedView, ObjectRef, SourceRole, Table
-from chmv_assets.ddl.parser import load_project, parse_statement
+from chmv_assets.ddl.parsing.project import load_project
+from chmv_assets.ddl.parsing.statements import parse_statement
 from chmv_assets.errors import DDLError
 from chmv_assets.sql.rewrite import renamed_select, renamed_statement
 

@@ -10,7 +10,7 @@ import pytest
 from sqlglot import parse_one
 
 from chmv_assets.ddl.models import ObjectRef, SourceRole
-from chmv_assets.ddl.parser import _analyze_select
+from chmv_assets.ddl.parsing.select import analyze_select
 from chmv_assets.ddl.query_tree import analyze_query_tree, parse_dump
 from chmv_assets.ddl.select_facts import SelectFacts
 from chmv_assets.ddl.server_grammar import server_grammar
@@ -50,7 +50,7 @@ def facts(select: str) -> tuple[SelectFacts, SelectFacts]:
     """The facts of ``select`` from sqlglot's tree and from ClickHouse's query tree."""
     dump = server_grammar().query_tree(select)
     assert isinstance(dump, str), dump
-    return _analyze_select(parse_one(select, read="clickhouse"), "d", 0), analyze_query_tree(dump, select, "d")
+    return analyze_select(parse_one(select, read="clickhouse"), "d", 0), analyze_query_tree(dump, select, "d")
 
 
 @pytest.mark.parametrize("select", [c[1] for c in SELECTS], ids=[c[0] for c in SELECTS])

@@ -11,6 +11,7 @@ from sqlglot.tokens import TokenType
 from chmv_assets.ddl.sql_text import (
     clauses,
     line_col,
+    nesting,
     select_start,
     split_statements,
     thread_parser,
@@ -206,6 +207,24 @@ def test_select_start(sql, expected):
 )
 def test_select_start_none_without_as_select(sql):
     assert select_start(tokenize(sql)) is None
+
+
+def test_nesting_puts_a_bracket_inside_what_it_opens_and_outside_what_it_closes():
+    tokens = tokenize("f(a[1], (b)) c")
+    assert [(i, t.text, depth) for i, t, depth in nesting(tokens)] == [
+        (0, "f", 0),
+        (1, "(", 1),
+        (2, "a", 1),
+        (3, "[", 2),
+        (4, "1", 2),
+        (5, "]", 1),
+        (6, ",", 1),
+        (7, "(", 2),
+        (8, "b", 2),
+        (9, ")", 1),
+        (10, ")", 0),
+        (11, "c", 0),
+    ]
 
 
 def test_tokenize_keeps_quoted_names_and_string_values():

@@ -9,7 +9,8 @@ import pytest
 
 from chmv_assets.ddl.loader import load, twin_of
 from chmv_assets.ddl.models import KeptKind, ObjectRef, Project, Table
-from chmv_assets.ddl.parser import load_project, parse_statement
+from chmv_assets.ddl.parsing.project import load_project
+from chmv_assets.ddl.parsing.statements import parse_statement
 from chmv_assets.ddl.twin import describe_stand_ins, engine_of, local_twin, null_stand_in_sql
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "fixtures" / "schemas"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from chmv_assets.ddl.models import Project
-from chmv_assets.ddl.parser import parse_statement
+from chmv_assets.ddl.parsing.statements import parse_statement
 from chmv_assets.engine.drift import LiveObject, _object_drift, normalize_type
 
 

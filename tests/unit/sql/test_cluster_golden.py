@@ -26,7 +26,7 @@ from cluster_testing import (
 from ddl_testing import ref
 from lifecycle_testing import edit
 
-from chmv_assets.ddl.parser import parse_statement
+from chmv_assets.ddl.parsing.statements import parse_statement
 from chmv_assets.ddl.partitioning import window_at
 from chmv_assets.engine.lifecycle.plan import Action
 from chmv_assets.engine.lifecycle.planner import next_version_ref, old_version_ref, plan_from_state

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.ddl.parser import parse_statement
+from chmv_assets.ddl.parsing.statements import parse_statement
 from chmv_assets.errors import ChmvError
 from chmv_assets.sql.rewrite import renamed_statement
 

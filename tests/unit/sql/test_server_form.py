@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chmv_assets.ddl.models import MaterializedView
-from chmv_assets.ddl.parser import parse_statement
+from chmv_assets.ddl.parsing.statements import parse_statement
 from chmv_assets.sql.server_form import expand_functions, function_parts, same_structure, server_select
 
 FUNCTIONS = {

@@ -135,3 +135,35 @@ def test_late_partitions_of_collapsing_targets_are_merged_and_read_the_same(
         assert plain == final  # collapsed: no FINAL needed any more
     log = [r.getMessage() for r in caplog.records if r.name.startswith("chmv_assets.")]
     assert "analytics.counter_daily partition 202608 (4 parts" in log[0]
+
+
+def test_a_target_whose_merges_are_stopped_is_left_for_the_next_window(tmp_path: Path, base: Path, example) -> None:
+    """``SYSTEM STOP MERGES`` on a target (an operator's, a migration's): the server cancels its merges (ABORTED).
+    Maintenance says so for its partitions and merges the other targets' (the run failed on the first one with the
+    server's raw error, the others left unmerged)."""
+    engine = copy_engine(base, tmp_path / "chdb")
+    rules = MaintenanceConfig(enabled=True, closed_after_hours=24)
+    project = example.project
+    with engine.get_client() as client:
+        for target in ("counter_daily", "hourly_endpoint_stats", "entity_latest", "events_daily", "events_weekly"):
+            client.command(f"OPTIMIZE TABLE analytics.{target} FINAL")
+        for n in range(3):  # late rows of an old month of two targets
+            client.command(
+                f"INSERT INTO analytics.counter VALUES ('2026-08-0{n + 2} 10:00:00', {900 + n}, {n + 1})",
+                settings={"async_insert": 0},
+            )
+            client.command(
+                f"INSERT INTO analytics.events_daily SELECT toDate('2026-08-0{n + 2}'), 'late', sumState(toUInt64(1)), "
+                "uniqState(toUInt64(1))",
+                settings={"async_insert": 0},
+            )
+        client.command("SYSTEM STOP MERGES analytics.counter_daily")
+        try:
+            done = merge_late_partitions(client, project, rules, pacing=PacingConfig())
+        finally:
+            client.command("SYSTEM START MERGES analytics.counter_daily")
+    by_table = {m.partition.table.name: m for m in done}
+    assert {"counter_daily", "events_daily"} <= set(by_table)  # events_weekly too: events_daily feeds it
+    skipped = by_table.pop("counter_daily")
+    assert skipped.skipped is not None and "merges of analytics.counter_daily are stopped" in skipped.skipped
+    assert all(m.skipped is None and m.parts_after == 1 for m in by_table.values()), by_table

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chmv_assets.ddl.parser import parse_statement
+from chmv_assets.ddl.parsing.statements import parse_statement
 from chmv_assets.engine.lifecycle.refusals import check_statement, refused_views
 from chmv_assets.errors import ChmvError
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chmv_assets.ddl.parser import parse_statement
+from chmv_assets.ddl.parsing.statements import parse_statement
 from chmv_assets.engine.lifecycle.table_diff import diff_table, same_text
 
 LIVE = (
