@@ -12,7 +12,9 @@ asset's ``MaterializeResult`` (or alone, when only the check is selected).
 Parity is evaluated per partition: every partition of the run gets its own evaluation (expected,
 actual, delta as numbers the UI plots per partition), tied to that partition's latest materialization,
 so a failed partition shows as failed in the check's partitions view, in single-partition and range
-runs alike.
+runs alike. A run that rebuilds the target evaluates its checks inside the rebuild's session
+(:func:`find_checks` as the run's verifier: its partitions' parity in one batch, each recomputed from where its fill
+read its rows), then yields their events after the materialization (:func:`check_events`).
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ from asset_checks.names import DRIFT, PARITY
 from chmv_assets.alerts import Alert, sink_for
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.engine.drift import drift_report
-from chmv_assets.engine.health.parity import parity_for_partition
+from chmv_assets.engine.drift import DriftItem, drift_report
+from chmv_assets.engine.health.parity import parity_for_partitions
 from chmv_assets.engine.health.schema_drift import drift_markdown
 from chmv_assets.engine.health.verdicts import ParityResult
 from chmv_assets.engine.ingest.landing import landing_dir
@@ -200,7 +202,25 @@ def parity_metadata(result: ParityResult) -> dict:
     return metadata
 
 
-def evaluate_inline_checks(
+@dataclass
+class CheckFindings:
+    """What the selected inline checks of one target found on the engine (the client's part of their evaluation,
+    done inside a rebuild run's session: :func:`find_checks`); :func:`check_events` turns it into Dagster's events.
+
+    Attributes:
+        partitions: The partitions parity was evaluated for (the run's, else the newest one).
+        parity: Per partition, its verdict (None: parity not selected).
+        drift: The target's differences from the DDL (None: drift not selected).
+        fix: The lifecycle plan that fixes them, when there are some.
+    """
+
+    partitions: list[str | None] = field(default_factory=list)
+    parity: list[ParityResult] | None = None
+    drift: list[DriftItem] | None = None
+    fix: DriftPlan | None = None
+
+
+def find_checks(
     context: AssetExecutionContext,
     client: Client,
     loaded: LoadedProject,
@@ -209,31 +229,54 @@ def evaluate_inline_checks(
     partitions_def: PartitionsDefinition | None,
     checks: Iterable[AssetCheckKey],
     *,
+    verified: Sequence[ParityResult] | None = None,
+) -> CheckFindings:
+    """Evaluate the selected inline checks of one target on ``client``: parity of the run's partitions in one batch
+    (:func:`~chmv_assets.engine.health.parity.parity_for_partitions`), or the verdicts a rebuild run verified
+    (``verified``: :func:`~chmv_assets.engine.health.parity.verify_rebuilt`) for those it covers; drift, and the plan
+    fixing it.
+    """
+    names = {c.name for c in checks if c.asset_key == key}
+    found = CheckFindings()
+    if PARITY in names:
+        found.partitions = check_partition_keys(context, partitions_def)
+        partitioning = loaded.partitioning(ref)  # the one codec of keys
+        by_key = {r.partition: r for r in verified or ()}
+        rest = [p for p in found.partitions if p not in by_key]
+        if rest:
+            windows = [partitioning.window_of(p) for p in rest]
+            by_key |= dict(zip(rest, parity_for_partitions(client, loaded, ref, windows), strict=True))
+        found.parity = [by_key[p] for p in found.partitions]
+    if DRIFT in names:
+        found.drift = drift_report(client, loaded.project, [ref])[ref]
+        if found.drift:
+            found.fix = run_drift_plan(context, client, loaded)
+    return found
+
+
+def check_events(
+    context: AssetExecutionContext,
+    loaded: LoadedProject,
+    ref: ObjectRef,
+    key: AssetKey,
+    found: CheckFindings,
+    *,
     dsn: str | None = None,
 ) -> CheckOutcome:
-    """Evaluate the selected inline checks of one target: one evaluation per check (per partition for parity).
+    """The events of the checks :func:`find_checks` evaluated: one evaluation per check (per partition for parity),
+    tied to each partition's latest materialization (read now: after the run's own), and the alerts of failures.
 
     Args:
-        context: The target op's context (selection, partitions, instance).
-        client: An open client.
-        loaded: The parsed project.
-        ref: The target.
-        key: Its asset key.
-        partitions_def: The target's partitions definition.
-        checks: The selected check keys of this target.
-        dsn: The server ``client`` reads, for the commands a failing drift check shows (``chmv apply --dsn …``).
+        dsn: The server the checks read, for the commands a failing drift check shows (``chmv apply --dsn …``).
 
     Returns:
         The events to yield (each check's output, then its evaluations) and the failed blocking checks.
     """
     outcome = CheckOutcome()
-    names = {c.name for c in checks if c.asset_key == key}
     blocking = loaded.config.parity.blocking
     sink = sink_for(loaded.config.alert_webhook)
-    if PARITY in names:
-        partitions = check_partition_keys(context, partitions_def)
-        partitioning = loaded.partitioning(ref)  # the one codec of keys
-        results = [parity_for_partition(client, loaded, ref, partitioning.window_of(p)) for p in partitions]
+    if found.parity is not None:
+        partitions, results = found.partitions, found.parity
         targets = latest_materializations(context.instance, key, partitions)
         outcome.events.append(
             Output(None, output_name=check_output_name(context.assets_def, AssetCheckKey(key, PARITY)))
@@ -246,8 +289,8 @@ def evaluate_inline_checks(
         failed = [r.partition or "(all)" for r in results if not r.passed]
         if failed and blocking:
             outcome.blocking_failed.append(f"{PARITY} ({', '.join(failed)})")
-    if DRIFT in names:
-        items = drift_report(client, loaded.project, [ref])[ref]
+    if found.drift is not None:
+        items = found.drift
         kinds: dict[str, int] = {}
         for item in items:
             kinds[item.kind] = kinds.get(item.kind, 0) + 1
@@ -266,9 +309,9 @@ def evaluate_inline_checks(
             )
             if blocking:
                 outcome.blocking_failed.append(DRIFT)
-            found = run_drift_plan(context, client, loaded)
-            metadata["chmv/fix"] = MetadataValue.md(drift_fix_markdown(found, loaded, ref, dsn=dsn))
-            metadata["chmv/plan_seconds"] = round(found.seconds, 3)
+            assert found.fix is not None
+            metadata["chmv/fix"] = MetadataValue.md(drift_fix_markdown(found.fix, loaded, ref, dsn=dsn))
+            metadata["chmv/plan_seconds"] = round(found.fix.seconds, 3)
         outcome.events.append(
             AssetCheckResult(
                 asset_key=key,

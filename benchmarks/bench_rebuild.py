@@ -98,7 +98,7 @@ def main() -> None:
                 client.command(f"INSERT INTO bench.baseline ({columns}) {select}")
 
             def chmv(window: PartitionWindow) -> None:
-                rebuild(client, project, target, window)
+                rebuild(client, loaded, target, window)
 
             def executor(window: PartitionWindow) -> list:
                 plan = plan_rebuild(

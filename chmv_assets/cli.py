@@ -77,6 +77,12 @@ def _parser() -> argparse.ArgumentParser:
     rebuild.add_argument("--engine", choices=("auto", "clickhouse", "spark"), default="auto")
     rebuild.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     rebuild.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the parity of the rebuilt partitions (by default each is recomputed from where its rows were read "
+        "and compared; exit 1 if one does not match)",
+    )
+    rebuild.add_argument(
         "--force",
         action="store_true",
         help="rebuild partitions whose rows neither the source table nor the landing zone holds "
@@ -287,10 +293,11 @@ def _loops_left_out(project) -> int:
 
 
 def _rebuild(args: argparse.Namespace, loaded, resource) -> int:
-    """``chmv rebuild``: the same planner and executor as the target assets."""
+    """``chmv rebuild``: the same rebuild path as the target assets (plan, execute, then verify what was rebuilt)."""
     from chmv_assets.ddl.models import ObjectRef
+    from chmv_assets.engine.health.parity import verify_rebuilt
     from chmv_assets.engine.ingest.landing import landing_dir
-    from chmv_assets.engine.rebuild.executor import execute, plan_for
+    from chmv_assets.engine.rebuild.executor import plan_for, run_rebuild
 
     database, _, name = args.target.partition(".")
     target = (
@@ -308,8 +315,8 @@ def _rebuild(args: argparse.Namespace, loaded, resource) -> int:
         raise ChmvError(f"{target.fqn} is unpartitioned: drop --partition to rebuild the whole table")
     windows = [partitioning.window(key) for key in args.partition] or [None]
     root = landing_dir(loaded)
-    plan = plan_for(resource, loaded, target, windows, engine=args.engine, root=root, force=args.force)
     if args.dry_run:
+        plan = plan_for(resource, loaded, target, windows, engine=args.engine, root=root, force=args.force)
         print(plan.describe())
         if plan.refused:  # what the run would say; exit 1 as the run would
             print(f"chmv: {plan.refusal()}", file=sys.stderr)
@@ -318,15 +325,29 @@ def _rebuild(args: argparse.Namespace, loaded, resource) -> int:
             print(f"chmv: {plan.deferral()}", file=sys.stderr)
             return 1
         return 0
-    stager = None
-    if any(step.engine == "spark" for step in plan.steps):
-        from spark.session import get_spark_session
-        from spark.staging import SparkStager
+    from spark.session import get_spark_session
+    from spark.staging import SparkStager
 
-        stager = SparkStager(get_spark_session)
-    results = execute(plan, loaded, resource, stager=stager, owner="chmv rebuild")
-    for r in results:
+    run = run_rebuild(
+        resource,
+        loaded,
+        target,
+        windows,
+        engine=args.engine,
+        root=root,
+        stager=SparkStager(get_spark_session),  # Spark starts only for a partition read from the landing zone
+        force=args.force,
+        owner="chmv rebuild",
+        verify=None if args.no_verify else lambda client, plan, results: verify_rebuilt(client, loaded, plan, results),
+    )
+    for r in run.results:
         print(f"rebuild: {r.target} {r.partition or '(all)'}: {r.engine}, {r.method}, {r.rows_written} rows")
+    for verdict in run.verified or ():
+        print(f"parity: {verdict.describe()}")
+    failed = [v for v in run.verified or () if not v.passed]
+    if failed:
+        print(f"chmv: parity failed for {', '.join(v.partition or '(all)' for v in failed)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -3,6 +3,7 @@
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
+from clickhouse_connect.driver.client import Client
 from dagster import (
     AssetExecutionContext,
     AssetMaterialization,
@@ -17,14 +18,16 @@ from dagster import (
 )
 from pydantic import Field
 
-from asset_checks.inline import evaluate_inline_checks, inline_check_specs
+from asset_checks.inline import CheckFindings, check_events, find_checks, inline_check_specs
+from asset_checks.names import PARITY
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.names import safe_name
 from chmv_assets.ddl.partitioning import PartitionWindow, TargetPartitioning
+from chmv_assets.engine.health.parity import verify_rebuilt
 from chmv_assets.engine.health.recovery import RebuildVerdict
 from chmv_assets.engine.ingest.landing import ingested_sources, landing_dir
-from chmv_assets.engine.rebuild.executor import StepResult, execute, plan_for
+from chmv_assets.engine.rebuild.executor import StepResult, Verifier, run_rebuild
 from chmv_assets.engine.rebuild.planner import RebuildPlan, spark_capable
 from chmv_assets.errors import ChmvError
 from chmv_assets.orchestration.partitions import dynamic_partitions_of
@@ -146,36 +149,42 @@ def _group_asset(
                     failures.append(message)
                     stopped.add(key)
                     continue
+                checks = [c for c in selected_checks if c.asset_key == key]
                 try:
                     # a recovery run executes the engines the sensor's planner chose (re-checked, not re-chosen)
                     verdict = RebuildVerdict.from_tags(context.run.tags, ref) if config.engine == "auto" else None
                     windows = partition_windows(context, loaded.partitioning(ref))
-                    plan = plan_for(
-                        clickhouse,
-                        loaded,
-                        ref,
-                        windows,
-                        engine=config.engine,
-                        root=root,
-                        force=config.force,
-                        engines=verdict.engine_of() if verdict else None,
-                    )
                     with forward_engine_logs(context):
-                        results = execute(
-                            plan, loaded, clickhouse, stager=stager, owner=f"dagster run {context.run_id}"
+                        run = run_rebuild(
+                            clickhouse,
+                            loaded,
+                            ref,
+                            windows,
+                            engine=config.engine,
+                            root=root,
+                            stager=stager,
+                            force=config.force,
+                            owner=f"dagster run {context.run_id}",
+                            engines=verdict.engine_of() if verdict else None,
+                            verify=_checks_of(context, loaded, ref, key, partitions_def, checks) if checks else None,
                         )
-                    yield from _materialized(context, key, plan, results)
+                    yield from _materialized(context, key, run.plan, run.results)
                 except Exception as err:  # noqa: BLE001 - reported per target, re-raised together below
                     context.log.error(f"{ref.fqn}: rebuild failed: {err}")
                     failures.append(f"{ref.fqn}: {err}")
                     stopped.add(key)
                     continue
-            checks = [c for c in selected_checks if c.asset_key == key]
-            if checks:
-                with clickhouse.get_client() as client:
-                    outcome = evaluate_inline_checks(
-                        context, client, loaded, ref, key, partitions_def, checks, dsn=clickhouse.resolved_dsn
-                    )
+                found = run.verified
+                if isinstance(found, Exception):  # a check that failed to evaluate, after the materialization
+                    raise found
+            else:
+                checks = [c for c in selected_checks if c.asset_key == key]
+                found = None
+                if checks:
+                    with clickhouse.get_client() as client:
+                        found = find_checks(context, client, loaded, ref, key, partitions_def, checks)
+            if found is not None:
+                outcome = check_events(context, loaded, ref, key, found, dsn=clickhouse.resolved_dsn)
                 yield from outcome.events
                 if outcome.blocking_failed:
                     stopped.add(key)
@@ -204,6 +213,28 @@ def _group_asset(
         yield from run(context, config, clickhouse)
 
     return _rebuild_in_clickhouse
+
+
+def _checks_of(
+    context: AssetExecutionContext,
+    loaded: LoadedProject,
+    ref: ObjectRef,
+    key,
+    partitions_def,
+    checks: list,
+) -> Verifier[CheckFindings | Exception]:
+    """The run's verifier of ``ref``: its selected checks evaluated on the rebuild's client once its partitions are
+    swapped (parity of what was rebuilt, in one batch: :func:`~chmv_assets.engine.health.parity.verify_rebuilt`). A
+    check that fails to evaluate is handed back, raised once the run's materialization is recorded."""
+
+    def verify(client: Client, plan: RebuildPlan, results) -> CheckFindings | Exception:
+        try:
+            verified = verify_rebuilt(client, loaded, plan, results) if any(c.name == PARITY for c in checks) else None
+            return find_checks(context, client, loaded, ref, key, partitions_def, checks, verified=verified)
+        except Exception as err:  # noqa: BLE001 - raised after the materialization
+            return err
+
+    return verify
 
 
 def _materialized(context: AssetExecutionContext, key, plan: RebuildPlan, results: list[StepResult]) -> Iterator:

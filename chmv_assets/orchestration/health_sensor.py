@@ -26,14 +26,14 @@ from dagster import (
 from asset_checks.definitions import HEALTH, PARTS, check_key
 from asset_checks.health_checks import health_subjects
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.engine.cursors import encode_cursor
+from chmv_assets.engine.health.cursors import encode_cursor
 from chmv_assets.engine.health.server_health import assess
 from chmv_assets.orchestration.sensor_client import SensorSkip, TickBudget, sensor_client, tick_cursor
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
 
 SENSOR = "chmv_health"
-#: Cursor format (:mod:`chmv_assets.engine.cursors`): a cursor of another version is read as empty.
+#: Cursor format (:mod:`chmv_assets.engine.health.cursors`): a cursor of another version is read as empty.
 CURSOR_VERSION = 1
 
 

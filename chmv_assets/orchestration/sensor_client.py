@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 from dagster import SensorEvaluationContext
 
-from chmv_assets.engine.cursors import DecodedCursor, decode_cursor
+from chmv_assets.engine.health.cursors import DecodedCursor, decode_cursor
 from chmv_assets.engine.server_errors import Code, is_code
 from chmv_assets.errors import EngineBusyError
 from resources.clickhouse import ClickHouseResource
@@ -108,7 +108,7 @@ def sensor_client(
 
 
 def tick_cursor(context: SensorEvaluationContext) -> DecodedCursor:
-    """The tick's cursor, decoded (:mod:`chmv_assets.engine.cursors`; ``.of(version)`` is its data in that format).
+    """The tick's cursor, decoded (:mod:`chmv_assets.engine.health.cursors`; ``.of(version)`` is its data in that format).
     One that cannot be read is logged and reads as none: the sensor starts afresh."""
     decoded = decode_cursor(context.cursor)
     if decoded.unreadable:

@@ -53,8 +53,8 @@ from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import TargetPartitioning, decode_key, time_of
 from chmv_assets.engine.clock import wall_now
-from chmv_assets.engine.cursors import decode_cursor, encode_cursor
 from chmv_assets.engine.drift import describe_pending, drift_report
+from chmv_assets.engine.health.cursors import decode_cursor, encode_cursor
 from chmv_assets.engine.health.recovery import (
     Action,
     DdlRepair,
@@ -88,7 +88,7 @@ AssetJob = Any
 MAX_RUNS_PER_TARGET = 24
 #: Ticks an MV must be seen detached or missing before recovery restores it.
 STALE_TICKS = 2
-#: Cursor formats (:mod:`chmv_assets.engine.cursors`): a cursor of another version is read as empty. The staleness
+#: Cursor formats (:mod:`chmv_assets.engine.health.cursors`): a cursor of another version is read as empty. The staleness
 #: sensor's cursor of format 1 held its episodes (adopted into the shared memory once); format 2 holds nothing.
 STALENESS_CURSOR_VERSION = 2
 DRIFT_CURSOR_VERSION = 1

@@ -44,8 +44,8 @@ from asset_checks.inline import latest_materializations, parity_alert, parity_ev
 from chmv_assets.alerts import sink_for
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.partitioning import encode_key
-from chmv_assets.engine.cursors import encode_cursor
 from chmv_assets.engine.drift import apply_pending
+from chmv_assets.engine.health.cursors import encode_cursor
 from chmv_assets.engine.health.parity import parity_for_partitions
 from chmv_assets.engine.health.sweep import SweepItem, SweepState, decide, window_of
 from chmv_assets.orchestration.partitions import dynamic_partitions_of
@@ -57,7 +57,7 @@ SWEEP_SENSOR = "chmv_parity_sweep"
 SWEEP_JOB = "chmv_parity_sweep_checks"
 #: Sweep runs whose outcome the cursor remembers (a failed one puts its partitions back).
 MAX_INFLIGHT = 20
-#: Cursor format (:mod:`chmv_assets.engine.cursors`): a cursor of another version is read as empty.
+#: Cursor format (:mod:`chmv_assets.engine.health.cursors`): a cursor of another version is read as empty.
 CURSOR_VERSION = 1
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from chmv_assets.ddl.grains import Grain
@@ -197,24 +198,71 @@ def window_zone(target: Table | None, scheme: PartitionScheme, trigger_column: C
     return column_zone(trigger_column.type, zone) if trigger_column is not None else zone
 
 
-def source_range_predicate(
+@dataclass(frozen=True)
+class TriggerRange:
+    """The trigger rows of one MV that a read of a window covers (:func:`trigger_range`): a time range on one trigger
+    column and the key values the MV passes on, as SQL on the trigger's own columns. The planner derives it once per
+    partition and MV; the fills read it from the plan (:func:`range_select`'s ``ranges``).
+
+    Attributes:
+        column: The trigger column of the time range (None: no time range derivable).
+        lower, upper: Its bounds, as SQL values (``column >= lower AND column < upper``).
+        keys: ``column = value`` of each key element the MV passes on from one trigger column.
+    """
+
+    column: str | None = None
+    lower: str | None = None
+    upper: str | None = None
+    keys: tuple[str, ...] = ()
+
+    @property
+    def time(self) -> str | None:
+        """The time range alone (a span of windows is read whatever their key values)."""
+        if self.column is None:
+            return None
+        return f"{quote(self.column)} >= {self.lower} AND {quote(self.column)} < {self.upper}"
+
+    @property
+    def predicate(self) -> str | None:
+        """The pruning predicate of the read: the time range and the key values; None when nothing is derivable."""
+        return " AND ".join([t for t in (self.time,) if t] + list(self.keys)) or None
+
+
+def trigger_range(
     view: MaterializedView, project: Project, scheme: PartitionScheme, window: PartitionWindow, *, zone: str
-) -> str | None:
-    """A predicate on the trigger's own columns that holds for every row mapping into the partition, for pruning.
+) -> TriggerRange:
+    """The trigger rows of ``view`` that map into the partition ``window``, for pruning (:func:`source_range_predicate`).
 
     The time part: derivable when the MV computes the partition column as a bare trigger column or a monotone
     truncation of one (``toStartOfHour(ts)``): then ``f(ts) in [start, end)`` implies ``ts in [start, end + grain)``.
     The key part: each key element that is a target column the MV passes on from one trigger column unchanged
-    (``region``) is that column's value (``region = 'eu'``). The exact filter is applied on the output as well; None
-    when nothing is derivable.
+    (``region``) is that column's value (``region = 'eu'``).
     """
-    predicates = []
+    keys = tuple(key_predicates(view, project, scheme, window))
     bounds = _source_range(view, project, scheme, window, zone)
-    if bounds is not None:
-        col, lower, upper = bounds
-        predicates.append(f"{quote(col.name)} >= {lower} AND {quote(col.name)} < {upper}")
-    predicates += key_predicates(view, project, scheme, window)
-    return " AND ".join(predicates) or None
+    if bounds is None:
+        return TriggerRange(keys=keys)
+    col, lower, upper = bounds
+    return TriggerRange(col.name, lower, upper, keys)
+
+
+def span_range(ranges: Sequence[TriggerRange], windows: Sequence[PartitionWindow]) -> TriggerRange:
+    """The time range over a span of windows (``ranges[i]`` is ``windows[i]``'s): from the lower bound of the earliest
+    window to the upper bound of the latest one, whatever their key values; no range where one lacks it."""
+    if not ranges or any(r.column is None or r.column != ranges[0].column for r in ranges):
+        return TriggerRange()
+    first = min(range(len(windows)), key=lambda i: windows[i].start)  # type: ignore[arg-type,return-value]
+    last = max(range(len(windows)), key=lambda i: windows[i].end)  # type: ignore[arg-type,return-value]
+    return TriggerRange(ranges[0].column, ranges[first].lower, ranges[last].upper)
+
+
+def source_range_predicate(
+    view: MaterializedView, project: Project, scheme: PartitionScheme, window: PartitionWindow, *, zone: str
+) -> str | None:
+    """A predicate on the trigger's own columns that holds for every row mapping into the partition, for pruning:
+    :attr:`TriggerRange.predicate` of :func:`trigger_range`. The exact filter is applied on the output as well; None
+    when nothing is derivable."""
+    return trigger_range(view, project, scheme, window, zone=zone).predicate
 
 
 def key_predicates(
@@ -237,7 +285,13 @@ def key_predicates(
 
 
 def span_holds_all_sql(
-    view: MaterializedView, project: Project, scheme: PartitionScheme, span: PartitionWindow, *, zone: str
+    view: MaterializedView,
+    project: Project,
+    scheme: PartitionScheme,
+    span: PartitionWindow,
+    *,
+    zone: str,
+    bounds: TriggerRange | None = None,
 ) -> str | None:
     """``SELECT <every row of the trigger is inside the pruning range of span>`` (1 or 0), where part metadata answers
     it: the MV's partition column truncates a trigger column that the trigger's PARTITION BY reads (the server keeps
@@ -245,16 +299,23 @@ def span_holds_all_sql(
 
     A read of a span that holds every row of its trigger needs no pruning predicate (the server would evaluate it on
     every row read; ~5 % of the CPU of a daily aggregate's rebuild).
+
+    Args:
+        bounds: The span's time range as the plan has it (:func:`span_range`); default: derived from ``span``.
     """
-    bounds = _source_range(view, project, scheme, span, zone)
+    if bounds is None:
+        derived = _source_range(view, project, scheme, span, zone)
+        bounds = TriggerRange(derived[0].name, derived[1], derived[2]) if derived is not None else TriggerRange()
     source = project.table(view.trigger) if view.trigger is not None else None
-    if bounds is None or source is None or source.partition_call is None or view.trigger is None:
+    if bounds.column is None or source is None or source.partition_call is None or view.trigger is None:
         return None
-    col, lower, upper = bounds
-    if source.partition_call.column != col.name:
+    if source.partition_call.column != bounds.column:
         return None
-    name = quote(col.name)
-    return f"SELECT count() > 0 AND min({name}) >= {lower} AND max({name}) < {upper} FROM {qualified(view.trigger)}"
+    name = quote(bounds.column)
+    return (
+        f"SELECT count() > 0 AND min({name}) >= {bounds.lower} AND max({name}) < {bounds.upper} "
+        f"FROM {qualified(view.trigger)}"
+    )
 
 
 def source_relation(
@@ -326,6 +387,8 @@ def range_select(
     trigger_relation: str | None = None,
     only_windows: bool = True,
     prune: bool = True,
+    ranges: Sequence[TriggerRange] | None = None,
+    keep: Sequence[str] | None = None,
 ) -> str:
     """The MV's own SELECT over the trigger rows of ``windows`` in one read, its output kept to their partitions.
 
@@ -346,6 +409,10 @@ def range_select(
             measured on a daily aggregate).
         prune: Read the trigger within the windows only; without, every row (for a span that holds them all, see
             :func:`span_holds_all_sql`; rows outside it land in partitions outside the windows).
+        ranges: Per window, the trigger rows of ``view`` its read covers as the plan decided them
+            (:func:`trigger_range`); default: derived here.
+        keep: Per window, the filter of its partition's rows as the plan has it (:func:`partition_filter`); default:
+            derived here.
 
     Raises:
         ValueError: No window, or several that are not time windows of a target partitioned by time.
@@ -358,11 +425,9 @@ def range_select(
     partitioned = first is not None and scheme.partitioned
     filters = [trigger_where] if trigger_where else []
     if partitioned and prune:
-        pruning = (
-            _span_predicate(view, project, scheme, span_of(windows), zone)  # type: ignore[arg-type]
-            if several
-            else source_range_predicate(view, project, scheme, first, zone=zone)  # type: ignore[arg-type]
-        )
+        if ranges is None:
+            ranges = [trigger_range(view, project, scheme, w, zone=zone) for w in windows]  # type: ignore[arg-type]
+        pruning = span_range(ranges, windows).time if several else ranges[0].predicate  # type: ignore[arg-type]
         filters += [pruning] if pruning else []
     select = view.select_sql
     if view.trigger is not None and (filters or trigger_relation):
@@ -374,7 +439,8 @@ def range_select(
     sql = f"SELECT {columns} FROM ({select})"
     if not (partitioned and only_windows and target.partition_by is not None):
         return sql
-    keep = [partition_filter(target, scheme, w, zone=zone) for w in windows]  # type: ignore[arg-type]
+    if keep is None:
+        keep = [partition_filter(target, scheme, w, zone=zone) for w in windows]  # type: ignore[arg-type]
     return f"{sql} WHERE " + (" OR ".join(_or_term(k, scheme) for k in keep) if several else keep[0])
 
 
@@ -391,22 +457,17 @@ def trigger_predicate(
     the whole table or where one of them has no range."""
     if window is None or not scheme.partitioned:
         return None
-    predicates = [source_range_predicate(v, project, scheme, window, zone=zone) for v in views]
+    return covered_rows([trigger_range(v, project, scheme, window, zone=zone) for v in views])
+
+
+def covered_rows(ranges: Sequence[TriggerRange]) -> str | None:
+    """The rows of one trigger that a read covers, from the ranges of the MVs reading it (:func:`trigger_predicate`):
+    their predicates OR-ed where they differ; None where one has none."""
+    predicates = [r.predicate for r in ranges]
     if not predicates or any(p is None for p in predicates):
         return None
     distinct = list(dict.fromkeys(predicates))
     return distinct[0] if len(distinct) == 1 else " OR ".join(f"({p})" for p in distinct)
-
-
-def _span_predicate(
-    view: MaterializedView, project: Project, scheme: PartitionScheme, span: PartitionWindow, zone: str
-) -> str | None:
-    """The time range of :func:`source_range_predicate` over a span of windows (whatever their key values)."""
-    bounds = _source_range(view, project, scheme, span, zone)
-    if bounds is None:
-        return None
-    col, lower, upper = bounds
-    return f"{quote(col.name)} >= {lower} AND {quote(col.name)} < {upper}"
 
 
 def _or_term(predicate: str, scheme: PartitionScheme) -> str:

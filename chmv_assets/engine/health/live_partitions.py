@@ -8,7 +8,7 @@ Dagster; the ``chmv_live_state`` sensor, :mod:`chmv_assets.orchestration.live_st
   PARTITION takes a new block, a dropped partition disappears);
 - a source ingested by Spark is reported by arrival day: :func:`days_to_recount` says when its partitions' newest
   blocks moved and over which time span, :func:`rows_per_day` counts those days in one more query;
-- :class:`LiveMemory`: the fingerprints between ticks, the sensor's cursor (:mod:`chmv_assets.engine.cursors`).
+- :class:`LiveMemory`: the fingerprints between ticks, the sensor's cursor (:mod:`chmv_assets.engine.health.cursors`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.ddl.partitioning import partition_start as start_of_value
 from chmv_assets.engine.clients import BIG_QUERY_SETTINGS
 from chmv_assets.engine.clock import from_wall_seconds, session_zone
-from chmv_assets.engine.cursors import encode_cursor, read_cursor
+from chmv_assets.engine.health.cursors import encode_cursor, read_cursor
 from chmv_assets.engine.parts import Partition, Span, read_partitions, views_without_to
 from chmv_assets.sql.quoting import qualified, quote
 from chmv_assets.sql.time_sql import time_sql

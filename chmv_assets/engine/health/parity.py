@@ -12,11 +12,13 @@ A trigger source that deduplicates itself (ReplacingMergeTree) is read ``FINAL``
 so duplicates the MV counted twice show up as an overcount. Both sides read only the partition: the
 target through its PARTITION BY, the source through backfill_sql's pruning range.
 
-The recompute reads the same truth a rebuild would (:mod:`chmv_assets.engine.rebuild.coverage`): where a
-trigger no longer holds the partition (a TTL, a dropped partition, a DELETE) and the landing zone does,
-the MV's SELECT runs over the landing rows up to the ingestion cutoff and the table's rows after it;
-where neither holds it, the partition is reported "not verifiable" with the reason — never failed
-because the source was truncated. Where the source may have lost rows its counts cannot show (a DELETE it
+The recompute reads the rows a rebuild would: where they come from is the one answer of
+:func:`~chmv_assets.engine.rebuild.rows.rows_from` on the partition's coverage (:mod:`chmv_assets.engine.rebuild.coverage`),
+or, for a partition just rebuilt, the place its fill read (:func:`verify_rebuilt`). From the landing zone (a trigger
+that no longer holds the partition: a TTL, a dropped partition, a DELETE), the MV's SELECT runs over the landing rows up
+to the ingestion cutoff and the table's rows after it, read as the fill reads them
+(:mod:`chmv_assets.engine.ingest.lake_read`); from neither, the partition is reported "not verifiable" with the reason —
+never failed because the source was truncated. Where the source may have lost rows its counts cannot show (a DELETE it
 recorded since the window's start, :attr:`~chmv_assets.engine.rebuild.coverage.WindowCoverage.deletions`), the
 recompute still reads it, and a target that holds MORE than it yields is reported not verifiable, not as a
 mismatch a rebuild from the source would fix (that rebuild is shrink-guarded and would be refused); a target that
@@ -24,7 +26,7 @@ holds less is a mismatch as ever.
 """
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -33,22 +35,27 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import MaterializedView, ObjectRef, Project, Table
-from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow, time_of
+from chmv_assets.ddl.partitioning import PartitionScheme, PartitionWindow
 from chmv_assets.engine import races
 from chmv_assets.engine.catalog import existing_objects, live_table
 from chmv_assets.engine.clock import session_zone, wall_now
 from chmv_assets.engine.drift import DriftItem, apply_pending, describe_pending, involved_objects_of
 from chmv_assets.engine.health.verdicts import SELF_DEDUP_ENGINES, Measure, ParityResult
 from chmv_assets.engine.ingest import landing
-from chmv_assets.engine.ingest.lake_read import lake_relation
-from chmv_assets.engine.rebuild.coverage import mappings, observe_coverage
+from chmv_assets.engine.ingest.lake_read import lake_read, lake_span, read_cutoff
+from chmv_assets.engine.rebuild.coverage import WindowCoverage, observe_coverage
+from chmv_assets.engine.rebuild.engines import StepResult
 from chmv_assets.engine.rebuild.planner import (
+    READS,
+    Engine,
+    RebuildPlan,
     describe_feedback,
     feedback_reads,
     spark_capable,
     streamed_triggers,
     triggers_of,
 )
+from chmv_assets.engine.rebuild.rows import RowsFrom, RowSource, rows_from
 from chmv_assets.engine.rebuild.steps import RECOMPUTE_SETTINGS, race_ranges
 from chmv_assets.errors import ChmvError
 from chmv_assets.sql.quoting import qualified, quote
@@ -248,6 +255,21 @@ def _recomputes(
     return " UNION ALL ".join(recomputes)
 
 
+@dataclass(frozen=True)
+class Decided:
+    """Where a partition's rows come from, decided before its check (the rebuild that filled it, or the plan's
+    coverage): parity recomputes from there without observing coverage again.
+
+    Attributes:
+        rows: The answer (:func:`~chmv_assets.engine.rebuild.rows.rows_from`, or the place the fill read).
+        cutoffs: Per trigger, the cutoff the fill split the lake's rows from the table's at (a fill from the landing
+            zone); None: read now.
+    """
+
+    rows: RowsFrom
+    cutoffs: tuple[tuple[ObjectRef, datetime | None], ...] | None = None
+
+
 def parity_for_partitions(
     client: Client,
     loaded: LoadedProject,
@@ -259,6 +281,7 @@ def parity_for_partitions(
     live: ObjectRef | None = None,
     coverage_first: bool = True,
     pending: Sequence[DriftItem] | None = None,
+    decided: Mapping[str | None, Decided] | None = None,
 ) -> list[ParityResult]:
     """:func:`parity_for_partition` of each window (in order), the source's partitions compared in one query.
 
@@ -280,7 +303,53 @@ def parity_for_partitions(
             live=live,
             coverage_first=coverage_first,
             pending=pending,
+            decided=decided,
         ),
+    )
+
+
+def verify_rebuilt(
+    client: Client,
+    loaded: LoadedProject,
+    plan: RebuildPlan,
+    results: Sequence[StepResult],
+    *,
+    live: ObjectRef | None = None,
+) -> list[ParityResult]:
+    """The parity of every partition of a rebuild run, in one batch (:func:`parity_for_partitions`): the verification
+    of what was rebuilt, for every caller (:data:`chmv_assets.engine.rebuild.executor.Verifier`).
+
+    Each partition rebuilt is recomputed from the place its fill read (the source table; the landing zone at the
+    fill's cutoffs), one deferred from the one answer on the plan's coverage; nothing is observed again (the plan's
+    coverage probe and drift read stand: a plan with changes waiting for ``chmv apply`` rebuilds nothing).
+
+    Args:
+        live: The table to compare instead of the plan's (a new version ``chmv apply`` builds: its changes are the
+            ones applied). Default: the plan's physical table.
+    """
+    rebuilt = {r.partition: r for r in results}
+    decided: dict[str | None, Decided] = {}
+    lake_usable = spark_capable(loaded, plan.target, plan.landing_root)
+    for step in plan.steps:
+        covered = plan.coverage.at(step.window) if plan.coverage is not None else None
+        doubt = covered.deletions if covered is not None else None
+        source = READS.get(step.engine)
+        result = rebuilt.get(step.key)
+        if source is not None and result is not None:
+            rows = RowsFrom(source, f"rebuilt from the {source}: {step.reason}", doubt=doubt, covered=covered)
+            decided[step.key] = Decided(rows, result.cutoffs if source == RowSource.LAKE else None)
+        elif covered is not None:
+            decided[step.key] = Decided(rows_from(covered, lake_usable=lake_usable, root=plan.landing_root))
+    windows = [s.window for s in plan.steps if s.engine != Engine.REFUSED]
+    return parity_for_partitions(
+        client,
+        loaded,
+        plan.target,
+        windows,
+        root=plan.landing_root,
+        live=live or plan.live,
+        pending=(),
+        decided=decided,
     )
 
 
@@ -295,12 +364,14 @@ def _parity_for_partitions(
     live: ObjectRef | None = None,
     coverage_first: bool = True,
     pending: Sequence[DriftItem] | None = None,
+    decided: Mapping[str | None, Decided] | None = None,
 ) -> list[ParityResult]:
     """:func:`parity_for_partition` of each window (in order), the source's partitions compared in one query.
 
     One existence check, one coverage probe of every window and one :func:`partitions_parity_sql` for the windows
-    whose truth is the source table, instead of a probe and a recompute per window. A window whose recompute reads
-    the landing zone or that is not verifiable, a single window and an unpartitioned target are checked one by one.
+    whose rows come from the source table, instead of a probe and a recompute per window. A window whose recompute
+    reads the landing zone or that is not verifiable, a single window and an unpartitioned target are checked one by
+    one (each on the answer already made).
 
     Args:
         As :func:`parity_for_partition`, with the partitions ``windows``, and
@@ -310,8 +381,10 @@ def _parity_for_partitions(
             shortfall of the target is a verdict without it, so a sweep reads each changed partition about once.
         pending: The target's changes waiting for ``chmv apply`` (:func:`chmv_assets.engine.drift.apply_pending`),
             when the caller read them for several targets at once; None: read here.
+        decided: Per partition key, where its rows come from, decided before (:func:`verify_rebuilt`): not observed.
     """
     windows = list(windows)
+    decided = dict(decided or {})
     waiting = apply_pending_note(client, loaded, target_ref, live, pending)
     if waiting:
         tolerance = loaded.config.parity.tolerance
@@ -340,6 +413,7 @@ def _parity_for_partitions(
             live=live,
             coverage_first=coverage_first,
             pending=(),
+            decided=decided,
         )
     assert table is not None
     config = loaded.config.parity
@@ -359,18 +433,23 @@ def _parity_for_partitions(
         live = live or live_table(client, project, target_ref)
     except (ClickHouseError, ChmvError):  # each window reports the failure
         return _parity_each(client, loaded, target_ref, windows, now=now, root=root, pending=())
-    lost: list[PartitionWindow] = []
-    deleted: dict[str | None, str | None] = {}
-    if coverage_first:
+    undecided = [w for w in windows if w is not None and w.key not in decided]
+    if coverage_first and undecided:
         try:
-            coverage = observe_coverage(client, loaded, target_ref, live, windows, root)
-            lost = [w for w in windows if w is not None and (c := coverage.at(w)) is not None and c.loss_observed]
-            deleted = {w.key: c.deletions for w in windows if w is not None and (c := coverage.at(w)) is not None}
+            coverage = observe_coverage(client, loaded, target_ref, live, undecided, root)
+            usable = root is not None and spark_capable(loaded, target_ref, root)
+            for window in undecided:
+                covered = coverage.at(window)
+                if covered is not None:
+                    decided[window.key] = Decided(rows_from(covered, lake_usable=usable, root=root))
         except (ClickHouseError, ChmvError) as err:  # coverage is an aid here: without it, check as before
             notes = (f"coverage not observed ({str(err).strip().splitlines()[0][:200]})",)
-    for window in lost:  # the landing zone's truth, or not verifiable: one by one
+    elsewhere = [
+        w for w in windows if w is not None and w.key in decided and decided[w.key].rows.source != RowSource.TABLE
+    ]
+    for window in elsewhere:  # the landing zone's rows, or not verifiable: one by one
         results[window.key] = _parity_each(
-            client, loaded, target_ref, [window], now=now, root=root, live=live, pending=()
+            client, loaded, target_ref, [window], now=now, root=root, live=live, pending=(), decided=decided
         )[0]
     by_source = [w for w in windows if w is not None and w.key not in results]
     scheme = loaded.partitioning(target_ref)
@@ -403,9 +482,10 @@ def _parity_for_partitions(
             Measure(n, float(e or 0), float(a or 0)) for n, e, a in zip(names, expected, actual, strict=True)
         )
         in_grace = window.wall_end is not None and window.wall_end > now - timedelta(minutes=config.grace_minutes)
+        answer = decided.get(window.key)
         results[window.key] = _doubted(
             ParityResult(target_ref.fqn, window.key, measures, config.tolerance, in_grace, sql=sql, notes=notes),
-            deleted.get(window.key),
+            answer.rows.doubt if answer is not None else None,
         )
         if not coverage_first and results[window.key].holds_more:
             results[window.key] = _parity_each(
@@ -553,6 +633,7 @@ def _parity_each(
     live: ObjectRef | None = None,
     coverage_first: bool = True,
     pending: Sequence[DriftItem] | None = None,
+    decided: Mapping[str | None, Decided] | None = None,
 ) -> list[ParityResult]:
     """:func:`parity_for_partition` of each window, one by one (the catalog read once).
 
@@ -562,13 +643,14 @@ def _parity_each(
             target holds MORE than the source yields, the one case a truncated source can explain; a
             match or a shortfall of the target is a verdict without it, so a sweep reads each changed
             partition once.
-
         pending: As :func:`parity_for_partitions` (``()``: already checked by the caller).
+        decided: As :func:`parity_for_partitions`: those windows are recomputed from there, not observed.
 
     Returns:
         One result per window, in order.
     """
     config = loaded.config.parity
+    decided = decided or {}
     waiting = apply_pending_note(client, loaded, target_ref, live, pending)
     if waiting:
         return [
@@ -601,10 +683,13 @@ def _parity_each(
     grace = timedelta(minutes=config.grace_minutes)
     for window in windows:
         in_grace = window is not None and window.wall_end is not None and window.wall_end > now - grace
-        if coverage_first:
+        answer = decided.get(window.key if window is not None else None)
+        if answer is not None:
+            result = _parity(client, loaded, target_ref, window, live, root, in_grace, answer)
+        elif coverage_first:
             result = _parity(client, loaded, target_ref, window, live, root, in_grace)
         else:
-            result = _parity(client, loaded, target_ref, window, live, root, in_grace, truth=({}, "source", ()))
+            result = _parity(client, loaded, target_ref, window, live, root, in_grace, _FROM_SOURCE)
             if result.holds_more:
                 result = _parity(client, loaded, target_ref, window, live, root, in_grace)
         results.append(result)
@@ -647,23 +732,26 @@ def _parity(
     live: ObjectRef,
     root: Path | None,
     in_grace: bool,
-    truth: tuple[dict[ObjectRef, str], str, tuple[str, ...]] | str | None = None,
+    answer: Decided | None = None,
 ) -> ParityResult:
-    """One partition's parity against ``truth`` (default: what coverage says, as a rebuild would)."""
+    """One partition's parity, recomputed from where its rows come from (``answer``; default: the one answer on the
+    coverage observed now, as a rebuild would decide)."""
     config = loaded.config.parity
     partition = window.key if window else None
     table = loaded.project.table(target_ref)
     assert table is not None
     sql = ""
-    doubt = None
     try:
-        if truth is None:
-            truth, doubt = _truth(client, loaded, target_ref, window, live, root)
-        if isinstance(truth, str):
+        truth = _truth(client, loaded, target_ref, window, live, root, answer)
+        if truth.unverifiable is not None:
             return ParityResult(
-                target_ref.fqn, partition, tolerance=config.tolerance, in_grace=in_grace, unverifiable=truth
+                target_ref.fqn,
+                partition,
+                tolerance=config.tolerance,
+                in_grace=in_grace,
+                unverifiable=truth.unverifiable,
             )
-        relations, label, notes = truth
+        relations = dict(truth.relations)
         sql = parity_sql(loaded, target_ref, window, live, zone=session_zone(client), trigger_relations=relations)
         rows = {row[0]: row[1:] for row in client.query(sql, settings=RECOMPUTE_SETTINGS).result_rows}
     except (ClickHouseError, ChmvError) as err:  # a failing recompute is a parity failure with its reason
@@ -674,9 +762,16 @@ def _parity(
     measures = tuple(Measure(n, float(e or 0), float(a or 0)) for n, e, a in zip(names, expected, actual, strict=True))
     return _doubted(
         ParityResult(
-            target_ref.fqn, partition, measures, config.tolerance, in_grace, sql=sql, notes=notes, truth=label
+            target_ref.fqn,
+            partition,
+            measures,
+            config.tolerance,
+            in_grace,
+            sql=sql,
+            notes=truth.notes,
+            truth=truth.label,
         ),
-        doubt,
+        truth.doubt,
     )
 
 
@@ -695,8 +790,20 @@ def _doubted(result: ParityResult, deletions: str | None) -> ParityResult:
     )
 
 
-#: Far enough back and ahead to hold every row of a whole (unpartitioned) target (DateTime's range ends in 2106).
-_EVER = (datetime(1970, 1, 1), datetime(2106, 1, 1))
+@dataclass(frozen=True)
+class _Truth:
+    """What a partition's recompute reads: per trigger, a relation instead of the table (the lake's rows); or why
+    there is nothing to recompute from."""
+
+    relations: tuple[tuple[ObjectRef, str], ...] = ()
+    label: str = "source"
+    notes: tuple[str, ...] = ()
+    unverifiable: str | None = None
+    doubt: str | None = None
+
+
+#: The source tables as they are (the sweep's first look, a refreshable MV).
+_FROM_SOURCE = Decided(RowsFrom(RowSource.TABLE, "the source tables"))
 
 
 def _truth(
@@ -706,36 +813,69 @@ def _truth(
     window: PartitionWindow | None,
     live: ObjectRef,
     root: Path | None,
-) -> tuple[tuple[dict[ObjectRef, str], str, tuple[str, ...]] | str, str | None]:
-    """What to recompute the partition from, per coverage: ``(relations, label, notes)``, or why it cannot be; and
-    why the source may have lost rows its counts cannot show (:func:`_doubted`), if it may.
+    answer: Decided | None = None,
+) -> _Truth:
+    """What to recompute the partition from: where its rows come from (``answer``, else the one answer on its coverage
+    observed now: :func:`~chmv_assets.engine.rebuild.rows.rows_from`) — the source tables; the landing zone, read as
+    a fill reads it (:mod:`chmv_assets.engine.ingest.lake_read`: the same files, bounds, cutoff and dedup); or
+    neither, with why it is not verifiable."""
+    if answer is None:
+        if any(v.refreshable for v in loaded.project.views_into(target)):
+            return _Truth()
+        try:
+            coverage = observe_coverage(client, loaded, target, live, [window], root)
+        except (ClickHouseError, ChmvError) as err:  # coverage is an aid here: without it, check as before
+            return _Truth(notes=(f"coverage not observed ({str(err).strip().splitlines()[0][:200]})",))
+        covered = coverage.at(window) or (coverage.windows[0] if coverage.windows else None)
+        if covered is None:
+            return _Truth()
+        usable = root is not None and spark_capable(loaded, target, root)
+        answer = Decided(rows_from(covered, lake_usable=usable, root=root))
+    rows, covered = answer.rows, answer.rows.covered
+    if rows.source == RowSource.TABLE:
+        return _Truth(doubt=rows.doubt)
+    if rows.source == RowSource.NEITHER:
+        assert covered is not None
+        return _Truth(
+            unverifiable=(
+                f"the source no longer holds it ({covered.table_reasons()}) and the landing zone does not either "
+                f"({covered.lake_reasons()}); the rebuild would refuse it too"
+            )
+        )
+    return _lake_truth(client, loaded, target, window, root, answer, covered)
 
-    The source tables (no relations) wherever they hold the partition or coverage cannot tell; the landing
-    zone where a trigger demonstrably lost it and the lake holds it; otherwise the reason it is not verifiable.
-    """
-    if any(v.refreshable for v in loaded.project.views_into(target)):
-        return ({}, "source", ()), None
-    try:
-        coverage = observe_coverage(client, loaded, target, live, [window], root)
-    except (ClickHouseError, ChmvError) as err:  # coverage is an aid here: without it, check as before
-        return ({}, "source", (f"coverage not observed ({str(err).strip().splitlines()[0][:200]})",)), None
-    covered = coverage.at(window) or (coverage.windows[0] if coverage.windows else None)
-    if covered is None or not covered.loss_observed:
-        return ({}, "source", ()), covered.deletions if covered is not None else None
-    if root is None or not spark_capable(loaded, target, root) or not covered.lake_holds_entirely:
-        return (
-            f"the source no longer holds it ({covered.table_reasons()}) and the landing zone does not either "
-            f"({covered.lake_reasons()}); the rebuild would refuse it too"
-        ), None
-    maps = mappings(loaded, target)
-    relations, notes = {}, []
-    for source in covered.sources:
-        mapping = maps.get(source.source)
-        basis = time_of(window)
-        lo, hi = mapping.source_range(basis) if mapping is not None and basis is not None else _EVER
-        relation = lake_relation(client, loaded, source.source, lo, hi, root)
-        if relation is None:
-            return f"the landing zone has no file of {source.source.fqn} for it; {covered.table_reasons()}", None
-        relations[source.source] = relation.sql
-        notes.append(relation.describe(source.source))
-    return (relations, "landing zone", (f"the source no longer holds it ({covered.table_reasons()})", *notes)), None
+
+def _lake_truth(
+    client: Client,
+    loaded: LoadedProject,
+    target: ObjectRef,
+    window: PartitionWindow | None,
+    root: Path | None,
+    answer: Decided,
+    covered: WindowCoverage | None,
+) -> _Truth:
+    """The recompute of a partition whose rows come from the landing zone: each trigger's lake read, inline."""
+    if root is None:
+        return _Truth(
+            unverifiable=f"its rows come from the landing zone, and none is configured ({answer.rows.reason})"
+        )
+    cutoffs = dict(answer.cutoffs) if answer.cutoffs is not None else None
+    relations, notes = [], []
+    if covered is not None and covered.loss_observed:
+        notes.append(f"the source no longer holds it ({covered.table_reasons()})")
+    else:
+        notes.append(answer.rows.reason)
+    zone = session_zone(client)
+    for source in triggers_of(loaded.project, target):
+        span = lake_span(loaded, target, source, [window], zone)
+        since, before = span if span is not None else (None, None)
+        cutoff = cutoffs[source] if cutoffs is not None and source in cutoffs else read_cutoff(client, loaded, source)
+        read = lake_read(loaded, source, root, since=since, before=before, cutoff=cutoff)
+        if not read.files:
+            reasons = covered.table_reasons() if covered is not None else answer.rows.reason
+            return _Truth(unverifiable=f"the landing zone has no file of {source.fqn} for it; {reasons}")
+        table = loaded.project.table(source)
+        assert table is not None
+        relations.append((source, read.relation(read.inline(table))))
+        notes.append(read.describe())
+    return _Truth(tuple(relations), "landing zone", tuple(notes))

@@ -32,7 +32,7 @@ from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionWindow, TargetPartitioning, keyed_window, with_values
 from chmv_assets.engine.clock import calendar_instant, server_zone, session_zone, wall_seconds
-from chmv_assets.engine.cursors import encode_cursor, read_cursor
+from chmv_assets.engine.health.cursors import encode_cursor, read_cursor
 from chmv_assets.engine.parts import Part, Span, views_without_to
 from chmv_assets.engine.parts import read_parts as read_active_parts
 from chmv_assets.engine.rebuild.coverage import mappings, triggers
@@ -88,7 +88,7 @@ class SweepState:
     pending: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
 
     def dumps(self) -> str:
-        """The cursor (:mod:`chmv_assets.engine.cursors`), deflated: thousands of partitions repeat a lot."""
+        """The cursor (:mod:`chmv_assets.engine.health.cursors`), deflated: thousands of partitions repeat a lot."""
         tables = {t: {p: s.to_json() for p, s in ps.items()} for t, ps in self.tables.items()}
         return encode_cursor({"t": tables, "p": self.pending}, CURSOR_VERSION, compress=True)
 

@@ -59,7 +59,7 @@ from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine import races, records
 from chmv_assets.engine.catalog import existing_objects
 from chmv_assets.engine.clients import ClientFactory
-from chmv_assets.engine.health.parity import parity_for_partitions
+from chmv_assets.engine.health.parity import verify_rebuilt
 from chmv_assets.engine.ingest.cutoff import crash_point, source_gate
 from chmv_assets.engine.lifecycle import journal
 from chmv_assets.engine.lifecycle.deploy import use_default_database
@@ -74,7 +74,8 @@ from chmv_assets.engine.lifecycle.refusals import check_statement
 from chmv_assets.engine.parts import read_partitions
 from chmv_assets.engine.rebuild import deferrals
 from chmv_assets.engine.rebuild.deferrals import Deferral
-from chmv_assets.engine.rebuild.executor import Stager, execute
+from chmv_assets.engine.rebuild.executor import Stager, StepResult, Verifier, run_plan
+from chmv_assets.engine.rebuild.hold import RunHold
 from chmv_assets.engine.rebuild.planner import Engine, PartitionStep, RebuildPlan, downstream_targets, triggers_of
 from chmv_assets.engine.rebuild.steps import race_ranges
 from chmv_assets.engine_logs import quiet
@@ -434,20 +435,16 @@ class _Apply:
     def _batch(self, client: Client, target: ObjectRef, plan: RebuildPlan, batches: _Batches) -> None:
         """The partitions that fit in this hold of the gates (the caller holds them: nothing can insert meanwhile),
         each group read from the source once; a new version's partitions are checked before its cut-over (in
-        place, the target's own parity check runs as usual)."""
+        place, the target's own parity check runs as usual): the one sequence of a rebuild run
+        (:func:`~chmv_assets.engine.rebuild.executor.run_plan`), on the apply's hold."""
         assert self.hold is not None  # the caller's
         while (steps := batches.take(self.hold)) is not None:
             started = time.monotonic()
+            batch = replace(plan, steps=steps)
+            owner = f"chmv apply {self.id}"
+            hold = RunHold(self.clickhouse, plan.gates, owner, client=client)
             with quiet():  # the batch's own messages are details: the apply reports the re-derivation
-                execute(
-                    replace(plan, steps=steps),
-                    self.loaded,
-                    self.clickhouse,
-                    client=client,
-                    stager=self.stager,
-                    owner=f"chmv apply {self.id}",
-                )
-            self._verify(client, target, plan, steps)
+                run_plan(batch, self.loaded, hold, stager=self.stager, owner=owner, verify=self._verifier(target))
             if plan.live == target and target in self.progress:
                 journal.record_rederived(
                     client, target, self.progress[target], [s.key or "all" for s in steps], self.id
@@ -456,19 +453,26 @@ class _Apply:
             for _ in steps:
                 crash_point("lifecycle:partition")
 
-    def _verify(self, client: Client, target: ObjectRef, plan: RebuildPlan, steps: Sequence[PartitionStep]) -> None:
+    def _verifier(self, target: ObjectRef) -> Verifier[None] | None:
         """How an apply verifies what it rebuilt: the parity of the partitions just rebuilt into a new version (and
         in place with ``check_in_place``), against the new SELECT over the same source rows, in one recompute under
-        the same hold of the gates; each must pass, else the apply stops before the swap (the old version stays
-        live)."""
-        checked = [s for s in steps if s.engine != Engine.REFRESH]
-        if not self.parity or not checked or not (self.check_in_place or plan.live != target):
-            return
-        windows = [s.window for s in checked]
-        for result in parity_for_partitions(client, self.loaded, target, windows, live=plan.live):
-            if not result.within_tolerance:
-                raise LifecycleError(f"parity failed, apply stopped: {result.describe()}")
-            self.report.parity_checked += 1
+        the same hold of the gates (:func:`~chmv_assets.engine.health.parity.verify_rebuilt`); each must pass, else
+        the apply stops before the swap (the old version stays live)."""
+        if not self.parity:
+            return None
+
+        def verify(client: Client, plan: RebuildPlan, results: Sequence[StepResult]) -> None:
+            if not (self.check_in_place or plan.live != target):
+                return
+            checked = replace(plan, steps=tuple(s for s in plan.steps if s.engine != Engine.REFRESH))
+            if not checked.steps:
+                return
+            for result in verify_rebuilt(client, self.loaded, checked, results):
+                if not result.within_tolerance:
+                    raise LifecycleError(f"parity failed, apply stopped: {result.describe()}")
+                self.report.parity_checked += 1
+
+        return verify
 
     # -- new versions ---------------------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ from chmv_assets.ddl.partitioning import PartitionWindow, TargetPartitioning, fl
 from chmv_assets.engine import records
 from chmv_assets.engine.clock import calendar_instant, server_zone, session_zone, wall, wall_now
 from chmv_assets.engine.ingest import landing
-from chmv_assets.engine.timeline import floor, ttl_horizon
+from chmv_assets.engine.rebuild.timeline import floor, ttl_horizon
 from chmv_assets.sql.coverage_sql import (
     TimeMapping,
     deletes_branches,
@@ -112,7 +112,8 @@ class Facts:
     def deleted(self, source: ObjectRef, window: PartitionWindow | None) -> str | None:
         """Why ``source`` may have lost rows of ``window`` (None: the whole table) that its counts cannot show: a
         delete it recorded after the window's start (give or take any zone's offset); None: nothing says so."""
-        since = window.wall_start - _ANY_OFFSET if window is not None else None
+        start = window.wall_start if window is not None else None
+        since = start - _ANY_OFFSET if start is not None else None
         said = []
         for ref, kind, count, newest in self.deletes:
             if ref != source or not count or newest is None or (since is not None and newest <= since):
@@ -134,7 +135,8 @@ class Facts:
         sources lost inside the window: a DELETE, a dropped day); empty when the probe did not look inside."""
         if self.sub_grain is None:
             return []
-        inside = [(s, k) for s, k in self.buckets if window.start <= k < window.end]
+        start, end = _bounds(window)
+        inside = [(s, k) for s, k in self.buckets if start <= k < end]
         held = {k for s, k in inside if s is not None}
         return sorted({k for s, k in inside if s is None and k not in held})
 
@@ -308,14 +310,14 @@ def probe(
     table = loaded.project.table(target)
     column = table.column(scheme.column) if table is not None and scheme.column else None
     sub = None
-    if timed and column is not None and all(s in maps for s in sources):
+    if timed and scheme.grain is not None and column is not None and all(s in maps for s in sources):
         sub = sub_grain_of(scheme.grain, [maps[s] for s in sources], column.type)
     branches, session = [], session_zone(client)  # the windows' wall clock, written into the SQL
     for index, source in enumerate(sources):
         mapping = maps.get(source)
         branches.append(table_branch("s", index, source, _time_column(loaded, source, mapping)))
-        if mapping is not None and timed:
-            ranges = [(w.start, *mapping.source_range(w)) for w in timed]
+        if mapping is not None and timed and scheme.grain is not None:
+            ranges = [(_bounds(w)[0], *mapping.source_range(w)) for w in timed]
             branches += windows_branches(
                 "w",
                 index,
@@ -342,7 +344,7 @@ def probe(
         rows = client.query(sql).result_rows
     seconds = time.monotonic() - started
     zone = server_zone(client)  # the server's wall clock, as the windows (chmv_assets.engine.clock)
-    now = wall(rows[0][6], zone) if rows else wall_now(client)
+    now = (wall(rows[0][6], zone) if rows else None) or wall_now(client)
 
     def _naive(value: datetime | None) -> datetime | None:
         return wall(value, zone)
@@ -400,9 +402,9 @@ def _target_branches(
 ) -> list[str]:
     """The target's rows per time window (the whole table's without windows or a time column); the windows are
     ``zone``'s wall clock."""
-    if not timed or column is None:
+    if not timed or column is None or scheme.grain is None:
         return [table_branch("t", 0, live, None)]
-    ranges = [(w.start, w.start, w.end) for w in timed]
+    ranges = [(start, start, end) for start, end in map(_bounds, timed)]
     return windows_branches(
         "t", 0, live, column.name, column.type, scheme.grain, ranges, zone=zone, bucketed=True, sub_grain=sub
     )
@@ -494,7 +496,7 @@ def _measure(
     for source in triggers(loaded, target):
         table_stats = facts.table(source)
         mapping = maps.get(source) if source in facts.mapped else None
-        window_stats = facts.source_window(source, start) if window and mapping else None
+        window_stats = facts.source_window(source, start) if window and mapping and start is not None else None
         verdict = _table_verdict(loaded, source, window, mapping, table_stats, window_stats, target_stats, facts.now)
         if holes and verdict.holding == Holding.ENTIRELY:
             verdict = _holed(source, holes, facts.sub_grain, verdict)
@@ -502,6 +504,12 @@ def _measure(
         lake_verdict = lake.verdict(source, window, mapping, window_stats, target_stats, table_stats)
         sources.append(SourceCoverage(source, verdict, lake_verdict, held_from, facts.deleted(source, window)))
     return tuple(sources), target_stats
+
+
+def _bounds(window: PartitionWindow) -> tuple[datetime, datetime]:
+    """A time window's start and end (coverage measures time windows: a key alone is measured on the whole table)."""
+    assert window.start is not None and window.end is not None, window
+    return window.start, window.end
 
 
 def _wall_span(window: PartitionWindow | None) -> PartitionWindow | None:
@@ -578,13 +586,14 @@ def _retention(
                 f"{source.fqn} has TTL {rule.expression} on `{rule.column}`, not on "
                 f"the column its rows are placed in windows by ({column or 'none'})",
             )
-        if horizon <= window.start:
+        start, end = _bounds(window)
+        if horizon <= start:
             continue
         what = f"rows matching {rule.condition} " if rule.condition else "rows "
         says = f"its TTL {rule.expression} deletes {what}before {_when(horizon)}"
         if rule.condition:
             return Verdict(Holding.PARTLY, f"{source.fqn}: {says}")
-        if horizon >= window.end:
+        if horizon >= end:
             return Verdict(Holding.NONE, f"{source.fqn}: {says}")
         return Verdict(Holding.PARTLY, f"{source.fqn}: {says}")
     return None
@@ -636,12 +645,13 @@ def _table_verdict(
         )
     if retention is not None:
         return Verdict(Holding.UNKNOWN, f"{retention.reason}; {held}")
+    start, end = _bounds(window)
     if rows.rows == 0:
-        if table.oldest is not None and table.oldest >= window.end:
+        if table.oldest is not None and table.oldest >= end:
             return Verdict(Holding.NONE, f"{name} holds nothing before {_when(table.oldest)}; {held}")
         return Verdict(Holding.ENTIRELY, f"no rows of the window in {name} nor in the target; {held}")
     assert rows.oldest is not None
-    if target is not None and target.rows and target.oldest is not None and rows.oldest > window.start:
+    if target is not None and target.rows and target.oldest is not None and rows.oldest > start:
         first = floor(rows.oldest, mapping.grain) if mapping.grain is not None else rows.oldest
         if target.oldest < first:
             return Verdict(
@@ -695,7 +705,7 @@ class _Lake:
                     f"the landing zone starts at {_when(first)}, {source.fqn} holds rows from {_when(table.oldest)}",
                 )
             return Verdict(Holding.ENTIRELY, f"{len(files)} landing files from {_when(first)}")
-        lo, hi = mapping.source_range(window) if mapping else (window.start, window.end)
+        lo, hi = mapping.source_range(window) if mapping else _bounds(window)
         inside = _arrived(files, lo, hi + self.lateness)
         if not inside:
             return Verdict(Holding.NONE, f"no landing file of {source.fqn} arrived in [{_when(lo)}, {_when(hi)})")

@@ -1,54 +1,49 @@
-"""The one executor of rebuild plans (see :mod:`chmv_assets.engine.rebuild.planner`; docs/rebuilds.md, "Backfill protocol").
+"""The one rebuild path: one run observes, plans, fills and swaps, and verifies what it rebuilt, on one hold.
 
-ClickHouse steps: under the gates of the target's trigger sources, each partition is rebuilt from the
-source table into its shadow and swapped in.
+A run (:func:`run_rebuild`: the Dagster target ops, recovery's runs, ``chmv rebuild``) takes its hold once
+(:class:`~chmv_assets.engine.rebuild.hold.RunHold`: the write gates of the target's triggers, then one client) and,
+on it: observes the server (the coverage probed once, the changes waiting for ``chmv apply`` read once) and plans
+(:func:`~chmv_assets.engine.rebuild.planner.observe_and_plan`: frozen, printable data); records the partitions the
+plan defers; takes a lease per partition on the server (:mod:`chmv_assets.engine.rebuild.leases`: one run per
+partition, whatever the hosts; a killed run's shadows are dropped first); hands each engine its partitions
+(:mod:`chmv_assets.engine.rebuild.engines`: the source table's, the landing zone's through Spark), stream consumers
+writing an open partition paused around its swap (:mod:`chmv_assets.engine.rebuild.consumers`); then releases the
+gates and verifies what it rebuilt on the same client (the caller's verifier: parity,
+:func:`chmv_assets.engine.health.parity.verify_rebuilt`). :func:`run_plan` is that sequence for a plan made
+before (``chmv apply``'s batches, under gates it holds; the repair of a load).
 
-Spark steps, per target and range of partitions:
-
-1. under the trigger sources' gates, read each one's ingestion watermark and take the cutoff
-   ``C = watermark - late tolerance``; no row with event time ``<= C`` can be inserted into the
-   source any more;
-2. the stager (Spark) reads the landing files that can hold the range's rows with event time ``<= C``,
-   applies the ingestion's cleaning (dedup by key) and writes Parquet staging, one folder per partition
-   where the plan says so; nothing else of the rebuild runs in Spark;
-3. under the gates again, per partition: ClickHouse runs the MV's OWN SELECT over
-   ``file(staging) UNION ALL (source rows with event time > C)`` into the shadow and swaps it in.
-   The source table is not re-inserted, so sibling MVs on it do not fire.
-
-The gates are held for the read and the swap only: a read that finds no room on the server under them (pacing:
-merges behind, parts near their limits) releases them (:class:`~chmv_assets.errors.NoRoomUnderGate`, nothing of that
-read is left), waits for room without them and reads again, so ingestion into the sources is never held by a
-rebuild waiting for merges.
+The hold is let go only where it must not be kept: while Spark stages landing rows (no gate held during Spark work),
+while a read that found no room on the server under the gates (:class:`~chmv_assets.errors.NoRoomUnderGate`, nothing of
+that read is left) waits for room without them, and while another run holds a partition's lease; the run takes it
+again after. So ingestion into the sources is never held by a rebuild waiting for merges, Spark or another run.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Generic, TypeVar
 
 from clickhouse_connect.driver.client import Client
 
 from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.ddl.models import Column, ObjectRef
-from chmv_assets.ddl.partitioning import PartitionWindow, window_instant
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.engine.catalog import live_table
 from chmv_assets.engine.clients import ClientFactory
 from chmv_assets.engine.clock import session_zone, wall_now
-from chmv_assets.engine.drift import pending_refusals
 from chmv_assets.engine.ingest import landing
-from chmv_assets.engine.ingest import staging_area as staging
-from chmv_assets.engine.ingest.cutoff import crash_point, current_watermark, cutoff_of, source_gate
+from chmv_assets.engine.ingest.cutoff import current_watermark, cutoff_of, source_gate
 from chmv_assets.engine.pacing.pacer import pacer_for
-from chmv_assets.engine.rebuild import backfills, consumers, deferrals, leases
-from chmv_assets.engine.rebuild.backfills import Backfill
+from chmv_assets.engine.rebuild import consumers, deferrals, leases
 from chmv_assets.engine.rebuild.deferrals import Deferral
+from chmv_assets.engine.rebuild.engines import ENGINES, EngineRun, RebuildEngine, Stager, StepResult
+from chmv_assets.engine.rebuild.hold import RunHold
 from chmv_assets.engine.rebuild.leases import Holder, rebuild_lease
 from chmv_assets.engine.rebuild.planner import (
     Engine,
@@ -58,71 +53,91 @@ from chmv_assets.engine.rebuild.planner import (
     RaceRules,
     RebuildPlan,
     downstream_targets,
-    observe,
+    observe_and_plan,
     plan_from_source,
     plan_rebuild,
     triggers_of,
     windows_covering,
 )
-from chmv_assets.engine.rebuild.steps import RebuildResult, run_step, run_steps, with_damage, written_partitions
+from chmv_assets.engine.rebuild.steps import with_damage, written_partitions
 from chmv_assets.engine.statements import kill_filling
-from chmv_assets.errors import (
-    ChmvError,
-    LandingZoneError,
-    NoRoomUnderGate,
-    RebuildDeferred,
-    RebuildRefused,
-    ServerBusy,
-)
-from chmv_assets.sql.rebuild_sql import drop_shadow_sql, run_of_shadow, shadows_pattern, staged_relation, window_zone
+from chmv_assets.errors import ChmvError, LeaseHeld, NoRoomUnderGate, RebuildDeferred, RebuildRefused, ServerBusy
+from chmv_assets.sql.rebuild_sql import drop_shadow_sql, run_of_shadow, shadows_pattern
+
+__all__ = [
+    "RebuildRun",
+    "Stager",
+    "StepResult",
+    "Verifier",
+    "execute",
+    "plan_for",
+    "rebuild_partitions",
+    "repair_interrupted_load",
+    "run_plan",
+    "run_rebuild",
+]
 
 _LOG = logging.getLogger(__name__)
 
+V = TypeVar("V")
 
-class Stager(Protocol):
-    """A provider of staged landing rows (``spark.staging.SparkStager``): reads files, filters, dedups, writes Parquet."""
-
-    def __call__(
-        self,
-        files: Sequence[str],
-        columns: Sequence[str],
-        time_column: str,
-        keys: Sequence[str],
-        out_dir: Path,
-        **bounds: Any,
-    ) -> None: ...
+#: What verifies a run's rebuilt partitions, on the run's client once the gates are released: the plan and its
+#: results in, its verdicts out (:func:`chmv_assets.engine.health.parity.verify_rebuilt`).
+Verifier = Callable[[Client, RebuildPlan, Sequence[StepResult]], V]
 
 
-@dataclass
-class StepResult:
-    """What one step did (materialization metadata)."""
+@dataclass(frozen=True)
+class RebuildRun(Generic[V]):
+    """What one run did: its plan, a result per partition rebuilt (in the plan's order), and its verifier's verdicts
+    (None: not verified)."""
 
-    target: str
-    partition: str | None
-    engine: str
-    method: str
-    rows_staged: int
-    rows_written: int
-    cutoff: datetime | None
-    batch_id: str
-    seconds: float
-    rows_read: int = 0
-    statements: list[str] = field(default_factory=list)
-    attempts: int = 1
+    plan: RebuildPlan
+    results: list[StepResult]
+    verified: V | None = None
 
 
-@dataclass
-class _Staged:
-    """The stager's output for one trigger source of a plan."""
+def run_rebuild(
+    clickhouse: ClientFactory,
+    loaded: LoadedProject,
+    target: ObjectRef,
+    windows: Sequence[PartitionWindow | None],
+    *,
+    engine: EngineOption = "auto",
+    root: Path | None = None,
+    stager: Stager | None = None,
+    force: bool = False,
+    owner: str = "chmv",
+    engines: Mapping[str | None, str] | None = None,
+    verify: Verifier[V] | None = None,
+) -> RebuildRun[V]:
+    """The one rebuild path: plan and run the rebuild of ``windows`` of ``target`` on one hold, exact while ingestion
+    keeps loading its sources, then verify what it rebuilt (see the module).
 
-    source: ObjectRef
-    folder: Path
-    columns: list[str]
-    cutoff: datetime | None
-    per_window: bool
-    rows_read: int
-    grain: str | None = None  # the windows' (a folder per UTC window of it: staging_area.window_keys)
-    zone: str = "UTC"  # the zone whose instants the windows' bounds are, for this source's rows
+    Args:
+        clickhouse: Opens the run's client (once, after the gates; again only where the hold is let go).
+        windows: The partitions (``[None]`` for an unpartitioned target).
+        engine: ``auto``, ``clickhouse`` or ``spark`` (see :func:`chmv_assets.engine.rebuild.planner.plan_rebuild`).
+        root: Landing zone root; default from the configuration.
+        stager: Provider of staged landing rows; needed only if a step uses Spark.
+        force: Rebuild partitions coverage refuses from the source, and swap even where it shrinks them; rebuild
+            partitions still open to writers chmv does not control now.
+        owner: Who runs it (named to another run that waits for one of its partitions).
+        engines: Per partition key, the engine decided before (a recovery run's verdict): pinned, not chosen again.
+        verify: Verifies the rebuilt partitions on the run's client (the Dagster op's checks, ``chmv rebuild``'s
+            parity); None: not verified.
+
+    Raises:
+        RebuildRefused: A partition's rows live neither in the source table nor in the landing zone.
+        ShrinkRefused: A rebuilt partition would hold fewer rows than the live one (earlier ones stay swapped).
+        RebuildDeferred, LeaseHeld, RacedWrites: see :func:`run_plan`.
+    """
+    root = root or landing.landing_dir(loaded)
+    gates = triggers_of(loaded.project, target)
+    with RunHold(clickhouse, gates, f"{owner}: rebuild of {target.fqn}") as hold:
+        plan = observe_and_plan(
+            hold.client, loaded, target, windows, engine=engine, root=root, force=force, engines=engines
+        )
+        return run_plan(plan, loaded, hold, stager=stager, owner=owner, verify=verify)
 
 
 def rebuild_partitions(
@@ -137,26 +152,11 @@ def rebuild_partitions(
     force: bool = False,
     owner: str = "chmv",
 ) -> tuple[RebuildPlan, list[StepResult]]:
-    """Plan and run the rebuild of ``windows`` of ``target``, exact while ingestion keeps loading its sources.
-
-    Args:
-        clickhouse: Opens clients (per step group, after taking the gates).
-        windows: The partitions (``[None]`` for an unpartitioned target).
-        engine: ``auto``, ``clickhouse`` or ``spark`` (see :func:`chmv_assets.engine.rebuild.planner.plan_rebuild`).
-        root: Landing zone root; default from the configuration.
-        stager: Provider of staged landing rows; needed only if a step uses Spark.
-        force: Rebuild partitions coverage refuses from the source, and swap even where it shrinks them; rebuild
-            partitions still open to writers chmv does not control now.
-        owner: Who runs it (named to another run that waits for one of its partitions).
-
-    Raises:
-        RebuildRefused: A partition's rows live neither in the source table nor in the landing zone.
-        ShrinkRefused: A rebuilt partition would hold fewer rows than the live one (earlier ones stay swapped).
-        RebuildDeferred, LeaseHeld, RacedWrites: see :func:`execute`.
-    """
-    root = root or landing.landing_dir(loaded)
-    plan = plan_for(clickhouse, loaded, target, windows, engine=engine, root=root, force=force)
-    return plan, execute(plan, loaded, clickhouse, stager=stager, owner=owner)
+    """:func:`run_rebuild` without a verifier: the plan and its results."""
+    run: RebuildRun[None] = run_rebuild(
+        clickhouse, loaded, target, windows, engine=engine, root=root, stager=stager, force=force, owner=owner
+    )
+    return run.plan, run.results
 
 
 def plan_for(
@@ -171,7 +171,8 @@ def plan_for(
     one_read: bool = False,
     engines: Mapping[str | None, str] | None = None,
 ) -> RebuildPlan:
-    """Observe the server (under the trigger gates, coverage included) and plan; nothing is changed.
+    """Observe the server (under the trigger gates, coverage included) and plan; nothing is changed (``chmv rebuild
+    --dry-run``).
 
     A plan may refuse partitions (``plan.refused``); :func:`execute` then raises before changing anything.
     ``one_read`` and ``engines`` (engines decided before, per partition) as in
@@ -179,11 +180,9 @@ def plan_for(
     """
     gates = triggers_of(loaded.project, target)
     with source_gate(gates, holder=f"planning the rebuild of {target.fqn}"), clickhouse.get_client() as client:
-        observations = observe(client, loaded, target, engine=engine, root=root, windows=windows)
-        observations = replace(observations, pending=pending_refusals(client, loaded.project, target))
-    return plan_rebuild(
-        loaded, target, windows, observations, engine=engine, root=root, force=force, one_read=one_read, engines=engines
-    )
+        return observe_and_plan(
+            client, loaded, target, windows, engine=engine, root=root, force=force, one_read=one_read, engines=engines
+        )
 
 
 def execute(
@@ -196,23 +195,47 @@ def execute(
     cutoffs: dict[ObjectRef, datetime | None] | None = None,
     owner: str = "chmv",
 ) -> list[StepResult]:
-    """Run every step of ``plan``; results in the plan's partition order.
+    """Run every step of a plan made before (:func:`run_plan`, on a hold of its own or on the caller's ``client``);
+    results in the plan's partition order.
 
-    The partitions run under a lease each on the server (:mod:`chmv_assets.engine.rebuild.leases`: one run per partition,
-    whatever the hosts; a killed run's shadows are dropped first), every read is checked for racing writes
-    (:mod:`chmv_assets.engine.rebuild.steps`), stream consumers writing an open partition are paused around its swap
-    (:mod:`chmv_assets.engine.rebuild.consumers`), and deferred partitions are recorded for recovery
-    (:mod:`chmv_assets.engine.rebuild.deferrals`).
+    Args:
+        clickhouse: Opens the run's client, after the gates (unless ``client`` is given); with ``client`` too, it
+            renews the leases from a thread of its own.
+        client: An open client whose gates the caller already holds (``chmv apply``, the repair of a load).
+        stager, cutoffs, owner: As :func:`run_plan`.
+    """
+    hold = RunHold(clickhouse, plan.gates, f"{owner}: rebuild of {plan.target.fqn} (run {plan.run})", client=client)
+    with hold:
+        return run_plan(plan, loaded, hold, stager=stager, cutoffs=cutoffs, owner=owner).results
+
+
+def run_plan(
+    plan: RebuildPlan,
+    loaded: LoadedProject,
+    hold: RunHold,
+    *,
+    stager: Stager | None = None,
+    cutoffs: Mapping[ObjectRef, datetime | None] | None = None,
+    owner: str = "chmv",
+    verify: Verifier[V] | None = None,
+) -> RebuildRun[V]:
+    """Run every step of ``plan`` on the run's ``hold``, then verify what was rebuilt: the one sequence of every
+    caller's rebuild; results in the plan's partition order.
+
+    The partitions run under a lease each on the server, every read is checked for racing writes
+    (:mod:`chmv_assets.engine.rebuild.steps`), stream consumers writing an open partition are paused around its swap,
+    and deferred partitions are recorded for recovery (:mod:`chmv_assets.engine.rebuild.deferrals`). ``verify`` runs
+    once every partition is swapped, on the hold's client with the gates released (a caller's gates stay held:
+    ``chmv apply`` verifies a batch under the hold that rebuilt it).
 
     Args:
         plan: From the planner.
         loaded: The project the plan was made from.
-        clickhouse: Opens a client per group of steps, after the gates (unless ``client`` is given); with ``client``
-            too, it renews the leases from a thread of its own.
-        client: An open client whose gates the caller already holds (``chmv apply``, the repair of a load).
+        hold: The run's hold (taken, or taken here).
         stager: Provider of staged rows for Spark steps.
         cutoffs: Fixed cutoffs per trigger for Spark steps, instead of reading the watermarks.
         owner: Who runs it, as another run waiting for a partition is told (``dagster run <id>``, ``chmv rebuild``).
+        verify: Verifies the partitions rebuilt (:data:`Verifier`); its verdicts are the run's ``verified``.
 
     Raises:
         RebuildRefused: The plan refuses partitions (nothing is run).
@@ -223,47 +246,67 @@ def execute(
             the partitions an attempt swapped in while a write raced it are recorded for recovery (as deferrals due
             now: :mod:`chmv_assets.engine.rebuild.deferrals`).
     """
-    if client is None and clickhouse is None:
-        raise ValueError("execute needs a client factory or an open client")
     _LOG.info(plan.describe())
     if plan.refused:
         raise RebuildRefused(plan.refusal())
-    connect: ClientFactory | None = _Open(client) if client is not None else clickhouse
-    assert connect is not None
-    runnable = _record_deferrals(plan, connect)
-    settings = loaded.config.rebuild
+    runnable = _record_deferrals(plan, hold)
     results: list[StepResult] = []
+    verified: V | None = None
     try:
-        with leases.holding(
-            connect,
-            [rebuild_lease(plan.live.fqn, s.key) for s in runnable],
-            Holder(owner, plan.run),
-            ttl=settings.lease_ttl_seconds,
-            wait=settings.lease_wait_seconds,
-            renewer=clickhouse,
-            on_held=lambda c: _tidy(c, loaded, plan),
-            on_release=lambda c: _settled(c, plan, results),
-        ):
-            results += _run_direct(plan, loaded, runnable, clickhouse, client, owner)
-            spark_steps = [s for s in runnable if s.engine == Engine.SPARK]
-            if spark_steps:
-                results += _run_spark(plan, loaded, spark_steps, cutoffs, stager, clickhouse, client, owner)
+        with _leased(plan, loaded, hold, runnable, owner, results):
+            run = EngineRun(plan, loaded, hold, stager, cutoffs, owner)
+            for engine, steps in _by_engine(runnable):
+                results += _fill(run, engine, steps)
+            if verify is not None:
+                hold.release_gates()
+                with hold.get_client() as client:
+                    verified = verify(client, plan, _ordered(plan, results))
     except ChmvError as failed:
         if not failed.damaged:
             raise
-        raise _record_damage(plan, connect, failed) from None
+        raise _record_damage(plan, hold, failed) from None
+    return RebuildRun(plan, _ordered(plan, results), verified)
+
+
+def _ordered(plan: RebuildPlan, results: list[StepResult]) -> list[StepResult]:
     order = {s.key: i for i, s in enumerate(plan.steps)}
     return sorted(results, key=lambda r: order.get(r.partition, 0))
 
 
-def _record_deferrals(plan: RebuildPlan, connect: ClientFactory) -> list[PartitionStep]:
+def _by_engine(steps: Sequence[PartitionStep]) -> list[tuple[RebuildEngine, list[PartitionStep]]]:
+    """The steps per engine implementation, in :data:`~chmv_assets.engine.rebuild.engines.ENGINES`' order."""
+    groups: dict[int, tuple[RebuildEngine, list[PartitionStep]]] = {}
+    order = {id(engine): i for i, engine in reversed(list(enumerate(ENGINES.values())))}
+    for step in steps:
+        engine = ENGINES.get(Engine(step.engine))
+        if engine is None:
+            raise ChmvError(f"{step.key or '(whole table)'}: no engine runs {step.engine!r} partitions")
+        groups.setdefault(id(engine), (engine, []))[1].append(step)
+    return [groups[k] for k in sorted(groups, key=lambda k: order[k])]
+
+
+def _fill(run: EngineRun, engine: RebuildEngine, steps: list[PartitionStep]) -> list[StepResult]:
+    """``engine``'s partitions: made ready, then read and swapped under the hold, stream consumers paused."""
+    fill = engine.prepare(run, steps)
+    try:
+
+        def swap(c: Client, todo: list[PartitionStep], damaged: frozenset[str | None]) -> list[StepResult]:
+            with _paused(c, run.loaded, run.plan, todo):
+                return fill.run(c, todo, damaged)
+
+        return _gated(run.plan, run.hold, steps, swap, run.owner)
+    finally:
+        fill.close()
+
+
+def _record_deferrals(plan: RebuildPlan, hold: RunHold) -> list[PartitionStep]:
     """Record the plan's deferred partitions for recovery; the steps to run now.
 
     Raises:
         RebuildDeferred: Every partition of the plan is deferred.
     """
     if plan.deferred:
-        with connect.get_client() as c:
+        with hold.get_client() as c:
             deferrals.record(
                 c, [Deferral(plan.target, s.key or "all", s.closes_at or datetime.max, s.reason) for s in plan.deferred]
             )
@@ -277,12 +320,61 @@ def _record_deferrals(plan: RebuildPlan, connect: ClientFactory) -> list[Partiti
     return runnable
 
 
-def _record_damage(plan: RebuildPlan, connect: ClientFactory, failed: ChmvError) -> ChmvError:
+@contextmanager
+def _leased(
+    plan: RebuildPlan,
+    loaded: LoadedProject,
+    hold: RunHold,
+    steps: Sequence[PartitionStep],
+    owner: str,
+    results: Sequence[StepResult],
+) -> Iterator[None]:
+    """The leases of ``steps`` held for the block, renewed from a thread of their own, and released at its end with
+    the deferrals of what was rebuilt settled (:func:`_settled`); a killed run's leftovers tidied once they are held
+    (:func:`_tidy`)."""
+    settings = loaded.config.rebuild
+    me = Holder(owner, plan.run)
+    held = _claim(
+        hold,
+        [rebuild_lease(plan.live.fqn, s.key) for s in steps],
+        me,
+        settings.lease_ttl_seconds,
+        settings.lease_wait_seconds,
+    )
+    try:
+        _tidy(hold.client, loaded, plan)
+        with leases.renewed(hold.clickhouse, held, me, settings.lease_ttl_seconds):
+            yield
+    finally:
+        if held:
+            with hold.get_client() as c:
+                try:
+                    _settled(c, plan, results)
+                finally:
+                    leases.release(c, held, me)
+
+
+def _claim(hold: RunHold, keys: list[str], me: Holder, ttl: float, wait: float) -> dict[str, int]:
+    """The leases ``keys``, claimed on the hold's client; where another run holds one, waited for without the hold
+    (that run may need the gates to finish) on a client of its own, up to ``wait`` seconds (a caller's hold is
+    kept: it waits on it)."""
+    if hold.given:
+        return leases.acquire(hold.client, keys, me, ttl=ttl, wait=wait)
+    try:
+        return leases.acquire(hold.client, keys, me, ttl=ttl, wait=0)
+    except LeaseHeld:
+        hold.release()
+    assert hold.clickhouse is not None
+    with hold.clickhouse.get_client() as client:
+        return leases.acquire(client, keys, me, ttl=ttl, wait=wait)
+
+
+def _record_damage(plan: RebuildPlan, hold: RunHold, failed: ChmvError) -> ChmvError:
     """Record the partitions a raced swap may have damaged (``failed.damaged``, whatever else stopped the run) as
     deferrals due now, so recovery rebuilds them (and the next successful rebuild of each settles it,
     :func:`_settled`); the error, saying so."""
     keys = [key or "all" for key in failed.damaged]
-    with connect.get_client() as c:
+    with hold.get_client() as c:
         now = wall_now(c)
         reason = f"raced writes: a swap may have lost rows (run {plan.run})"
         deferrals.record(c, [Deferral(plan.target, key, now, reason) for key in keys])
@@ -293,17 +385,6 @@ def _record_damage(plan: RebuildPlan, connect: ClientFactory, failed: ChmvError)
         *failed.args[1:],
     )
     return failed
-
-
-class _Open:
-    """A client factory over one open client, which stays open after each use (a caller's)."""
-
-    def __init__(self, client: Client):
-        self.client = client
-
-    @contextmanager
-    def get_client(self, *, lock_timeout_seconds: float | None = None) -> Iterator[Client]:
-        yield self.client
 
 
 def _tidy(client: Client, loaded: LoadedProject, plan: RebuildPlan) -> None:
@@ -333,70 +414,43 @@ def _settled(client: Client, plan: RebuildPlan, results: Sequence[StepResult]) -
         _LOG.info(f"{plan.target.fqn}: deferred partitions now rebuilt: {', '.join(done)}")
 
 
-def _run_direct(
-    plan: RebuildPlan,
-    loaded: LoadedProject,
-    steps: Sequence[PartitionStep],
-    clickhouse: ClientFactory | None,
-    client: Client | None,
-    owner: str = "chmv",
-) -> list[StepResult]:
-    """The steps that read the source table (or refresh), under the gates, stream consumers paused where open; those
-    that share a shadow read together (:func:`~chmv_assets.engine.rebuild.steps.run_steps`)."""
-    direct = [s for s in steps if s.engine != Engine.SPARK]
-    if not direct:
-        return []
-
-    def run(c: Client, todo: list[PartitionStep], damaged: frozenset[str | None]) -> list[StepResult]:
-        of = {s.key: s for s in todo}
-        with _paused(c, loaded, plan, todo):
-            try:
-                rebuilt = run_steps(c, loaded.project, plan, todo, damaged=damaged)
-            except NoRoomUnderGate as busy:
-                busy.done = [_direct_result(plan, of[r.partition], r) for r in busy.done]
-                raise
-        return [_direct_result(plan, step, r) for step, r in zip(todo, rebuilt, strict=True)]
-
-    return _gated(plan, clickhouse, client, direct, run, f"{owner}: rebuild of {plan.target.fqn}")
-
-
 def _gated(
     plan: RebuildPlan,
-    clickhouse: ClientFactory | None,
-    client: Client | None,
+    hold: RunHold,
     steps: Sequence[PartitionStep],
     run: Callable[[Client, list[PartitionStep], frozenset[str | None]], list[StepResult]],
     owner: str,
 ) -> list[StepResult]:
-    """``run`` the steps under the plan's gates, held for the reads and swaps only: a read that finds no room on the
-    server under them (pacing would wait) releases them, waits for room without them, and the steps left run again
-    under them (read from scratch: nothing read under the earlier hold is used).
+    """``run`` the steps on the hold, its gates held for the reads and swaps only: a read that finds no room on the
+    server under them (pacing would wait) releases the hold, waits for room without it, and the steps left run again
+    under it (read from scratch: nothing read under the earlier hold is used).
 
-    With ``client`` the caller holds the gates (``chmv apply``, a load's repair): the steps run on it, paced as
-    every insert.
+    With a caller's hold (``chmv apply``, a load's repair) the steps run on its client, paced as every insert.
 
     A partition a hold swapped in while writes raced it stays damaged through the next holds until one swaps it in
     clean (``run``'s third argument); an error names it in ``damaged``."""
-    if client is not None:
-        return run(client, list(steps), frozenset())
-    assert clickhouse is not None
+    if hold.given:
+        return run(hold.client, list(steps), frozenset())
+    assert hold.clickhouse is not None
     results: list[StepResult] = []
     left = list(steps)
     damaged: set[str | None] = set()
     started = time.monotonic()
     names = ", ".join(g.fqn for g in plan.gates) or "(none)"
     while True:
-        holder = f"{owner} {_keys(left)} (run {plan.run}): reading the sources and swapping"
-        with source_gate(plan.gates, holder=holder), clickhouse.get_client() as c:
-            try:
-                with pacer_for(c, plan.races.pacing).unhurried(f"the write gates of {names}"):
-                    return results + run(c, left, frozenset(damaged))
-            except NoRoomUnderGate as busy:
-                results += busy.done
-                done = {r.partition for r in busy.done}
-                damaged = (damaged | set(busy.damaged)) - done
-                left = [s for s in left if s.key not in done]
-                _LOG.info(f"{busy}; {_keys(left)} left")
+        if not hold.held:
+            hold.holder = f"{owner} {_keys(left)} (run {plan.run}): reading the sources and swapping"
+        client = hold.client
+        try:
+            with pacer_for(client, plan.races.pacing).unhurried(f"the write gates of {names}"):
+                return results + run(client, left, frozenset(damaged))
+        except NoRoomUnderGate as busy:
+            results += busy.done
+            done = {r.partition for r in busy.done}
+            damaged = (damaged | set(busy.damaged)) - done
+            left = [s for s in left if s.key not in done]
+            _LOG.info(f"{busy}; {_keys(left)} left")
+        hold.release()
         if time.monotonic() - started > plan.races.pacing.max_wait_seconds:
             no_room = ServerBusy(
                 f"{plan.target.fqn} {_keys(left)}: the server had no room for the read under the write gates of "
@@ -404,7 +458,7 @@ def _gated(
                 "partitions was written now. Run it again once merges have caught up."
             )
             raise with_damage(no_room, sorted(damaged, key=str))
-        with clickhouse.get_client() as c:  # no gate held: ingestion into the sources goes on meanwhile
+        with hold.clickhouse.get_client() as c:  # no gate held: ingestion into the sources goes on meanwhile
             pacer_for(c, plan.races.pacing).wait_for_room(
                 f"{plan.target.fqn} {_keys(left)}: waiting without the write gates of {names}",
                 [plan.live],
@@ -417,22 +471,6 @@ def _keys(steps: Sequence[PartitionStep]) -> str:
     return ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
 
 
-def _direct_result(plan: RebuildPlan, step: PartitionStep, r: RebuildResult) -> StepResult:
-    return StepResult(
-        plan.target.fqn,
-        r.partition,
-        str(step.engine),
-        r.method,
-        rows_staged=0,
-        rows_written=r.rows_written,
-        cutoff=None,
-        batch_id="",
-        seconds=r.seconds,
-        statements=r.statements,
-        attempts=r.attempts,
-    )
-
-
 @contextmanager
 def _paused(client: Client, loaded: LoadedProject, plan: RebuildPlan, steps: Sequence[PartitionStep]) -> Iterator[None]:
     """The stream consumers writing an open partition of ``steps`` paused for the block."""
@@ -442,229 +480,6 @@ def _paused(client: Client, loaded: LoadedProject, plan: RebuildPlan, steps: Seq
         return
     with consumers.paused(client, loaded.project, paused, plan.run):
         yield
-
-
-def _run_spark(
-    plan: RebuildPlan,
-    loaded: LoadedProject,
-    steps: Sequence[PartitionStep],
-    cutoffs: dict[ObjectRef, datetime | None] | None,
-    stager: Stager | None,
-    clickhouse: ClientFactory | None,
-    client: Client | None,
-    owner: str = "chmv",
-) -> list[StepResult]:
-    """The steps that read the landing zone: cutoffs under the gates, Spark staging without them, then the swaps."""
-    if stager is None:
-        raise ChmvError(
-            f"{plan.target.fqn}: {len(steps)} partition(s) need Spark (the landing zone), "
-            "but no Spark session is configured; give the run the pyspark resource"
-        )
-    assert plan.landing_root is not None
-    _LOG.info(f"{plan.target.fqn}: {len(steps)} partition(s) from the landing zone (spark engine)")
-    if cutoffs is None:
-        with _session(plan, clickhouse, client, f"{owner}: reading the cutoffs of {plan.target.fqn}") as c:
-            cutoffs = _read_cutoffs(c, loaded, plan, steps)
-    return _run_spark_steps(plan, loaded, steps, cutoffs, stager, clickhouse, client, owner)
-
-
-@contextmanager
-def _session(
-    plan: RebuildPlan, clickhouse: ClientFactory | None, client: Client | None, holder: str = ""
-) -> Iterator[Client]:
-    """The plan's gates and a client: the caller's (gates already held) or a new one opened after the gates."""
-    if client is not None:
-        yield client
-        return
-    assert clickhouse is not None
-    with source_gate(plan.gates, holder=holder), clickhouse.get_client() as opened:
-        yield opened
-
-
-def _read_cutoffs(
-    client: Client, loaded: LoadedProject, plan: RebuildPlan, steps: Sequence[PartitionStep]
-) -> dict[ObjectRef, datetime | None]:
-    """Per trigger, ``watermark - tolerance`` (a first watermark is established if there is none)."""
-    tolerance = loaded.config.ingestion.late_tolerance_minutes
-    windows = [s.window for s in steps]
-    ends = [w.wall_end for w in windows if w is not None and w.wall_end is not None]
-    cutoffs = {}
-    for source in plan.gates:
-        files = landing.list_files(plan.landing_root, source) if plan.landing_root else []
-        newest = max((f.last_arrival for f in files), default=None)
-        establish = max(ends) if ends and len(ends) == len(windows) else newest
-        if establish is not None:
-            establish += timedelta(minutes=tolerance)
-        mark = current_watermark(client, source, landing.time_column(loaded, source), establish_at=establish)
-        cutoffs[source] = cutoff_of(mark, tolerance)
-    return cutoffs
-
-
-def _run_spark_steps(
-    plan: RebuildPlan,
-    loaded: LoadedProject,
-    steps: Sequence[PartitionStep],
-    cutoffs: dict[ObjectRef, datetime | None],
-    stager: Stager,
-    clickhouse: ClientFactory | None,
-    client: Client | None,
-    owner: str = "chmv",
-) -> list[StepResult]:
-    """Stage each trigger's lake rows (Spark, no gate held), then swap each partition under the gates (the cutoffs
-    stay true while they are released: a watermark never goes back)."""
-    marks = sorted((k.fqn, str(v)) for k, v in cutoffs.items())
-    batch_id = hashlib.sha1(f"{plan.target.fqn}|{[s.key for s in steps]}|{marks}".encode()).hexdigest()[:16]
-    windows = [s.window for s in steps]
-    staged = {
-        r.source: _stage_source(
-            loaded, plan, r.source, r.staged_per_window, windows, cutoffs.get(r.source), batch_id, stager
-        )
-        for r in steps[0].relations
-    }
-    crash_point("backfill:staged")
-    cutoff = min((v for v in cutoffs.values() if v is not None), default=None)
-
-    def run(c: Client, todo: list[PartitionStep], damaged: frozenset[str | None]) -> list[StepResult]:
-        swapped: list[StepResult] = []
-        with _paused(c, loaded, plan, todo):
-            for step in todo:
-                try:
-                    swapped.append(_swap_staged(c, loaded, plan, step, staged, cutoff, batch_id, damaged))
-                except NoRoomUnderGate as busy:
-                    busy.done = swapped
-                    raise
-        return swapped
-
-    results = _gated(plan, clickhouse, client, steps, run, f"{owner}: rebuild of {plan.target.fqn} from the lake")
-    for st in staged.values():
-        staging.remove(st.folder)
-    return results
-
-
-def _swap_staged(
-    client: Client,
-    loaded: LoadedProject,
-    plan: RebuildPlan,
-    step: PartitionStep,
-    staged: dict[ObjectRef, _Staged],
-    cutoff: datetime | None,
-    batch_id: str,
-    damaged: frozenset[str | None] = frozenset(),
-) -> StepResult:
-    """One Spark step: the MVs' SELECT over its staged rows and the source's after the cutoff, swapped in; its
-    record (:mod:`chmv_assets.engine.rebuild.backfills`) kept."""
-    started = time.monotonic()
-    target = plan.target
-    relations = {s: _relation(loaded, s, st, step.window) for s, st in staged.items()}
-    r = run_step(client, loaded.project, plan, step, trigger_relation=relations.get, damaged=damaged)
-    rows_staged = sum(staging.staged_rows(f) for st in staged.values() for f in _window_folders(st, step.window))
-    backfills.record(client, Backfill(target, step.key or backfills.WHOLE, cutoff, batch_id, r.rows_written))
-    _LOG.info(
-        f"{target.fqn} {step.key or '(whole table)'}: {r.method}, {rows_staged} landing rows staged, "
-        f"{r.rows_written} rows written, cutoff {cutoff}"
-    )
-    crash_point("backfill:swapped")
-    return StepResult(
-        target.fqn,
-        step.key,
-        str(step.engine),
-        r.method,
-        rows_staged,
-        r.rows_written,
-        cutoff,
-        batch_id,
-        time.monotonic() - started,
-        sum(s.rows_read for s in staged.values()),
-        r.statements,
-        r.attempts,
-    )
-
-
-def _stage_source(
-    loaded: LoadedProject,
-    plan: RebuildPlan,
-    source: ObjectRef,
-    per_window: bool,
-    windows: Sequence[PartitionWindow | None],
-    cutoff: datetime | None,
-    batch_id: str,
-    stager: Stager,
-) -> _Staged:
-    table = loaded.project.table(source)
-    if table is None:
-        raise LandingZoneError(f"{source.fqn} is not defined in the DDL directory")
-    assert plan.landing_root is not None
-    tcol = landing.time_column(loaded, source)
-    lateness = timedelta(minutes=loaded.config.ingestion.max_lateness_minutes)
-    # the landing zone's event times are UTC (naive): the windows' instants, in the zone their rows are computed in
-    zone = _window_zone(loaded, plan, table.column(tcol))
-    since = min(_utc(w.start, zone) for w in windows if w is not None and w.start) if per_window else None
-    before = max(_utc(w.end, zone) for w in windows if w is not None and w.end) if per_window else None
-    upper = min(t for t in (before, cutoff) if t is not None) if (before or cutoff) else None
-    files = landing.list_files(
-        plan.landing_root, source, arrived_after=since, arrived_before=upper + lateness if upper is not None else None
-    )
-    columns, rows_read = landing.check_files(files, table)
-    keys = landing.dedup_keys(loaded, source, columns)
-    folder = staging.staging_dir("backfill", [plan.target, source], batch_id)
-    _LOG.info(
-        f"{plan.target.fqn}: Spark stages {source.fqn} from {len(files)} landing files ({rows_read} rows), "
-        f"event time in [{since}, {before}) UTC and <= cutoff {cutoff}"
-    )
-    if files:
-        stager(
-            [f.path for f in files],
-            columns,
-            tcol,
-            keys,
-            folder,
-            at_or_before=cutoff,
-            since=since,
-            before=before,
-            partition_grain=plan.scheme.grain if per_window else None,
-        )
-    grain = str(plan.scheme.grain) if per_window and plan.scheme.grain is not None else None
-    return _Staged(source, folder, columns, cutoff, per_window, rows_read, grain, zone)
-
-
-def _window_zone(loaded: LoadedProject, plan: RebuildPlan, column: Column | None) -> str:
-    """The zone the rows of a trigger (its time column ``column``) map into the plan's windows in (:func:`~chmv_assets.sql.rebuild_sql.window_zone`:
-    the target column's, else the trigger column's, else the session's); UTC where the session is not known."""
-    if not plan.zone:
-        return "UTC"
-    return window_zone(loaded.project.table(plan.target), plan.scheme, column, plan.zone)
-
-
-def _utc(bound: datetime, zone: str) -> datetime:
-    """A window bound as the naive UTC time the landing zone's event times are compared with."""
-    return window_instant(bound, zone).astimezone(UTC).replace(tzinfo=None)
-
-
-def _window_keys(st: _Staged, window: PartitionWindow | None) -> list[str] | None:
-    """The staging sub-folders of ``window`` (None: the whole staging folder)."""
-    if not st.per_window or window is None or window.start is None or window.end is None or st.grain is None:
-        return None
-    return staging.window_keys(window_instant(window.start, st.zone), window_instant(window.end, st.zone), st.grain)
-
-
-def _window_folders(st: _Staged, window: PartitionWindow | None) -> list[Path]:
-    keys = _window_keys(st, window)
-    return staging.window_folders(st.folder, keys) if keys is not None else [st.folder]
-
-
-def _relation(loaded: LoadedProject, source: ObjectRef, st: _Staged, window: PartitionWindow | None) -> str:
-    """``(landing rows <= cutoff UNION ALL source rows > cutoff)`` standing in for the trigger table."""
-    table = loaded.project.table(source)
-    assert table is not None
-    keys = _window_keys(st, window)
-    if keys is not None:
-        glob = staging.staged_glob(st.folder, keys)
-    elif st.per_window:
-        glob = str(st.folder / "*" / "*.parquet")
-    else:
-        glob = staging.staged_glob(st.folder)
-    lake = staging.file_relation(glob, table, st.columns)
-    return staged_relation(source, lake, st.columns, landing.time_column(loaded, source), st.cutoff)
 
 
 def repair_interrupted_load(

@@ -284,7 +284,7 @@ def holding(
     Args:
         connect: Opens a client for the claims (then ``on_held`` runs on it) and for the release.
         renewer: Opens a client of its own for each renewal, from a thread that renews the leases every ``ttl / 3``
-            seconds; without one the leases last ``ttl`` (callers that hold them for less).
+            seconds (:func:`renewed`); without one the leases last ``ttl`` (callers that hold them for less).
         on_held: Work to do once every lease is held, on the client that took them (a killed run's leftovers).
         on_release: Work to do on the client that releases them, before (what the run settles at its end).
 
@@ -292,23 +292,14 @@ def holding(
         LeaseHeld: One of them stayed held by another run for longer than ``wait`` (those taken are released).
     """
     held: dict[str, int] = {}
-    stop = threading.Event()
-    thread = None
     try:
         with connect.get_client() as client:
             held = acquire(client, leases, me, ttl=ttl, wait=wait)
             if on_held is not None:
                 on_held(client)
-        if renewer is not None and held:
-            thread = threading.Thread(
-                target=_renew_every, args=(renewer, dict(held), me, ttl, stop), daemon=True, name="chmv-lease-renewer"
-            )
-            thread.start()
-        yield held
+        with renewed(renewer, held, me, ttl):
+            yield held
     finally:
-        stop.set()
-        if thread is not None:
-            thread.join()
         if held:
             with connect.get_client() as client:
                 try:
@@ -316,6 +307,25 @@ def holding(
                         on_release(client)
                 finally:
                     release(client, held, me)
+
+
+@contextmanager
+def renewed(renewer: ClientFactory | None, held: dict[str, int], me: Holder, ttl: float) -> Iterator[None]:
+    """``held`` renewed every ``ttl / 3`` seconds for the block, from a thread opening a client of ``renewer``'s for
+    each renewal (nothing without a renewer, or with nothing held)."""
+    if renewer is None or not held:
+        yield
+        return
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=_renew_every, args=(renewer, dict(held), me, ttl, stop), daemon=True, name="chmv-lease-renewer"
+    )
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _renew_every(connect: ClientFactory, held: dict[str, int], me: Holder, ttl: float, stop: threading.Event) -> None:

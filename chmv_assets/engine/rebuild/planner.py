@@ -44,7 +44,7 @@ from chmv_assets.ddl.partitioning import PartitionWindow, TargetPartitioning, ta
 from chmv_assets.ddl.writers import SourceWriters
 from chmv_assets.engine.catalog import live_table
 from chmv_assets.engine.clock import session_zone, wall_now
-from chmv_assets.engine.drift import describe_foreign, foreign_writers
+from chmv_assets.engine.drift import describe_foreign, foreign_writers, pending_refusals
 from chmv_assets.engine.ingest import landing
 from chmv_assets.engine.ingest.cutoff import source_min_time
 from chmv_assets.engine.pacing.backoff import backoff
@@ -58,14 +58,17 @@ from chmv_assets.engine.rebuild.coverage import (
     assess,
     probe,
 )
+from chmv_assets.engine.rebuild.rows import RowSource, rows_from
 from chmv_assets.errors import ChmvError
 from chmv_assets.sql.rebuild_sql import (
+    TriggerRange,
+    covered_rows,
     create_shadow_sql,
     partition_filter,
     partition_tuple,
     range_column,
     shadow_ref,
-    trigger_predicate,
+    trigger_range,
 )
 
 EngineOption = Literal["auto", "clickhouse", "spark"]
@@ -199,6 +202,13 @@ class PartitionStep:
     create_shadow: str | None = field(default=None, compare=False)
     """The statement creating the shadow, on this server (a ``Replicated*`` target's shadow gets a Keeper path of its
     own or the plain family: :func:`~chmv_assets.sql.rebuild_sql.create_shadow_sql`)."""
+    reads: tuple[tuple[ObjectRef, TriggerRange], ...] = field(default=(), compare=False)
+    """Per MV writing the target, the trigger rows its read of the window covers (its pruning predicate:
+    :func:`~chmv_assets.sql.rebuild_sql.trigger_range`); the fill reads them from here. Empty: the whole table."""
+
+    def reads_of(self, view: ObjectRef) -> TriggerRange | None:
+        """The rows ``view``'s read of the window covers, as planned (None: the whole table)."""
+        return dict(self.reads).get(view)
 
     @property
     def key(self) -> str | None:
@@ -363,7 +373,7 @@ class Observations:
             observed, and the planner decides on coverage estimated from ``oldest`` (:func:`_estimated`: a repair's
             plan, the lifecycle's re-derivations, hand-made plans).
         pending: Why every partition is refused whatever the options: the live MVs run another SELECT or TO than
-            the DDL directory (:func:`chmv_assets.engine.drift.pending_refusals`, read by ``executor.plan_for``).
+            the DDL directory (:func:`chmv_assets.engine.drift.pending_refusals`, read by :func:`observe_and_plan`).
     """
 
     live: ObjectRef
@@ -437,6 +447,29 @@ def observe(
         for source in triggers_of(loaded.project, target)
     )
     return Observations(live=live, oldest=oldest, now=now, zone=zone, foreign=foreign)
+
+
+def observe_and_plan(
+    client: Client,
+    loaded: LoadedProject,
+    target: ObjectRef,
+    windows: Sequence[PartitionWindow | None],
+    *,
+    engine: EngineOption = "auto",
+    root: Path | None = None,
+    force: bool = False,
+    one_read: bool = False,
+    engines: Mapping[str | None, str] | None = None,
+) -> RebuildPlan:
+    """Observe the server (:func:`observe`, the coverage probed once, and the changes waiting for ``chmv apply``:
+    :func:`~chmv_assets.engine.drift.pending_refusals`, the drift read once) and plan (:func:`plan_rebuild`); nothing
+    is changed. The caller holds the trigger gates (the observations stay true until its swaps under the same hold).
+    """
+    observations = observe(client, loaded, target, engine=engine, root=root, windows=windows)
+    observations = replace(observations, pending=pending_refusals(client, loaded.project, target))
+    return plan_rebuild(
+        loaded, target, windows, observations, engine=engine, root=root, force=force, one_read=one_read, engines=engines
+    )
 
 
 def feedback_reads(loaded: LoadedProject, target: ObjectRef) -> list[tuple[ObjectRef, ObjectRef]]:
@@ -615,64 +648,38 @@ def _cutoff_rule(loaded: LoadedProject, plan: RebuildPlan) -> str:
 
 @dataclass(frozen=True)
 class EngineChoice:
-    """Where the rows of one partition come from, why, and the shrink guard of its swap (see :func:`choose_engine`)."""
+    """The engine of one partition, why, and the shrink guard of its swap (see :func:`choose_engine`)."""
 
     engine: Engine
     reason: str
     guard: str | None = None
 
 
+#: The place each engine that fills partitions reads its rows from (:mod:`chmv_assets.engine.rebuild.rows`).
+READS: dict[Engine, RowSource] = {Engine.CLICKHOUSE: RowSource.TABLE, Engine.SPARK: RowSource.LAKE}
+#: The engine that reads each place where none is pinned (``engine=auto``).
+READER: dict[RowSource, Engine] = {RowSource.TABLE: Engine.CLICKHOUSE, RowSource.LAKE: Engine.SPARK}
+
+
 def choose_engine(
     asked: EngineOption, covered: WindowCoverage, *, lake_usable: bool, force: bool, root: Path | None
 ) -> EngineChoice:
-    """The engine of one partition: the one rule every plan's engines are chosen by.
-
-    In order: ``engine=spark`` reads the landing zone where it holds the partition, where the target partition has
-    nothing to lose or where forced, and is refused elsewhere; the source table where it holds the partition; with
-    ``auto``, the landing zone where it holds it; the source table where the target partition is empty, or forced;
-    refused where a trigger demonstrably lost rows the target holds; else the source table behind the shrink guard.
-    A source that holds the partition but may have lost rows its counts cannot show (a DELETE it recorded since the
-    window's start: ``covered.deletions``) is still read, behind the shrink guard (never refused nor moved to the
-    landing zone for it: the evidence over-approximates, and the guard stops only a swap that would shrink).
-
-    Refusals and guards stand on the target's rows observed (``covered.observed``, coverage probed): an estimate
-    from the triggers' oldest rows (:func:`_estimated`: a repair's or the lifecycle's plan) knows nothing at stake,
-    so it takes a pinned engine as asked and is never refused or guarded; neither is a forced plan guarded.
-
-    Args:
-        asked: ``auto``, ``clickhouse`` or ``spark``.
-        covered: Where the partition's truth lives.
-        lake_usable: The landing zone serves every trigger of the target (:func:`spark_capable`).
-        force: Rebuild what would be refused, without the shrink guard.
-        root: The landing zone (named in a refusal's what to do).
-    """
-    if asked != "auto" and not covered.observed:
-        return EngineChoice(Engine(asked), f"engine={asked} asked for")
-    source_ok = covered.source_holds_entirely
-    lake_ok = lake_usable and covered.lake_holds_entirely
-    at_stake = covered.target_rows is None or covered.target_rows > 0
-    table, lake = covered.table_reasons(), covered.lake_reasons()
-    guarded = covered.observed and not force
-    deleted = covered.deletions
-    if asked == "spark":
-        if lake_ok or not at_stake or force:
-            guard = f"rebuilt from the landing zone: {lake}" if guarded else None
-            return EngineChoice(Engine.SPARK, f"engine=spark asked for; landing zone: {lake}", guard)
-        return EngineChoice(Engine.REFUSED, _refusal(covered, root, asked="engine=spark", lake_only=True))
-    if source_ok:
-        pinned = "engine=clickhouse asked for; " if asked == "clickhouse" else ""
-        return EngineChoice(Engine.CLICKHOUSE, pinned + table, deleted if guarded else None)
-    guard = (f"{table}; {deleted}" if deleted else table) if guarded else None
-    if asked == "auto" and lake_ok:
-        return EngineChoice(Engine.SPARK, f"{table}; the landing zone holds it: {lake}", guard)
-    if not at_stake:
-        return EngineChoice(Engine.CLICKHOUSE, f"the target partition is empty, nothing to lose; {table}", guard)
-    if force:
-        return EngineChoice(Engine.CLICKHOUSE, f"forced: {table}")
-    if covered.observed and covered.loss_observed:
-        asked_for = "engine=clickhouse" if asked == "clickhouse" else ""
-        return EngineChoice(Engine.REFUSED, _refusal(covered, root, asked=asked_for))
-    return EngineChoice(Engine.CLICKHOUSE, f"coverage unknown: {table}; landing zone: {lake}", guard)
+    """The engine of one partition: the engine reading the place its rows come from
+    (:func:`~chmv_assets.engine.rebuild.rows.rows_from`, the one rule; a pinned engine pins its place), refused where
+    they come from neither."""
+    pinned = Engine(asked) if asked != "auto" else None
+    rows = rows_from(
+        covered,
+        reads=READS[pinned] if pinned is not None else None,
+        asked=asked if pinned is not None else "",
+        lake_usable=lake_usable,
+        force=force,
+        root=root,
+    )
+    if rows.source == RowSource.NEITHER:
+        return EngineChoice(Engine.REFUSED, rows.reason)
+    engine = pinned if pinned is not None and READS[pinned] == rows.source else READER[rows.source]
+    return EngineChoice(engine, rows.reason, rows.guard)
 
 
 def _estimated(
@@ -721,44 +728,6 @@ def _oldest_verdict(root: Path, source: ObjectRef, window: PartitionWindow | Non
 def _first_landing(root: Path, source: ObjectRef) -> datetime | None:
     files = landing.list_files(root, source)
     return min((f.first_arrival for f in files), default=None)
-
-
-def _refusal(covered: WindowCoverage, root: Path | None, *, asked: str = "", lake_only: bool = False) -> str:
-    """Why a partition is refused and what to do, naming each source and how far back it holds data.
-
-    Args:
-        asked: The engine the caller pinned (``engine=spark``), if any.
-        lake_only: The rebuild would read the landing zone only (a pinned Spark engine).
-    """
-    rows = "an unknown number of" if covered.target_rows is None else f"{covered.target_rows:,}"
-    lacking = [s for s in covered.sources if (s.lake if lake_only else s.table).holding != Holding.ENTIRELY]
-    parts = [f"{asked} asked for, but" if asked else "neither the source table nor the landing zone holds it:"]
-    for s in lacking:
-        since = f"it holds data from {s.held_from:%Y-%m-%d %H:%M:%S} on" if s.held_from else "it holds no data"
-        parts.append(
-            f"{s.source.fqn} ({since}): source table: {s.table.holding}: {s.table.reason}; landing zone: "
-            f"{s.lake.holding}: {s.lake.reason}."
-        )
-    where = ", ".join(str((root or Path("<landing_dir>")) / s.source.fqn) for s in lacking)
-    window = covered.window
-    span = f" for [{window.start:%Y-%m-%d %H:%M}, {window.end:%Y-%m-%d %H:%M})" if window and window.timed else ""
-    reads = "from the landing zone" if lake_only else "from the source"
-    steps = [
-        f"deliver the source's files{span} to the landing zone ({where}; with [ingestion] landing_dir and "
-        "time_columns configured) and rebuild with engine=auto"
-    ]
-    if lake_only and covered.source_holds_entirely:
-        steps.insert(0, "rebuild with engine=auto or engine=clickhouse (the source table holds it)")
-    steps += [
-        "leave the partition as it is (it may hold the only copy)",
-        f"rebuild with force (run config force: true, chmv rebuild --force) to replace it with what is read {reads}",
-    ]
-    parts.append(
-        f"The target partition holds {rows} rows, which a rebuild {reads} would lose. To proceed: "
-        + "; or ".join(steps)
-        + "."
-    )
-    return " ".join(parts)
 
 
 def plan_from_source(
@@ -833,13 +802,13 @@ def _assemble(
         if choice.engine == Engine.REFUSED:
             steps.append(PartitionStep(window, Engine.REFUSED, Swap.NONE, None, (), choice.reason))
             continue
+        reads = _reads(project, target, scheme, window, zone=zone)
         relations = tuple(
-            _relation(
-                project, target, source, scheme, window, lake=choice.engine == Engine.SPARK, staged=staged, zone=zone
-            )
+            _relation(project, target, source, reads, lake=choice.engine == Engine.SPARK, staged=staged)
             for source in triggers
         )
-        steps.append(_rebuild_step(table, live, scheme, window, choice, relations, run, one_read=one_read, zone=zone))
+        step = _rebuild_step(table, live, scheme, window, choice, relations, run, one_read=one_read, zone=zone)
+        steps.append(replace(step, reads=reads))
     return RebuildPlan(target, live, scheme, tuple(steps), triggers, downstream, root, run=run, races=races, zone=zone)
 
 
@@ -879,20 +848,32 @@ def _rebuild_step(
     )
 
 
+def _reads(
+    project: Project, target: ObjectRef, scheme: TargetPartitioning, window: PartitionWindow | None, *, zone: str
+) -> tuple[tuple[ObjectRef, TriggerRange], ...]:
+    """Per MV writing ``target``, the trigger rows its read of ``window`` covers (none for the whole table)."""
+    if window is None or not scheme.partitioned:
+        return ()
+    return tuple(
+        (v.ref, trigger_range(v, project, scheme, window, zone=zone))
+        for v in project.views_into(target)
+        if v.trigger is not None
+    )
+
+
 def _relation(
     project: Project,
     target: ObjectRef,
     source: ObjectRef,
-    scheme: TargetPartitioning,
-    window: PartitionWindow | None,
+    reads: tuple[tuple[ObjectRef, TriggerRange], ...],
     *,
     lake: bool,
     staged: Callable[[ObjectRef], bool],
-    zone: str,
 ) -> TriggerRelation:
-    """What stands in for ``source`` in the read of ``window``, and the rows of it the read covers."""
-    readers = [v for v in project.views_into(target) if v.trigger == source]
-    predicate = trigger_predicate(readers, project, scheme, window, zone=zone)
+    """What stands in for ``source`` in the read of the step's window, and the rows of it the read covers (those of
+    its MVs' ``reads``)."""
+    readers = {v.ref for v in project.views_into(target) if v.trigger == source}
+    predicate = covered_rows([r for view, r in reads if view in readers]) if reads else None
     if lake:
         return TriggerRelation(source, "lake_then_source", predicate, staged_per_window=staged(source))
     return TriggerRelation(source, "source_window" if predicate else "source", predicate)

@@ -37,11 +37,13 @@ from chmv_assets.engine.statements import statement_id
 from chmv_assets.errors import NOT_SWAPPED, ChmvError, ForeignRowsRefused, NoRoomUnderGate, RacedWrites, ShrinkRefused
 from chmv_assets.sql.quoting import qualified, string_literal
 from chmv_assets.sql.rebuild_sql import (
+    TriggerRange,
     drop_shadow_sql,
     insert_sql,
     range_select,
     span_holds_all_sql,
     span_of,
+    span_range,
     swaps_sql,
     trigger_predicate,
 )
@@ -89,7 +91,7 @@ def run_step(
     plan: RebuildPlan,
     step: PartitionStep,
     *,
-    trigger_relation: Callable[[ObjectRef], str | None] | None = None,
+    trigger_relation: Callable[[PartitionStep, ObjectRef], str | None] | None = None,
     damaged: Collection[str | None] = (),
 ) -> RebuildResult:
     """Rebuild the partition of ``step``: :func:`run_steps` of a batch of one."""
@@ -102,7 +104,7 @@ def run_steps(
     plan: RebuildPlan,
     steps: Sequence[PartitionStep],
     *,
-    trigger_relation: Callable[[ObjectRef], str | None] | None = None,
+    trigger_relation: Callable[[PartitionStep, ObjectRef], str | None] | None = None,
     damaged: Collection[str | None] = (),
 ) -> list[RebuildResult]:
     """Rebuild the partitions of ``steps`` in batches: one read of a batch's trigger rows, then each partition
@@ -126,7 +128,8 @@ def run_steps(
         project: The parsed DDL.
         plan: The plan the steps belong to.
         steps: Partitions of ``plan``.
-        trigger_relation: Per trigger table, a relation to read instead (staged lake rows and the cutoff union).
+        trigger_relation: Per step and trigger table, a relation to read instead (the lake's rows and the table's after
+            the cutoff: :mod:`chmv_assets.engine.rebuild.engines`).
         damaged: Keys of partitions an earlier hold of this run swapped in while writes raced it (see
             :attr:`~chmv_assets.errors.ChmvError.damaged`): damaged until a read of them is swapped in clean.
 
@@ -229,7 +232,7 @@ class _Read:
         client: Client,
         project: Project,
         plan: RebuildPlan,
-        trigger_relation: Callable[[ObjectRef], str | None] | None = None,
+        trigger_relation: Callable[[PartitionStep, ObjectRef], str | None] | None = None,
     ):
         self.client, self.project, self.plan = client, project, plan
         self.trigger_relation = trigger_relation
@@ -269,7 +272,7 @@ class _Read:
         self.statement(create, statements, "create")
         crash_point("rebuild:shadow_created")
         windows = [s.window for s in steps]
-        runs = self._runs(windows)
+        runs = self._runs(list(steps))
         # one window's output is kept to its partition; so is each run's of several (the edge partitions one run's
         # read reaches are another run's: both in one shadow would count their rows twice)
         kept = len(windows) == 1 or len(runs) > 1
@@ -286,11 +289,11 @@ class _Read:
         rows, partitions = self._rows(shadow, steps, kept)
         return _Shadow(shadow, rows, statements, time.monotonic() - started, partitions)
 
-    def _runs(self, windows: list[PartitionWindow | None]) -> list[list[PartitionWindow | None]]:
-        """The windows cut into runs of at most the pacer's partitions per insert (one window: itself)."""
-        if len(windows) == 1 or not self.pacer.rules.enabled:
-            return [windows]
-        return chunks(windows, self.pacer.partitions_per_insert())
+    def _runs(self, steps: list[PartitionStep]) -> list[list[PartitionStep]]:
+        """The steps cut into runs of at most the pacer's partitions per insert (one step: itself)."""
+        if len(steps) == 1 or not self.pacer.rules.enabled:
+            return [steps]
+        return chunks(steps, self.pacer.partitions_per_insert())
 
     def _reading(
         self, view: MaterializedView, shadow: ObjectRef, windows: list[PartitionWindow | None], runs: list
@@ -304,33 +307,45 @@ class _Read:
         self,
         view: MaterializedView,
         shadow: ObjectRef,
-        run: list[PartitionWindow | None],
+        run: list[PartitionStep],
         number: str,
         kept: bool,
         statements: list[str],
     ) -> None:
-        """One paced ``INSERT INTO shadow SELECT`` of the MV over the windows of ``run``."""
-        relation = self.trigger_relation(view.trigger) if self.trigger_relation and view.trigger else None
-        prune = relation is not None or len(run) == 1 or not self._holds_all(view, run)
+        """One paced ``INSERT INTO shadow SELECT`` of the MV over the windows of ``run``, pruned and kept as the plan
+        says (each step's :attr:`~chmv_assets.engine.rebuild.planner.PartitionStep.reads` and partition filter)."""
+        relation = self.trigger_relation(run[0], view.trigger) if self.trigger_relation and view.trigger else None
+        windows = [s.window for s in run]
+        planned = [s.reads_of(view.ref) for s in run]
+        ranges = None if any(r is None for r in planned) else [r for r in planned if r is not None]
+        filters = [s.partition_filter for s in run]
+        keep = None if any(f is None for f in filters) else [f for f in filters if f is not None]
+        prune = relation is not None or len(run) == 1 or not self._holds_all(view, windows, ranges)
         select = range_select(
             view,
             self.project,
             self.table,
             self.plan.scheme,
-            run,
+            windows,
             zone=self.plan.zone,
             trigger_relation=relation,
             only_windows=kept,
             prune=prune,
+            ranges=ranges,
+            keep=keep,
         )
-        keys = _label(run[0]) if len(run) == 1 else f"{_label(run[0])}..{_label(run[-1])}"
+        keys = _label(windows[0]) if len(run) == 1 else f"{_label(windows[0])}..{_label(windows[-1])}"
         what = f"{self.plan.target.fqn} {keys}: {view.ref.fqn}'s fill{number}"
         self.statement(insert_sql(shadow, view, select), statements, "fill", SHADOW_INSERT_SETTINGS, paced=what)
 
-    def _holds_all(self, view: MaterializedView, run: list[PartitionWindow | None]) -> bool:
-        """The trigger's part metadata says every row of it is inside the span of the windows of ``run``."""
+    def _holds_all(
+        self, view: MaterializedView, run: list[PartitionWindow | None], ranges: list[TriggerRange] | None
+    ) -> bool:
+        """The trigger's part metadata says every row of it is inside the span of the windows of ``run`` (their
+        planned ranges: :func:`~chmv_assets.sql.rebuild_sql.span_range`)."""
         span = span_of(run)  # type: ignore[arg-type]
-        sql = span_holds_all_sql(view, self.project, self.plan.scheme, span, zone=self.plan.zone)
+        bounds = span_range(ranges, run) if ranges is not None else None  # type: ignore[arg-type]
+        sql = span_holds_all_sql(view, self.project, self.plan.scheme, span, zone=self.plan.zone, bounds=bounds)
         return sql is not None and bool(self.client.query(sql).result_rows[0][0])
 
     def _rows(self, shadow: ObjectRef, steps: Sequence[PartitionStep], kept: bool) -> tuple[list[int], list[list[str]]]:

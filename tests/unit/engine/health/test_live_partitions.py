@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from chmv_assets.engine.cursors import encode_cursor
+from chmv_assets.engine.health.cursors import encode_cursor
 from chmv_assets.engine.health.live_partitions import (
     CURSOR_VERSION,
     LiveMemory,

@@ -12,7 +12,7 @@ from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.models import TtlRule
 from chmv_assets.ddl.partitioning import window_at
 from chmv_assets.engine.rebuild.coverage import Facts, Holding, Stats, assess
-from chmv_assets.engine.timeline import add_months, floor, ttl_horizon
+from chmv_assets.engine.rebuild.timeline import add_months, floor, ttl_horizon
 
 D = datetime
 

@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from chmv_assets.engine.cursors import DecodedCursor, decode_cursor, encode_cursor, read_cursor
+from chmv_assets.engine.health.cursors import DecodedCursor, decode_cursor, encode_cursor, read_cursor
 
 DATA = {"a": {"analytics.t": {"2026-08-01": "12.1"}}, "s": {}, "list": [1, None, "x"]}
 
