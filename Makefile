@@ -44,7 +44,7 @@ test: install chromium
 
 # The browser tests drive the system Chromium (Playwright cannot download browsers here): install it when
 # missing and running as root. Under `make test` and in CI (CI set) a missing Chromium fails the browser test
-# (tests/integration/orchestration/test_ui.py), naming what to install; a bare pytest run skips it and says why.
+# (tests/scenarios/test_ui.py), naming what to install; a bare pytest run skips it and says why.
 chromium:
 	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; fi

@@ -23,8 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 warnings.filterwarnings("ignore")
 
-from conftest import EXAMPLE_DDL, make_engine  # noqa: E402
-
 from chmv_assets.ddl.loader import load  # noqa: E402
 from chmv_assets.ddl.models import ObjectRef  # noqa: E402
 from chmv_assets.engine.clock import session_zone  # noqa: E402
@@ -32,6 +30,9 @@ from chmv_assets.engine.health.parity import parity_sql  # noqa: E402
 from chmv_assets.engine.health.staleness import measure_staleness  # noqa: E402
 from chmv_assets.orchestration.translator import ChmvTranslator  # noqa: E402
 from chmv_assets.sql.quoting import qualified  # noqa: E402
+
+from support.engines import make_engine  # noqa: E402
+from support.paths import EXAMPLE_DDL  # noqa: E402
 
 TRANSLATOR = ChmvTranslator()
 CASES = [

@@ -25,7 +25,6 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 warnings.filterwarnings("ignore")
 
 from bench_checks import CountingClient  # noqa: E402
-from conftest import EXAMPLE_DDL, make_engine  # noqa: E402
 
 from chmv_assets.ddl.loader import load  # noqa: E402
 from chmv_assets.ddl.models import ObjectRef  # noqa: E402
@@ -34,6 +33,9 @@ from chmv_assets.engine.health.parity import parity_for_partition  # noqa: E402
 from chmv_assets.engine.rebuild.coverage import observe_coverage  # noqa: E402
 from chmv_assets.engine.rebuild.executor import execute  # noqa: E402
 from chmv_assets.engine.rebuild.planner import observe, plan_rebuild  # noqa: E402
+
+from support.engines import make_engine  # noqa: E402
+from support.paths import EXAMPLE_DDL  # noqa: E402
 
 SELECTED = "SELECT event, value FROM system.events WHERE event IN ('SelectedRows', 'SelectedBytes')"
 SEP = datetime(2026, 9, 1)

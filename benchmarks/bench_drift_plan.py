@@ -19,13 +19,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 warnings.filterwarnings("ignore")
 
-from chmv_check_helpers import TRANSLATOR, evaluations, run_checks  # noqa: E402
-from conftest import EXAMPLE_DDL, make_engine  # noqa: E402
 from dagster import AssetCheckKey, DagsterInstance  # noqa: E402
-from lifecycle_testing import CHANGED_FILTER, copy_ddl, edit  # noqa: E402
 
 from asset_checks.names import DRIFT  # noqa: E402
 from chmv_assets.ddl.loader import load  # noqa: E402
+
+from support.checks import TRANSLATOR, evaluations, run_checks  # noqa: E402
+from support.engines import make_engine  # noqa: E402
+from support.lifecycle import CHANGED_FILTER, copy_ddl, edit  # noqa: E402
+from support.paths import EXAMPLE_DDL  # noqa: E402
 
 
 def drift_run(loaded, engine, repeat: int = 3) -> tuple[float, list]:

@@ -24,7 +24,7 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "integration" / "orchestration")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 warnings.filterwarnings("ignore")
 
 from bench_checks import CountingClient  # noqa: E402
@@ -127,7 +127,7 @@ def bench_recording(events) -> None:
 
 
 def bench_ui(workdir: Path, rows: int) -> None:
-    from ui_support import ASSETS, expected_partitions, start_demo, stop, wait_for
+    from support.ui import ASSETS, expected_partitions, start_demo, stop, wait_for
 
     print(
         f"\ntime from the UI up to a true asset graph (demo, {rows} rows; sensor interval {LIVE_STATE_INTERVAL_SECONDS}s)"

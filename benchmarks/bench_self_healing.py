@@ -27,7 +27,6 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 warnings.filterwarnings("ignore")
 
 from bench_checks import CountingClient, generated_project  # noqa: E402
-from conftest import EXAMPLE_DDL, make_engine  # noqa: E402
 
 from chmv_assets.ddl.loader import load  # noqa: E402
 from chmv_assets.engine.clock import session_zone  # noqa: E402
@@ -36,6 +35,9 @@ from chmv_assets.engine.health.sweep import SweepState, decide  # noqa: E402
 from chmv_assets.orchestration.translator import ChmvTranslator  # noqa: E402
 from chmv_assets.sql.quoting import qualified  # noqa: E402
 from chmv_assets.sql.rebuild_sql import partition_expression, source_range_predicate  # noqa: E402
+
+from support.engines import make_engine  # noqa: E402
+from support.paths import EXAMPLE_DDL  # noqa: E402
 
 TRANSLATOR = ChmvTranslator()
 SELECTED = "SELECT value FROM system.events WHERE event = 'SelectedRows'"
@@ -150,8 +152,8 @@ def bench_rows(workdir: Path) -> None:
 
 
 def bench_loop(workdir: Path) -> None:
-    from healing_support import plant_gap, wait_for_repair
-    from ui_support import start_demo, stop
+    from support.healing import plant_gap, wait_for_repair
+    from support.ui import start_demo, stop
 
     loaded = load(EXAMPLE_DDL)
     dev = start_demo(workdir / "loop", rows=100_000)

@@ -26,13 +26,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 warnings.filterwarnings("ignore")
 
-from conftest import EXAMPLE_DDL, make_engine  # noqa: E402
-
 from chmv_assets.ddl.loader import load  # noqa: E402
 from chmv_assets.engine.drift import apply_pending  # noqa: E402
 from chmv_assets.engine.health.parity import parity_for_partitions  # noqa: E402
 from chmv_assets.engine.health.sweep import SweepState, decide, window_of  # noqa: E402
 from chmv_assets.engine.rebuild import coverage  # noqa: E402
+
+from support.engines import make_engine  # noqa: E402
+from support.paths import EXAMPLE_DDL  # noqa: E402
 
 SELECTED = "SELECT value FROM system.events WHERE event = 'SelectedRows'"
 
@@ -109,8 +110,9 @@ def bench_coverage(engine, loaded, repeats: int = 5) -> None:
 def bench_requests(workdir: Path, ticks: int) -> None:
     """While the MV stays detached (its repair requested, not run yet) and rows keep arriving, then after the
     repair ran: N ticks of each sensor each time."""
-    from chmv_check_helpers import execute, requested, tick
     from dagster import DagsterInstance
+
+    from support.checks import execute, requested, tick
 
     loaded = load(EXAMPLE_DDL)
     engine = make_engine(workdir / "req" / "chdb", loaded, rows=20_000)

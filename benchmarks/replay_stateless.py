@@ -13,7 +13,7 @@ statement that removes or changes objects, and at the end, the schema the engine
 changed: every object's ``create_table_query`` (what ``SHOW CREATE`` prints, as users dump it) written as one file per
 object. chmv reads that directory (``load_project``), and each MV is:
 
-- **right**: chmv's target, trigger edge, sources and DEPENDS ON are what the engine records (``tests/lineage_testing``:
+- **right**: chmv's target, trigger edge, sources and DEPENDS ON are what the engine records (``tests/support/lineage.py``:
   ``system.tables`` targets and dependencies, the analyzer's resolved tables of its SELECT, the DEPENDS ON it prints);
 - **loop**: left out as a real trigger loop, and the engine's own record has that loop (its trigger dependencies);
 - **wrong**: read, but some part of its lineage differs (printed);
@@ -42,7 +42,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("CHMV_PARSE_CACHE", "0")
 
-from lineage_testing import (  # noqa: E402
+from chmv_assets.ddl.parsing.project import load_project  # noqa: E402
+from chmv_assets.ddl.sql_text import split_statements  # noqa: E402
+from chmv_assets.errors import DDLError  # noqa: E402
+from resources.clickhouse import ClickHouseResource  # noqa: E402
+
+from support.lineage import (  # noqa: E402
     MvRecord,
     chmv_records,
     differences,
@@ -50,11 +55,6 @@ from lineage_testing import (  # noqa: E402
     engine_records,
     user_databases,
 )
-
-from chmv_assets.ddl.parsing.project import load_project  # noqa: E402
-from chmv_assets.ddl.sql_text import split_statements  # noqa: E402
-from chmv_assets.errors import DDLError  # noqa: E402
-from resources.clickhouse import ClickHouseResource  # noqa: E402
 
 DATABASE = "replay"
 _NOWHERE = re.compile(r"(?:reads|loads from|writes TO|uses dictionary|DEPENDS ON) (\S+), which is defined nowhere")

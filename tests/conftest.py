@@ -1,7 +1,8 @@
 """Shared fixtures: a real embedded ClickHouse (chdb) per test scope, the example project, its data.
 
 The embedded engine allows one engine path per process at a time, and ClickHouseResource opens and
-closes it per use, so fixtures hand out resources (DSNs), never open clients.
+closes it per use, so fixtures hand out resources (DSNs), never open clients. Fixtures only: what tests import
+(paths, helpers) is in ``tests/support/``.
 """
 
 from __future__ import annotations
@@ -9,13 +10,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE_DDL = ROOT / "examples" / "ddl"
+from support.engines import make_engine
+from support.paths import EXAMPLE_DDL
 
 # Spark workers must run the venv's python (pyarrow lives there) and bind to loopback only.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -63,20 +63,6 @@ def example():
     return load(EXAMPLE_DDL)
 
 
-def make_engine(path: Path, loaded, rows: int = 0, seed: int = 42):
-    """A ClickHouseResource on a fresh embedded engine at ``path``, DDL applied, ``rows`` demo rows loaded."""
-    from chmv_assets import demo_data
-    from chmv_assets.engine.lifecycle.deploy import apply
-    from resources.clickhouse import ClickHouseResource
-
-    resource = ClickHouseResource(dsn=f"chdb://{path}")
-    with resource.get_client() as client:
-        apply(client, loaded.project)
-        if rows:
-            demo_data.load_into_clickhouse(client, demo_data.generate_all(rows, seed=seed))
-    return resource
-
-
 @pytest.fixture(scope="session")
 def loaded_engine(tmp_path_factory: pytest.TempPathFactory, example):
     """A shared engine with the example DDL and ~200k demo rows. Read-only: do not mutate it in tests."""
@@ -93,21 +79,10 @@ def fresh_engine(tmp_path: Path, example):
 def spark():
     """ONE local SparkSession for the whole test run (2 cores, few shuffle partitions, a quick-starting JVM);
     stopped at the end."""
-    from spark_testing import QUICK_JVM_CONF
-
     from spark.session import get_spark_session
+
+    from support.spark import QUICK_JVM_CONF
 
     session = get_spark_session("local[2]", QUICK_JVM_CONF)
     yield session
     session.stop()
-
-
-class HeldClient:
-    """A client factory over one open client: whatever the test set on it (merges stopped, settings) stays."""
-
-    def __init__(self, client):
-        self.client = client
-
-    @contextmanager
-    def get_client(self, **_ignored) -> Iterator:
-        yield self.client

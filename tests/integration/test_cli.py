@@ -132,7 +132,7 @@ def test_apply_is_idempotent(tmp_path):
 
 
 def test_rebuild_plans_then_runs_through_the_planner(tmp_path, example):
-    from conftest import make_engine
+    from support.engines import make_engine
 
     engine = make_engine(tmp_path / "chdb", example, rows=20_000)
     dsn = ["--dsn", f"chdb://{tmp_path / 'chdb'}"]
@@ -178,7 +178,7 @@ def test_rebuild_bad_input_names_what_to_do(tmp_path):
 
 
 def test_plan_prints_the_ordered_plan_with_an_exit_code_ci_can_branch_on(tmp_path):
-    from lifecycle_testing import CHANGED_FILTER, copy_ddl, edit
+    from support.lifecycle import CHANGED_FILTER, copy_ddl, edit
 
     dsn = ["--dsn", f"chdb://{tmp_path / 'chdb'}"]
     fresh = chmv("plan", "--ddl-dir", str(EXAMPLE_DDL), *dsn, "--format", "json")
@@ -210,7 +210,7 @@ def test_plan_prints_the_ordered_plan_with_an_exit_code_ci_can_branch_on(tmp_pat
 def test_apply_runs_the_preflight_first_an_mv_reading_a_missing_column_deploys_nothing(tmp_path):
     # The case of issue 10: valid DDL (lineage passes) whose MV reads a column its source lacks. apply used to
     # print a traceback and leave three tables created and no MV.
-    from lifecycle_testing import SHOP
+    from support.lifecycle import SHOP
 
     ddl = tmp_path / "ddl"
     ddl.mkdir()

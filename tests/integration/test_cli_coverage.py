@@ -7,8 +7,10 @@ import subprocess
 import sys
 
 import pytest
-from conftest import make_engine
-from retention_testing import EVENTS_AGG, EXAMPLE_DDL, RETENTION, ROOT_DIR, count, raw_events_ttl_project
+
+from support.engines import make_engine
+from support.paths import EXAMPLE_DDL, ROOT
+from support.retention import EVENTS_AGG, RETENTION, count, raw_events_ttl_project
 
 pytestmark = pytest.mark.worker_seconds(35)
 
@@ -18,7 +20,7 @@ AUG = "toYYYYMM(event_date) = 202608"
 def chmv(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "chmv_assets.cli", *args],
-        cwd=ROOT_DIR,
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,

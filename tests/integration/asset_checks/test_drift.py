@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chmv_check_helpers import TRANSLATOR, evaluations, ref, run_checks
-from conftest import make_engine
 from dagster import AssetCheckKey, DagsterInstance
-from lifecycle_testing import CHANGED_FILTER, TOP_OF_CHAIN_SELECT, copy_ddl, edit
 
 from asset_checks.definitions import DRIFT
 from chmv_assets.ddl.loader import load
 from chmv_assets.engine.drift import drift_report
+
+from support.checks import TRANSLATOR, evaluations, ref, run_checks
+from support.engines import make_engine
+from support.lifecycle import CHANGED_FILTER, TOP_OF_CHAIN_SELECT, copy_ddl, edit
 
 
 def test_live_changes_fail_drift_with_a_readable_diff(tmp_path: Path, example) -> None:

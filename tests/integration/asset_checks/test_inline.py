@@ -12,8 +12,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from chain_split_job import KEYS
-from conftest import make_engine
 from dagster import (
     AssetCheckKey,
     AssetSelection,
@@ -28,6 +26,10 @@ from asset_checks.names import DRIFT, HEALTH, LINT, PARITY, PARTS
 from chmv_assets.ddl.loader import load
 from chmv_assets.orchestration.assets import build_chmv_assets, target_groups
 from chmv_assets.orchestration.translator import ChmvTranslator
+
+from support.chain_split import KEYS
+from support.engines import make_engine
+from support.paths import TESTS
 
 pytestmark = pytest.mark.worker_seconds(30)
 
@@ -81,10 +83,10 @@ def test_a_range_run_evaluates_each_check_once_in_a_multi_process_run(chain, tmp
     (tmp_path / "dagster_home").mkdir()
     instance = DagsterInstance.local_temp(str(tmp_path / "dagster_home"))
     job = build_reconstructable_job(
-        "chain_split_job",
+        "support.chain_split",
         "chain_split_job",
         reconstructable_args=(str(ddl), engine.resolved_dsn),
-        reconstructor_working_directory=str(Path(__file__).resolve().parents[2]),
+        reconstructor_working_directory=str(TESTS),
     )
     tags = {"dagster/asset_partition_range_start": DAYS[0], "dagster/asset_partition_range_end": DAYS[-1]}
     with execute_job(job, instance=instance, tags=tags, raise_on_error=False) as result:

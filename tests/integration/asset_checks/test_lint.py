@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chmv_check_helpers import TRANSLATOR, evaluations, run_checks
 from dagster import AssetCheckKey, AssetCheckSeverity, DagsterInstance
 
 from asset_checks.definitions import LINT
 from chmv_assets.ddl.loader import load
+
+from support.checks import TRANSLATOR, evaluations, run_checks
 
 #: A ReplacingMergeTree source aggregated with sum/count: duplicates are counted twice (seed 001).
 DEDUP_SOURCE_DDL = """

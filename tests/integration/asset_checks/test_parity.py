@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chmv_check_helpers import evaluations, ref, run_parity
-from conftest import make_engine
 from dagster import DagsterInstance
 
 from asset_checks.definitions import PARITY
+
+from support.checks import evaluations, ref, run_parity
+from support.engines import make_engine
 
 
 def test_lost_rows_fail_only_their_partition_with_numbers(tmp_path: Path, example) -> None:

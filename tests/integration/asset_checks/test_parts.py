@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chmv_check_helpers import TRANSLATOR, evaluations, ref, run_checks
-from conftest import make_engine
 from dagster import AssetCheckKey, AssetCheckSeverity, DagsterInstance
 
 from asset_checks.definitions import PARTS
+
+from support.checks import TRANSLATOR, evaluations, ref, run_checks
+from support.engines import make_engine
 
 
 def test_flood_of_tiny_inserts_warns(tmp_path: Path, example) -> None:

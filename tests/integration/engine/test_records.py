@@ -127,7 +127,7 @@ def test_a_copy_twice_reads_once(tmp_path: Path) -> None:
 def test_a_record_of_the_apply_journal_is_no_watermark_of_its_target(tmp_path: Path, example) -> None:
     """The legacy table's journal rows (target_table: the target, time: 1970) were read by staleness as the target's
     ingestion watermark: any target an apply had re-derived was stale for good. Typed tables cannot mix them up."""
-    from conftest import make_engine
+    from support.engines import make_engine
 
     engine = make_engine(tmp_path / "chdb", example, rows=20_000)
     target = ObjectRef(database="analytics", name="audit_log")

@@ -14,18 +14,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from spark_testing import copy_engine
-from writers_testing import (
-    BY_KEY,
-    RECOMPUTE,
-    AtStatements,
-    DuringFill,
-    Racer,
-    ThreadWriter,
-    load_rows,
-    month_matches,
-    write_project,
-)
 
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
@@ -40,6 +28,19 @@ from chmv_assets.engine.rebuild.executor import rebuild_partitions
 from chmv_assets.engine.rebuild.planner import Engine
 from chmv_assets.errors import LeaseHeld, RacedWrites, RebuildDeferred
 from resources.clickhouse import ClickHouseResource
+
+from support.spark import copy_engine
+from support.writers import (
+    BY_KEY,
+    RECOMPUTE,
+    AtStatements,
+    DuringFill,
+    Racer,
+    ThreadWriter,
+    load_rows,
+    month_matches,
+    write_project,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.worker_seconds(60)]
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lifecycle_testing import SHOP
-
 from chmv_assets.ddl.loader import load
 from chmv_assets.orchestration.definitions import build_definitions
 from resources.clickhouse import ClickHouseResource
+
+from support.lifecycle import SHOP
 
 
 def _plan_metadata(result) -> dict:

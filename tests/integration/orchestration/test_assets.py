@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from conftest import make_engine
 from dagster import AssetKey, DagsterInstance, materialize
 
 from asset_checks.names import DRIFT, PARITY
@@ -15,6 +14,8 @@ from chmv_assets.engine.health import parity
 from chmv_assets.engine.ingest import cutoff
 from chmv_assets.orchestration.assets import build_chmv_assets
 from resources.clickhouse import ClickHouseResource
+
+from support.engines import make_engine
 
 pytestmark = pytest.mark.worker_seconds(20)
 

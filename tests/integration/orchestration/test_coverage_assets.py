@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from conftest import make_engine
 from dagster import AssetKey, DagsterEventType, DagsterInstance, materialize
-from retention_testing import EVENTS_AGG as TABLE
-from retention_testing import RETENTION, count, raw_events_ttl_project
 
 from chmv_assets.orchestration.assets import build_chmv_assets
+
+from support.engines import make_engine
+from support.retention import EVENTS_AGG as TABLE
+from support.retention import RETENTION, count, raw_events_ttl_project
 
 EVENTS_AGG = AssetKey(["analytics", "events_agg"])
 AUG = "toYYYYMM(event_date) = 202608"

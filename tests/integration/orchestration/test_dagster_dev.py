@@ -13,7 +13,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from ui_support import _free_port, _stop
+
+from support.ui import _free_port, _stop
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -7,7 +7,6 @@ import importlib
 from pathlib import Path
 
 import pytest
-from conftest import make_engine
 from dagster import (
     AssetKey,
     DailyPartitionsDefinition,
@@ -24,6 +23,8 @@ from chmv_assets.orchestration.assets import build_chmv_assets
 from chmv_assets.orchestration.definitions import build_definitions
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
+
+from support.engines import make_engine
 
 TARGETS = {
     # target: (Dagster's partitions class of its grain or None, upstream assets)

@@ -24,10 +24,11 @@ from dagster._core.remote_origin import InProcessCodeLocationOrigin
 from dagster._core.test_utils import InProcessTestWorkspaceLoadTarget, create_test_daemon_workspace_context
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._daemon.freshness import FreshnessDaemon
-from ddl_testing import load_ddl
 
 from chmv_assets.orchestration.definitions import build_definitions
 from resources.clickhouse import ClickHouseResource
+
+from support.ddl import load_ddl
 
 pytestmark = pytest.mark.worker_seconds(15)
 

@@ -12,16 +12,18 @@ from pathlib import Path
 
 import clickhouse_connect
 import pytest
-from chmv_check_helpers import TRANSLATOR, evaluations, execute, ref, requested, run_checks, run_parity, tick
-from conftest import EXAMPLE_DDL, make_engine
 from dagster import AssetCheckKey, AssetCheckSeverity, DagsterInstance
-from spark_testing import copy_engine
 
 from asset_checks.definitions import HEALTH, PARITY, PARTS
 from asset_checks.health_checks import health_check_keys
 from chmv_assets.alerts import sink_for
 from chmv_assets.ddl.loader import load
 from chmv_assets.orchestration.definitions import build_definitions
+
+from support.checks import TRANSLATOR, evaluations, execute, ref, requested, run_checks, run_parity, tick
+from support.engines import make_engine
+from support.paths import EXAMPLE_DDL
+from support.spark import copy_engine
 
 pytestmark = pytest.mark.worker_seconds(60)
 

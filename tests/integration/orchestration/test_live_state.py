@@ -6,10 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
-from chmv_check_helpers import TRANSLATOR, engine_held_by_another_process, ref, tick
-from conftest import make_engine
 from dagster import AssetCheckKey, AssetKey, AssetSelection, DagsterInstance, materialize
-from dst_testing import dst_project
 
 from asset_checks.names import PARITY
 from chmv_assets import demo_data
@@ -18,6 +15,10 @@ from chmv_assets.orchestration import live_state
 from chmv_assets.orchestration.assets import build_chmv_assets
 from chmv_assets.orchestration.live_state import evaluate_live_state, tracked_assets
 from spark.assets import pyspark_resource
+
+from support.checks import TRANSLATOR, engine_held_by_another_process, ref, tick
+from support.dst import dst_project
+from support.engines import make_engine
 
 FAN_IN = """
 CREATE DATABASE IF NOT EXISTS app ENGINE = Atomic;

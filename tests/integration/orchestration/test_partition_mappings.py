@@ -1,16 +1,17 @@
 """Every time-partitioned dependency maps by time window and allows upstream partitions that do not exist yet.
 
 Without that, Dagster refuses to launch a backfill of the current month of a monthly target whose upstream
-is a daily ingestion asset ("depends on non-existent partitions"); tests/test_ui.py launches them for real.
+is a daily ingestion asset ("depends on non-existent partitions"); tests/scenarios/test_ui.py launches them for real.
 """
 
 from __future__ import annotations
 
-from chmv_check_helpers import TRANSLATOR
 from dagster import TimeWindowPartitionMapping, TimeWindowPartitionsDefinition
 
 from chmv_assets.orchestration.definitions import build_definitions
 from resources.clickhouse import ClickHouseResource
+
+from support.checks import TRANSLATOR
 
 
 def test_time_partitioned_dependencies_allow_future_upstream_partitions(example, tmp_path, monkeypatch) -> None:

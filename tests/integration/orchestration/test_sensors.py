@@ -10,9 +10,6 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-from chmv_check_helpers import TRANSLATOR, engine_held_by_another_process, evaluations, execute, ref, run_parity, tick
-from chmv_check_helpers import requested as requested_range
-from conftest import EXAMPLE_DDL, make_engine
 from dagster import DagsterInstance, DagsterRunStatus
 
 from asset_checks.definitions import DRIFT, HEALTH, LINT, PARITY, PARTS
@@ -24,6 +21,11 @@ from chmv_assets.orchestration.dagster_compat import shared_value
 from chmv_assets.orchestration.definitions import build_definitions
 from chmv_assets.orchestration.sensors import read_ledger, staleness_key
 from resources.clickhouse import ClickHouseResource
+
+from support.checks import TRANSLATOR, engine_held_by_another_process, evaluations, execute, ref, run_parity, tick
+from support.checks import requested as requested_range
+from support.engines import make_engine
+from support.paths import EXAMPLE_DDL
 
 
 def test_definitions_load_with_checks_and_sensors(example) -> None:

@@ -6,8 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from chmv_check_helpers import evaluations, execute, ref, requested, run_parity, tick
-from conftest import EXAMPLE_DDL, make_engine
 from dagster import DagsterInstance
 
 from asset_checks.definitions import PARITY
@@ -15,6 +13,10 @@ from chmv_assets.ddl.loader import load
 from chmv_assets.engine.health.parity import parity_for_partition
 from chmv_assets.engine.health.recovery import Ledger, RebuildVerdict, RepairKind
 from chmv_assets.orchestration.sensors import read_ledger
+
+from support.checks import evaluations, execute, ref, requested, run_parity, tick
+from support.engines import make_engine
+from support.paths import EXAMPLE_DDL
 
 pytestmark = pytest.mark.worker_seconds(40)
 

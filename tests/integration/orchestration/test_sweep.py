@@ -8,10 +8,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from chmv_check_helpers import TRANSLATOR, engine_held_by_another_process, execute, ref, requested, tick
-from conftest import EXAMPLE_DDL, make_engine
 from dagster import DagsterInstance, RunRequest
-from dst_testing import REGIONAL, dst_project
 
 from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.engine.health.parity import parity_for_partition
@@ -20,6 +17,11 @@ from chmv_assets.engine.health.sweep import SweepState, decide, read_parts, seen
 from chmv_assets.orchestration.definitions import build_definitions
 from chmv_assets.orchestration.sensors import read_ledger
 from chmv_assets.orchestration.sweep import SWEEP_JOB, SWEEP_SENSOR
+
+from support.checks import TRANSLATOR, engine_held_by_another_process, execute, ref, requested, tick
+from support.dst import REGIONAL, dst_project
+from support.engines import make_engine
+from support.paths import EXAMPLE_DDL
 
 pytestmark = pytest.mark.worker_seconds(70)
 

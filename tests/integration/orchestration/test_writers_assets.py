@@ -7,8 +7,6 @@ from datetime import datetime, timedelta
 
 import pytest
 from dagster import AssetKey, AssetSelection, DagsterEventType, DagsterInstance, materialize
-from spark_testing import copy_engine
-from writers_testing import BY_KEY, Racer, ThreadWriter, load_rows, month_matches, write_project
 
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.partitioning import floor_to_grain
@@ -16,6 +14,9 @@ from chmv_assets.engine.lifecycle.deploy import apply
 from chmv_assets.engine.rebuild import deferrals
 from chmv_assets.orchestration.assets import build_chmv_assets
 from resources.clickhouse import ClickHouseResource
+
+from support.spark import copy_engine
+from support.writers import BY_KEY, Racer, ThreadWriter, load_rows, month_matches, write_project
 
 pytestmark = [pytest.mark.slow, pytest.mark.worker_seconds(40)]
 LATE = (

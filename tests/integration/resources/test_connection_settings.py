@@ -11,8 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from chmv_check_helpers import tick
-from conftest import EXAMPLE_DDL
 from dagster import DagsterInstance, EnvVar
 from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql, infer_resource_selector
 
@@ -20,6 +18,9 @@ from chmv_assets.cli import main
 from chmv_assets.ddl.loader import load
 from chmv_assets.errors import ChmvError
 from resources.clickhouse import ClickHouseResource, clickhouse_from_env, for_project
+
+from support.checks import tick
+from support.paths import EXAMPLE_DDL
 
 pytestmark = pytest.mark.worker_seconds(20)
 

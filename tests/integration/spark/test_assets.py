@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
-from spark_testing import deliver, digest, recompute, ref, with_landing, write_lake
 
 from chmv_assets.engine.lifecycle.deploy import apply
 from chmv_assets.orchestration.assets import build_chmv_assets
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
 from spark.assets import build_spark_definitions, pyspark_resource
+
+from support.spark import deliver, digest, recompute, ref, with_landing, write_lake
 
 pytestmark = pytest.mark.worker_seconds(25)
 

@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from spark_testing import backfill, copy_engine, deliver, digest, recompute, ref, with_landing, write_lake
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.partitioning import PartitionWindow
@@ -17,6 +16,8 @@ from chmv_assets.engine.rebuild.planner import observe, plan_rebuild
 from chmv_assets.engine_logs import engine_messages
 from resources.clickhouse import ClickHouseResource
 from spark.staging import SparkStager
+
+from support.spark import backfill, copy_engine, deliver, digest, recompute, ref, with_landing, write_lake
 
 pytestmark = pytest.mark.worker_seconds(65)
 

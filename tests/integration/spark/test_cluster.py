@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pyspark
 import pytest
-from spark_testing import QUICK_JVM, QUICK_JVM_CONF, ROOT_DIR, deliver, digest, recompute, ref, with_landing, write_lake
 
 from chmv_assets.engine.lifecycle.deploy import apply
 from resources.clickhouse import ClickHouseResource
+
+from support.paths import EXAMPLE_DDL, ROOT, TESTS
+from support.spark import QUICK_JVM, QUICK_JVM_CONF, deliver, digest, recompute, ref, with_landing, write_lake
 
 pytestmark = pytest.mark.worker_seconds(60)
 SPARK_HOME = Path(pyspark.__file__).parent
@@ -23,11 +25,11 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 sys.path.insert(0, {tests!r})
-from spark_testing import ref, with_landing
+from support.spark import ref, with_landing
 from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.ddl.loader import load
 from resources.clickhouse import ClickHouseResource
-from spark_testing import backfill
+from support.spark import backfill
 from chmv_assets.engine.loads.load import ingest
 from spark.staging import SparkStager
 from spark.session import get_spark_session
@@ -113,13 +115,13 @@ def test_ingest_and_backfill_on_a_standalone_cluster(tmp_path, example):
             log=worker_log,
         )
         _wait_for(worker_log, "Successfully registered with master")
-        code = CHILD.format(tests=str(ROOT_DIR / "tests"), ddl=str(ROOT_DIR / "examples" / "ddl"), jvm=QUICK_JVM_CONF)
+        code = CHILD.format(tests=str(TESTS), ddl=str(EXAMPLE_DDL), jvm=QUICK_JVM_CONF)
         child = subprocess.run(
             [sys.executable, "-c", code, url, engine.resolved_dsn, str(landing)],
             capture_output=True,
             text=True,
             timeout=300,
-            cwd=ROOT_DIR,
+            cwd=ROOT,
         )
         assert child.returncode == 0, child.stderr[-3000:]
         assert "ingested 10000" in child.stdout and "backfilled" in child.stdout

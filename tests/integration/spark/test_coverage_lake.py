@@ -11,8 +11,6 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from dagster import AssetKey, materialize
-from retention_testing import count, ddl_with_ttl, ttl_back_to
-from spark_testing import backfill, deliver, digest, recompute, ref, with_landing, write_lake
 
 from asset_checks.names import PARITY
 from chmv_assets import demo_data
@@ -25,6 +23,9 @@ from chmv_assets.orchestration.assets import build_chmv_assets
 from resources.clickhouse import ClickHouseResource
 from spark.assets import pyspark_resource
 from spark.staging import SparkStager
+
+from support.retention import count, ddl_with_ttl, ttl_back_to
+from support.spark import backfill, deliver, digest, recompute, ref, with_landing, write_lake
 
 pytestmark = pytest.mark.worker_seconds(25)
 

@@ -9,9 +9,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from spark_testing import (
+
+from chmv_assets import settings
+from chmv_assets.ddl.loader import LoadedProject
+from chmv_assets.engine.lifecycle.deploy import apply
+from chmv_assets.engine.loads.load import ingest
+from chmv_assets.engine.watermarks import read_watermark
+from resources.clickhouse import ClickHouseResource
+from spark.staging import SparkStager
+
+from support.paths import EXAMPLE_DDL, ROOT, TESTS
+from support.spark import (
     QUICK_JVM_CONF,
-    ROOT_DIR,
     backfill,
     copy_engine,
     deliver,
@@ -22,20 +31,12 @@ from spark_testing import (
     write_lake,
 )
 
-from chmv_assets import settings
-from chmv_assets.ddl.loader import LoadedProject
-from chmv_assets.engine.lifecycle.deploy import apply
-from chmv_assets.engine.loads.load import ingest
-from chmv_assets.engine.watermarks import read_watermark
-from resources.clickhouse import ClickHouseResource
-from spark.staging import SparkStager
-
 pytestmark = pytest.mark.worker_seconds(95)
 CHILD = """
 import sys
 from datetime import UTC, datetime
 sys.path.insert(0, {tests!r})
-from spark_testing import ref, with_landing
+from support.spark import ref, with_landing
 from pathlib import Path
 from chmv_assets.ddl.partitioning import PartitionWindow
 from chmv_assets.ddl.loader import load
@@ -50,7 +51,7 @@ if mode == "ingest":
     from spark.staging import SparkStager
     ingest(SparkStager(spark), engine, loaded, ref("api_requests"))
 else:
-    from spark_testing import backfill
+    from support.spark import backfill
     windows = [PartitionWindow(d, datetime.fromisoformat(d).replace(tzinfo=UTC), datetime.fromisoformat(e).replace(tzinfo=UTC))
                for d, e in (("2026-08-02", "2026-08-03"), ("2026-08-03", "2026-08-04"))]
     backfill(spark, engine, loaded, ref("hourly_endpoint_stats"), windows, engine="spark")
@@ -76,7 +77,7 @@ def half_ingested(spark, tmp_path_factory, example) -> tuple[LoadedProject, Path
 
 
 def _child(mode: str, dsn: str, landing, point: str) -> subprocess.CompletedProcess:
-    code = CHILD.format(tests=str(ROOT_DIR / "tests"), ddl=str(ROOT_DIR / "examples" / "ddl"), jvm=QUICK_JVM_CONF)
+    code = CHILD.format(tests=str(TESTS), ddl=str(EXAMPLE_DDL), jvm=QUICK_JVM_CONF)
     env = {**os.environ, settings.CRASH_AT.name: point}
     return subprocess.run(
         [sys.executable, "-c", code, mode, dsn, str(landing)],
@@ -84,7 +85,7 @@ def _child(mode: str, dsn: str, landing, point: str) -> subprocess.CompletedProc
         capture_output=True,
         text=True,
         timeout=180,
-        cwd=ROOT_DIR,
+        cwd=ROOT,
     )
 
 

@@ -8,7 +8,6 @@ from zoneinfo import ZoneInfo
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from ddl_testing import load_ddl, ref
 
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.ingest.staging_area import file_relation
@@ -17,6 +16,8 @@ from chmv_assets.engine.loads.load import ingest
 from chmv_assets.engine.rebuild.executor import rebuild_partitions
 from resources.clickhouse import ClickHouseResource
 from spark.staging import SparkStager, stage
+
+from support.ddl import load_ddl, ref
 
 HUGE = [0, 1, 2**63 - 1, 2**63, 2**64 - 2, 2**64 - 1]
 

@@ -18,8 +18,6 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-from cluster_testing import golden_statements, load_cluster
-from ddl_testing import ref
 
 from chmv_assets.ddl.partitioning import partition_scheme, window_at
 from chmv_assets.engine.clock import session_zone
@@ -41,6 +39,9 @@ from chmv_assets.sql.rebuild_sql import (
 )
 from chmv_assets.sql.rewrite import local_table_sql, renamed_statement
 from resources.clickhouse import ClickHouseResource
+
+from support.cluster import golden_statements, load_cluster
+from support.ddl import ref
 
 ORDERS = [
     (datetime(2026, 7, 31, 23), 1, 5),

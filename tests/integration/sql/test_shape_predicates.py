@@ -1,4 +1,4 @@
-"""Every partition shape's SQL (tests/shape_cases.py, one row each) holds on a real engine: the predicate of a partition
+"""Every partition shape's SQL (tests/support/shapes.py, one row each) holds on a real engine: the predicate of a partition
 selects its rows exactly (not the row a second before the window, the window's end, another key value), and the
 partition a swap names is the one ClickHouse put them in."""
 
@@ -7,8 +7,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from ddl_testing import load_ddl, ref
-from shape_cases import SHAPES, ShapeCase, shapes_ddl, table_name
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.types import parse_type
@@ -17,6 +15,9 @@ from chmv_assets.sql.quoting import string_literal
 from chmv_assets.sql.rebuild_sql import partition_filter, partition_tuple
 from chmv_assets.sql.time_sql import time_sql
 from resources.clickhouse import ClickHouseResource
+
+from support.ddl import load_ddl, ref
+from support.shapes import SHAPES, ShapeCase, shapes_ddl, table_name
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-from ddl_testing import load_ddl
 
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import window_at
@@ -25,6 +24,8 @@ from chmv_assets.engine.lifecycle.planner import plan_lifecycle
 from chmv_assets.engine.rebuild.steps import rebuild
 from chmv_assets.engine.watermarks import read_watermark, write_watermark
 from resources.clickhouse import ClickHouseResource
+
+from support.ddl import load_ddl
 
 pytestmark = pytest.mark.worker_seconds(10)
 

@@ -6,7 +6,6 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from ddl_testing import load_ddl, ref
 
 from chmv_assets.ddl.partitioning import (
     PartitionScheme,
@@ -28,6 +27,8 @@ from chmv_assets.ddl.partitioning import (
     windows_between,
     with_values,
 )
+
+from support.ddl import load_ddl, ref
 
 # (id, columns, PARTITION BY or None, expected grain, expected column)
 TIME_CASES = [

@@ -1,4 +1,4 @@
-"""shapes: every registered shape (one row each in tests/shape_cases.py) is read from its PARTITION BY, names its
+"""shapes: every registered shape (one row each in tests/support/shapes.py) is read from its PARTITION BY, names its
 partitions with keys that decode back to their windows, and tiles time across New York's DST nights and in
 Asia/Kolkata."""
 
@@ -8,13 +8,14 @@ import re
 from datetime import datetime, timedelta
 
 import pytest
-from ddl_testing import load_ddl, ref
-from shape_cases import SHAPES, ShapeCase, shapes_ddl, table_name
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.partitioning import TargetPartitioning
 from chmv_assets.ddl.shapes import TimeOnly, TimeShape, time_shape, time_shape_classes, time_shapes, whole_shape
 from chmv_assets.errors import PartitionKeyError
+
+from support.ddl import load_ddl, ref
+from support.shapes import SHAPES, ShapeCase, shapes_ddl, table_name
 
 TIMED = [c for c in SHAPES if c.start is not None]
 #: Both nights of 2026 where New York's clocks change, and a zone without DST (whose offset is not whole hours).
@@ -92,7 +93,7 @@ def test_every_time_shape_tiles_time_across_dst(shape: TimeShape, zone: str, nig
 
 
 def test_every_registered_shape_has_its_row() -> None:
-    """A shape is a registered class and its row in tests/shape_cases.py: a class without a row fails here."""
+    """A shape is a registered class and its row in tests/support/shapes.py: a class without a row fails here."""
     rows = {c.shape for c in SHAPES}
     missing = [cls.__name__ for cls in time_shape_classes() if cls not in rows]
     missing += [
@@ -100,4 +101,4 @@ def test_every_registered_shape_has_its_row() -> None:
         for s in (whole_shape(t, k) for t in (False, True) for k in (False, True))
         if type(s) not in rows | {TimeOnly}
     ]  # time alone: every time shape's row
-    assert not missing, f"add a row for {', '.join(missing)} to tests/shape_cases.py"
+    assert not missing, f"add a row for {', '.join(missing)} to tests/support/shapes.py"

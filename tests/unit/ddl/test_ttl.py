@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from ddl_testing import load_ddl, ref
 
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.models import TtlAction
+
+from support.ddl import load_ddl, ref
 
 COLUMNS = "(ts DateTime, d Date, k UInt8)"
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from ddl_testing import load_ddl, ref
 
 from chmv_assets.ddl.writers import Writer
 from chmv_assets.errors import DDLError
+
+from support.ddl import load_ddl, ref
 
 DDL = """
 CREATE DATABASE d;

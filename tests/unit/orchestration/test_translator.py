@@ -15,10 +15,11 @@ from dagster import (
     TableColumnDep,
     TableColumnLineage,
 )
-from ddl_testing import load_ddl, ref
 
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.orchestration.translator import ChmvTranslator
+
+from support.ddl import load_ddl, ref
 
 NOW = datetime(2026, 9, 17, 12, tzinfo=UTC)
 

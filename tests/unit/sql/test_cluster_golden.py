@@ -14,17 +14,6 @@ import re
 from datetime import datetime
 
 import pytest
-from cluster_testing import (
-    LIVE_SQL,
-    assert_golden,
-    copy_cluster_ddl,
-    live_state,
-    load_cluster,
-    render_plan,
-    section,
-)
-from ddl_testing import ref
-from lifecycle_testing import edit
 
 from chmv_assets.ddl.parsing.statements import parse_statement
 from chmv_assets.ddl.partitioning import window_at
@@ -40,6 +29,18 @@ from chmv_assets.sql.rebuild_sql import (
     swap_sql,
     view_select,
 )
+
+from support.cluster import (
+    LIVE_SQL,
+    assert_golden,
+    copy_cluster_ddl,
+    live_state,
+    load_cluster,
+    render_plan,
+    section,
+)
+from support.ddl import ref
+from support.lifecycle import edit
 
 #: ``ON CLUSTER main`` as written in the DDL (verbatim statements) or as chmv renders it (quoted).
 ON_MAIN = re.compile(r"ON CLUSTER `?main`?")

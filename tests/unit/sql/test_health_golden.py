@@ -10,9 +10,9 @@ every statement of these files (its system tables are the server's, empty of rep
 
 from __future__ import annotations
 
-from health_testing import assert_golden, replicated, statements
-
 from chmv_assets.sql.health_sql import replication_sql
+
+from support.health import assert_golden, replicated, statements
 
 
 def test_replication_is_read_from_system_replicas_and_its_queue() -> None:

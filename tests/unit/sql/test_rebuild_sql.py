@@ -6,7 +6,6 @@ import re
 from datetime import datetime
 
 import pytest
-from ddl_testing import load_ddl, ref
 
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import PartitionScheme, partition_scheme, window_at, window_for_partition_key
@@ -30,6 +29,8 @@ from chmv_assets.sql.rebuild_sql import (
     swaps_sql,
     view_select,
 )
+
+from support.ddl import load_ddl, ref
 
 D = datetime
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from chmv_check_helpers import ref
-from conftest import make_engine
-
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.health.parity import measures_for, parity_for_partition, parity_for_partitions
+
+from support.checks import ref
+from support.engines import make_engine
 
 SHOP_TARGET = ObjectRef(database="shop", name="daily_revenue")
 DEDUP_DDL = """

@@ -8,13 +8,14 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-from conftest import make_engine
-from retention_testing import AUGUST, EVENTS_AGG, RETENTION, SEPTEMBER
-from spark_testing import with_landing
 
 from chmv_assets import demo_data
 from chmv_assets.ddl.partitioning import window_at
 from chmv_assets.engine.health.parity import parity_for_partition, parity_for_partitions
+
+from support.engines import make_engine
+from support.retention import AUGUST, EVENTS_AGG, RETENTION, SEPTEMBER
+from support.spark import with_landing
 
 
 def test_a_month_the_source_lost_without_a_lake_is_not_verifiable_not_failed(tmp_path, example):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-from writers_testing import ThreadWriter, load_rows, write_project
 
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
@@ -13,6 +12,8 @@ from chmv_assets.ddl.partitioning import window_at
 from chmv_assets.engine.health.parity import RACE_CHECKS, parity_for_partition, parity_for_partitions
 from chmv_assets.engine.lifecycle.deploy import apply
 from resources.clickhouse import ClickHouseResource
+
+from support.writers import ThreadWriter, load_rows, write_project
 
 pytestmark = pytest.mark.worker_seconds(20)
 DAILY = ObjectRef(database="w", name="daily")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import make_engine
-
 from chmv_assets.ddl.parsing.statements import parse_statement
 from chmv_assets.engine.health.part_counts import PartCount, assess, pool_verdict, server_thresholds, table_thresholds
+
+from support.engines import make_engine
 
 LIMITS = {"parts_to_delay_insert": 1000, "parts_to_throw_insert": 3000, "max_parts_in_total": 100000}
 

@@ -10,13 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_engine
-from health_testing import statements
-from spark_testing import copy_engine, digest, ref
 
 from chmv_assets.ddl.config import HealthConfig, MaintenanceConfig, PacingConfig
 from chmv_assets.engine.health.maintenance import late_partitions, merge_late_partitions
 from chmv_assets.engine.health.server_health import EMBEDDED_REPLICATION, assess, subjects, views_off
+
+from support.engines import make_engine
+from support.health import statements
+from support.spark import copy_engine, digest, ref
 
 pytestmark = pytest.mark.worker_seconds(25)
 

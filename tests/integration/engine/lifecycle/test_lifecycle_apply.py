@@ -15,7 +15,15 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from lifecycle_testing import (
+
+from chmv_assets.ddl.loader import load
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine.lifecycle.apply import apply_plan
+from chmv_assets.engine.lifecycle.plan import Action
+from chmv_assets.engine.lifecycle.planner import plan_lifecycle
+from chmv_assets.engine.lifecycle.preflight import preflight
+
+from support.lifecycle import (
     CHANGED_FILTER,
     NEW_SORT_KEY,
     SELECT_CHANGE,
@@ -26,13 +34,6 @@ from lifecycle_testing import (
     edit,
     small_engine,
 )
-
-from chmv_assets.ddl.loader import load
-from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.engine.lifecycle.apply import apply_plan
-from chmv_assets.engine.lifecycle.plan import Action
-from chmv_assets.engine.lifecycle.planner import plan_lifecycle
-from chmv_assets.engine.lifecycle.preflight import preflight
 
 
 def ref(name: str) -> ObjectRef:
@@ -181,7 +182,7 @@ import sys
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.ingest.cutoff import source_gate
 from resources.clickhouse import ClickHouseResource
-from lifecycle_testing import WRITES
+from support.lifecycle import WRITES
 
 with source_gate([ObjectRef(database="analytics", name="api_requests")]):
     print("gate held", flush=True)

@@ -9,7 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from lifecycle_testing import (
+
+from chmv_assets import settings
+from chmv_assets.ddl.loader import load
+from chmv_assets.ddl.models import ObjectRef
+from chmv_assets.engine.ingest.cutoff import source_gate
+
+from support.lifecycle import (
     CHANGED_FILTER,
     NEW_SORT_KEY,
     TOP_OF_CHAIN_SELECT,
@@ -19,11 +25,6 @@ from lifecycle_testing import (
     edit,
     small_engine,
 )
-
-from chmv_assets import settings
-from chmv_assets.ddl.loader import load
-from chmv_assets.ddl.models import ObjectRef
-from chmv_assets.engine.ingest.cutoff import source_gate
 
 pytestmark = [pytest.mark.slow, pytest.mark.worker_seconds(85)]
 ROOT = Path(__file__).resolve().parents[4]

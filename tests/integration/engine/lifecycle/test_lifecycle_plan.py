@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import make_engine
-from lifecycle_testing import ADD_COLUMN, CHANGED_FILTER, NEW_SORT_KEY, NEW_TTL, copy_ddl, edit, snapshot
 
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.lifecycle.plan import EXIT_CHANGES, EXIT_NO_CHANGES, Action
 from chmv_assets.engine.lifecycle.planner import plan_lifecycle
+
+from support.engines import make_engine
+from support.lifecycle import ADD_COLUMN, CHANGED_FILTER, NEW_SORT_KEY, NEW_TTL, copy_ddl, edit, snapshot
 
 
 def ref(fqn: str) -> ObjectRef:

@@ -6,14 +6,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import make_engine
-from lifecycle_testing import ADD_COLUMN, CHANGED_FILTER, NEW_SORT_KEY, SHOP, copy_ddl, edit, snapshot
 
 from chmv_assets.ddl.loader import load
 from chmv_assets.engine.lifecycle.planner import plan_lifecycle
 from chmv_assets.engine.lifecycle.preflight import preflight
 from chmv_assets.errors import PreflightError
 from resources.clickhouse import ClickHouseResource
+
+from support.engines import make_engine
+from support.lifecycle import ADD_COLUMN, CHANGED_FILTER, NEW_SORT_KEY, SHOP, copy_ddl, edit, snapshot
 
 
 @pytest.fixture(scope="module")

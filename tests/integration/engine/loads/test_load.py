@@ -7,7 +7,6 @@ from datetime import timedelta
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from spark_testing import deliver, digest, recompute, ref, with_landing, write_lake
 
 from chmv_assets.engine.lifecycle.deploy import apply
 from chmv_assets.engine.loads.load import ingest
@@ -15,6 +14,8 @@ from chmv_assets.engine.watermarks import read_watermark
 from chmv_assets.errors import LandingZoneError
 from resources.clickhouse import ClickHouseResource
 from spark.staging import SparkStager
+
+from support.spark import deliver, digest, recompute, ref, with_landing, write_lake
 
 pytestmark = pytest.mark.worker_seconds(40)
 

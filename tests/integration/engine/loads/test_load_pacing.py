@@ -17,8 +17,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError
-from conftest import HeldClient, make_engine
-from spark_testing import copy_engine, digest, recompute, ref, with_landing
 
 from chmv_assets import demo_data
 from chmv_assets.ddl.config import PacingConfig
@@ -29,6 +27,9 @@ from chmv_assets.engine.watermarks import read_watermark
 from chmv_assets.engine_logs import engine_messages
 from chmv_assets.errors import ServerBusy
 from spark.staging import SparkStager
+
+from support.engines import HeldClient, make_engine
+from support.spark import copy_engine, digest, recompute, ref, with_landing
 
 pytestmark = pytest.mark.worker_seconds(60)
 

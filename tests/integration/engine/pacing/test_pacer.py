@@ -16,8 +16,6 @@ from pathlib import Path
 
 import clickhouse_connect
 import pytest
-from conftest import HeldClient, make_engine
-from spark_testing import copy_engine, digest, recompute, ref
 
 from chmv_assets.ddl.config import PacingConfig
 from chmv_assets.ddl.grains import Grain
@@ -27,6 +25,9 @@ from chmv_assets.engine.pacing.pacer import Pacer, pacer_for
 from chmv_assets.engine.rebuild.executor import execute, plan_for
 from chmv_assets.engine_logs import engine_messages
 from chmv_assets.errors import ServerBusy
+
+from support.engines import HeldClient, make_engine
+from support.spark import copy_engine, digest, recompute, ref
 
 pytestmark = pytest.mark.worker_seconds(40)
 

@@ -10,18 +10,6 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-from conftest import make_engine
-from retention_testing import (
-    AUGUST,
-    EVENTS_AGG,
-    EVENTS_DAILY,
-    RAW_EVENTS,
-    RETENTION,
-    SEPTEMBER,
-    count,
-    raw_events_ttl_project,
-)
-from spark_testing import digest
 
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
@@ -31,6 +19,19 @@ from chmv_assets.engine.rebuild.coverage import Holding, observe_coverage, probe
 from chmv_assets.engine.rebuild.executor import plan_for, rebuild_partitions
 from chmv_assets.engine.rebuild.planner import Engine
 from chmv_assets.errors import RebuildRefused, ShrinkRefused
+
+from support.engines import make_engine
+from support.retention import (
+    AUGUST,
+    EVENTS_AGG,
+    EVENTS_DAILY,
+    RAW_EVENTS,
+    RETENTION,
+    SEPTEMBER,
+    count,
+    raw_events_ttl_project,
+)
+from support.spark import digest
 
 pytestmark = pytest.mark.worker_seconds(50)
 

@@ -13,8 +13,6 @@ import json
 from pathlib import Path
 
 import pytest
-from chmv_check_helpers import evaluations, run_parity, tick
-from conftest import EXAMPLE_DDL, make_engine
 from dagster import DagsterInstance
 
 from asset_checks.definitions import PARITY
@@ -32,6 +30,10 @@ from chmv_assets.engine.rebuild.planner import Engine
 from chmv_assets.errors import ForeignRowsRefused, RebuildRefused
 from chmv_assets.orchestration.sensors import read_ledger
 from chmv_assets.orchestration.translator import ChmvTranslator
+
+from support.checks import evaluations, run_parity, tick
+from support.engines import make_engine
+from support.paths import EXAMPLE_DDL
 
 pytestmark = pytest.mark.worker_seconds(30)
 

@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from datetime import datetime
 
 import pytest
-from conftest import make_engine
 
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import window_at
@@ -24,6 +23,8 @@ from chmv_assets.engine.health.parity import verify_rebuilt
 from chmv_assets.engine.ingest import cutoff
 from chmv_assets.engine.rebuild import coverage, planner
 from chmv_assets.engine.rebuild.executor import run_rebuild
+
+from support.engines import make_engine
 
 pytestmark = pytest.mark.worker_seconds(20)
 

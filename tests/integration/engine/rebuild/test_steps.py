@@ -13,7 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import make_engine
 
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
@@ -25,6 +24,8 @@ from chmv_assets.engine.rebuild.steps import rebuild, run_steps
 from chmv_assets.errors import ChmvError, ShrinkRefused
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
+
+from support.engines import make_engine
 
 pytestmark = pytest.mark.worker_seconds(40)
 

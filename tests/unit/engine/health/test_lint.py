@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE_DDL
 
 from chmv_assets.ddl.loader import load
 from chmv_assets.engine.health.lint import RULES, lint_project
+
+from support.paths import EXAMPLE_DDL
 
 BAD_DDL = """
 CREATE DATABASE IF NOT EXISTS shop ENGINE = Atomic;

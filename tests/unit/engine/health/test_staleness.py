@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from ddl_testing import load_ddl, ref
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.engine.health.staleness import Probe, freshness_window, probes, refresh_period, trigger_time_column
+
+from support.ddl import load_ddl, ref
 
 
 @pytest.mark.parametrize(

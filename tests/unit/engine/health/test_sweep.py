@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from conftest import EXAMPLE_DDL
-
 from chmv_assets.ddl.loader import load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.health.sweep import (
@@ -18,6 +16,8 @@ from chmv_assets.engine.health.sweep import (
     estimate_rows,
     seen_partitions,
 )
+
+from support.paths import EXAMPLE_DDL
 
 
 def _ts(text: str) -> int:

@@ -9,8 +9,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from ddl_testing import ref
-from spark_testing import with_landing
 
 from chmv_assets import settings
 from chmv_assets.ddl.loader import LoadedProject
@@ -26,6 +24,9 @@ from chmv_assets.engine.ingest.landing import (
     time_column,
 )
 from chmv_assets.errors import LandingZoneError
+
+from support.ddl import ref
+from support.spark import with_landing
 
 D = datetime
 SOURCE = ref("analytics.api_requests")

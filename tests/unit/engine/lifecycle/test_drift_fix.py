@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ddl_testing import ref
-
 from chmv_assets.engine.lifecycle.drift_fix import DriftPlan, drift_fix_markdown
 from chmv_assets.engine.lifecycle.plan import Action, Change, LifecyclePlan
+
+from support.ddl import ref
 
 ERRORS, ERRORS_MV = ref("analytics.error_events"), ref("analytics.errors_mv")
 

@@ -3,13 +3,13 @@ exists on a server only): created when missing, in dependency order; 'apply by h
 
 from __future__ import annotations
 
-from ddl_testing import load_ddl, ref
-
 from chmv_assets.ddl.models import KeptKind
 from chmv_assets.engine.catalog import KeptState
 from chmv_assets.engine.drift import LiveObject
 from chmv_assets.engine.lifecycle.plan import ACCESS_LAYER, Action
 from chmv_assets.engine.lifecycle.planner import ServerState, plan_from_state, same_kept
+
+from support.ddl import load_ddl, ref
 
 DDL = """
 CREATE DATABASE IF NOT EXISTS d;

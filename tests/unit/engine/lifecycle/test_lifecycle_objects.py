@@ -7,7 +7,6 @@ import json
 from datetime import datetime
 
 import pytest
-from ddl_testing import ref
 
 from chmv_assets.ddl.partitioning import window_at
 from chmv_assets.engine.lifecycle.plan import (
@@ -21,6 +20,8 @@ from chmv_assets.engine.lifecycle.plan import (
 )
 from chmv_assets.engine.lifecycle.planner import next_version_ref, old_version_ref, root_sources
 from chmv_assets.engine.rebuild.planner import plan_from_source
+
+from support.ddl import ref
 
 AGG = ref("analytics.events_agg")
 
@@ -149,9 +150,9 @@ def test_the_part_of_a_plan_touching_some_objects_is_what_fixes_their_drift(exam
 def test_the_deploy_order_makes_what_an_object_names_first(tmp_path) -> None:
     """``chmv load-demo``'s deploy: a ``Dictionary(d)`` table after its dictionary; MVs downstream first, but one
     reading another MV's inner table after it."""
-    from ddl_testing import load_ddl
-
     from chmv_assets.engine.lifecycle.deploy import deployment_steps
+
+    from support.ddl import load_ddl
 
     loaded = load_ddl(
         tmp_path,

@@ -3,9 +3,9 @@ where a stream-engine table cannot be created)."""
 
 from __future__ import annotations
 
-from ddl_testing import load_ddl, ref
-
 from chmv_assets.engine.rebuild.consumers import attach_sql, detach_sql
+
+from support.ddl import load_ddl, ref
 
 DDL = """
 CREATE DATABASE d;

@@ -5,14 +5,15 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-from coverage_testing import DAYS, DDL, HOURLY, LATEST, NOW, SRC, facts, one, project, whole, write_files
-from ddl_testing import load_ddl
 
 from chmv_assets.ddl.grains import Grain
 from chmv_assets.ddl.models import TtlRule
 from chmv_assets.ddl.partitioning import window_at
 from chmv_assets.engine.rebuild.coverage import Facts, Holding, Stats, assess
 from chmv_assets.engine.rebuild.timeline import add_months, floor, ttl_horizon
+
+from support.coverage import DAYS, DDL, HOURLY, LATEST, NOW, SRC, facts, one, project, whole, write_files
+from support.ddl import load_ddl
 
 D = datetime
 

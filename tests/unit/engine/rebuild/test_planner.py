@@ -9,8 +9,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from ddl_testing import load_ddl, ref
-from spark_testing import with_landing
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
@@ -32,6 +30,9 @@ from chmv_assets.engine.rebuild.planner import (
 )
 from chmv_assets.errors import ChmvError
 from chmv_assets.sql.rebuild_sql import shadow_ref, source_range_predicate
+
+from support.ddl import load_ddl, ref
+from support.spark import with_landing
 
 D = datetime
 STATS, REQUESTS = ref("analytics.hourly_endpoint_stats"), ref("analytics.api_requests")

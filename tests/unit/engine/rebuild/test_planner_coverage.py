@@ -6,10 +6,11 @@ from dataclasses import replace
 from datetime import datetime
 
 import pytest
-from coverage_testing import DAYS, HOURLY, LATEST, SRC, facts, project, whole, write_files
 
 from chmv_assets.engine.rebuild.coverage import Stats
 from chmv_assets.engine.rebuild.planner import Engine, Observations, Swap, plan_rebuild
+
+from support.coverage import DAYS, HOURLY, LATEST, SRC, facts, project, whole, write_files
 
 D = datetime
 SEP1, SEP2, SEP3 = (w.start for w in DAYS)  # facts are keyed by the windows' starts; rows' times are wall clocks

@@ -6,10 +6,11 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-from ddl_testing import load_ddl, ref
 
 from chmv_assets.ddl.partitioning import keyed_window, partition_scheme, window_at, window_for_partition_key
 from chmv_assets.engine.rebuild.planner import Engine, Observations, Swap, closes_at, plan_rebuild
+
+from support.ddl import load_ddl, ref
 
 DDL = """
 CREATE DATABASE d;

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from ddl_testing import load_ddl, ref
 
 from chmv_assets.engine.rebuild.shrink_guard import _fell, totals
+
+from support.ddl import load_ddl, ref
 
 DDL = """
 CREATE TABLE d.plain (ts DateTime, n UInt32, delta Int64, price Float64, name String, e UInt8 EPHEMERAL)

@@ -1,6 +1,6 @@
 """A job over a chain split across two target ops, rebuilt for a child process (multi-process executor).
 
-``tests/integration/asset_checks/test_inline.py`` runs it through ``build_reconstructable_job``: each step runs in its own
+``tests/integration/asset_checks/test_inline.py`` runs it (as ``support.chain_split``) through ``build_reconstructable_job``: each step runs in its own
 process with its own hash seed, as in ``dagster dev``, so a check op that Dagster splits into subsets
 would show there (a check evaluated twice, another not at all).
 """

@@ -1,13 +1,13 @@
 """Every verdict and window chmv derives from one scenario, as JSON on stdout: run in a process of a given ``TZ``.
 
-tests/integration/orchestration/test_time_zones.py runs it in two processes (UTC, Asia/Kolkata: the embedded
+tests/scenarios/test_time_zones.py runs it in two processes (UTC, Asia/Kolkata: the embedded
 server takes the process's zone) and compares: the zones must change nothing.
 
 The scenario, on the example project with demo rows (inserted as wall-clock times, as `chmv load-demo` does):
 a silent gap in the chain's first target, six days deleted inside a month of a source, an MV detached while rows
 keep arriving (a stale target).
 
-Run: python tests/zone_verdicts.py WORKDIR
+Run (from the repository root): PYTHONPATH=.:tests python -m support.zones WORKDIR
 """
 
 from __future__ import annotations
@@ -18,15 +18,11 @@ import sys
 import warnings
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]
 warnings.filterwarnings("ignore")
 
 
 def main(workdir: Path) -> dict:
     os.environ["CHMV_STATE_DIR"] = str(workdir / "state")
-    from chmv_check_helpers import TRANSLATOR, tick
-    from conftest import EXAMPLE_DDL, make_engine
     from dagster import DagsterInstance
 
     from chmv_assets.ddl.loader import load
@@ -36,6 +32,10 @@ def main(workdir: Path) -> dict:
     from chmv_assets.engine.health.sweep import SweepState, decide
     from chmv_assets.engine.rebuild.coverage import observe_coverage
     from chmv_assets.orchestration.live_state import evaluate_live_state
+
+    from support.checks import TRANSLATOR, tick
+    from support.engines import make_engine
+    from support.paths import EXAMPLE_DDL
 
     loaded = load(EXAMPLE_DDL)
     engine = make_engine(workdir / "chdb", loaded, rows=20_000)
@@ -50,7 +50,7 @@ def main(workdir: Path) -> dict:
         report = evaluate_live_state(client, loaded, TRANSLATOR, None)
         out["partitions"] = sorted(f"{e.asset_key.to_user_string()}|{e.partition}" for e in report.events)
         state = decide(client, loaded, targets, SweepState(), now=1.8e9, max_partitions=10**6, max_rows=10**12).state
-        client.command("DETACH TABLE analytics.mv_events_agg")  # a silent gap, as healing_support plants it
+        client.command("DETACH TABLE analytics.mv_events_agg")  # a silent gap, as support.healing plants it
         client.command(
             "INSERT INTO analytics.raw_events SELECT toDateTime('2026-08-12 10:00:00') + number * 60, "
             "7000 + number % 5, 'click', 10 FROM numbers(300)"

@@ -1,6 +1,6 @@
 """The zones of the server and of chmv's processes change no verdict and no window.
 
-tests/zone_verdicts.py derives every verdict of one scenario (the partitions the live-state sensor reports, the
+tests/support/zones.py derives every verdict of one scenario (the partitions the live-state sensor reports, the
 partitions the parity sweep marks after a silent gap and a DELETE, parity with its figures, coverage of days
 around the DELETE, staleness of a detached MV, the recovery sensor's requests); it runs in a process in UTC and in
 one in Asia/Kolkata (the embedded server takes its process's zone), and both must say the same. Before chmv read
@@ -18,16 +18,16 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.worker_seconds(20)
+from support.paths import ROOT, TESTS
 
-SCRIPT = Path(__file__).resolve().parents[2] / "zone_verdicts.py"
+pytestmark = pytest.mark.worker_seconds(20)
 
 
 def _verdicts(workdir: Path, zone: str) -> dict:
     workdir.mkdir()
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(workdir)],
-        env={**os.environ, "TZ": zone},
+        [sys.executable, "-m", "support.zones", str(workdir)],
+        env={**os.environ, "TZ": zone, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])},
         capture_output=True,
         text=True,
         timeout=600,

@@ -12,7 +12,7 @@ The engine's record, per MV (nothing of chmv's parsing is used):
 
 and per dictionary, the table it loads from (``loading_dependencies_database/loading_dependencies_table``).
 
-Used by the peer corpus (``tests/integration/test_peer_corpus.py``) and the replay of ClickHouse's own stateless
+Used by the peer corpus (``tests/scenarios/test_peer_corpus.py``) and the replay of ClickHouse's own stateless
 tests (``benchmarks/replay_stateless.py``).
 """
 

@@ -12,7 +12,6 @@ from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.sql.quoting import qualified, quote
 from resources.clickhouse import ClickHouseResource
 
-ROOT_DIR = Path(__file__).resolve().parents[1]
 SOURCES = {"analytics.api_requests": 20_000, "analytics.all_events": 10_000, "analytics.raw_webhooks": 8_000}
 DAYS = 3
 #: JVM flags of the tests' Spark drivers and executors: the client JIT only and a single-threaded GC. The tests'

@@ -1,4 +1,4 @@
-"""Support of the UI tests: the demo under a running `dagster dev`, its GraphQL API, the system Chromium.
+"""Helpers of the UI tests: the demo under a running `dagster dev`, its GraphQL API, the system Chromium.
 
 One `dagster dev` serves a whole test module (starting it and loading the demo costs ~30 s). It runs in
 its own session (a non-interactive `dagster dev` ignores SIGINT otherwise) on a free port, with a private
@@ -30,6 +30,8 @@ from chmv_assets.orchestration.translator import ChmvTranslator
 from chmv_assets.sql.quoting import qualified, quote
 from resources.clickhouse import ClickHouseResource
 
+from support.paths import EXAMPLE_DDL, ROOT, TESTS
+
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -54,7 +56,6 @@ def _stop(process: subprocess.Popen, grace: float = 5) -> None:
         process.wait(timeout=10)
 
 
-ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 #: Flags for the system Chromium in a container (no sandbox, no GPU, nothing phoning home).
 CHROMIUM_ARGS = [
@@ -112,7 +113,7 @@ class DagsterDev:
     log: Path
     process: subprocess.Popen
     up_at: float  # time.monotonic() when GraphQL first served the assets
-    ddl_dir: Path = ROOT / "examples" / "ddl"
+    ddl_dir: Path = EXAMPLE_DDL
     env: dict[str, str] = field(default_factory=dict)  # the environment of its processes
     zone: str | None = None  # the time zone its processes run in (their TZ), None: this process's
 
@@ -143,7 +144,7 @@ class DagsterDev:
 
     def run_python(self, code: str, timeout: float = 300) -> str:
         """Run ``code`` in a new Python process with the environment of dagster dev's processes; its stdout."""
-        env = {**self.env, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+        env = {**self.env, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
         done = subprocess.run(
             [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
         )
@@ -206,7 +207,7 @@ def start_demo(
             str(bin_dir / "chmv"),
             "load-demo",
             "--ddl-dir",
-            str(ddl_dir or ROOT / "examples" / "ddl"),
+            str(ddl_dir or EXAMPLE_DDL),
             "--rows",
             str(rows),
         ],
@@ -229,7 +230,7 @@ def start_demo(
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    dev = DagsterDev(port, home, state, log, process, 0.0, ddl_dir or ROOT / "examples" / "ddl", env, zone)
+    dev = DagsterDev(port, home, state, log, process, 0.0, ddl_dir or EXAMPLE_DDL, env, zone)
 
     def serving() -> bool:
         if process.poll() is not None:

@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from chmv_check_helpers import TRANSLATOR, execute
 from dagster import (
     DagsterInstance,
     DailyPartitionsDefinition,
@@ -30,7 +29,6 @@ from dagster import (
     WeeklyPartitionsDefinition,
     build_sensor_context,
 )
-from spark_testing import copy_engine, digest
 
 from chmv_assets.cli import main
 from chmv_assets.ddl.loader import LoadedProject, load
@@ -44,9 +42,13 @@ from chmv_assets.orchestration.sensors import read_ledger
 from chmv_assets.orchestration.sweep import SWEEP_JOB, SWEEP_SENSOR
 from resources.clickhouse import ClickHouseResource
 
+from support.checks import TRANSLATOR, execute
+from support.paths import SCHEMAS
+from support.spark import copy_engine, digest
+
 pytestmark = pytest.mark.worker_seconds(45)
 
-SHAPES = Path(__file__).resolve().parents[1] / "fixtures" / "schemas" / "partition_shapes"
+SHAPES = SCHEMAS / "partition_shapes"
 #: A tenant whose name carries what a Dagster key cannot: the delimiters, a quote, a percent sign.
 ODD_TENANT = "it's / 50%|x"
 #: Readings every ~10 minutes from 15 September to 21 October 2025: across a quarter's end, weeks, months.

@@ -20,9 +20,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from chmv_check_helpers import TRANSLATOR, evaluations, run_parity
 from dagster import AssetCheckKey, AssetSelection, DagsterInstance, materialize
-from ddl_testing import load_ddl
 
 from asset_checks.definitions import PARITY, build_asset_checks
 from chmv_assets.cli import main
@@ -30,6 +28,9 @@ from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.lifecycle.deploy import apply
 from chmv_assets.orchestration.assets import build_chmv_assets
 from resources.clickhouse import ClickHouseResource
+
+from support.checks import TRANSLATOR, evaluations, run_parity
+from support.ddl import load_ddl
 
 pytestmark = pytest.mark.worker_seconds(40)
 

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from ddl_testing import load_ddl, ref
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.partitioning import window_at
 from chmv_assets.engine.rebuild.coverage import Facts, Stats, assess
+
+from support.ddl import load_ddl, ref
 
 D = datetime
 NOW = D(2026, 11, 22, 5, 0)

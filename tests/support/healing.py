@@ -1,6 +1,6 @@
 """A silent gap planted in a running `dagster dev`, and the wait for chmv to find and repair it on its own.
 
-Shared by tests/integration/orchestration/test_self_healing.py (fast cadence) and
+Shared by tests/scenarios/test_self_healing.py (fast cadence) and
 benchmarks/bench_self_healing.py (default settings, timed).
 """
 
@@ -9,13 +9,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ui_support import DagsterDev, wait_for
-
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.health.parity import parity_for_partition
 from chmv_assets.orchestration.translator import ChmvTranslator
 from resources.clickhouse import ClickHouseResource
+
+from support.ui import DagsterDev, wait_for
 
 AGG = ObjectRef(database="analytics", name="events_agg")
 DAILY = ObjectRef(database="analytics", name="events_daily")
@@ -61,7 +61,7 @@ with ClickHouseResource(dsn=sys.argv[1]).get_client() as client:
 #: Whether every partition of the chain passes parity, computed in the zone of dagster dev's processes.
 EXACT = """
 import sys
-from healing_support import chain_exact
+from support.healing import chain_exact
 from chmv_assets.ddl.loader import load
 print(chain_exact(sys.argv[1], load(sys.argv[2])))
 """

@@ -1,6 +1,6 @@
 """The peer corpus (tests/fixtures/corpus): hand-written schemas modelled on ClickHouse's own MV tests and on real public
 schemas (each case names what it is modelled on). Every case runs as written on the embedded engine (the engine must
-accept each statement), and chmv's lineage of it is what the engine itself records (tests/lineage_testing.py:
+accept each statement), and chmv's lineage of it is what the engine itself records (tests/support/lineage.py:
 ``system.tables`` targets and trigger dependencies, the analyzer's resolved reads of each SELECT, DEPENDS ON, a
 dictionary's loading dependency; a real trigger loop is exactly the loop chmv leaves out). Then the whole corpus is
 deployed through ``chmv apply`` on the embedded engine (the local twin, cases a single host cannot run as written
@@ -13,10 +13,8 @@ import contextlib
 import io
 import re
 import shutil
-from pathlib import Path
 
 import pytest
-from lineage_testing import chmv_records, differences, engine_loops, engine_records
 
 from chmv_assets.cli import main
 from chmv_assets.ddl.loader import load
@@ -25,9 +23,11 @@ from chmv_assets.engine.lifecycle.plan import Action
 from chmv_assets.engine.lifecycle.planner import plan_lifecycle
 from resources.clickhouse import ClickHouseResource
 
+from support.lineage import chmv_records, differences, engine_loops, engine_records
+from support.paths import CORPUS
+
 pytestmark = pytest.mark.worker_seconds(25)
 
-CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
 CASES = sorted(p.name for p in CORPUS.iterdir() if (p / "schema.sql").is_file())
 #: Cases a single host cannot run as written (a cluster, a broker): only their local twin is deployed.
 TWIN_ONLY = {c for c in CASES if "-- corpus: twin only" in (CORPUS / c / "schema.sql").read_text()}

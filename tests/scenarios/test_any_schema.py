@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import io
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 
@@ -22,8 +21,9 @@ from chmv_assets.errors import PreflightError
 from chmv_assets.orchestration.definitions import build_definitions
 from resources.clickhouse import ClickHouseResource
 
+from support.paths import SCHEMAS
+
 pytestmark = pytest.mark.worker_seconds(25)
-SCHEMAS = Path(__file__).resolve().parents[1] / "fixtures" / "schemas"
 #: Per fixture, each MV: (its trigger, every source, its target, the SQL functions it calls).
 LINEAGE = {
     "clustered": {
@@ -61,7 +61,7 @@ LINEAGE = {
         "tracking.tag_sets_daily_mv": ("tracking.events", ["tracking.events"], "tracking.tag_sets_daily", []),
         "tracking.checkout_steps_mv": ("tracking.events", ["tracking.events"], "tracking.checkout_steps", []),
     },
-    "partition_shapes": {  # its partitions: tests/integration/test_partition_shapes.py
+    "partition_shapes": {  # its partitions: tests/scenarios/test_partition_shapes.py
         f"fleet.{name}_mv": ("fleet.readings", ["fleet.readings"], f"fleet.{name}", [])
         for name in (
             "weekly_load",

@@ -22,13 +22,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE_DDL
-from healing_support import plant_gap, wait_for_repair
-from ui_support import DagsterDev, start_demo, stop, wait_for
 
 from chmv_assets.ddl.loader import LoadedProject, load
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.orchestration.translator import ChmvTranslator
+
+from support.healing import plant_gap, wait_for_repair
+from support.paths import EXAMPLE_DDL
+from support.ui import DagsterDev, start_demo, stop, wait_for
 
 pytestmark = pytest.mark.worker_seconds(170)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddl_testing import load_ddl
-
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.engine.lifecycle.deploy import apply
 from resources.clickhouse import ClickHouseResource
+
+from support.ddl import load_ddl
 
 HOURLY, REGIONAL = ObjectRef(database="dst", name="hourly"), ObjectRef(database="dst", name="regional")
 
@@ -32,7 +32,7 @@ NIGHT = "INSERT INTO dst.events SELECT toDateTime('2026-11-01 04:00:00', 'UTC') 
 
 def dst_project(root: Path, zone: str) -> tuple[LoadedProject, ClickHouseResource]:
     """An hourly target and an hourly × region target in the partition calendar of ``zone``, deployed on an engine
-    whose sessions compute in ``zone`` (as tests/integration/orchestration/test_dst.py)."""
+    whose sessions compute in ``zone`` (as tests/scenarios/test_dst.py)."""
     toml = f'default_database = "dst"\npartition_start = "2026-10-01"\ntimezone = "{zone}"\n'
     loaded = load_ddl(root / "ddl", DST, toml=toml)
     engine = ClickHouseResource(dsn=f"chdb://{root / 'chdb'}", settings={"session_timezone": zone})

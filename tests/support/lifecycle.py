@@ -5,8 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE_DDL = ROOT / "examples" / "ddl"
+from support.paths import EXAMPLE_DDL
 
 
 def copy_ddl(root: Path) -> Path:

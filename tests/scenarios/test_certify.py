@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.worker_seconds(80)
+from support.paths import EXAMPLE_DDL, ROOT, SCHEMAS
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE_DDL = ROOT / "examples" / "ddl"
+pytestmark = pytest.mark.worker_seconds(80)
 
 
 def _certify(tmp_path: Path, ddl: Path, seconds: int, seed: int, faults: str) -> tuple[int, dict, str]:
@@ -56,7 +55,7 @@ def test_a_short_run_over_the_example_with_every_fault_finds_no_anomaly(tmp_path
 
 
 #: Every fixture schema: each deploys on the embedded engine (kafka_chain through its local twin).
-FIXTURES = sorted(p.name for p in (ROOT / "tests" / "fixtures" / "schemas").iterdir() if (p / "chmv.toml").is_file())
+FIXTURES = sorted(p.name for p in SCHEMAS.iterdir() if (p / "chmv.toml").is_file())
 
 
 @pytest.mark.parametrize("schema", FIXTURES)
@@ -64,7 +63,7 @@ def test_a_short_run_over_each_fixture_schema_with_every_fault_finds_no_anomaly(
     """In a process of its own, as every run: the embedded engine takes the process's time zone when it first starts
     and keeps it (the dst fault's New York would stay with every later engine of a test worker, and a worker's engine
     started earlier would keep the dst runs out of New York)."""
-    ddl = ROOT / "tests" / "fixtures" / "schemas" / schema
+    ddl = SCHEMAS / schema
     code, data, out = _certify(tmp_path, ddl, 8, 5, "all")
     assert data["operations"] > 5 and data["rows"] > 1000
     # every operation is bounded (docs/certify.md, "Bounded time"): none ran past its bound, so none can hang a run

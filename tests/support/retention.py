@@ -11,8 +11,8 @@ from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.ddl.partitioning import window_at
 from chmv_assets.sql.quoting import qualified
 
-ROOT_DIR = Path(__file__).resolve().parents[1]
-EXAMPLE_DDL = ROOT_DIR / "examples" / "ddl"
+from support.paths import EXAMPLE_DDL
+
 RAW_EVENTS, EVENTS_AGG = (
     ObjectRef(database="analytics", name="raw_events"),
     ObjectRef(database="analytics", name="events_agg"),

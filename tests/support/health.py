@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from pathlib import Path
 
 from chmv_assets.ddl.loader import load
 from chmv_assets.sql.health_sql import (
@@ -23,8 +22,10 @@ from chmv_assets.sql.health_sql import (
 from chmv_assets.sql.parts_sql import partitions_sql
 from chmv_assets.sql.quoting import string_literal
 
-GOLDEN = Path(__file__).resolve().parent / "unit" / "sql" / "golden" / "health"
-CLUSTERED = Path(__file__).resolve().parent / "fixtures" / "schemas" / "clustered"
+from support import paths
+
+GOLDEN = paths.GOLDEN / "health"
+CLUSTERED = paths.SCHEMAS / "clustered"
 UPDATE_ENV = "CHMV_UPDATE_GOLDEN"
 
 

@@ -21,7 +21,9 @@ from chmv_assets.engine.drift import LiveObject
 from chmv_assets.engine.lifecycle.plan import LifecyclePlan
 from chmv_assets.engine.lifecycle.planner import ServerState
 
-CLUSTER = Path(__file__).resolve().parent / "unit" / "sql" / "golden" / "cluster"
+from support.paths import GOLDEN
+
+CLUSTER = GOLDEN / "cluster"
 CLUSTER_DDL = CLUSTER / "ddl"
 LIVE_SQL = CLUSTER / "live.sql"
 #: Set to 1 to (re)write the golden files from what the code renders now; then read the diff before committing.

@@ -13,9 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
-from chmv_check_helpers import TRANSLATOR
-from conftest import EXAMPLE_DDL
-from ui_support import (
+
+from asset_checks.names import PARITY
+from chmv_assets.ddl.loader import load
+from chmv_assets.ddl.models import ObjectRef
+
+from support.checks import TRANSLATOR
+from support.paths import EXAMPLE_DDL
+from support.ui import (
     ASSETS,
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -28,10 +33,6 @@ from ui_support import (
     stop,
     wait_for,
 )
-
-from asset_checks.names import PARITY
-from chmv_assets.ddl.loader import load
-from chmv_assets.ddl.models import ObjectRef
 
 pytestmark = [pytest.mark.slow, pytest.mark.worker_seconds(330)]
 
@@ -314,15 +315,13 @@ def _browse(page, dev: DagsterDev, shots: Path, expect, every: int) -> None:
     ],
 )
 def test_a_missing_chromium_fails_in_ci_and_under_make_test(monkeypatch, env: dict[str, str], outcome: str) -> None:
-    import ui_support
+    from support import ui
 
     for name in ("CI", "CHMV_REQUIRE_BROWSER"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(
-        ui_support, "chromium_or_reason", lambda: "/usr/bin/chromium is missing: apt-get install chromium"
-    )
+    monkeypatch.setattr(ui, "chromium_or_reason", lambda: "/usr/bin/chromium is missing: apt-get install chromium")
     expected = pytest.fail.Exception if outcome == "failed" else pytest.skip.Exception
     with pytest.raises(expected, match="apt-get install chromium"):
-        ui_support.require_chromium()
+        ui.require_chromium()

@@ -6,8 +6,6 @@ import warnings
 from pathlib import Path
 
 import pytest
-from chmv_check_helpers import TRANSLATOR, evaluations, run_checks
-from conftest import make_engine
 from dagster import AssetCheckKey, AssetKey, DagsterInstance, materialize
 
 from asset_checks.definitions import DRIFT
@@ -19,6 +17,9 @@ from chmv_assets.orchestration.definitions import build_definitions
 from chmv_assets.orchestration.translator import ChmvTranslator
 from chmv_assets.sql.quoting import qualified
 from resources.clickhouse import ClickHouseResource
+
+from support.checks import TRANSLATOR, evaluations, run_checks
+from support.engines import make_engine
 
 ODD_DDL = """
 CREATE DATABASE `my-db` ENGINE = Atomic;
