@@ -1,7 +1,7 @@
 """The Dagster UI tells the truth: live state, backfills that launch and succeed, checks per partition, in a browser.
 
-All tests of this module share ONE `dagster dev` over the demo (100k rows, empty landing zone so the
-sources are daily ingestion assets, as with `make demo`) and run in order: the live state first (no run
+All tests of this module share ONE `dagster dev` over the demo (20k rows, as test_self_healing's; empty landing
+zone so the sources are daily ingestion assets, as with `make demo`) and run in order: the live state first (no run
 has materialized anything yet), then the backfills, then a failing partition, then the browser.
 """
 
@@ -93,7 +93,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory):
     shutil.copytree(EXAMPLE_DDL, ddl)
     toml = (ddl / "chmv.toml").read_text().replace('partition_start = "2026-08-01"', 'partition_start = "2026-10-01"')
     (ddl / "chmv.toml").write_text(toml + "\n[sweep]\nenabled = false\n")
-    dagster_dev = start_demo(workdir, ddl_dir=ddl)
+    dagster_dev = start_demo(workdir, rows=20_000, ddl_dir=ddl)
     yield dagster_dev
     stop(dagster_dev)
 
