@@ -51,7 +51,10 @@ def main() -> int:
     parser.add_argument("--ddl-dir", action="append", type=Path, help="a schema to soak (repeatable; default: all)")
     args = parser.parse_args()
     schemas = args.ddl_dir or SCHEMAS
-    scratch = Path(tempfile.mkdtemp(prefix="soak-", dir=os.environ.get("CHMV_STATE_DIR")))
+    state = os.environ.get("CHMV_STATE_DIR")
+    if state:
+        Path(state).mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="soak-", dir=state))
     started = time.monotonic()
     end, seed, runs, anomalies, errors, ops, rows, seconds = started + args.minutes * 60, args.seed, 0, 0, 0, 0, 0, 0.0
     while time.monotonic() < end:
