@@ -71,7 +71,7 @@ from chmv_assets.sql.rebuild_sql import (
     trigger_range,
 )
 
-EngineOption = Literal["auto", "clickhouse", "spark"]
+EngineOption = Literal["auto", "clickhouse", "spark", "file"]
 
 
 class Engine(StrEnum):
@@ -81,6 +81,8 @@ class Engine(StrEnum):
     """The MVs' own SELECT over the source table's rows of the window."""
     SPARK = "spark"
     """The MVs' own SELECT over landing-zone rows staged by Spark (<= cutoff) and source rows (> cutoff)."""
+    FILE = "file"
+    """The MVs' own SELECT over landing-zone rows read by ClickHouse's ``file()`` (<= cutoff) and source rows."""
     REFRESH = "refresh"
     """A refreshable MV: ``SYSTEM REFRESH VIEW`` + ``SYSTEM WAIT VIEW``."""
     REFUSED = "refused"
@@ -659,7 +661,11 @@ class EngineChoice:
 
 
 #: The place each engine that fills partitions reads its rows from (:mod:`chmv_assets.engine.rebuild.rows`).
-READS: dict[Engine, RowSource] = {Engine.CLICKHOUSE: RowSource.TABLE, Engine.SPARK: RowSource.LAKE}
+READS: dict[Engine, RowSource] = {
+    Engine.CLICKHOUSE: RowSource.TABLE,
+    Engine.SPARK: RowSource.LAKE,
+    Engine.FILE: RowSource.LAKE,
+}
 #: The engine that reads each place where none is pinned (``engine=auto``).
 READER: dict[RowSource, Engine] = {RowSource.TABLE: Engine.CLICKHOUSE, RowSource.LAKE: Engine.SPARK}
 
