@@ -74,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
         help="partition key as in the Dagster UI (2026-09-01, 2026-09-01-13:00, 2026-09-01|eu for a window and a key "
         "value, eu for a key alone); repeatable; none: the whole table",
     )
-    rebuild.add_argument("--engine", choices=("auto", "clickhouse", "spark"), default="auto")
+    rebuild.add_argument("--engine", choices=("auto", "clickhouse", "spark", "file"), default="auto")
     rebuild.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     rebuild.add_argument(
         "--no-verify",

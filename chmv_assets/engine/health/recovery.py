@@ -27,7 +27,7 @@ from typing import Any
 
 from chmv_assets.ddl.models import ObjectRef, Project
 from chmv_assets.engine.drift import DriftItem
-from chmv_assets.engine.rebuild.planner import Engine, RebuildPlan
+from chmv_assets.engine.rebuild.planner import READS, RebuildPlan
 
 
 class RepairKind(StrEnum):
@@ -228,7 +228,7 @@ class RebuildVerdict:
     @classmethod
     def of_plan(cls, plan: RebuildPlan) -> RebuildVerdict:
         """The engines ``plan`` chose for the partitions it rebuilds now (those it defers are left to the run)."""
-        chosen = tuple((s.key, str(s.engine)) for s in plan.steps if s.engine in (Engine.CLICKHOUSE, Engine.SPARK))
+        chosen = tuple((s.key, str(s.engine)) for s in plan.steps if s.engine in READS)
         return cls(plan.target, chosen)
 
     def engine_of(self) -> dict[str | None, str]:

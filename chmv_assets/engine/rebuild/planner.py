@@ -71,7 +71,7 @@ from chmv_assets.sql.rebuild_sql import (
     trigger_range,
 )
 
-EngineOption = Literal["auto", "clickhouse", "spark"]
+EngineOption = Literal["auto", "clickhouse", "spark", "file"]
 
 
 class Engine(StrEnum):
@@ -81,6 +81,8 @@ class Engine(StrEnum):
     """The MVs' own SELECT over the source table's rows of the window."""
     SPARK = "spark"
     """The MVs' own SELECT over landing-zone rows staged by Spark (<= cutoff) and source rows (> cutoff)."""
+    FILE = "file"
+    """The MVs' own SELECT over landing-zone rows read by ClickHouse's ``file()`` (<= cutoff) and source rows."""
     REFRESH = "refresh"
     """A refreshable MV: ``SYSTEM REFRESH VIEW`` + ``SYSTEM WAIT VIEW``."""
     REFUSED = "refused"
@@ -620,11 +622,11 @@ def _refused_unless_forced(plan: RebuildPlan, why: str, force: bool, what: str) 
 
 
 def _check_engine(loaded: LoadedProject, target: ObjectRef, engine: EngineOption, root: Path | None) -> None:
-    """A pinned Spark engine needs the landing zone to serve every trigger of the target."""
-    if engine == "spark" and not spark_capable(loaded, target, root):
+    """A pinned engine reading the landing zone needs it to serve every trigger of the target."""
+    if engine != "auto" and READS.get(Engine(engine)) == RowSource.LAKE and not spark_capable(loaded, target, root):
         triggers = ", ".join(t.fqn for t in triggers_of(loaded.project, target))
         raise ChmvError(
-            f"{target.fqn}: the spark engine needs a landing zone and [ingestion.time_columns] for "
+            f"{target.fqn}: the {engine} engine needs a landing zone and [ingestion.time_columns] for "
             f"{triggers}; configure them or use engine=clickhouse"
         )
 
@@ -639,11 +641,14 @@ def _target_refusal(loaded: LoadedProject, target: ObjectRef, observations: Obse
 
 
 def _cutoff_rule(loaded: LoadedProject, plan: RebuildPlan) -> str:
-    """How the Spark steps of ``plan`` split the lake's rows from the source's ("" without Spark steps)."""
-    if not plan.steps_by(Engine.SPARK):
+    """How the steps of ``plan`` reading the landing zone split the lake's rows from the source's ("" without
+    any)."""
+    lake = {s.engine for s in plan.steps if READS.get(s.engine) == RowSource.LAKE}
+    if not lake:
         return ""
     tolerance = loaded.config.ingestion.late_tolerance_minutes
-    return f"per trigger, its ingestion watermark - {tolerance} min, read under its gate when the Spark steps start"
+    steps = "the Spark steps" if lake == {Engine.SPARK} else "the steps reading the landing zone"
+    return f"per trigger, its ingestion watermark - {tolerance} min, read under its gate when {steps} start"
 
 
 @dataclass(frozen=True)
@@ -656,7 +661,11 @@ class EngineChoice:
 
 
 #: The place each engine that fills partitions reads its rows from (:mod:`chmv_assets.engine.rebuild.rows`).
-READS: dict[Engine, RowSource] = {Engine.CLICKHOUSE: RowSource.TABLE, Engine.SPARK: RowSource.LAKE}
+READS: dict[Engine, RowSource] = {
+    Engine.CLICKHOUSE: RowSource.TABLE,
+    Engine.SPARK: RowSource.LAKE,
+    Engine.FILE: RowSource.LAKE,
+}
 #: The engine that reads each place where none is pinned (``engine=auto``).
 READER: dict[RowSource, Engine] = {RowSource.TABLE: Engine.CLICKHOUSE, RowSource.LAKE: Engine.SPARK}
 
@@ -804,7 +813,7 @@ def _assemble(
             continue
         reads = _reads(project, target, scheme, window, zone=zone)
         relations = tuple(
-            _relation(project, target, source, reads, lake=choice.engine == Engine.SPARK, staged=staged)
+            _relation(project, target, source, reads, lake=READS.get(choice.engine) == RowSource.LAKE, staged=staged)
             for source in triggers
         )
         step = _rebuild_step(table, live, scheme, window, choice, relations, run, one_read=one_read, zone=zone)
@@ -907,7 +916,7 @@ def _open_step(
 ) -> PartitionStep:
     """A step of ``plan`` as the sources' writers allow at ``now``: a partition still open to writers chmv does not
     control is deferred (``defer``), a stream consumer writing it is paused for its swap, a closed one is unchanged."""
-    if step.engine not in (Engine.CLICKHOUSE, Engine.SPARK):
+    if step.engine not in READS:  # refused, deferred, refreshed by the server
         return step
     closes = closes_at(loaded, plan.target, plan.scheme, step.window)
     if closes is not None and now >= closes:

@@ -9,7 +9,7 @@ run's hold), its name in :class:`~chmv_assets.engine.rebuild.planner.Engine` wit
 
 from __future__ import annotations
 
-from chmv_assets.engine.rebuild.engines import spark, table
+from chmv_assets.engine.rebuild.engines import file, spark, table
 from chmv_assets.engine.rebuild.engines.base import EngineRun, Fill, RebuildEngine, Stager, StepResult
 from chmv_assets.engine.rebuild.planner import Engine
 
@@ -19,6 +19,7 @@ ENGINES: dict[Engine, RebuildEngine] = {
     Engine.CLICKHOUSE: table.ENGINE,
     Engine.REFRESH: table.ENGINE,
     Engine.SPARK: spark.ENGINE,
+    Engine.FILE: file.ENGINE,
 }
 
 __all__ = ["ENGINES", "EngineRun", "Fill", "RebuildEngine", "Stager", "StepResult"]
