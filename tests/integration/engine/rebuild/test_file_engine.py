@@ -4,14 +4,15 @@ month the source lost is rebuilt from the lake as it was, and verified against t
 from __future__ import annotations
 
 import pytest
-from conftest import make_engine
-from retention_testing import AUGUST, EVENTS_AGG, RETENTION
-from spark_testing import with_landing
 
 from chmv_assets import demo_data
 from chmv_assets.engine.health.parity import verify_rebuilt
 from chmv_assets.engine.rebuild.executor import run_rebuild
 from chmv_assets.engine.rebuild.planner import Engine
+
+from support.engines import make_engine
+from support.retention import AUGUST, EVENTS_AGG, RETENTION
+from support.spark import with_landing
 
 pytestmark = pytest.mark.worker_seconds(15)
 
