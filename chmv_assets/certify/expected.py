@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from chmv_assets.ddl.loader import LoadedProject
 from chmv_assets.ddl.models import ObjectRef
@@ -257,3 +258,14 @@ def same(a: Fingerprint | None, b: Fingerprint | None) -> bool:
     if a[0] == 0:
         return True
     return all(abs(x - y) <= 1e-9 * max(1.0, abs(x), abs(y)) for x, y in zip(a[2], b[2], strict=False))
+
+
+def pending_mutations(client: Any, table: ObjectRef) -> int:
+    """How many mutations of ``table`` are not done (a delete's, while merges are stopped: its rows are still in the
+    source, and already in its graveyard)."""
+    return int(
+        client.command(
+            "SELECT count() FROM system.mutations WHERE NOT is_done AND database = {d:String} AND table = {t:String}",
+            parameters={"d": table.database, "t": table.name},
+        )
+    )

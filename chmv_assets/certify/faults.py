@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from chmv_assets import settings
 from chmv_assets.certify.context import KILL_TIMEOUT_SECONDS, Run
-from chmv_assets.certify.expected import SCRATCH_DB, Extra, verifiable
+from chmv_assets.certify.expected import SCRATCH_DB, Extra, pending_mutations, verifiable
 from chmv_assets.certify.history import OK, UNCERTAIN, first_line
 from chmv_assets.certify.workload import DIRECT, FOREIGN, TimeSlot
 from chmv_assets.ddl.models import ObjectRef
@@ -231,7 +231,7 @@ class _Delete(Fault):
         spec = run.rng.choice(candidates)
         time_cols = [n for n, e in spec.columns if e.startswith("CAST(toDateTime(t)")]
         with run.quiet(), run.resource.get_client() as client:
-            if _pending_mutations(client, spec.ref):
+            if pending_mutations(client, spec.ref):
                 # the graveyard must hold exactly what the source lost: a copy taken while an earlier delete is still
                 # pending (merges stopped) would hold its rows again
                 run.notes.append(f"{self.name}: {spec.ref.fqn} has a mutation pending (merges stopped): not acted")
@@ -277,16 +277,6 @@ class _Delete(Fault):
                 client.command(statement, settings={"mutations_sync": wait, "lightweight_deletes_sync": wait})
                 op.detail["graveyard"] = grave.fqn
                 op.detail["pending"] = not wait
-
-
-def _pending_mutations(client: Any, table: ObjectRef) -> int:
-    """How many mutations of ``table`` are not done."""
-    return int(
-        client.command(
-            "SELECT count() FROM system.mutations WHERE NOT is_done AND database = {d:String} AND table = {t:String}",
-            parameters={"d": table.database, "t": table.name},
-        )
-    )
 
 
 class PartialDelete(_Delete):

@@ -22,7 +22,15 @@ from typing import Any
 
 from chmv_assets.certify import checker
 from chmv_assets.certify.context import Run
-from chmv_assets.certify.expected import Fingerprint, expected_table, fingerprints, physical, same, verifiable
+from chmv_assets.certify.expected import (
+    Fingerprint,
+    expected_table,
+    fingerprints,
+    pending_mutations,
+    physical,
+    same,
+    verifiable,
+)
 from chmv_assets.certify.history import FAILED, OK, Op, first_line
 from chmv_assets.ddl.models import ObjectRef
 from chmv_assets.sql.quoting import qualified
@@ -31,6 +39,10 @@ from chmv_assets.sql.quoting import qualified
 UNTOUCHED = ("as it was", "untouched", "changed nothing", "nothing was changed", "left unchanged")
 #: Words of a failure's message that name damage it may have left.
 DAMAGE = ("damage", "may have", "recorded for recovery", "lost", "asset check failed", "parity")
+
+
+class NotComparable(Exception):
+    """The partitions cannot be compared with their SELECT at this moment (noted, never passed)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,11 @@ class Exactness:
         MVs' SELECT gives over the sources as they are (a root source with its graveyard)."""
         run = self.run
         with run.quiet(), run.resource.get_client() as client:
+            # a delete whose mutation waits for merges (stopped) has its rows in the source and in its graveyard: what
+            # the SELECT gives over both would count them twice until quiescence awaits it
+            pending = [s.fqn for s in run.graves if target in run.downstream(s) and pending_mutations(client, s)]
+            if pending:
+                raise NotComparable(f"a delete is pending on {', '.join(pending)} (its merges stopped)")
             for buf in run.buffers.values():
                 client.command(f"OPTIMIZE TABLE {qualified(buf)}")  # a Buffer's OPTIMIZE flushes it
             live = physical(client, target)
