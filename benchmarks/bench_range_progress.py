@@ -27,11 +27,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 warnings.filterwarnings("ignore")
 
 from dagster import AssetKey, DagsterEventType, DagsterInstance, materialize  # noqa: E402
-from ddl_testing import load_ddl  # noqa: E402
 
 from chmv_assets.engine.lifecycle.deploy import apply  # noqa: E402
 from chmv_assets.orchestration.assets import build_chmv_assets  # noqa: E402
 from resources.clickhouse import ClickHouseResource  # noqa: E402
+
+from support.ddl import load_ddl  # noqa: E402
 
 DDL = """
 CREATE DATABASE bench;

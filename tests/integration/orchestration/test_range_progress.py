@@ -20,11 +20,12 @@ from dagster import (
     PartitionKeyRange,
     materialize,
 )
-from ddl_testing import load_ddl
 
 from chmv_assets.engine.lifecycle.deploy import apply
 from chmv_assets.orchestration.assets import build_chmv_assets
 from resources.clickhouse import ClickHouseResource
+
+from support.ddl import load_ddl
 
 pytestmark = pytest.mark.worker_seconds(40)
 
