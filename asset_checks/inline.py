@@ -7,7 +7,7 @@ check op in two subsets (``chmv_parity_0``, ``chmv_parity_0_2``). Which subset g
 on set iteration order, i.e. on the hash seed of each process, so in a multi-process run a step could
 evaluate the wrong check twice and skip the other. Declared on the target op (``check_specs``), a check
 lives in the node of its own asset: no cycle, no split, and the op evaluates it right after that
-asset's ``MaterializeResult`` (or alone, when only the check is selected).
+asset's materializations (or alone, when only the check is selected).
 
 Parity is evaluated per partition: every partition of the run gets its own evaluation (expected,
 actual, delta as numbers the UI plots per partition), tied to that partition's latest materialization,

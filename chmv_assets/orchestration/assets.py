@@ -1,18 +1,15 @@
 """Build Dagster assets from a parsed project: targets are partitioned, sources and dictionaries upstream."""
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from clickhouse_connect.driver.client import Client
 from dagster import (
     AssetExecutionContext,
-    AssetMaterialization,
     AssetsDefinition,
     AssetSpec,
     BackfillPolicy,
     Config,
-    MaterializeResult,
-    MetadataValue,
     TimeWindowPartitionsDefinition,
     multi_asset,
 )
@@ -27,11 +24,12 @@ from chmv_assets.ddl.partitioning import PartitionWindow, TargetPartitioning
 from chmv_assets.engine.health.parity import verify_rebuilt
 from chmv_assets.engine.health.recovery import RebuildVerdict
 from chmv_assets.engine.ingest.landing import ingested_sources, landing_dir
-from chmv_assets.engine.rebuild.executor import StepResult, Verifier, run_rebuild
+from chmv_assets.engine.rebuild.executor import Verifier, run_rebuild
 from chmv_assets.engine.rebuild.planner import RebuildPlan, spark_capable
 from chmv_assets.errors import ChmvError
 from chmv_assets.orchestration.partitions import dynamic_partitions_of
 from chmv_assets.orchestration.run_logs import forward_engine_logs
+from chmv_assets.orchestration.run_report import PartitionEvents
 from chmv_assets.orchestration.translator import ChmvTranslator, check_distinct_keys
 from resources.clickhouse import CLICKHOUSE_POOL, ClickHouseResource
 from spark.session import session_of
@@ -44,6 +42,11 @@ def partition_windows(context: AssetExecutionContext, partitioning: TargetPartit
     if not (context.has_partition_key or context.has_partition_key_range):
         return [None]
     return [partitioning.window_of(key) for key in context.partition_keys]
+
+
+def run_keys(context: AssetExecutionContext) -> list[str | None]:
+    """The partition keys of a run, or ``[None]`` (a run of an unpartitioned target)."""
+    return list(context.partition_keys) if context.has_partition_key or context.has_partition_key_range else [None]
 
 
 class RebuildConfig(Config):
@@ -150,6 +153,7 @@ def _group_asset(
                     stopped.add(key)
                     continue
                 checks = [c for c in selected_checks if c.asset_key == key]
+                report = PartitionEvents(context, key)  # each partition's materialization, as it is swapped in
                 try:
                     # a recovery run executes the engines the sensor's planner chose (re-checked, not re-chosen)
                     verdict = RebuildVerdict.from_tags(context.run.tags, ref) if config.engine == "auto" else None
@@ -167,11 +171,13 @@ def _group_asset(
                             owner=f"dagster run {context.run_id}",
                             engines=verdict.engine_of() if verdict else None,
                             verify=_checks_of(context, loaded, ref, key, partitions_def, checks) if checks else None,
+                            report=report,
                         )
-                    yield from _materialized(context, key, run.plan, run.results)
+                    yield from report.finished()
                 except Exception as err:  # noqa: BLE001 - reported per target, re-raised together below
-                    context.log.error(f"{ref.fqn}: rebuild failed: {err}")
-                    failures.append(f"{ref.fqn}: {err}")
+                    told = report.failed(run_keys(context))
+                    context.log.error(f"{ref.fqn}: rebuild failed: {err}{told}")
+                    failures.append(f"{ref.fqn}: {err}{told}")
                     stopped.add(key)
                     continue
                 found = run.verified
@@ -237,56 +243,10 @@ def _checks_of(
     return verify
 
 
-def _materialized(context: AssetExecutionContext, key, plan: RebuildPlan, results: list[StepResult]) -> Iterator:
-    """What the run materialized of ``key``: every partition of the run, or, where the plan deferred some (open to
-    writers chmv does not control), only the partitions swapped in, one event each. The op's output would claim every
-    partition of the run's range; it is left out then (the op's outputs are optional), so a deferred partition is never
-    recorded as materialized."""
-    metadata = rebuild_metadata(plan, results)
-    if not plan.deferred:
-        yield MaterializeResult(asset_key=key, metadata=metadata)
-        return
-    context.log.warning(f"{plan.deferral()}\nNot materialized by this run: recovery requests each once it closes.")
-    for r in results:
-        yield AssetMaterialization(asset_key=key, partition=r.partition, metadata=metadata)
-
-
 def _upstream_in_op(loaded: LoadedProject, by_key: dict, ref: ObjectRef) -> list:
     """Keys of the targets of this op that ``ref``'s MVs read directly."""
     sources = {s for view in loaded.project.views_into(ref) for s in view.source_refs}
     return [k for k, r in by_key.items() if r in sources and r != ref]
-
-
-def rebuild_metadata(plan: RebuildPlan, results: list[StepResult]) -> dict:
-    """Materialization metadata of a rebuild: the plan, per-partition progress and the statements run."""
-    rows = [
-        f"| {r.partition or 'all'} | {r.engine} | {r.method} | {r.rows_staged} | {r.rows_written} | "
-        f"{r.cutoff or ''} | {r.batch_id} |"
-        for r in results
-    ]
-    table = (
-        "| partition | engine | swap | landing rows staged | rows written | cutoff | batch id |\n"
-        "|---|---|---|---|---|---|---|\n"
-    )
-    return {
-        "chmv/engine_path": ", ".join(sorted({r.engine for r in results})),
-        "chmv/partitions": len(results),
-        "chmv/rows_read": max((r.rows_read for r in results), default=0),
-        "chmv/rows_staged": sum(r.rows_staged for r in results),
-        "chmv/rows_written": sum(r.rows_written for r in results),
-        "chmv/method": ", ".join(sorted({r.method for r in results})),
-        "chmv/seconds": round(sum(r.seconds for r in results), 3),
-        "chmv/cutoff": str(min((r.cutoff for r in results if r.cutoff), default="")),
-        "chmv/batch_id": ", ".join(sorted({r.batch_id for r in results if r.batch_id})),
-        "chmv/plan": MetadataValue.md(plan.describe()),
-        "chmv/deferred": MetadataValue.md(plan.deferral() if plan.deferred else "none"),
-        "chmv/attempts": max((r.attempts for r in results), default=0),
-        "chmv/progress": MetadataValue.md(table + "\n".join(rows)),
-        # the last read's statements (partitions rebuilt by one read share them: the first one carries them)
-        "chmv/statements": MetadataValue.md(
-            "```sql\n" + ";\n".join(next((r.statements for r in reversed(results) if r.statements), [])) + "\n```"
-        ),
-    }
 
 
 def build_chmv_assets(

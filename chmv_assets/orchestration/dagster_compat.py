@@ -1,9 +1,10 @@
 """Every corner of Dagster chmv reaches that is not Dagster's public API, in one place.
 
-chmv needs five things Dagster does not export: an evaluation's link to the materialization it checked (its class is
+chmv needs six things Dagster does not export: an evaluation's link to the materialization it checked (its class is
 not exported), the output name of an asset check inside a multi-asset, two readings of the event log's
-asset-check index (history and per-partition status), and a value kept in the instance that several sensors share
-(the daemons' key-value store). Each is wrapped here with the public types it returns, so a
+asset-check index (history and per-partition status), a value kept in the instance that several sensors share
+(the daemons' key-value store), and an asset's output that records no materialization (a range run's partitions are
+recorded one by one as they are swapped in). Each is wrapped here with the public types it returns, so a
 Dagster upgrade that moves one breaks this module and its test (tests/unit/orchestration/test_dagster_compat.py),
 not the check, sensor or op code that uses it.
 """
@@ -15,7 +16,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dagster import AssetCheckEvaluation, AssetCheckKey, AssetsDefinition, DagsterInstance, deserialize_value
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckKey,
+    AssetKey,
+    AssetsDefinition,
+    DagsterInstance,
+    Output,
+    deserialize_value,
+)
 
 
 def target_materialization_data(record: Any) -> Any:
@@ -37,6 +46,23 @@ def target_materialization_data(record: Any) -> Any:
 def check_output_name(assets_def: AssetsDefinition, check_key: AssetCheckKey) -> str:
     """The op output that carries ``check_key``'s result in a multi-asset that yields it."""
     return assets_def.get_output_name_for_asset_check_key(check_key)
+
+
+#: The metadata key Dagster marks an output with whose asset events its op records itself (Dagster's auto-converted
+#: source assets log their observations in their body): the output then records no asset event of its own.
+_OWN_ASSET_EVENTS = "__source_asset_observation__"
+
+
+def output_without_materialization(assets_def: AssetsDefinition, key: AssetKey) -> Output:
+    """The output of ``key`` in a multi-asset that records no materialization.
+
+    An op that recorded each partition of a range run itself (``context.log_event``, as it was swapped in) still yields
+    its asset's output: Dagster skips the steps of the run that depend on the asset (another target's op, the checks'
+    op) without it. A plain output records a materialization of every partition of the run, a second one for each;
+    Dagster has no public output of some partitions of a range (dagster-io/dagster#21072), so its own marker for an
+    output whose asset events the op records itself is used.
+    """
+    return Output(None, output_name=assets_def.get_output_name_for_asset_key(key), metadata={_OWN_ASSET_EVENTS: True})
 
 
 def completed_evaluations(instance: DagsterInstance, check_key: AssetCheckKey, scan: int) -> list[AssetCheckEvaluation]:

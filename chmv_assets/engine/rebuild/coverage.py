@@ -24,7 +24,7 @@ The server is read once (:func:`probe`: one ``UNION ALL`` statement for all trig
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -246,10 +246,13 @@ class Coverage:
         key = window.key if window else None
         return next((w for w in self.windows if w.key == key), None)
 
-    def describe(self) -> str:
-        """Markdown: per partition and trigger, what the table and the landing zone hold."""
+    def describe(self, keys: Collection[str | None] | None = None) -> str:
+        """Markdown: per partition and trigger, what the table and the landing zone hold (of ``keys``' partitions
+        only, where given)."""
         lines = ["| partition | source | source table | landing zone | target rows |", "|---|---|---|---|---|"]
         for w in self.windows:
+            if keys is not None and w.key not in keys:
+                continue
             rows = "?" if w.target_rows is None else f"{w.target_rows:,}"
             for s in w.sources:
                 table = f"{s.table.holding}: {s.table.reason}" + (f"; {s.deleted}" if s.deleted else "")

@@ -59,13 +59,16 @@ from chmv_assets.engine.rebuild.planner import (
     triggers_of,
     windows_covering,
 )
+from chmv_assets.engine.rebuild.progress import Progress, RunReport, Tally
 from chmv_assets.engine.rebuild.steps import with_damage, written_partitions
 from chmv_assets.engine.statements import kill_filling
 from chmv_assets.errors import ChmvError, LeaseHeld, NoRoomUnderGate, RebuildDeferred, RebuildRefused, ServerBusy
 from chmv_assets.sql.rebuild_sql import drop_shadow_sql, run_of_shadow, shadows_pattern
 
 __all__ = [
+    "Progress",
     "RebuildRun",
+    "RunReport",
     "Stager",
     "StepResult",
     "Verifier",
@@ -109,6 +112,7 @@ def run_rebuild(
     owner: str = "chmv",
     engines: Mapping[str | None, str] | None = None,
     verify: Verifier[V] | None = None,
+    report: RunReport | None = None,
 ) -> RebuildRun[V]:
     """The one rebuild path: plan and run the rebuild of ``windows`` of ``target`` on one hold, exact while ingestion
     keeps loading its sources, then verify what it rebuilt (see the module).
@@ -125,6 +129,8 @@ def run_rebuild(
         engines: Per partition key, the engine decided before (a recovery run's verdict): pinned, not chosen again.
         verify: Verifies the rebuilt partitions on the run's client (the Dagster op's checks, ``chmv rebuild``'s
             parity); None: not verified.
+        report: Told of the plan, then of each partition as it is swapped in, with the run's progress (the Dagster
+            op's materialization per partition: :class:`~chmv_assets.engine.rebuild.progress.RunReport`).
 
     Raises:
         RebuildRefused: A partition's rows live neither in the source table nor in the landing zone.
@@ -137,7 +143,7 @@ def run_rebuild(
         plan = observe_and_plan(
             hold.client, loaded, target, windows, engine=engine, root=root, force=force, engines=engines
         )
-        return run_plan(plan, loaded, hold, stager=stager, owner=owner, verify=verify)
+        return run_plan(plan, loaded, hold, stager=stager, owner=owner, verify=verify, report=report)
 
 
 def rebuild_partitions(
@@ -218,6 +224,7 @@ def run_plan(
     cutoffs: Mapping[ObjectRef, datetime | None] | None = None,
     owner: str = "chmv",
     verify: Verifier[V] | None = None,
+    report: RunReport | None = None,
 ) -> RebuildRun[V]:
     """Run every step of ``plan`` on the run's ``hold``, then verify what was rebuilt: the one sequence of every
     caller's rebuild; results in the plan's partition order.
@@ -236,6 +243,9 @@ def run_plan(
         cutoffs: Fixed cutoffs per trigger for Spark steps, instead of reading the watermarks.
         owner: Who runs it, as another run waiting for a partition is told (``dagster run <id>``, ``chmv rebuild``).
         verify: Verifies the partitions rebuilt (:data:`Verifier`); its verdicts are the run's ``verified``.
+        report: Told of the plan (refused plans are not run, nor told), then of each partition as it is swapped in for good,
+            with the run's :class:`~chmv_assets.engine.rebuild.progress.Progress` (also logged: ``k/n partitions,
+            elapsed, ~time left``). A partition that fails, is refused or deferred is never reported swapped.
 
     Raises:
         RebuildRefused: The plan refuses partitions (nothing is run).
@@ -249,12 +259,15 @@ def run_plan(
     _LOG.info(plan.describe())
     if plan.refused:
         raise RebuildRefused(plan.refusal())
+    if report is not None:
+        report.planned(plan)
     runnable = _record_deferrals(plan, hold)
     results: list[StepResult] = []
     verified: V | None = None
     try:
         with _leased(plan, loaded, hold, runnable, owner, results):
-            run = EngineRun(plan, loaded, hold, stager, cutoffs, owner)
+            tally = Tally(plan.target.fqn, len(runnable), report)
+            run = EngineRun(plan, loaded, hold, stager, cutoffs, owner, tally.swapped)
             for engine, steps in _by_engine(runnable):
                 results += _fill(run, engine, steps)
             if verify is not None:

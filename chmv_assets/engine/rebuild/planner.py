@@ -28,7 +28,7 @@ executor then only read:
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -298,12 +298,18 @@ class RebuildPlan:
         )
         return "\n".join([head, *(f"- {s.key}: {s.reason}" for s in self.deferred)])
 
-    def describe(self) -> str:
-        """A markdown rendering for run metadata, logs and ``chmv rebuild --dry-run``."""
+    def describe(self, keys: Collection[str | None] | None = None) -> str:
+        """A markdown rendering for run metadata, logs and ``chmv rebuild --dry-run``; with ``keys``, the rows of
+        those partitions only (a partition's materialization: its own lines, whatever the size of the run)."""
         lines = [f"**Rebuild plan of `{self.target.fqn}`** (physical table `{self.live.fqn}`)", ""]
         lines += self._settings()
+        if keys is not None:
+            shown = sum(1 for s in self.steps if s.key in keys)
+            lines.append(f"- partitions shown: {shown} of the run's {len(self.steps)} (the whole plan: the run's log)")
         lines += ["", "| partition | engine | reads | shadow | swap | why |", "|---|---|---|---|---|---|"]
         for step in self.steps:
+            if keys is not None and step.key not in keys:
+                continue
             reads = "; ".join(r.describe() for r in step.relations).replace("|", "/") or "-"
             shadow = f"`{step.shadow.fqn}`" if step.shadow else "-"
             reason = step.reason.replace("|", "/")
@@ -313,7 +319,7 @@ class RebuildPlan:
                 "",
                 f"**Coverage** (where the truth of each partition lives, at {self.coverage.now})",
                 "",
-                self.coverage.describe(),
+                self.coverage.describe(keys),
             ]
         if self.refused:
             lines += ["", "**Refused**", "", self.refusal()]

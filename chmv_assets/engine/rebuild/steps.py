@@ -98,6 +98,10 @@ def run_step(
     return run_steps(client, project, plan, [step], trigger_relation=trigger_relation, damaged=damaged)[0]
 
 
+#: Told of each partition as it is swapped in for good (its step and its result), while the batch goes on.
+OnSwapped = Callable[[PartitionStep, RebuildResult], None]
+
+
 def run_steps(
     client: Client,
     project: Project,
@@ -106,6 +110,7 @@ def run_steps(
     *,
     trigger_relation: Callable[[PartitionStep, ObjectRef], str | None] | None = None,
     damaged: Collection[str | None] = (),
+    on_swapped: OnSwapped | None = None,
 ) -> list[RebuildResult]:
     """Rebuild the partitions of ``steps`` in batches: one read of a batch's trigger rows, then each partition
     swapped in; results in order.
@@ -132,6 +137,8 @@ def run_steps(
             the cutoff: :mod:`chmv_assets.engine.rebuild.engines`).
         damaged: Keys of partitions an earlier hold of this run swapped in while writes raced it (see
             :attr:`~chmv_assets.errors.ChmvError.damaged`): damaged until a read of them is swapped in clean.
+        on_swapped: Told of each partition once it is swapped in clean (no later read of the run changes it), right
+            then: a run's progress, partition by partition.
 
     Raises:
         ShrinkRefused: A guarded partition would shrink: it and the later ones of its batch are not swapped (the
@@ -152,8 +159,10 @@ def run_steps(
         try:
             if group[0].swap == Swap.REFRESH:
                 results = [_refresh(client, project, plan)]
+                if on_swapped is not None:
+                    on_swapped(group[0], results[0])
             else:
-                results = _Races(_Read(client, project, plan, trigger_relation), damaged).run(group)
+                results = _Races(_Read(client, project, plan, trigger_relation), damaged, on_swapped).run(group)
         except NoRoomUnderGate as busy:  # the caller waits without the gates and reads the rest again
             busy.done = [done[i] for i in sorted(done)]
             raise
@@ -388,10 +397,11 @@ def _label(window: PartitionWindow | None) -> str:
 class _Races:
     """Reads, swaps and, for a partition a write raced, reads again (see the module)."""
 
-    def __init__(self, read: _Read, damaged: Collection[str | None] = ()):
+    def __init__(self, read: _Read, damaged: Collection[str | None] = (), on_swapped: OnSwapped | None = None):
         self.read, self.plan = read, read.plan
         self.rules = read.plan.races
         self.damaged_before = set(damaged)
+        self.on_swapped = on_swapped
 
     def run(self, steps: Sequence[PartitionStep]) -> list[RebuildResult]:
         plan = self.plan
@@ -422,6 +432,8 @@ class _Races:
                 if result is not None:
                     done[index] = result
                     damaged.discard(index)  # a clean read swapped in: what an earlier swap lost is back
+                    if self.on_swapped is not None:  # for good: a partition done is never read again
+                        self.on_swapped(steps[index], result)
             damaged |= {pending[i] for i in outcome.swapped_raced}
             pending = [pending[i] for i in outcome.raced]
             if outcome.refused is not None:

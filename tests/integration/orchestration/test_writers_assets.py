@@ -67,10 +67,9 @@ def test_a_backfill_of_closed_months_under_writers_is_exact(base, engine):
     assert result.success and racer.raced >= 1
     materializations = result.asset_materializations_for_node(asset.node_def.name)
     assert [m.partition for m in materializations] == ["2026-01-01", "2026-02-01", "2026-03-01"]
-    materialization = materializations[0]
-    assert materialization.metadata["chmv/partitions"].value == 3
-    assert materialization.metadata["chmv/deferred"].value == "none"
-    assert materialization.metadata["chmv/attempts"].value >= 2  # a read was raced, and read again
+    assert {m.metadata["chmv/partitions"].value for m in materializations} == {3}  # the run's, on each partition's
+    assert {m.metadata["chmv/deferred"].value for m in materializations} == {"none"}
+    assert max(m.metadata["chmv/attempts"].value for m in materializations) >= 2  # a read was raced, and read again
     with engine.get_client() as client:
         for month in (202601, 202602, 202603):
             assert month_matches(client, "daily", month)
@@ -124,6 +123,13 @@ def test_a_range_run_whose_last_partition_is_deferred_does_not_record_it_as_mate
     materializations = result.asset_materializations_for_node(asset.node_def.name)
     assert [m.partition for m in materializations] == [closed]
     assert f"- {open_}: open until" in materializations[0].metadata["chmv/deferred"].value
+    observed = [  # the open month, observed as deferred
+        e.asset_observation_data.asset_observation
+        for e in result.all_events
+        if e.event_type == DagsterEventType.ASSET_OBSERVATION
+    ]
+    assert [o.partition for o in observed] == [open_]
+    assert "open until" in observed[0].metadata["chmv/deferred"].value
     with engine.get_client() as client:
         assert month_matches(client, "daily", int(f"{last:%Y%m}"))
         assert [(d.target.fqn, d.partition) for d in deferrals.pending(client)] == [("w.daily", open_)]

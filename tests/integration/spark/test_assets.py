@@ -73,7 +73,9 @@ def test_ingestion_asset_then_spark_backfill_of_a_partition_range(spark, tmp_pat
         tags={"dagster/asset_partition_range_start": "2026-08-01", "dagster/asset_partition_range_end": "2026-08-02"},
     )
     assert result.success
-    meta = result.asset_materializations_for_node(hourly.node_def.name)[0].metadata
+    materializations = result.asset_materializations_for_node(hourly.node_def.name)
+    assert [m.partition for m in materializations] == ["2026-08-01", "2026-08-02"]  # each as it was swapped in
+    meta = materializations[1].metadata
     assert meta["chmv/engine_path"].value == "spark" and meta["chmv/partitions"].value == 2
     assert meta["chmv/rows_staged"].value > 0 and "| 2026-08-02 | spark |" in meta["chmv/progress"].value
     logs = [entry.user_message for entry in instance.all_logs(result.run_id)]

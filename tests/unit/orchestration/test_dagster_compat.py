@@ -11,8 +11,10 @@ from dagster import (
     AssetCheckKey,
     AssetCheckSpec,
     AssetKey,
+    AssetMaterialization,
     AssetRecordsFilter,
     AssetSpec,
+    DagsterEventType,
     DagsterInstance,
     DailyPartitionsDefinition,
     MaterializeResult,
@@ -25,6 +27,7 @@ from chmv_assets.orchestration.dagster_compat import (
     check_output_name,
     check_partition_statuses,
     completed_evaluations,
+    output_without_materialization,
     shared_value,
     store_shared_value,
     target_materialization_data,
@@ -88,7 +91,13 @@ def test_check_output_name_is_an_output_of_the_op() -> None:
 def test_no_other_module_reaches_these_corners() -> None:
     """The seam stays the only one: product code names none of the non-public corners outside dagster_compat."""
     root = Path(__file__).resolve().parents[3]
-    corners = ("event_log_storage", "deserialize_value", "get_output_name_for_asset_check_key", "dagster._")
+    corners = (
+        "event_log_storage",
+        "deserialize_value",
+        "get_output_name_for_asset_check_key",
+        "dagster._",
+        "__source_asset_observation__",
+    )
     found = [
         f"{path.relative_to(root)}: {corner}"
         for folder in ("chmv_assets", "asset_checks", "resources", "spark")
@@ -107,3 +116,35 @@ def test_a_shared_value_is_kept_in_the_instance_for_every_sensor(tmp_path: Path)
     store_shared_value(instance, "chmv/x", "two")
     assert shared_value(instance, "chmv/x") == "two"
     assert shared_value(DagsterInstance.local_temp(str(tmp_path)), "chmv/x") == "two"  # stored, not in memory
+
+
+UP, DOWN = AssetKey("up"), AssetKey("down")
+
+
+@multi_asset(specs=[AssetSpec(UP, partitions_def=DAYS)], can_subset=True)
+def up(context):
+    """As chmv's target ops do in a range run: each partition recorded as it is done, then the output."""
+    for day in context.partition_keys[:-1]:  # the last one is not done: not recorded
+        context.log_event(AssetMaterialization(asset_key=UP, partition=day, metadata={"day": day}))
+    yield output_without_materialization(context.assets_def, UP)
+
+
+@multi_asset(specs=[AssetSpec(DOWN, partitions_def=DAYS, deps=[UP])], can_subset=True)
+def down(context):
+    yield MaterializeResult(asset_key=DOWN)
+
+
+def test_an_output_without_materialization_lets_the_run_go_on_and_records_nothing() -> None:
+    """The steps downstream run (Dagster skips them without the output) and each partition has only the
+    materialization the op recorded: none for the one it did not."""
+    instance = DagsterInstance.ephemeral()
+    tags = {"dagster/asset_partition_range_start": "2026-01-01", "dagster/asset_partition_range_end": "2026-01-03"}
+    result = materialize([up, down], instance=instance, tags=tags)
+    assert result.success
+    ups = [e for e in result.get_asset_materialization_events() if e.asset_key == UP]
+    assert sorted(e.partition for e in ups) == ["2026-01-01", "2026-01-02"]
+    assert all(e.materialization.metadata["day"].value == e.partition for e in ups)
+    downs = [e for e in result.get_asset_materialization_events() if e.asset_key == DOWN]
+    assert len(downs) == 3  # ran: not skipped
+    assert not [e for e in result.all_events if e.event_type == DagsterEventType.STEP_SKIPPED]
+    assert instance.get_materialized_partitions(UP) == {"2026-01-01", "2026-01-02"}

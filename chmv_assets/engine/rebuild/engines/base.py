@@ -11,7 +11,7 @@ rows ready (nothing for the source table; cutoffs and Spark's staging for the la
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -89,6 +89,8 @@ class EngineRun:
         stager: The provider of staged rows (Spark), for an engine that stages them.
         cutoffs: Fixed cutoffs per trigger, instead of reading the watermarks (the repair of a load).
         owner: Who runs it (``dagster run <id>``, ``chmv rebuild``).
+        on_swapped: Told of each partition's result as it is swapped in for good (the run's progress:
+            :class:`~chmv_assets.engine.rebuild.progress.Tally`); every engine calls :meth:`swapped` right then.
     """
 
     plan: RebuildPlan
@@ -97,13 +99,21 @@ class EngineRun:
     stager: Stager | None = None
     cutoffs: Mapping[ObjectRef, datetime | None] | None = None
     owner: str = "chmv"
+    on_swapped: Callable[[StepResult], None] | None = None
+
+    def swapped(self, result: StepResult) -> StepResult:
+        """``result``'s partition is swapped in for good: the run is told (:attr:`on_swapped`); the result."""
+        if self.on_swapped is not None:
+            self.on_swapped(result)
+        return result
 
 
 class Fill(Protocol):
     """An engine's partitions made ready: read and swapped under the hold."""
 
     def run(self, client: Client, steps: list[PartitionStep], damaged: frozenset[str | None]) -> list[StepResult]:
-        """Read and swap ``steps`` on ``client`` (the run holds the gates and the leases): results in order.
+        """Read and swap ``steps`` on ``client`` (the run holds the gates and the leases): results in order, each
+        handed to :meth:`EngineRun.swapped` as its partition is swapped in.
 
         ``damaged``: partitions an earlier hold of the run swapped in while writes raced them
         (:func:`~chmv_assets.engine.rebuild.steps.run_steps`). A :class:`~chmv_assets.errors.NoRoomUnderGate` raised

@@ -65,19 +65,21 @@ class _Fill:
             )
             cutoffs = tuple(sorted(self.cutoffs.items(), key=lambda kv: kv[0].fqn))
             done.append(
-                StepResult(
-                    plan.target.fqn,
-                    step.key,
-                    str(step.engine),
-                    r.method,
-                    0,
-                    r.rows_written,
-                    self.cutoff,
-                    self.batch,
-                    time.monotonic() - started,
-                    statements=r.statements,
-                    attempts=r.attempts,
-                    cutoffs=cutoffs,
+                self.run_.swapped(
+                    StepResult(
+                        plan.target.fqn,
+                        step.key,
+                        str(step.engine),
+                        r.method,
+                        0,
+                        r.rows_written,
+                        self.cutoff,
+                        self.batch,
+                        time.monotonic() - started,
+                        statements=r.statements,
+                        attempts=r.attempts,
+                        cutoffs=cutoffs,
+                    )
                 )
             )
         return done

@@ -141,7 +141,7 @@ class _Fill:
         swapped: list[StepResult] = []
         for step in steps:
             try:
-                swapped.append(self._swap(client, step, damaged))
+                swapped.append(self.run_.swapped(self._swap(client, step, damaged)))
             except NoRoomUnderGate as busy:
                 busy.done = swapped
                 raise

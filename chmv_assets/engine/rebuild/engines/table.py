@@ -10,7 +10,7 @@ from clickhouse_connect.driver.client import Client
 
 from chmv_assets.engine.rebuild.engines.base import EngineRun, StepResult
 from chmv_assets.engine.rebuild.planner import PartitionStep
-from chmv_assets.engine.rebuild.steps import run_steps
+from chmv_assets.engine.rebuild.steps import RebuildResult, run_steps
 from chmv_assets.errors import NoRoomUnderGate
 
 
@@ -23,16 +23,20 @@ class SourceTable:
 
 class _Fill:
     def __init__(self, run: EngineRun):
-        self.plan, self.project = run.plan, run.loaded.project
+        self.run_, self.plan, self.project = run, run.plan, run.loaded.project
 
     def run(self, client: Client, steps: list[PartitionStep], damaged: frozenset[str | None]) -> list[StepResult]:
-        of = {s.key: s for s in steps}
+        swapped: dict[str | None, StepResult] = {}  # each partition's result, reported as it is swapped in
+
+        def report(step: PartitionStep, r: RebuildResult) -> None:
+            swapped[r.partition] = self.run_.swapped(StepResult.of(self.plan, step, r))
+
         try:
-            rebuilt = run_steps(client, self.project, self.plan, steps, damaged=damaged)
+            rebuilt = run_steps(client, self.project, self.plan, steps, damaged=damaged, on_swapped=report)
         except NoRoomUnderGate as busy:
-            busy.done = [StepResult.of(self.plan, of[r.partition], r) for r in busy.done]
+            busy.done = [swapped[r.partition] for r in busy.done]
             raise
-        return [StepResult.of(self.plan, step, r) for step, r in zip(steps, rebuilt, strict=True)]
+        return [swapped[r.partition] for r in rebuilt]
 
     def close(self) -> None:
         pass
