@@ -31,20 +31,10 @@ from resources.clickhouse import ClickHouseResource
 
 from support.checks import TRANSLATOR, evaluations, run_parity
 from support.ddl import load_ddl
+from support.dst import HOURLY_DAILY
 
 pytestmark = pytest.mark.worker_seconds(40)
 
-DDL = """
-CREATE DATABASE dst;
-CREATE TABLE dst.events (ts DateTime, n UInt32) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY ts;
-CREATE TABLE dst.hourly (minute DateTime, rows UInt64, n UInt64)
-    ENGINE = SummingMergeTree PARTITION BY toStartOfHour(minute) ORDER BY minute;
-CREATE MATERIALIZED VIEW dst.hourly_mv TO dst.hourly AS
-    SELECT toStartOfMinute(ts) AS minute, count() AS rows, sum(n) AS n FROM dst.events GROUP BY minute;
-CREATE TABLE dst.daily (day Date, rows UInt64, n UInt64) ENGINE = SummingMergeTree PARTITION BY toDate(day) ORDER BY day;
-CREATE MATERIALIZED VIEW dst.daily_mv TO dst.daily AS
-    SELECT toDate(ts) AS day, count() AS rows, sum(n) AS n FROM dst.events GROUP BY day;
-"""
 HOURLY, DAILY = ObjectRef(database="dst", name="hourly"), ObjectRef(database="dst", name="daily")
 #: A row a minute, by instant: 2026-11-01 04:00-08:00 UTC (New York 00:00 EDT to 03:00 EST: both 01:00 hours) and
 #: 2026-03-08 05:00-08:00 UTC (New York 00:00 EST to 04:00 EDT, across the hour that does not exist).
@@ -71,7 +61,7 @@ TARGET_DAYS = "SELECT day, sum(rows), sum(n) FROM dst.daily GROUP BY day ORDER B
 
 def project(root: Path, zone: str):
     toml = f'default_database = "dst"\npartition_start = "2026-03-01"\ntimezone = "{zone}"\n'
-    return load_ddl(root / "ddl", DDL, toml=toml)
+    return load_ddl(root / "ddl", HOURLY_DAILY, toml=toml)
 
 
 def engine(path: Path, zone: str) -> ClickHouseResource:

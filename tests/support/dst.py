@@ -26,6 +26,18 @@ CREATE TABLE dst.regional (minute DateTime, region String, rows UInt64)
 CREATE MATERIALIZED VIEW dst.regional_mv TO dst.regional AS
     SELECT toStartOfMinute(ts) AS minute, region, count() AS rows FROM dst.events GROUP BY minute, region;
 """
+#: An hourly and a daily target of one source, with a measure: the rebuilds and staging across both nights.
+HOURLY_DAILY = """
+CREATE DATABASE dst;
+CREATE TABLE dst.events (ts DateTime, n UInt32) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY ts;
+CREATE TABLE dst.hourly (minute DateTime, rows UInt64, n UInt64)
+    ENGINE = SummingMergeTree PARTITION BY toStartOfHour(minute) ORDER BY minute;
+CREATE MATERIALIZED VIEW dst.hourly_mv TO dst.hourly AS
+    SELECT toStartOfMinute(ts) AS minute, count() AS rows, sum(n) AS n FROM dst.events GROUP BY minute;
+CREATE TABLE dst.daily (day Date, rows UInt64, n UInt64) ENGINE = SummingMergeTree PARTITION BY toDate(day) ORDER BY day;
+CREATE MATERIALIZED VIEW dst.daily_mv TO dst.daily AS
+    SELECT toDate(ts) AS day, count() AS rows, sum(n) AS n FROM dst.events GROUP BY day;
+"""
 #: A row a minute by instant, 2026-11-01 04:00-08:00 UTC: New York 00:00 EDT to 03:00 EST, both 01:00 hours.
 NIGHT = "INSERT INTO dst.events SELECT toDateTime('2026-11-01 04:00:00', 'UTC') + number * 60, 'eu' FROM numbers(240)"
 

@@ -18,6 +18,7 @@ from resources.clickhouse import ClickHouseResource
 from spark.staging import SparkStager, stage
 
 from support.ddl import load_ddl, ref
+from support.dst import HOURLY_DAILY
 
 HUGE = [0, 1, 2**63 - 1, 2**63, 2**64 - 2, 2**64 - 1]
 
@@ -47,17 +48,6 @@ def test_uint64_keys_beyond_the_signed_range_survive_dedup_and_file_read(spark, 
     assert [r[0] for r in staged] == HUGE  # each key once (deduplicated), every bit intact
 
 
-DST_DDL = """
-CREATE DATABASE dst;
-CREATE TABLE dst.events (ts DateTime, n UInt32) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY ts;
-CREATE TABLE dst.hourly (minute DateTime, rows UInt64, n UInt64)
-    ENGINE = SummingMergeTree PARTITION BY toStartOfHour(minute) ORDER BY minute;
-CREATE MATERIALIZED VIEW dst.hourly_mv TO dst.hourly AS
-    SELECT toStartOfMinute(ts) AS minute, count() AS rows, sum(n) AS n FROM dst.events GROUP BY minute;
-CREATE TABLE dst.daily (day Date, rows UInt64, n UInt64) ENGINE = SummingMergeTree PARTITION BY toDate(day) ORDER BY day;
-CREATE MATERIALIZED VIEW dst.daily_mv TO dst.daily AS
-    SELECT toDate(ts) AS day, count() AS rows, sum(n) AS n FROM dst.events GROUP BY day;
-"""
 DST_TOML = """default_database = "dst"
 partition_start = "2026-10-01"
 timezone = "{zone}"
@@ -86,7 +76,7 @@ def test_spark_stages_each_window_by_its_instants_across_dst(spark, tmp_path: Pa
 
     Before, a window read the folder of its wall-clock start (``2026110101``, which Spark never writes: its folders
     are UTC hours) and staged the rows of its wall-clock span read as UTC: New York's partitions were rebuilt empty."""
-    loaded = load_ddl(tmp_path / "ddl", DST_DDL, toml=DST_TOML.format(zone=zone))
+    loaded = load_ddl(tmp_path / "ddl", HOURLY_DAILY, toml=DST_TOML.format(zone=zone))
     landing = tmp_path / "ddl" / "landing" / "dst.events"
     for first, minutes in DST_ROWS:  # one file per arrival hour, as a lake holds them
         times = [first + timedelta(minutes=m) for m in range(minutes)]
