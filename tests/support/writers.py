@@ -96,7 +96,32 @@ def month_matches(client, target: str, month: int) -> bool:
     return got == want and bool(want)
 
 
-class ThreadWriter:
+class _Background:
+    """A thread of a test's writer, started on entering and joined on leaving; what it raised is raised then.
+
+    Subclasses set ``_thread`` (its target, ``_run``) in ``__init__`` after calling this one.
+    """
+
+    #: How long leaving waits for the thread.
+    join_seconds = 60.0
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.join_seconds)
+        if self.error is not None:
+            raise self.error
+
+
+class ThreadWriter(_Background):
     """A thread inserting into ``w.events`` through its own client (no gate, no lease) until stopped.
 
     Args:
@@ -105,10 +130,9 @@ class ThreadWriter:
     """
 
     def __init__(self, path: str, sql: str, interval: float):
+        super().__init__()
         self.path, self.sql, self.interval = path, sql, interval
         self.inserts = 0
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="writer")
 
     def _run(self) -> None:
@@ -118,30 +142,21 @@ class ThreadWriter:
                 client.command(self.sql, settings={"async_insert": 0})
                 self.inserts += 1
                 self._stop.wait(self.interval)
-        except BaseException as err:  # noqa: BLE001 - surfaced by stop()
+        except BaseException as err:  # noqa: BLE001 - surfaced on leaving
             self.error = err
 
-    def __enter__(self) -> ThreadWriter:
-        self._thread.start()
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
-        if self.error is not None:
-            raise self.error
-
-
-class DuringFill:
+class DuringFill(_Background):
     """A thread that waits until chmv's shadow fill is running (seen in ``system.processes``), then inserts ``sql``
     through its own client: a row committed after the rebuild's read began, and, where the fill outlives the insert
     (``fill_outlived_insert``), before its swap."""
 
     def __init__(self, path: str, sql: str, timeout: float = 60.0):
+        super().__init__()
         self.path, self.sql, self.timeout = path, sql, timeout
+        self.join_seconds = timeout + 5
         self.inserted_during_fill = False
         self.fill_outlived_insert = False
-        self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, daemon=True, name="during-fill")
 
     def _run(self) -> None:
@@ -163,20 +178,11 @@ class DuringFill:
                     )
                     return
                 time.sleep(0.002)
-        except BaseException as err:  # noqa: BLE001 - surfaced by join()
+        except BaseException as err:  # noqa: BLE001 - surfaced on leaving
             self.error = err
 
-    def __enter__(self) -> DuringFill:
-        self._thread.start()
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self._thread.join(timeout=self.timeout + 5)
-        if self.error is not None:
-            raise self.error
-
-
-class Racer:
+class Racer(_Background):
     """A writer that races every read once: when a new shadow fill of ``w`` shows in ``system.processes`` it inserts
     a row at the start of the window that fill reads (its first ``toDateTime`` literal), through its own client.
 
@@ -185,11 +191,10 @@ class Racer:
     """
 
     def __init__(self, path: str):
+        super().__init__()
         self.path = path
         self.raced = 0
-        self.error: BaseException | None = None
         self._seen: set[str] = set()
-        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="racer")
 
     def _run(self) -> None:
@@ -212,18 +217,8 @@ class Racer:
                     )
                     self.raced += 1
                 time.sleep(0.002)
-        except BaseException as err:  # noqa: BLE001 - surfaced by __exit__
+        except BaseException as err:  # noqa: BLE001 - surfaced on leaving
             self.error = err
-
-    def __enter__(self) -> Racer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
-        if self.error is not None:
-            raise self.error
 
 
 class AtStatements:
